@@ -1,0 +1,30 @@
+"""minitc: a small tensor compiler. Define with `placeholder/compute/reduce_axis`, schedule with
+`Schedule`, inspect with `lower`, compile with `build`."""
+from . import dtypes
+from .errors import BuildError, DTypeError, IRError, LayoutError, MinitcError, ScheduleError, ShapeError
+from .expr import cast, maximum, minimum, select
+from .te import Tensor, compute, max, min, placeholder, reduce_axis, sum
+
+if_then_else = select
+
+
+def _intrinsic(name):
+    from .expr import call
+
+    def fn(x):
+        return call(name, x)
+
+    fn.__name__ = name
+    fn.__doc__ = f"Elementwise {name}."
+    return fn
+
+
+exp = _intrinsic("exp")
+log = _intrinsic("log")
+sqrt = _intrinsic("sqrt")
+tanh = _intrinsic("tanh")
+erf = _intrinsic("erf")
+abs = _intrinsic("abs")  # noqa: A001
+floor = _intrinsic("floor")
+ceil = _intrinsic("ceil")
+sigmoid = _intrinsic("sigmoid")

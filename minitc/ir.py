@@ -1,0 +1,173 @@
+"""The loop-nest IR: what lowering produces and what backends, the printer, the verifier and the
+reference interpreter consume.
+
+A `Kernel` has parameter buffers (inputs then outputs) and a body statement built from
+
+    For(var, extent, kind, body)     0 <= var < extent; kind: serial|parallel|vectorized|unrolled
+    Store(buffer, indices, value)    buffer[indices] = value
+    Seq(stmts)                       statements in order
+    IfThenElse(cond, then, orelse)   guards (non-divisible splits, partial tiles)
+    Allocate(buffer, body)           a temporary buffer live within body
+
+and expressions from expr.py plus `Load(buffer, indices)`. Buffers are dense, row-major and have
+static shapes; indices are int64.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import dtypes
+from .expr import Expr, Var
+
+LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
+SCOPES = ("global", "local")
+
+
+class Buffer:
+    """A named, dense, row-major array. `scope` is `global` for kernel arguments and full-size
+    intermediates, `local` for tiles that live inside a loop nest."""
+
+    def __init__(self, name: str, shape: tuple, dtype: str, scope: str = "global"):
+        assert scope in SCOPES, scope
+        self.name, self.shape, self.dtype, self.scope = name, tuple(int(s) for s in shape), dtype, scope
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * max(1, dtypes.bits(self.dtype) // 8)
+
+    def __repr__(self):
+        return f"Buffer({self.name}, {self.shape}, {self.dtype}, {self.scope})"
+
+    __hash__ = object.__hash__
+
+
+class Load(Expr):
+    __slots__ = ("buffer", "indices")
+
+    def __init__(self, buffer: Buffer, indices: tuple):
+        self.buffer, self.indices, self.dtype = buffer, tuple(indices), buffer.dtype
+
+    def children(self):
+        return self.indices
+
+    def rebuild(self, kids):
+        return Load(self.buffer, kids)
+
+
+class Stmt:
+    __hash__ = object.__hash__
+
+
+@dataclass(eq=False)
+class For(Stmt):
+    var: Var
+    extent: int
+    kind: str
+    body: Stmt
+
+
+@dataclass(eq=False)
+class Store(Stmt):
+    buffer: Buffer
+    indices: tuple
+    value: Expr
+
+
+@dataclass(eq=False)
+class Seq(Stmt):
+    stmts: tuple
+
+
+@dataclass(eq=False)
+class IfThenElse(Stmt):
+    cond: Expr
+    then: Stmt
+    orelse: Stmt | None = None
+
+
+@dataclass(eq=False)
+class Allocate(Stmt):
+    buffer: Buffer
+    body: Stmt
+
+
+@dataclass(eq=False)
+class Kernel:
+    """A lowered computation. `params` are the argument buffers: `num_inputs` inputs first,
+    then the outputs."""
+
+    name: str
+    params: list
+    num_inputs: int
+    body: Stmt
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def inputs(self) -> list:
+        return self.params[: self.num_inputs]
+
+    @property
+    def outputs(self) -> list:
+        return self.params[self.num_inputs :]
+
+
+def seq(*stmts) -> Stmt:
+    """A statement sequence, flattened, with empty parts dropped."""
+    flat = []
+    for s in stmts:
+        if s is None:
+            continue
+        if isinstance(s, Seq):
+            flat.extend(s.stmts)
+        else:
+            flat.append(s)
+    return flat[0] if len(flat) == 1 else Seq(tuple(flat))
+
+
+def stmt_children(s: Stmt) -> tuple:
+    if isinstance(s, (For, Allocate)):
+        return (s.body,)
+    if isinstance(s, Seq):
+        return s.stmts
+    if isinstance(s, IfThenElse):
+        return (s.then,) if s.orelse is None else (s.then, s.orelse)
+    return ()
+
+
+def walk_stmts(s: Stmt):
+    """Every statement, parents before children."""
+    stack = [s]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(stmt_children(node)))
+
+
+def stmt_exprs(s: Stmt) -> tuple:
+    """The expressions held directly by a statement."""
+    if isinstance(s, Store):
+        return tuple(s.indices) + (s.value,)
+    if isinstance(s, IfThenElse):
+        return (s.cond,)
+    return ()
+
+
+def map_stmt(s: Stmt, fn) -> Stmt:
+    """Rebuild a statement tree bottom-up; `fn(stmt)` returns a replacement or None."""
+    if isinstance(s, For):
+        s = For(s.var, s.extent, s.kind, map_stmt(s.body, fn))
+    elif isinstance(s, Allocate):
+        s = Allocate(s.buffer, map_stmt(s.body, fn))
+    elif isinstance(s, Seq):
+        s = seq(*(map_stmt(c, fn) for c in s.stmts))
+    elif isinstance(s, IfThenElse):
+        s = IfThenElse(s.cond, map_stmt(s.then, fn), None if s.orelse is None else map_stmt(s.orelse, fn))
+    replaced = fn(s)
+    return s if replaced is None else replaced
