@@ -28,3 +28,8 @@ abs = _intrinsic("abs")  # noqa: A001
 floor = _intrinsic("floor")
 ceil = _intrinsic("ceil")
 sigmoid = _intrinsic("sigmoid")
+
+from . import ops  # noqa: E402
+from .driver import build, lower  # noqa: E402
+from .schedule.schedule import Schedule  # noqa: E402
+from .schedule.trace import Step, Trace  # noqa: E402

@@ -70,6 +70,16 @@ class Expr:
     def __ge__(self, other):
         return compare("ge", self, other)
 
+    def __eq__(self, other):
+        if not isinstance(other, (Expr, int, float)):
+            return NotImplemented
+        return _equality("eq", self, other)
+
+    def __ne__(self, other):
+        if not isinstance(other, (Expr, int, float)):
+            return NotImplemented
+        return _equality("ne", self, other)
+
     def __and__(self, other):
         return logical("and", self, other)
 
@@ -141,6 +151,31 @@ class Compare(Expr):
 
     def __init__(self, op: str, a: Expr, b: Expr):
         self.op, self.a, self.b, self.dtype = op, a, b, dtypes.BOOL
+
+
+class EqualityTest(Compare):
+    """What `a == b` and `a != b` build: a comparison node that, used as a Python truth value
+    (in `x in list`, `list.index`), tells whether the operands are the same object (as TVM's
+    EqualOp does), so expressions still work as dict keys and list members."""
+
+    __slots__ = ("pair",)
+
+    def __init__(self, op: str, a: Expr, b: Expr, pair: tuple):
+        super().__init__(op, a, b)
+        self.pair = pair
+
+    def __bool__(self):
+        same = self.pair[0] is self.pair[1]
+        return same if self.op == "eq" else not same
+
+
+def _equality(op: str, a, b):
+    try:
+        x, y = _operands(a, b, op)
+        dtype = dtypes.promote(x.dtype, y.dtype)
+    except DTypeError:
+        return NotImplemented
+    return EqualityTest(op, cast(x, dtype), cast(y, dtype), (a, b))
 
 
 class Not(Expr):

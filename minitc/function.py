@@ -1,0 +1,98 @@
+"""`Function`: a compiled kernel as a Python callable that checks its arguments.
+
+The generated code trusts its arguments completely (no bounds checks, no aliasing), so every
+check happens here, before the call: count, shape, dtype, contiguity, and that outputs do not
+overlap inputs.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from .errors import DTypeError, LayoutError, ShapeError
+from .ir import Kernel
+
+
+def _is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
+
+
+def _as_array(x, buf, role: str) -> np.ndarray:
+    if _is_torch(x):
+        if x.device.type != "cpu":
+            raise LayoutError(f"{role} {buf.name} is a torch tensor on {x.device}; this kernel runs on the CPU")
+        if not x.is_contiguous():
+            raise LayoutError(f"{role} {buf.name} is a non-contiguous torch tensor; call .contiguous() first")
+        x = x.detach().numpy()
+    if not isinstance(x, np.ndarray):
+        raise LayoutError(f"{role} {buf.name} must be a numpy array or a CPU torch tensor, got {type(x).__name__}")
+    if x.shape != buf.shape:
+        raise ShapeError(f"{role} {buf.name} has shape {x.shape}, expected {buf.shape}")
+    if x.dtype.name != buf.dtype:
+        raise DTypeError(f"{role} {buf.name} has dtype {x.dtype.name}, expected {buf.dtype}; convert with .astype('{buf.dtype}')")
+    if not x.flags.c_contiguous:
+        raise LayoutError(f"{role} {buf.name} is not C-contiguous; pass np.ascontiguousarray(...)")
+    return x
+
+
+class Function:
+    """A compiled kernel. Call it as `f(*inputs)` (outputs are allocated and returned) or
+    `f(*inputs, out=...)` / `f(*inputs, *outputs)` to write into existing arrays. Inputs may be
+    numpy arrays or contiguous CPU torch tensors; torch inputs give torch outputs."""
+
+    def __init__(self, kernel: Kernel, compiled):
+        self.kernel = kernel
+        self.compiled = compiled
+        n = len(kernel.params)
+        self._cfunc = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n))(compiled.address)
+
+    @property
+    def llvm_ir(self) -> str:
+        return self.compiled.llvm_ir
+
+    @property
+    def asm(self) -> str:
+        return self.compiled.asm
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name
+
+    def __call__(self, *args, out=None):
+        k = self.kernel
+        n_in, n_out = k.num_inputs, len(k.outputs)
+        if out is None and len(args) == n_in + n_out:
+            args, out = args[:n_in], args[n_in:]
+        if len(args) != n_in:
+            names = ", ".join(b.name for b in k.inputs)
+            raise ShapeError(f"{k.name} takes {n_in} input(s) ({names}), got {len(args)}")
+        use_torch = any(_is_torch(a) for a in args)
+        inputs = [_as_array(a, b, "input") for a, b in zip(args, k.inputs)]
+        if out is None:
+            outputs = [np.empty(b.shape, b.dtype) for b in k.outputs]
+            given = None
+        else:
+            given = list(out) if isinstance(out, (list, tuple)) else [out]
+            if len(given) != n_out:
+                raise ShapeError(f"{k.name} has {n_out} output(s), got {len(given)} in out=")
+            outputs = [_as_array(o, b, "output") for o, b in zip(given, k.outputs)]
+            for o, b in zip(outputs, k.outputs):
+                if not o.flags.writeable:
+                    raise LayoutError(f"output {b.name} is read-only")
+                for i, ib in zip(inputs, k.inputs):
+                    if np.may_share_memory(o, i):
+                        raise LayoutError(f"output {b.name} overlaps input {ib.name}; kernels assume no aliasing")
+        self._cfunc(*[a.__array_interface__["data"][0] for a in inputs + outputs])
+        if given is not None:
+            result = given
+        elif use_torch:
+            import torch
+
+            result = [torch.from_numpy(o) for o in outputs]
+        else:
+            result = outputs
+        return result[0] if len(result) == 1 else tuple(result)
+
+    def __repr__(self):
+        return f"<minitc.Function {self.kernel.name}({', '.join(b.name for b in self.kernel.params)})>"

@@ -1,0 +1,87 @@
+"""Lowering: schedule -> loop-nest IR, as a named, ordered list of passes.
+
+Set MINITC_DEBUG=2 to print the IR after every pass (MINITC_DEBUG=1 prints the final IR).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from .. import ir
+from ..errors import IRError, ScheduleError
+from ..schedule.state import State
+from .bounds import BoundInference
+from .nest import NestBuilder
+from .passes import check_parallel_nesting, inline_stages, simplify_stmt
+
+
+def debug_level() -> int:
+    try:
+        return int(os.environ.get("MINITC_DEBUG", "0"))
+    except ValueError:
+        return 0
+
+
+def _make_buffers(state: State, info: dict, params: dict) -> tuple[dict, list]:
+    """A buffer per stage: kernel params for inputs/outputs, region-sized tiles for compute_at
+    stages, full-size temporaries (allocated at the top) for the rest."""
+    buffers, temporaries = dict(params), []
+    for st in state.stages:
+        if st.name in buffers:
+            continue
+        if st.is_placeholder:
+            raise ScheduleError(f"input {st.name} is not among the kernel arguments")
+        si = info[st.name]
+        if si.local:
+            buffers[st.name] = ir.Buffer(st.name, tuple(e for _, e in si.region), st.dtype, "local")
+        else:
+            scope = "global" if st.scope == "global" else "local"
+            buffers[st.name] = ir.Buffer(st.name, st.shape, st.dtype, scope)
+            temporaries.append(buffers[st.name])
+    return buffers, temporaries
+
+
+def _build(state: State, params: dict):
+    info = BoundInference(state).run()
+    buffers, temporaries = _make_buffers(state, info, params)
+    builder = NestBuilder(state, info, buffers)
+    roots = [st for st in state.stages if not st.is_placeholder and st.attach is None]
+    body = ir.seq(*(builder.stage(st.name) for st in roots))
+    for buf in reversed(temporaries):
+        body = ir.Allocate(buf, body)
+    return body
+
+
+def lower_state(state: State, inputs: list, outputs: list, name: str = "kernel") -> ir.Kernel:
+    """Lower a schedule state. `inputs` and `outputs` are stage names in argument order."""
+    passes = [
+        ("inline", inline_stages),
+    ]
+    for pass_name, fn in passes:
+        state = fn(state)
+    params = {}
+    for n in list(inputs) + list(outputs):
+        st = state.stage(n)
+        params[n] = ir.Buffer(n, st.shape, st.dtype, "global")
+    body = _build(state, params)
+    _dump("build", body)
+    check_parallel_nesting(body)
+    body = simplify_stmt(body) or ir.Seq(())
+    _dump("simplify", body)
+    kernel = ir.Kernel(name, [params[n] for n in list(inputs) + list(outputs)], len(inputs), body)
+    from ..verify import verify
+
+    try:
+        verify(kernel)
+    except IRError as e:  # a lowering bug, not a user error: say so
+        raise IRError(f"internal error: lowering produced invalid IR ({e}); please report this schedule") from e
+    if debug_level() >= 1:
+        print(kernel, file=sys.stderr)
+    return kernel
+
+
+def _dump(pass_name: str, body) -> None:
+    if debug_level() >= 2:
+        from ..printer import format_stmt
+
+        print(f"--- after {pass_name} ---\n{format_stmt(body)}", file=sys.stderr)

@@ -1,0 +1,146 @@
+"""Loop-nest construction: turn the schedule state plus inferred bounds into IR.
+
+Each stage becomes a nest of its leaf loops around one store (two nests for a reduction: the
+initialisation, then the update). Attached stages are placed inside their attach loop, before
+the rest of the body (compute_at) or after it (reverse_compute_at). Guards sit just inside the
+innermost loop they depend on.
+"""
+from __future__ import annotations
+
+from .. import ir
+from ..errors import ScheduleError
+from ..expr import Var, logical, substitute, transform, walk
+from ..schedule.state import Read, Stage, State
+from ..te import Reduce, combine
+from .bounds import StageInfo
+
+
+class NestBuilder:
+    def __init__(self, state: State, info: dict, buffers: dict):
+        self.state = state
+        self.info = info
+        self.buffers = buffers  # stage name -> ir.Buffer
+
+    # -- expressions -----------------------------------------------------------------------
+    def load(self, name: str, indices: tuple):
+        """A read of stage `name` at global coordinates, as a Load of its buffer."""
+        buf = self.buffers[name]
+        info = self.info.get(name)
+        if info is not None:
+            indices = tuple(info.index(d, i) for d, i in enumerate(indices))
+        return ir.Load(buf, indices)
+
+    def lower_expr(self, e, values: dict):
+        """Replace axes by their values and stage reads by buffer loads."""
+
+        def fn(node):
+            if isinstance(node, Read):
+                return self.load(node.stage, tuple(lower(i) for i in node.indices))
+            return None
+
+        def lower(x):
+            return transform(substitute(x, values), fn)
+
+        return lower(e)
+
+    # -- statements ------------------------------------------------------------------------
+    def stage(self, name: str) -> ir.Stmt:
+        st = self.state.stage(name)
+        info = self.info[name]
+        self._check_vector_loops(st)
+        idx = tuple(info.index(d, info.values[a]) for d, a in enumerate(st.axes))
+        buf = self.buffers[name]
+        loops = list(range(len(st.loops)))
+        if not isinstance(st.body, Reduce):
+            store = ir.Store(buf, idx, self.lower_expr(st.body, info.values))
+            return self.nest(st, info, loops, store, info.guards, info.vars)
+        body = st.body
+        update = ir.Store(buf, idx, combine(body.combiner, ir.Load(buf, idx), self.lower_expr(body.source, info.values)))
+        first = next(n for n, lp in enumerate(st.loops) if lp.reduce)
+        shared, rest = loops[:first], loops[first:]
+        shared_vars = {info.vars[st.loops[p].name] for p in shared}
+        outer_guards = [g for g in info.guards if not (_vars(g) - shared_vars - self._outside_vars(info))]
+        inner_guards = [g for g in info.guards if g not in outer_guards]
+        # the initialisation repeats the spatial loops inside the first reduction loop
+        init_loops = [p for p in rest if not st.loops[p].reduce]
+        fresh = {info.vars[st.loops[p].name]: Var(st.loops[p].name) for p in init_loops}
+        init_vars = dict(info.vars)
+        init_vars.update({st.loops[p].name: fresh[info.vars[st.loops[p].name]] for p in init_loops})
+        init = ir.Store(buf, tuple(substitute(i, fresh) for i in idx), body.init)
+        init_guards = [substitute(g, fresh) for g in inner_guards if not (_vars(g) & self._reduce_vars(st, info))]
+        init_nest = self.nest(st, info, init_loops, init, init_guards, init_vars, attach=False, top=False)
+        update_nest = self.nest(st, info, rest, update, inner_guards, info.vars, top=False)
+        return self.nest(st, info, shared, ir.seq(init_nest, update_nest), outer_guards, info.vars)
+
+    def nest(self, st: Stage, info: StageInfo, positions, inner, guards, vars_, attach=True, top=True):
+        """Wrap `inner` in the loops at `positions` (outermost first), placing each guard just
+        inside the innermost loop it mentions and attached stages at their loops."""
+        level = {}
+        for g in guards:
+            used = _vars(g)
+            deepest = [p for p in positions if vars_[st.loops[p].name] in used]
+            level.setdefault(max(deepest) if deepest else None, []).append(g)
+        stmt = inner
+        for p in reversed(positions):
+            stmt = _guard(stmt, level.get(p, []))
+            if attach:
+                before, after = self.attached(st, st.loops[p].name)
+                stmt = ir.seq(*before, stmt, *after)
+            lp = st.loops[p]
+            stmt = ir.For(vars_[lp.name], info.extents[lp.name], lp.kind, stmt)
+            if attach:
+                stmt = self._allocate_attached(st, lp.name, stmt)
+        if top or None in level:
+            stmt = _guard(stmt, level.get(None, []))
+        return stmt
+
+    def attached(self, st: Stage, loop: str) -> tuple:
+        here = [s for s in self.state.attached_to(st.name) if s.attach.loop == loop]
+        before = [self.stage(s.name) for s in here if not s.attach.reverse]
+        after = [self.stage(s.name) for s in here if s.attach.reverse]
+        return before, after
+
+    def _allocate_attached(self, st: Stage, loop: str, for_stmt: ir.For) -> ir.Stmt:
+        """Tiles computed inside the loop live for one iteration: allocate them in the body."""
+        body = for_stmt.body
+        for s in reversed(self.state.attached_to(st.name)):
+            if s.attach.loop == loop and self.info[s.name].local:
+                body = ir.Allocate(self.buffers[s.name], body)
+        return ir.For(for_stmt.var, for_stmt.extent, for_stmt.kind, body)
+
+    def _outside_vars(self, info: StageInfo) -> set:
+        own = set(info.vars.values())
+        out = set()
+        for g in info.guards:
+            out |= _vars(g) - own
+        return out
+
+    @staticmethod
+    def _reduce_vars(st: Stage, info: StageInfo) -> set:
+        return {info.vars[lp.name] for lp in st.loops if lp.reduce}
+
+    def _check_vector_loops(self, st: Stage) -> None:
+        for n, lp in enumerate(st.loops):
+            if lp.kind != "vectorized":
+                continue
+            if n != len(st.loops) - 1:
+                raise ScheduleError(
+                    f"vectorized loop {lp.name} of {st.name} is not innermost: loop {st.loops[n + 1].name} "
+                    "is inside it; reorder so that the vectorized loop comes last"
+                )
+            inside = [s.name for s in self.state.attached_to(st.name) if s.attach.loop == lp.name]
+            if inside:
+                raise ScheduleError(f"vectorized loop {lp.name} of {st.name} cannot contain stage {inside[0]}")
+
+
+def _vars(e) -> set:
+    return {n for n in walk(e) if isinstance(n, Var)}
+
+
+def _guard(stmt: ir.Stmt, guards: list) -> ir.Stmt:
+    if not guards:
+        return stmt
+    cond = guards[0]
+    for g in guards[1:]:
+        cond = logical("and", cond, g)
+    return ir.IfThenElse(cond, stmt)

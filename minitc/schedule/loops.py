@@ -1,0 +1,154 @@
+"""Loop primitives: split, fuse, reorder and the loop kinds (unroll, parallel, vectorize).
+
+Each is a pure function `(state, stage name, loop names, ...) -> state` that raises
+ScheduleError naming the loop and the reason when the request is illegal.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..errors import ScheduleError
+from .state import Fuse, Loop, Split, State, unique_name
+
+MAX_VECTOR_LANES = 64
+
+
+def _positive_int(value, what: str, loop: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ScheduleError(f"split of loop {loop}: {what} must be a positive int, got {value!r}")
+    return value
+
+
+def split(state: State, stage: str, loop: str, factor=None, nparts=None) -> tuple[State, str, str]:
+    """Split a loop into an outer and an inner loop.
+
+    Before (extent 100, factor 32):      After:
+        for i in range(100):                for i_o in range(4):
+            body(i)                             for i_i in range(32):
+                                                    if i_o * 32 + i_i < 100:
+                                                        body(i_o * 32 + i_i)
+
+    `factor` fixes the inner extent, `nparts` the outer one. A factor that does not divide the
+    extent is legal: lowering adds the guard shown. Returns (state, outer name, inner name).
+    """
+    if (factor is None) == (nparts is None):
+        raise ScheduleError(f"split of loop {loop}: give exactly one of factor= or nparts=")
+    st = state.stage(stage)
+    pos = st.position(loop)
+    old = st.loops[pos]
+    taken = {lp.name for lp in st.loops} | _all_names(st)
+    outer = unique_name(f"{loop}_o", taken)
+    inner = unique_name(f"{loop}_i", taken | {outer})
+    if factor is not None:
+        f = _positive_int(factor, "factor", loop)
+        ext_outer, ext_inner = -(-old.extent // f), f
+    else:
+        f = _positive_int(nparts, "nparts", loop)
+        ext_outer, ext_inner = f, -(-old.extent // f)
+    new_loops = (Loop(outer, ext_outer, "serial", old.reduce), Loop(inner, ext_inner, "serial", old.reduce))
+    loops = st.loops[:pos] + new_loops + st.loops[pos + 1 :]
+    rel = Split(loop, outer, inner, f, nparts is not None)
+    st = replace(st, loops=loops, relations=st.relations + (rel,))
+    return _retarget(state.replace_stage(st), stage, loop, inner), outer, inner
+
+
+def fuse(state: State, stage: str, loops: tuple) -> tuple[State, str]:
+    """Fuse consecutive loops, outermost first, into one.
+
+    Before:                          After:
+        for i in range(4):               for i_j_f in range(32):
+            for j in range(8):               body(i_j_f // 8, i_j_f % 8)
+                body(i, j)
+
+    The loops must be adjacent in the stage's loop order and all spatial or all reduction.
+    Returns (state, fused loop name).
+    """
+    if len(loops) < 2:
+        raise ScheduleError(f"fuse needs at least two loops, got {len(loops)}")
+    st = state.stage(stage)
+    positions = [st.position(n) for n in loops]
+    for a, b, na, nb in zip(positions, positions[1:], loops, loops[1:]):
+        if b != a + 1:
+            raise ScheduleError(
+                f"fuse: loops {na} and {nb} of stage {stage} are not adjacent in the loop order "
+                f"({', '.join(l.name for l in st.loops)}); reorder them first"
+            )
+    kinds = {st.loops[p].reduce for p in positions}
+    if len(kinds) > 1:
+        raise ScheduleError(f"fuse: cannot fuse spatial and reduction loops ({', '.join(loops)}) of stage {stage}")
+    relations = list(st.relations)
+    current = st.loops[positions[0]]
+    taken = {lp.name for lp in st.loops} | _all_names(st)
+    for p in positions[1:]:
+        nxt = st.loops[p]
+        name = unique_name(f"{current.name}_{nxt.name}_f", taken)
+        taken.add(name)
+        relations.append(Fuse(current.name, nxt.name, name))
+        current = Loop(name, current.extent * nxt.extent, "serial", current.reduce)
+    new_loops = st.loops[: positions[0]] + (current,) + st.loops[positions[-1] + 1 :]
+    st = replace(st, loops=new_loops, relations=tuple(relations))
+    new_state = state.replace_stage(st)
+    for name in loops:
+        new_state = _retarget(new_state, stage, name, current.name)
+    return new_state, current.name
+
+
+def reorder(state: State, stage: str, loops: tuple) -> State:
+    """Put the given loops in the given order, in the positions they occupy now.
+
+    Before: reorder(j, i)            After:
+        for i in range(4):               for j in range(8):
+            for j in range(8):               for i in range(4):
+                body(i, j)                       body(i, j)
+    """
+    st = state.stage(stage)
+    if len(set(loops)) != len(loops):
+        raise ScheduleError(f"reorder: a loop of stage {stage} is listed twice: {', '.join(loops)}")
+    positions = sorted(st.position(n) for n in loops)
+    new_loops = list(st.loops)
+    for p, name in zip(positions, loops):
+        new_loops[p] = st.loop(name)
+    return state.replace_stage(replace(st, loops=tuple(new_loops)))
+
+
+def annotate(state: State, stage: str, loop: str, kind: str) -> State:
+    """Set how a loop runs: `unrolled`, `parallel`, `vectorized` (or back to `serial`).
+
+    Before: vectorize(j_i)           After:
+        for j_i in range(8):             for j_i in vectorized(8):
+            C[i, j_o*8 + j_i] = ...          C[i, j_o*8 + j_i] = ...   # one <8 x float> op
+
+    Parallel and vectorized loops must be spatial (a reduction loop would race); a vectorized
+    loop must also be the innermost loop of its stage when lowered, with at most 64 lanes.
+    """
+    st = state.stage(stage)
+    lp = st.loop(loop)
+    if kind in ("parallel", "vectorized") and lp.reduce:
+        verb = "parallelize" if kind == "parallel" else "vectorize"
+        raise ScheduleError(
+            f"cannot {verb} loop {loop} of stage {stage}: it is a reduction loop, whose iterations all "
+            "update the same element; split or reorder a spatial loop instead"
+        )
+    if kind == "vectorized" and lp.extent > MAX_VECTOR_LANES:
+        raise ScheduleError(
+            f"cannot vectorize loop {loop} of stage {stage}: extent {lp.extent} exceeds {MAX_VECTOR_LANES} lanes; "
+            "split it and vectorize the inner loop"
+        )
+    loops = tuple(replace(l, kind=kind) if l.name == loop else l for l in st.loops)
+    return state.replace_stage(replace(st, loops=loops))
+
+
+def _all_names(st) -> set:
+    names = {a.name for a in st.all_axes}
+    for r in st.relations:
+        names |= {r.parent, r.outer, r.inner} if isinstance(r, Split) else {r.outer, r.inner, r.fused}
+    return names
+
+
+def _retarget(state: State, stage: str, old: str, new: str) -> State:
+    """Stages attached at a loop that was split or fused follow it: a split moves them to the
+    inner loop (so the loops they enclose stay the same), a fuse to the fused loop."""
+    for s in state.attached_to(stage):
+        if s.attach.loop == old:
+            state = state.replace_stage(replace(s, attach=replace(s.attach, loop=new)))
+    return state

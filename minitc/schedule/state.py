@@ -1,0 +1,224 @@
+"""Schedule state: the computation graph as named stages, each with its loop structure.
+
+A schedule never edits loop-nest IR directly. Like Halide and TVM's tensor-expression schedules,
+it records per stage *how* to iterate (leaf loops in order, the splits and fuses that derive
+them from the stage's axes, loop kinds) and *where* (at the root, inside another stage's loop, or
+inlined). Lowering turns the state into IR, inferring how much of each stage every attach point
+needs. All objects here are immutable; primitives return new states.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..errors import ScheduleError
+from ..expr import Expr, IterVar, substitute, transform
+from ..te import ComputeOp, Reduce, Tensor, TensorRead, graph
+
+LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
+
+
+class Read(Expr):
+    """`stage[indices]`: a read of another stage's element, by stage name."""
+
+    __slots__ = ("stage", "indices")
+
+    def __init__(self, stage: str, indices: tuple, dtype: str):
+        self.stage, self.indices, self.dtype = stage, tuple(indices), dtype
+
+    def children(self):
+        return self.indices
+
+    def rebuild(self, kids):
+        return Read(self.stage, kids, self.dtype)
+
+
+@dataclass(frozen=True)
+class Loop:
+    name: str
+    extent: int  # nominal: from the full shape; lowering recomputes it from the inferred region
+    kind: str = "serial"
+    reduce: bool = False
+
+
+@dataclass(frozen=True)
+class Split:
+    parent: str
+    outer: str
+    inner: str
+    factor: int  # the inner extent, or the outer one when `nparts`
+    nparts: bool = False
+
+
+@dataclass(frozen=True)
+class Fuse:
+    outer: str
+    inner: str
+    fused: str
+
+
+@dataclass(frozen=True)
+class Attach:
+    """Where a stage's loop nest goes: inside loop `loop` of stage `target`."""
+
+    target: str
+    loop: str
+    reverse: bool = False  # reverse_compute_at: the stage consumes the target
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    shape: tuple
+    dtype: str
+    axes: tuple = ()  # spatial IterVars, one per dimension
+    body: Expr | None = None  # None for placeholders; a Reduce at the top for reductions
+    loops: tuple = ()  # leaf loops, outermost first
+    relations: tuple = ()  # Split/Fuse steps deriving the leaf loops from the axes
+    attach: Attach | None = None
+    inline: bool = False
+    scope: str = "global"
+    output: bool = False
+
+    @property
+    def is_placeholder(self) -> bool:
+        return self.body is None
+
+    @property
+    def reduce_axes(self) -> tuple:
+        return self.body.axes if isinstance(self.body, Reduce) else ()
+
+    @property
+    def all_axes(self) -> tuple:
+        return self.axes + self.reduce_axes
+
+    def loop(self, name: str) -> Loop:
+        for lp in self.loops:
+            if lp.name == name:
+                return lp
+        raise ScheduleError(f"stage {self.name} has no loop {name!r} (its loops: {', '.join(l.name for l in self.loops)})")
+
+    def position(self, name: str) -> int:
+        for n, lp in enumerate(self.loops):
+            if lp.name == name:
+                return n
+        raise ScheduleError(f"stage {self.name} has no loop {name!r} (its loops: {', '.join(l.name for l in self.loops)})")
+
+    def reads(self) -> list:
+        """The Read nodes of the body, in order."""
+        if self.body is None:
+            return []
+        from ..expr import walk
+
+        return [n for n in walk(self.body) if isinstance(n, Read)]
+
+    def read_stages(self) -> list:
+        seen = []
+        for r in self.reads():
+            if r.stage not in seen:
+                seen.append(r.stage)
+        return seen
+
+
+@dataclass(frozen=True)
+class State:
+    stages: tuple  # producers before consumers
+    outputs: tuple  # stage names
+
+    def stage(self, name: str) -> Stage:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise ScheduleError(f"no stage named {name!r} in this schedule (stages: {', '.join(s.name for s in self.stages)})")
+
+    def has(self, name: str) -> bool:
+        return any(s.name == name for s in self.stages)
+
+    def replace_stage(self, stage: Stage) -> State:
+        return replace(self, stages=tuple(stage if s.name == stage.name else s for s in self.stages))
+
+    def consumers(self, name: str) -> list:
+        return [s for s in self.stages if name in s.read_stages()]
+
+    def attached_to(self, name: str) -> list:
+        return [s for s in self.stages if s.attach is not None and s.attach.target == name]
+
+
+@dataclass(frozen=True)
+class LoopRef:
+    """A handle to one loop of one stage, as returned by `Schedule.loops` and the primitives."""
+
+    stage: str
+    name: str
+
+    def __repr__(self):
+        return f"<loop {self.stage}.{self.name}>"
+
+
+def initial_loops(axes: tuple, reduce_axes: tuple) -> tuple:
+    return tuple(Loop(a.name, a.extent, "serial", False) for a in axes) + tuple(
+        Loop(a.name, a.extent, "serial", True) for a in reduce_axes
+    )
+
+
+def unique_name(base: str, taken) -> str:
+    if base not in taken:
+        return base
+    n = 1
+    while f"{base}{n}" in taken:
+        n += 1
+    return f"{base}{n}"
+
+
+def _fresh_axes(axes: tuple, taken: set) -> tuple:
+    """Copies of the axes whose names are unique within the stage."""
+    out = []
+    for a in axes:
+        name = unique_name(a.name, taken)
+        taken.add(name)
+        out.append(IterVar(name, a.extent, a.kind))
+    return tuple(out)
+
+
+def from_tensors(outputs: list) -> tuple[State, dict]:
+    """Build the initial state of a schedule; also return the map tensor -> stage name."""
+    tensors = graph(outputs)
+    names: dict = {}
+    taken: set = set()
+    for t in tensors:
+        names[t] = unique_name(t.name, taken)
+        taken.add(names[t])
+    out_set = set(outputs)
+    stages = []
+    for t in tensors:
+        if not isinstance(t.op, ComputeOp):
+            stages.append(Stage(names[t], t.shape, t.dtype))
+            continue
+        if t.dtype == "bool":
+            raise ScheduleError(f"compute {t.name} produces booleans; cast the condition to int32 or float32")
+        axis_names: set = set()
+        axes = _fresh_axes(t.op.axes, axis_names)
+        raxes = _fresh_axes(t.op.reduce_axes, axis_names)
+        mapping = dict(zip(t.op.axes + t.op.reduce_axes, axes + raxes))
+        body = _convert_body(t.op.body, mapping, names)
+        stages.append(
+            Stage(names[t], t.shape, t.dtype, axes, body, initial_loops(axes, raxes), output=t in out_set)
+        )
+    return State(tuple(stages), tuple(names[o] for o in outputs)), names
+
+
+def _convert_body(body: Expr, mapping: dict, names: dict) -> Expr:
+    def fn(node):
+        if isinstance(node, TensorRead):
+            idx = tuple(_convert_body(i, mapping, names) for i in node.indices)
+            return Read(names[node.tensor], idx, node.tensor.dtype)
+        if isinstance(node, Reduce):
+            src = _convert_body(node.source, mapping, names)
+            return Reduce(node.combiner, src, tuple(mapping[a] for a in node.axes), node.init)
+        return None
+
+    return substitute(transform(body, fn), mapping)
+
+
+def stage_tensor(stage: Stage) -> Tensor:
+    """A Tensor handle for a stage created by the schedule (cache_read / cache_write)."""
+    return Tensor(stage.shape, stage.dtype, stage.name, None)
