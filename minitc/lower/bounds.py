@@ -27,6 +27,7 @@ class StageInfo:
     values: dict = field(default_factory=dict)  # axis IterVar -> global value expression
     guards: list = field(default_factory=list)  # bool expressions over the loop variables
     local: bool = False  # stored in a region-sized buffer indexed relative to the region
+    producer_region: list = field(default_factory=list)  # reverse_compute_at: (axis, offset, region)
 
     def index(self, dim: int, value: Expr) -> Expr:
         """The buffer index of global coordinate `value` along `dim`."""
@@ -163,11 +164,8 @@ class BoundInference:
             lo, ext = box[d]
             dim = st.axes.index(axis)
             region[dim] = (simplify(binary("sub", lo, const(offset))), ext)
-            # only the part of the box the producer really computed (its region and guards)
-            value = lambda: binary("sub", info.values[axis], const(offset))  # noqa: E731
-            t_lo, t_ext = tinfo.region[d]
-            info.guards.append(("deferred", lambda v=value, l=t_lo: compare("ge", v(), l)))
-            info.guards.append(("deferred", lambda v=value, l=t_lo, e=t_ext: compare("lt", v(), binary("add", l, const(e)))))
+            # compute only the part of the box the producer really computed (its region)
+            info.producer_region.append((axis, offset, tinfo.region[d]))
         return region
 
     def _check_producers_before(self, st: Stage) -> None:
@@ -227,7 +225,10 @@ class BoundInference:
             info.values[a] = simplify(binary("add", info.region[d][0], local)) if info.region[d][0] is not None else local
         for a in st.reduce_axes:
             info.values[a] = simplify(value[a.name])
-        info.guards = [g[1]() if isinstance(g, tuple) else g for g in info.guards]
+        for axis, offset, (t_lo, t_ext) in info.producer_region:
+            v = binary("sub", info.values[axis], const(offset))
+            info.guards.append(compare("ge", v, t_lo))
+            info.guards.append(compare("lt", v, binary("add", t_lo, const(t_ext))))
 
     def _domain_guards(self, st: Stage, info: StageInfo) -> None:
         """A region may stick out of the stage's shape (a tile at the edge, padding reads);
