@@ -1,0 +1,42 @@
+"""`tc.ops`: the operator library. Each function takes minitc Tensors (placeholders or computes)
+and returns the output Tensor, checking shapes and dtypes up front (ShapeError / DTypeError).
+
+    linear algebra  matmul(A, B, transpose_a=False, transpose_b=False)
+                    batch_matmul(A, B, transpose_a=False, transpose_b=False)
+                    dense(X, W, bias=None, activation=None)        torch.nn.Linear layout
+    NCHW            conv2d(X, W, stride=1, padding=0, dilation=1)
+                    depthwise_conv2d(X, W, stride=1, padding=0, dilation=1)
+                    max_pool2d(X, kernel, stride=None, padding=0)
+                    avg_pool2d(X, kernel, stride=None, padding=0)  count_include_pad=True
+    normalisation   softmax(X, axis=-1), layer_norm(X, gamma, beta, eps=1e-5)
+    elementwise     add, sub, mul, div, maximum, minimum (numpy broadcasting, numbers allowed),
+                    relu, gelu, sigmoid, tanh, exp, bias_add(X, bias, axis=1)
+    reductions      sum, max, min, mean (X, axis=None, keepdims=False)
+
+Every operator also takes `name=`. Stage names (they appear in printed loop nests, and
+schedules refer to stages by them) are valid identifiers: the operator's main stage is called
+`name` (default: the operator's name), helper stages `<name>_<role>`: `conv2d_pad`,
+`softmax_max`/`softmax_exp`/`softmax_sum`, `layer_norm_mean`/`layer_norm_var`, and dense's
+epilogue `dense_bias`/`dense_relu`/`dense_bias_gelu`. Names are not made unique: give two
+instances of the same operator in one graph different `name=`s.
+
+`reference` holds a plain-numpy version of each operator with the same name and arguments;
+`OPS` maps every operator name to (build, reference, make_inputs), see registry.py.
+"""
+from . import reference
+from .elementwise import add, bias_add, div, exp, gelu, maximum, minimum, mul, relu, sigmoid, sub, tanh
+from .linalg import batch_matmul, dense, matmul
+from .nn import avg_pool2d, conv2d, depthwise_conv2d, max_pool2d
+from .norm import layer_norm, softmax
+from .reduce import max, mean, min, sum  # noqa: A004 - numpy-style names inside the namespace
+from .registry import OPS, SIZES, Example, Instance, OpSpec
+
+__all__ = [
+    "OPS", "SIZES", "Example", "Instance", "OpSpec", "reference",
+    "matmul", "batch_matmul", "dense",
+    "conv2d", "depthwise_conv2d", "max_pool2d", "avg_pool2d",
+    "softmax", "layer_norm",
+    "add", "sub", "mul", "div", "maximum", "minimum",
+    "relu", "gelu", "sigmoid", "tanh", "exp", "bias_add",
+    "sum", "max", "min", "mean",
+]  # fmt: skip

@@ -1,0 +1,110 @@
+"""Matrix products: matmul, batch_matmul and dense (torch.nn.Linear with a fusable epilogue).
+
+Stage naming: the product stage carries the operator's name (`matmul`, `batch_matmul`,
+`dense`); dense's epilogue (bias and/or activation) is one more stage named
+`<name>_<parts>`, e.g. `dense_bias`, `dense_relu`, `dense_bias_gelu`.
+"""
+from __future__ import annotations
+
+from .. import te
+from ..errors import ShapeError
+from ..te import Tensor, compute, reduce_axis
+from . import _util
+from .elementwise import ACTIVATIONS, activation as apply_activation
+
+
+def matmul(A, B, transpose_a: bool = False, transpose_b: bool = False, name: str | None = None) -> Tensor:
+    """C[i, j] = sum_k A[i, k] * B[k, j] for 2-D A [M, K] and B [K, N].
+
+    With transpose_a, A is given as [K, M]; with transpose_b, B is given as [N, K].
+    One stage, named `matmul` (or `name`), reduce axis `k`.
+    """
+    op = "matmul"
+    _util.rank(op, "A", A, 2, "[M, K]" if not transpose_a else "[K, M] with transpose_a")
+    _util.rank(op, "B", B, 2, "[K, N]" if not transpose_b else "[N, K] with transpose_b")
+    M, K = A.shape[::-1] if transpose_a else A.shape
+    K2, N = B.shape[::-1] if transpose_b else B.shape
+    if K != K2:
+        raise ShapeError(
+            f"{op}: inner dimensions differ: A {A.shape}{' (transposed)' if transpose_a else ''} gives K={K}, "
+            f"B {B.shape}{' (transposed)' if transpose_b else ''} gives K={K2}"
+        )
+    _util.numeric(op, A, B)
+    k = reduce_axis(K, name="k")
+
+    def body(i, j):
+        a = A[k, i] if transpose_a else A[i, k]
+        b = B[j, k] if transpose_b else B[k, j]
+        return te.sum(a * b, axis=k)
+
+    return compute((M, N), body, name=name or op)
+
+
+def batch_matmul(A, B, transpose_a: bool = False, transpose_b: bool = False, name: str | None = None) -> Tensor:
+    """C[b, i, j] = sum_k A[b, i, k] * B[b, k, j] for A [batch, M, K] and B [batch, K, N].
+
+    Transposes swap the last two axes of the given operand. The batch extents must be equal,
+    or one of them 1 (broadcast). One stage, named `batch_matmul` (or `name`).
+    """
+    op = "batch_matmul"
+    _util.rank(op, "A", A, 3, "[batch, M, K]" if not transpose_a else "[batch, K, M] with transpose_a")
+    _util.rank(op, "B", B, 3, "[batch, K, N]" if not transpose_b else "[batch, N, K] with transpose_b")
+    M, K = A.shape[:0:-1] if transpose_a else A.shape[1:]
+    K2, N = B.shape[:0:-1] if transpose_b else B.shape[1:]
+    if K != K2:
+        raise ShapeError(f"{op}: inner dimensions differ: A {A.shape} gives K={K}, B {B.shape} gives K={K2}")
+    if A.shape[0] != B.shape[0] and 1 not in (A.shape[0], B.shape[0]):
+        raise ShapeError(f"{op}: batch extents differ: A {A.shape} and B {B.shape} (they must match or one be 1)")
+    _util.numeric(op, A, B)
+    batch = max(A.shape[0], B.shape[0])
+    k = reduce_axis(K, name="k")
+
+    def body(b, i, j):
+        ba = 0 if A.shape[0] == 1 else b
+        bb = 0 if B.shape[0] == 1 else b
+        x = A[ba, k, i] if transpose_a else A[ba, i, k]
+        y = B[bb, j, k] if transpose_b else B[bb, k, j]
+        return te.sum(x * y, axis=k)
+
+    return compute((batch, M, N), body, name=name or op)
+
+
+def dense(X, W, bias=None, activation=None, name: str | None = None) -> Tensor:
+    """Y = act(X @ W.T + bias), like torch.nn.Linear: X [M, IN], W [OUT, IN], bias [OUT].
+
+    `activation` is None, "relu", "gelu" (exact erf form), "sigmoid" or "tanh". Stages: the
+    product `dense` (or `name`), then, only when there is a bias or an activation, a single
+    elementwise epilogue stage `dense_bias`, `dense_relu`, `dense_bias_gelu`, ... that a
+    schedule can fuse into the product.
+    """
+    op = "dense"
+    _util.rank(op, "X", X, 2, "[batch, in_features]")
+    _util.rank(op, "W", W, 2, "[out_features, in_features], like torch.nn.Linear.weight")
+    if X.shape[1] != W.shape[1]:
+        raise ShapeError(
+            f"{op}: X {X.shape} has {X.shape[1]} input features but W {W.shape} expects {W.shape[1]} "
+            "(W is [out_features, in_features])"
+        )
+    if activation is not None and activation not in ACTIVATIONS:
+        raise ShapeError(
+            f"{op}: unknown activation {activation!r}; use None or one of {', '.join(map(repr, ACTIVATIONS))}"
+        )
+    if bias is not None:
+        _util.rank(op, "bias", bias, 1, "[out_features]")
+        if bias.shape[0] != W.shape[0]:
+            raise ShapeError(f"{op}: bias has {bias.shape[0]} elements but W {W.shape} has {W.shape[0]} outputs")
+        _util.numeric(op, X, W, bias)
+    else:
+        _util.numeric(op, X, W)
+    base = name or op
+    k = reduce_axis(X.shape[1], name="k")
+    Y = compute((X.shape[0], W.shape[0]), lambda i, j: te.sum(X[i, k] * W[j, k], axis=k), name=base)
+    if bias is None and activation is None:
+        return Y
+    parts = (["bias"] if bias is not None else []) + ([activation] if activation is not None else [])
+
+    def epilogue(i, j):
+        y = Y[i, j] if bias is None else Y[i, j] + bias[j]
+        return y if activation is None else apply_activation(op, activation, y)
+
+    return compute(Y.shape, epilogue, name="_".join([base] + parts))

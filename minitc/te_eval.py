@@ -1,0 +1,278 @@
+"""Evaluate a tensor-expression graph directly with numpy: the correctness oracle for any
+user-defined compute, independent of lowering, scheduling and code generation.
+
+    C = tc.ops.matmul(A, B)
+    (c,) = te_eval.evaluate(C, {A: a, B: b})
+
+Each compute is evaluated vectorised: every axis (spatial axes, then reduce axes) becomes an
+int64 index grid broadcast along its own dimension, the body is evaluated with one numpy call
+per expression node (dispatched by a table on the node class), and a reduction reduces the
+trailing reduce dimensions. Work is cut into blocks of at most `chunk_elements` points so that
+memory stays bounded for medium shapes (matmul 256^3, a ResNet convolution).
+
+Semantics follow the IR: dtypes stay as declared (float32 arithmetic in float32), integer
+`//` and `%` round toward -inf, and `select` is lazy: a load in the branch that is not taken
+may be out of bounds (its indices are clipped before the gather, its values discarded). A
+load out of bounds where its value is actually used raises ShapeError naming the compute.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .errors import DTypeError, MinitcError, ShapeError
+from .expr import INTRINSICS, Binary, Call, Cast, Compare, Const, IterVar, Not, Select, Var
+from .te import ComputeOp, PlaceholderOp, Reduce, Tensor, TensorRead, graph
+
+CHUNK_ELEMENTS = 1 << 24  # points per evaluation block (x 4-8 bytes per live temporary)
+
+
+def evaluate(outputs, inputs: dict, chunk_elements: int = CHUNK_ELEMENTS) -> list:
+    """Values of `outputs` (a Tensor or a list of them) as numpy arrays, given a value for
+    every placeholder they depend on (`inputs` maps Tensor, or its name, to an array)."""
+    outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    for t in outs:
+        if not isinstance(t, Tensor):
+            raise DTypeError(f"evaluate: outputs must be minitc Tensors, got {type(t).__name__}")
+    values: dict = {}
+    with np.errstate(all="ignore"):  # the untaken branch of a select may divide by zero etc.
+        for t in graph(outs):
+            if isinstance(t.op, PlaceholderOp):
+                values[t] = _input(t, inputs)
+            else:
+                values[t] = _compute(t, values, int(chunk_elements))
+    return [values[t] for t in outs]
+
+
+def _input(t: Tensor, inputs: dict) -> np.ndarray:
+    if t in inputs:
+        value = inputs[t]
+    elif t.name in inputs:
+        value = inputs[t.name]
+    else:
+        raise MinitcError(f"evaluate: no input array given for placeholder {t.name} {t.shape} {t.dtype}")
+    value = np.asarray(value)
+    if value.shape != t.shape:
+        raise ShapeError(f"evaluate: input {t.name} should have shape {t.shape}, got {value.shape}")
+    if value.dtype.name != t.dtype:
+        raise DTypeError(f"evaluate: input {t.name} should be {t.dtype}, got {value.dtype}; use .astype({t.dtype!r})")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# one compute, block by block
+
+
+def _blocks(extents: list, limit: int):
+    """Cover the index space `extents` with boxes of at most `limit` points (or one point),
+    in lexicographic order. Yields lists of (start, stop) per axis."""
+    inner, p = 1, len(extents)
+    while p > 0 and inner * extents[p - 1] <= limit:
+        p -= 1
+        inner *= extents[p]
+    if p == 0:
+        yield [(0, e) for e in extents]
+        return
+    axis = p - 1  # cut this axis into chunks; axes before it go one index at a time
+    step = max(1, limit // inner)
+    outer = extents[:axis]
+    for point in np.ndindex(*outer) if outer else [()]:
+        for start in range(0, extents[axis], step):
+            stop = min(start + step, extents[axis])
+            yield [(i, i + 1) for i in point] + [(start, stop)] + [(0, e) for e in extents[p:]]
+
+
+
+def _compute(t: Tensor, values: dict, limit: int) -> np.ndarray:
+    op: ComputeOp = t.op
+    body = op.body
+    reduce_axes = op.reduce_axes
+    source = body.source if isinstance(body, Reduce) else body
+    all_axes = list(op.axes) + list(reduce_axes)
+    ns, nr = len(op.axes), len(reduce_axes)
+    out = np.empty(t.shape, dtype=t.dtype)
+    if isinstance(body, Reduce):
+        out.fill(body.init.value)
+    reducer = _REDUCERS[body.combiner] if isinstance(body, Reduce) else None
+    for block in _blocks([a.extent for a in all_axes], limit):
+        grids = {}
+        for d, (axis, (start, stop)) in enumerate(zip(all_axes, block)):
+            shape = [1] * len(all_axes)
+            shape[d] = stop - start
+            grids[axis] = np.arange(start, stop, dtype=np.int64).reshape(shape)
+        value = _Evaluator(t.name, values, grids).eval(source, None)
+        block_shape = tuple(stop - start for start, stop in block)
+        value = np.broadcast_to(np.asarray(value, dtype=t.dtype), block_shape)
+        where = tuple(slice(start, stop) for start, stop in block[:ns])
+        if reducer is None:
+            out[where] = value
+        else:
+            reduce_fn, combine_fn = reducer
+            partial = reduce_fn(value, axis=tuple(range(ns, ns + nr)), dtype=t.dtype) if nr else value
+            out[where] = combine_fn(out[where], partial)
+    return out
+
+
+def _reduce_max(v, axis, dtype):
+    return np.max(v, axis=axis)
+
+
+def _reduce_min(v, axis, dtype):
+    return np.min(v, axis=axis)
+
+
+_REDUCERS = {
+    "sum": (lambda v, axis, dtype: np.sum(v, axis=axis, dtype=dtype), np.add),
+    "max": (_reduce_max, np.maximum),
+    "min": (_reduce_min, np.minimum),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# expression evaluation: one method per node class, dispatched by a table
+
+
+class _Evaluator:
+    """Evaluates expressions of one block. `mask` is where the value is actually needed: None
+    (everywhere) or a tuple of (condition array, polarity) from the enclosing selects."""
+
+    def __init__(self, compute_name: str, values: dict, grids: dict):
+        self.compute_name, self.values, self.grids = compute_name, values, grids
+        self.cache: dict = {}  # node -> value, for nodes outside any select
+
+    def eval(self, node, mask):
+        if mask is None and node in self.cache:
+            return self.cache[node]
+        fn = _DISPATCH.get(type(node))
+        if fn is None:
+            fn = next((f for cls, f in _DISPATCH.items() if isinstance(node, cls)), None)
+            if fn is None:
+                kind = type(node).__name__
+                raise MinitcError(f"evaluate: cannot evaluate a {kind} node in compute {self.compute_name}")
+        value = fn(self, node, mask)
+        if mask is None:
+            self.cache[node] = value
+        return value
+
+    def const(self, node: Const, mask):
+        return np.asarray(node.value, dtype=node.dtype)
+
+    def var(self, node: Var, mask):
+        if node not in self.grids:
+            raise MinitcError(f"evaluate: variable {node.name} is not an axis of compute {self.compute_name}")
+        return self.grids[node]
+
+    def binary(self, node: Binary, mask):
+        return _BINARY[node.op](self.eval(node.a, mask), self.eval(node.b, mask))
+
+    def compare(self, node: Compare, mask):
+        return _COMPARE[node.op](self.eval(node.a, mask), self.eval(node.b, mask))
+
+    def not_(self, node: Not, mask):
+        return np.logical_not(self.eval(node.a, mask))
+
+    def select(self, node: Select, mask):
+        cond = self.eval(node.cond, mask)
+        outer = mask or ()
+        t = self.eval(node.t, outer + ((cond, True),))
+        f = self.eval(node.f, outer + ((cond, False),))
+        return np.where(cond, t, f).astype(node.dtype, copy=False)
+
+    def cast(self, node: Cast, mask):
+        return np.asarray(self.eval(node.value, mask)).astype(node.dtype)
+
+    def call(self, node: Call, mask):
+        args = [self.eval(a, mask) for a in node.args]
+        return np.asarray(_INTRINSICS[node.name](*args)).astype(node.dtype, copy=False)
+
+    def read(self, node: TensorRead, mask):
+        array = self.values[node.tensor]
+        index = [np.asarray(self.eval(i, mask), dtype=np.int64) for i in node.indices]
+        outside = None
+        for ix, extent in zip(index, array.shape):
+            bad = (ix < 0) | (ix >= extent)
+            if bad.any():
+                outside = bad if outside is None else outside | bad
+        if outside is not None:
+            live = outside
+            for cond, polarity in mask or ():
+                live = live & (cond if polarity else np.logical_not(cond))
+            if np.any(live):
+                self._out_of_bounds(node, index, live)
+            index = [np.clip(ix, 0, extent - 1) for ix, extent in zip(index, array.shape)]
+        return array[tuple(index)]
+
+    def _out_of_bounds(self, node: TensorRead, index: list, live):
+        live = np.asarray(live)
+        first = tuple(np.argwhere(live)[0]) if live.ndim else ()
+        at = [int(np.broadcast_to(ix, live.shape)[first]) if live.ndim else int(ix) for ix in index]
+        raise ShapeError(
+            f"compute {self.compute_name} reads {node.tensor.name}{list(at)} outside its shape "
+            f"{node.tensor.shape}; guard the read with tc.select(in_bounds, ..., pad_value) or fix the index"
+        )
+
+
+_DISPATCH = {
+    Const: _Evaluator.const,
+    Var: _Evaluator.var,
+    IterVar: _Evaluator.var,
+    Binary: _Evaluator.binary,
+    Compare: _Evaluator.compare,
+    Not: _Evaluator.not_,
+    Select: _Evaluator.select,
+    Cast: _Evaluator.cast,
+    Call: _Evaluator.call,
+    TensorRead: _Evaluator.read,
+}
+
+_BINARY = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.true_divide,
+    "floordiv": np.floor_divide,  # rounds toward -inf, like Python and minitc's IR
+    "mod": np.mod,  # sign of the divisor
+    "min": np.minimum,
+    "max": np.maximum,
+    "and": np.logical_and,
+    "or": np.logical_or,
+}
+
+_COMPARE = {
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "eq": np.equal,
+    "ne": np.not_equal,
+}
+
+
+def _erf(x):
+    try:
+        from scipy.special import erf
+    except ImportError:  # scipy is optional: fall back to math.erf, element by element
+        x = np.asarray(x)
+        return np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype)
+    return erf(x)
+
+
+def _sigmoid(x):
+    # exp(-logaddexp(0, -x)) = 1 / (1 + exp(-x)), without overflow for large |x|
+    x = np.asarray(x)
+    return np.exp(-np.logaddexp(np.zeros((), x.dtype), -x))
+
+
+_INTRINSICS = {
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "tanh": np.tanh,
+    "erf": _erf,
+    "abs": np.abs,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "sigmoid": _sigmoid,
+}
+assert set(_INTRINSICS) >= set(INTRINSICS), "te_eval is missing an intrinsic"
