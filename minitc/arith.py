@@ -42,10 +42,15 @@ class Affine:
             terms.sort(key=lambda t: rank.get(t[0], len(rank)))
         e = None
         for v, c in terms:
+            if e is not None and c < 0:  # print `x - 2*y`, not `x + y*-2`
+                e = binary("sub", e, v if c == -1 else binary("mul", v, const(-c)))
+                continue
             term = v if c == 1 else binary("mul", v, const(c))
             e = term if e is None else binary("add", e, term)
         if e is None:
             return const(self.offset)
+        if self.offset < 0:
+            return binary("sub", e, const(-self.offset))
         return binary("add", e, const(self.offset)) if self.offset else e
 
 

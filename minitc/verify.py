@@ -10,7 +10,8 @@ with the path to it: `kernel matmul, in loop i_o > loop j: ...`. It checks
   buffer's dtype, `if` conditions are bool, loop extents are positive ints;
 - loop kinds: the kind is known; a `vectorized` loop has extent <= 64 and no loop or
   allocation inside; `parallel` loops do not nest; a store inside a parallel loop does not
-  write a `local` buffer allocated outside that loop (every thread would share it: a race).
+  write a `local` buffer allocated outside that loop at an index that does not depend on the
+  parallel loop (every thread would write the same elements: a race).
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ class _Verifier:
         self.params = set(kernel.params)
         self.allocated = {}  # Buffer -> number of enclosing parallel loops at its Allocate
         self.parallel_depth = 0
+        self.parallel_vars = []  # variables of the enclosing parallel loops
         self.handlers = {
             For: self._for,
             Store: self._store,
@@ -96,7 +98,11 @@ class _Verifier:
         self.path.append(f"loop {name}")
         self.bound.add(s.var)
         self.parallel_depth += s.kind == "parallel"
+        if s.kind == "parallel":
+            self.parallel_vars.append(s.var)
         self.stmt(s.body)
+        if s.kind == "parallel":
+            self.parallel_vars.pop()
         self.parallel_depth -= s.kind == "parallel"
         self.bound.discard(s.var)
         self.path.pop()
@@ -122,11 +128,20 @@ class _Verifier:
                 f"store to {s.buffer.name} of a {s.value.dtype} value; the buffer is {s.buffer.dtype} (cast the value)"
             )
         allocated_at = self.allocated.get(s.buffer)
-        if s.buffer.scope == "local" and allocated_at is not None and allocated_at < self.parallel_depth:
+        shared = allocated_at is not None and allocated_at < self.parallel_depth
+        if shared and s.buffer.scope == "local" and not self._indexed_by(s.indices, self.parallel_vars[allocated_at:]):
             raise _Failure(
                 f"store to local buffer {s.buffer.name} inside a parallel loop, but it is allocated outside that "
                 f"loop, so all threads would share it (a data race); allocate it inside the parallel loop"
             )
+
+    @staticmethod
+    def _indexed_by(indices, loop_vars) -> bool:
+        """Whether the indices mention one of the parallel loops' variables: threads then write
+        different elements (full-size buffers written by a parallel stage)."""
+        from .expr import walk
+
+        return any(n is v for i in indices for n in walk(i) for v in loop_vars)
 
     def _seq(self, s: Seq) -> None:
         for child in s.stmts:
