@@ -33,3 +33,16 @@ from . import ops  # noqa: E402
 from .driver import build, lower  # noqa: E402
 from .schedule.schedule import Schedule  # noqa: E402
 from .schedule.trace import Step, Trace  # noqa: E402
+
+
+def set_num_threads(n: int) -> None:
+    """Threads used by parallel loops (default: MINITC_NUM_THREADS, else the usable CPUs)."""
+    from backends.llvm.runtime import set_num_threads as _set
+
+    _set(n)
+
+
+def get_num_threads() -> int:
+    from backends.llvm.runtime import get_num_threads as _get
+
+    return _get()

@@ -348,3 +348,14 @@ def test_malformed_trace():
     bad = tc.Trace.from_json('[{"kind": "split", "stage": "C", "loops": ["zz"], "decisions": [2]}]')
     with pytest.raises(tc.ScheduleError, match="stage C has no loop 'zz'"):
         tc.Schedule(C).replay(bad)
+
+
+def test_reverse_compute_at_shifted_consumer_is_illegal():
+    """A padded consumer has elements that read nothing of the producer; fused into the
+    producer's loops they would never be computed."""
+    x = tc.placeholder((8,), name="x")
+    pad = tc.compute((10,), lambda i: tc.select((i >= 1) & (i < 9), x[i - 1], 0.0), name="pad")
+    s = tc.Schedule(pad)
+    xl = s.cache_read(x, "local", [pad])
+    with pytest.raises(tc.ScheduleError, match="reads x_local shifted or over a different range along axis i"):
+        s.reverse_compute_at(pad, s.loops(xl)[0])

@@ -102,7 +102,14 @@ def reverse_compute_at(state: State, stage: str, target: str, loop: str) -> Stat
     tgt = _check_target(state, stage, target, loop, "reverse_compute_at")
     if target not in st.read_stages():
         raise ScheduleError(f"reverse_compute_at: {stage} does not read {target}")
-    axis_map(st, target)
+    for d, (axis, offset) in enumerate(axis_map(st, target)):
+        extent = st.shape[st.axes.index(axis)]
+        if offset != 0 or extent != tgt.shape[d]:
+            raise ScheduleError(
+                f"reverse_compute_at: {stage} reads {target} shifted or over a different range along axis "
+                f"{axis.name} (offset {offset}, extents {extent} vs {tgt.shape[d]}), so some of its elements "
+                f"would never be computed inside {target}'s loops; compute {target} at {stage}'s loop instead"
+            )
     check_complete_tile(tgt, loop, stage)
     return state.replace_stage(replace(st, attach=Attach(target, loop, reverse=True), inline=False))
 
