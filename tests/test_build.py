@@ -146,3 +146,33 @@ def test_bad_target():
     A, B, C = _small_matmul()
     with pytest.raises(tc.BuildError, match="unknown target 'cuda9'"):
         tc.build(C, target="cuda9")
+
+
+def test_fused_dense_bias_relu_register_tile():
+    """Epilogue fusion: the matmul stage of dense is computed per output tile into a local
+    accumulator (compute_at), bias + relu are applied as the tile is stored."""
+    M, K, N = 20, 24, 40
+    X = tc.placeholder((M, K), name="X")
+    W = tc.placeholder((N, K), name="W")
+    bias = tc.placeholder((N,), name="bias")
+    E = tc.ops.dense(X, W, bias, activation="relu")
+    s = tc.Schedule(E)
+    i, j = s.loops(E)
+    io, ii = s.split(i, factor=4)
+    jo, ji = s.split(j, factor=16)
+    s.reorder(io, jo, ii, ji)
+    s.parallel(io)
+    s.compute_at("dense", jo)
+    di, dj, dk = s.loops("dense")
+    djo, dji = s.split(dj, factor=8)
+    s.reorder(dk, di, djo, dji)
+    s.unroll(di)
+    s.unroll(djo)
+    s.vectorize(dji)
+    s.vectorize(s.split(ji, factor=8)[1])
+    f = tc.build(s)
+    assert 'alloc("local", float32[4, 16]) as dense' in str(f.kernel)
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(shape).astype("float32") for shape in ((M, K), (N, K), (N,)))
+    np.testing.assert_allclose(f(x, w, b), tc.ops.reference.dense(x, w, b, activation="relu"), rtol=1e-4, atol=1e-4)
+    assert "vfmadd" in f.asm

@@ -7,6 +7,8 @@ code generator relies on. Correctness only; no timing assertions.
 
 import ctypes
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -302,3 +304,44 @@ def test_idle_pool_sleeps(kernels, threads):
     while any(s == "R" for s in _thread_states().values()) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not any(s == "R" for s in _thread_states().values()), _thread_states()
+
+
+LLJIT_SRC = """
+declare i64 @minitc_num_threads()
+define i64 @f() {
+  %n = call i64 @minitc_num_threads()
+  ret i64 %n
+}
+"""
+
+
+def test_lljit_modules_import_the_symbols():
+    # LLJIT does not search add_symbol's table: the symbols must be imported explicitly.
+    builder = llvm.JITLibraryBuilder().add_ir(LLJIT_SRC).export_symbol("f")
+    for name, address in runtime.runtime_symbols().items():
+        builder.import_symbol(name, address)
+    lib = builder.link(llvm.create_lljit_compiler(), "test_runtime_lljit")
+    assert ctypes.CFUNCTYPE(ctypes.c_int64)(lib["f"])() == runtime.get_num_threads()
+
+
+EXIT_SCRIPT = """
+import sys
+import numpy as np
+sys.path[:0] = [{root!r}, {tests!r}]
+from test_runtime import Kernels
+from backends.llvm import runtime
+runtime.set_num_threads(2)
+buf = np.zeros(20, dtype=np.int64)
+Kernels().run("count_task", buf, 10, 50)
+assert (buf[:10] == 50).all()
+print("done")
+"""
+
+
+def test_process_exits_with_live_workers():
+    # Worker threads, spinning or asleep in FUTEX_WAIT, must not keep the process alive.
+    tests = os.path.dirname(os.path.abspath(__file__))
+    script = EXIT_SCRIPT.format(root=os.path.dirname(tests), tests=tests)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "done"

@@ -1,31 +1,34 @@
 """Parallel runtime for JIT-compiled CPU kernels: a persistent thread pool written in LLVM IR.
 
 The pool is generated with ``llvmlite.ir``, JIT-compiled once per process with MCJIT, and its
-entry points are registered with ``llvmlite.binding.add_symbol`` so that kernel modules which
-merely *declare* them link against it. No C extension, no Python in the hot path.
+entry points are registered with ``llvmlite.binding.add_symbol`` so that MCJIT kernel modules
+which merely *declare* them link against it. No C extension, no Python in the hot path.
 
 ABI (kernel modules declare these)::
 
     declare void @minitc_parallel_launch(ptr %task, ptr %closure, i64 %num_tasks)
         ; task: void (ptr closure, i64 task_id, i64 num_tasks), run once per task_id in
         ; [0, num_tasks); the caller takes part and returns when every task has finished.
-    declare i64 @minitc_num_threads()
+    declare i64 @minitc_num_threads()   ; pool size, calling thread included (>= 1)
 
-Protocol (all state lives in 64-byte aligned globals so hot words do not share cache lines):
+Protocol (each global sits on its own 64-byte line, so hot words do not false-share):
 
-* ``claim`` packs ``generation << 32 | next_task``. A thread claims a task with ``cmpxchg``
-  that also checks the generation, so a worker that was descheduled while reading an old job
-  can never claim a task of a newer job with stale ``task``/``closure``/``num_tasks``.
-* The launcher publishes a job (fields, ``done = 0``, then ``claim``), bumps the futex word
-  ``wake`` and issues ``FUTEX_WAKE`` only if some worker is asleep (``sleepers > 0``).
-* Workers spin on ``wake`` for a bounded number of ``pause`` iterations, then sleep in
-  ``FUTEX_WAIT``: an idle pool burns no CPU.
-* Each finished task increments ``done``; the launcher spins, then futex-waits, until
-  ``done == num_tasks``. The increment that completes the job wakes it if it went to sleep.
+* ``claim`` packs ``generation << 32 | next_task``. Threads claim tasks with a ``cmpxchg`` on
+  the whole word. To publish a job the launcher first *closes* the word (next_task all ones),
+  then writes ``task``/``closure``/``num_tasks`` and ``done = 0``, then opens it at
+  ``(generation + 1) << 32``. A worker that read the job fields around a stale claim word
+  therefore always fails its cmpxchg: it can never run a task with another job's fields.
+* The launcher then bumps the futex word ``wake`` and calls ``FUTEX_WAKE`` only when some
+  worker is asleep (``sleepers > 0``). Workers spin on ``wake`` for SPIN_ITERS ``pause``
+  iterations, then sleep in ``FUTEX_WAIT``, so an idle pool burns no CPU.
+* Each finished task increments ``done``. The launcher runs tasks too, then spins, then
+  futex-waits until ``done == num_tasks``; the last increment wakes it if it is asleep.
+  Every "announce sleep, re-check" / "publish, check sleepers" pair is seq_cst, so either
+  the sleeper sees the update or the waker sees the sleeper: no lost wake-ups.
 * Launches are serialised by a try-lock. A launch that finds the pool busy runs its tasks
-  inline and serially on the calling thread: that is what makes a nested launch (from inside
-  a task) safe, and it is also what a second Python thread launching concurrently gets.
-* ``num_tasks == 1``, a one-thread pool, or more than 2**31 - 1 tasks also run inline.
+  inline and serially on the calling thread: that makes a nested launch (from inside a task)
+  safe, and it is also what a second Python thread launching concurrently gets.
+* ``num_tasks == 1``, a one-thread pool and more than MAX_POOLED_TASKS tasks run inline too.
 """
 
 import ctypes
@@ -45,15 +48,15 @@ MAX_POOLED_TASKS = 2**31 - 1  # task index must fit the low half of ``claim`` an
 # Intel), so 4096 is ~150 us: long enough to catch back-to-back launches from Python, short
 # enough that an idle pool goes quiet almost at once.
 SPIN_ITERS = 4096
+SYMBOLS = ("minitc_parallel_launch", "minitc_num_threads")
 
-_LOW32 = 0xFFFFFFFF  # claim = gen << 32 | next task index; index all ones: job closed
+_LOW32 = 0xFFFFFFFF  # generation range, and the "job closed" task index
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}
-_FUTEX_WAIT_PRIVATE = 128
-_FUTEX_WAKE_PRIVATE = 129
+_FUTEX_WAIT_PRIVATE, _FUTEX_WAKE_PRIVATE = 128, 129
 _SIG_BLOCK = 0
 
-_i1, _i32, _i64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
-_ptr = ir.IntType(8).as_pointer()
+_i32, _i64 = ir.IntType(32), ir.IntType(64)
+_ptr = ir.IntType(8).as_pointer()  # prints as "i8*" or "ptr"; LLVM 22 reads both as ptr
 _i32p = _i32.as_pointer()  # futex words
 _void = ir.VoidType()
 _TASK_TY = ir.FunctionType(_void, [_ptr, _i64, _i64])
@@ -63,17 +66,37 @@ def _c(ty, value):
     return ir.Constant(ty, value)
 
 
+def _counted_loop(b, count, body):
+    """Emit ``for i in range(count): body(b, i)`` at ``b``; ``b`` ends after the loop."""
+    entry = b.block
+    loop, exit_ = b.function.append_basic_block("loop"), b.function.append_basic_block("loop_end")
+    b.cbranch(b.icmp_signed(">", count, _c(_i64, 0)), loop, exit_)
+    b.position_at_end(loop)
+    i = b.phi(_i64)
+    i.add_incoming(_c(_i64, 0), entry)
+    body(b, i)
+    i1 = b.add(i, _c(_i64, 1))
+    i.add_incoming(i1, b.block)
+    b.cbranch(b.icmp_signed("<", i1, count), loop, exit_)
+    b.position_at_end(exit_)
+
+
+def _call_task(b, task, closure, t, n):
+    b.call(b.bitcast(task, _TASK_TY.as_pointer()), [closure, t, n])
+
+
 class _RuntimeIR:
     """Builds the runtime module: one method per generated function."""
 
     def __init__(self, arch):
-        if arch not in _SYS_FUTEX:
-            raise BuildError(f"minitc parallel runtime: unsupported architecture {arch!r}")
         self.is_x86 = arch == "x86_64"
         self.sys_futex = _SYS_FUTEX[arch]
         self.mod = ir.Module(name="minitc_runtime")
         self._globals()
-        self._externals()
+        m = self.mod
+        self.syscall = ir.Function(m, ir.FunctionType(_i64, [_i64], var_arg=True), "syscall")
+        self.pthread_create = ir.Function(m, ir.FunctionType(_i32, [_ptr] * 4), "pthread_create")
+        self.pthread_sigmask = ir.Function(m, ir.FunctionType(_i32, [_i32, _ptr, _ptr]), "pthread_sigmask")
         self.futex_wait = self._futex_fn("rt_futex_wait", _FUTEX_WAIT_PRIVATE)
         self.futex_wake = self._futex_fn("rt_futex_wake", _FUTEX_WAKE_PRIVATE)
         self.pause = self._pause_fn()
@@ -85,17 +108,12 @@ class _RuntimeIR:
         self._launch_fn()
         self._accessor_fns()
 
-    # -- declarations ---------------------------------------------------------------------
-
-    def _global(self, name, ty, init):
-        gv = ir.GlobalVariable(self.mod, ty, name=f"minitc_rt_{name}")
-        gv.initializer = _c(ty, init)
-        gv.linkage = "internal"
-        gv.align = 64  # one cache line each: no false sharing between hot words
-        return gv
-
     def _globals(self):
-        g = self._global
+        def g(name, ty, init):
+            gv = ir.GlobalVariable(self.mod, ty, name=f"minitc_rt_{name}")
+            gv.initializer, gv.linkage, gv.align = _c(ty, init), "internal", 64
+            return gv
+
         self.lock = g("lock", _i32, 0)  # launch try-lock
         self.wake = g("wake", _i32, 0)  # futex word workers sleep on, bumped per job
         self.sleepers = g("sleepers", _i32, 0)  # workers in (or entering) FUTEX_WAIT
@@ -103,23 +121,13 @@ class _RuntimeIR:
         self.task = g("task", _ptr, None)
         self.closure = g("closure", _ptr, None)
         self.ntasks = g("ntasks", _i64, 0)
-        self.job_workers = g("job_workers", _i64, 0)  # workers with id below may help
-        self.done = g("done", _i32, 0)  # finished tasks of the current job
+        self.job_workers = g("job_workers", _i64, 0)  # workers with a smaller id may help
+        self.done = g("done", _i32, 0)  # finished tasks of the current job (futex word)
         self.caller_sleeping = g("caller_sleeping", _i32, 0)
         self.num_threads = g("num_threads", _i64, 1)  # requested pool size
         self.num_workers = g("num_workers", _i64, 0)  # worker threads created so far
         self.tids = g("tids", ir.ArrayType(_i64, MAX_THREADS), None)
-        self.sigset = g("sigset", ir.ArrayType(_i64, 16), [-1] * 16)  # all signals
-
-    def _externals(self):
-        m = self.mod
-        self.syscall = ir.Function(m, ir.FunctionType(_i64, [_i64], var_arg=True), "syscall")
-        self.pthread_create = ir.Function(
-            m, ir.FunctionType(_i32, [_ptr, _ptr, _ptr, _ptr]), "pthread_create"
-        )
-        self.pthread_sigmask = ir.Function(
-            m, ir.FunctionType(_i32, [_i32, _ptr, _ptr]), "pthread_sigmask"
-        )
+        self.sigset = g("sigset", ir.ArrayType(_i64, 16), [-1] * 16)  # a full sigset_t
 
     def _fn(self, name, ret, args, internal=True):
         fn = ir.Function(self.mod, ir.FunctionType(ret, args), name=name)
@@ -132,81 +140,54 @@ class _RuntimeIR:
     def _futex_fn(self, name, op):
         fn, b = self._fn(name, _void, [_i32p, _i32])
         addr, val = fn.args
-        val64 = b.zext(val, _i64)
-        b.call(self.syscall, [_c(_i64, self.sys_futex), addr, _c(_i64, op), val64, _c(_ptr, None)])
+        args = [_c(_i64, self.sys_futex), addr, _c(_i64, op), b.zext(val, _i64), _c(_ptr, None)]
+        b.call(self.syscall, args)  # EINTR/EAGAIN are fine: every caller re-checks in a loop
         b.ret_void()
         return fn
 
     def _pause_fn(self):
         fn, b = self._fn("rt_pause", _void, [])
-        if self.is_x86:  # tells the core we are spinning: saves power, frees the sibling
+        if self.is_x86:  # tells the core we are spinning: saves power, frees the SMT sibling
             b.call(ir.Function(self.mod, ir.FunctionType(_void, []), "llvm.x86.sse2.pause"), [])
         b.ret_void()
         return fn
-
-    @staticmethod
-    def _call_task(b, task, closure, t, n):
-        b.call(b.bitcast(task, _TASK_TY.as_pointer()), [closure, t, n])
 
     def _run_serial_fn(self):
         """rt_run_serial(task, closure, n): task(closure, t, n) for t in [0, n) in order."""
         fn, b = self._fn("rt_run_serial", _void, [_ptr, _ptr, _i64])
         task, closure, n = fn.args
-        loop, exit_ = fn.append_basic_block("loop"), fn.append_basic_block("exit")
-        entry = b.block
-        b.cbranch(b.icmp_signed(">", n, _c(_i64, 0)), loop, exit_)
-        b.position_at_end(loop)
-        t = b.phi(_i64)
-        t.add_incoming(_c(_i64, 0), entry)
-        self._call_task(b, task, closure, t, n)
-        t1 = b.add(t, _c(_i64, 1))
-        t.add_incoming(t1, b.block)
-        b.cbranch(b.icmp_signed("<", t1, n), loop, exit_)
-        b.position_at_end(exit_)
+        _counted_loop(b, n, lambda b, t: _call_task(b, task, closure, t, n))
         b.ret_void()
         return fn
 
-    def _spin_then_futex(self, fn, b, word, is_ready, sleep_flag, sleep_delta, done_bb,
-                         spin_iters=None):
-        """Wait until ``is_ready(b, value_of_word)``: spin ``spin_iters`` (an i64 value,
-        default SPIN_ITERS) pauses, then announce
-        ourselves in ``sleep_flag`` (seq_cst, so the waker sees it or we see its update) and
-        FUTEX_WAIT on ``word``. ``sleep_delta`` is +1/-1 for a counter or None for a 0/1 flag.
-        Branches to ``done_bb`` once ready."""
-        head, spin = fn.append_basic_block("wait_head"), fn.append_basic_block("spin")
-        sleep, do_wait = fn.append_basic_block("sleep"), fn.append_basic_block("futex")
-        woke = fn.append_basic_block("woke")
-        b.branch(head)
-        b.position_at_end(head)
+    def _spin_then_futex(self, b, word, is_ready, sleep_count, ready_bb, spin_iters):
+        """Wait until ``is_ready(b, *word)``, then branch to ``ready_bb``: spin ``spin_iters``
+        pauses; then count ourselves in ``sleep_count`` and FUTEX_WAIT on ``word``."""
+        fn, entry = b.function, b.block
+        spin, more, sleep, wait, woke = (
+            fn.append_basic_block(k) for k in ("spin", "spin_more", "sleep", "futex_wait", "woke")
+        )
         b.branch(spin)
         b.position_at_end(spin)
         i = b.phi(_i64)
-        i.add_incoming(_c(_i64, 0), head)
-        cur = b.load_atomic(word, "acquire", 4)
-        keep_spinning = fn.append_basic_block("keep_spinning")
-        b.cbranch(is_ready(b, cur), done_bb, keep_spinning)
-        b.position_at_end(keep_spinning)
+        i.add_incoming(_c(_i64, 0), entry)
+        i.add_incoming(_c(_i64, 0), woke)
+        b.cbranch(is_ready(b, b.load_atomic(word, "acquire", 4)), ready_bb, more)
+        b.position_at_end(more)
         b.call(self.pause, [])
         i1 = b.add(i, _c(_i64, 1))
-        i.add_incoming(i1, keep_spinning)
-        limit = _c(_i64, SPIN_ITERS) if spin_iters is None else spin_iters
-        b.cbranch(b.icmp_unsigned("<", i1, limit), spin, sleep)
+        i.add_incoming(i1, more)
+        b.cbranch(b.icmp_unsigned("<", i1, spin_iters), spin, sleep)
         b.position_at_end(sleep)
-        if sleep_delta is None:
-            b.store_atomic(_c(_i32, 1), sleep_flag, "seq_cst", 4)
-        else:
-            b.atomic_rmw("add", sleep_flag, _c(_i32, 1), "seq_cst")
-        cur2 = b.load_atomic(word, "seq_cst", 4)
-        b.cbranch(is_ready(b, cur2), woke, do_wait)
-        b.position_at_end(do_wait)
-        b.call(self.futex_wait, [word, cur2])  # returns at once if *word != cur2
+        b.atomic_rmw("add", sleep_count, _c(_i32, 1), "seq_cst")
+        cur = b.load_atomic(word, "seq_cst", 4)  # re-check after announcing ourselves
+        b.cbranch(is_ready(b, cur), woke, wait)
+        b.position_at_end(wait)
+        b.call(self.futex_wait, [word, cur])  # returns at once if *word != cur
         b.branch(woke)
         b.position_at_end(woke)
-        if sleep_delta is None:
-            b.store_atomic(_c(_i32, 0), sleep_flag, "seq_cst", 4)
-        else:
-            b.atomic_rmw("sub", sleep_flag, _c(_i32, 1), "seq_cst")
-        b.branch(head)
+        b.atomic_rmw("sub", sleep_count, _c(_i32, 1), "seq_cst")
+        b.branch(spin)
 
     # -- the pool -------------------------------------------------------------------------
 
@@ -214,39 +195,38 @@ class _RuntimeIR:
         """rt_work(gen, task, closure, n): claim and run tasks of job ``gen`` until none left."""
         fn, b = self._fn("rt_work", _void, [_i64, _ptr, _ptr, _i64])
         gen, task, closure, n = fn.args
-        bb = {k: fn.append_basic_block(k) for k in ("head", "check", "try", "run", "notify", "exit")}
-        b.branch(bb["head"])
-        b.position_at_end(bb["head"])
+        head, check, try_, run, notify, wake, exit_ = (
+            fn.append_basic_block(k) for k in ("head", "check", "try", "run", "notify", "wake", "exit")
+        )
+        b.branch(head)
+        b.position_at_end(head)
         first = b.load_atomic(self.claim, "seq_cst", 8)
-        b.branch(bb["check"])
+        b.branch(check)
 
-        b.position_at_end(bb["check"])
+        b.position_at_end(check)
         w = b.phi(_i64)
-        w.add_incoming(first, bb["head"])
-        same_gen = b.icmp_unsigned("==", b.lshr(w, _c(_i64, 32)), gen)
+        w.add_incoming(first, head)
         idx = b.and_(w, _c(_i64, _LOW32))
-        left = b.icmp_unsigned("<", idx, n)
-        b.cbranch(b.and_(same_gen, left), bb["try"], bb["exit"])
+        same_job = b.icmp_unsigned("==", b.lshr(w, _c(_i64, 32)), gen)
+        b.cbranch(b.and_(same_job, b.icmp_unsigned("<", idx, n)), try_, exit_)
 
-        b.position_at_end(bb["try"])
+        b.position_at_end(try_)
         res = b.cmpxchg(self.claim, w, b.add(w, _c(_i64, 1)), "seq_cst", "seq_cst")
-        w.add_incoming(b.extract_value(res, 0), bb["try"])
-        b.cbranch(b.extract_value(res, 1), bb["run"], bb["check"])
+        w.add_incoming(b.extract_value(res, 0), try_)
+        b.cbranch(b.extract_value(res, 1), run, check)
 
-        b.position_at_end(bb["run"])
-        self._call_task(b, task, closure, idx, n)
+        b.position_at_end(run)
+        _call_task(b, task, closure, idx, n)
         finished = b.add(b.atomic_rmw("add", self.done, _c(_i32, 1), "seq_cst"), _c(_i32, 1))
-        b.cbranch(b.icmp_unsigned("==", finished, b.trunc(n, _i32)), bb["notify"], bb["head"])
+        b.cbranch(b.icmp_unsigned("==", finished, b.trunc(n, _i32)), notify, head)
 
-        b.position_at_end(bb["notify"])  # we finished the job's last task
+        b.position_at_end(notify)  # we finished the job's last task
         asleep = b.load_atomic(self.caller_sleeping, "seq_cst", 4)
-        wake = fn.append_basic_block("wake_caller")
-        b.cbranch(b.icmp_unsigned("!=", asleep, _c(_i32, 0)), wake, bb["exit"])
+        b.cbranch(b.icmp_unsigned("!=", asleep, _c(_i32, 0)), wake, exit_)
         b.position_at_end(wake)
         b.call(self.futex_wake, [self.done, _c(_i32, 1)])
-        b.branch(bb["exit"])
-
-        b.position_at_end(bb["exit"])
+        b.branch(exit_)
+        b.position_at_end(exit_)
         b.ret_void()
         return fn
 
@@ -254,10 +234,11 @@ class _RuntimeIR:
         """rt_worker(id): thread body. Help with the current job, then wait for the next."""
         fn, b = self._fn("rt_worker", _ptr, [_ptr])
         wid = b.ptrtoint(fn.args[0], _i64)
+        # Signals belong to the Python main thread, not to pool threads.
         b.call(self.pthread_sigmask, [_c(_i32, _SIG_BLOCK), b.bitcast(self.sigset, _ptr), _c(_ptr, None)])
         seen0 = b.load_atomic(self.wake, "seq_cst", 4)
         entry = b.block
-        work, wait = fn.append_basic_block("work"), fn.append_basic_block("wait")
+        work, help_, wait, ready = (fn.append_basic_block(k) for k in ("work", "help", "wait", "ready"))
         b.branch(work)  # a new worker first helps with whatever job is running
 
         b.position_at_end(work)
@@ -265,31 +246,25 @@ class _RuntimeIR:
         seen.add_incoming(seen0, entry)
         word = b.load_atomic(self.claim, "seq_cst", 8)
         allowed = b.icmp_unsigned("<", wid, b.load_atomic(self.job_workers, "seq_cst", 8))
-        help_ = fn.append_basic_block("help")
         b.cbranch(allowed, help_, wait)
         b.position_at_end(help_)
-        # These reads may mix two jobs; rt_work's generation-checked cmpxchg rejects that.
-        task = b.load_atomic(self.task, "seq_cst", 8)
-        closure = b.load_atomic(self.closure, "seq_cst", 8)
-        n = b.load_atomic(self.ntasks, "seq_cst", 8)
-        b.call(self.work, [b.lshr(word, _c(_i64, 32)), task, closure, n])
+        # These reads may belong to a newer job than ``word``: rt_work's cmpxchg rejects that.
+        fields = [b.load_atomic(gv, "seq_cst", 8) for gv in (self.task, self.closure, self.ntasks)]
+        b.call(self.work, [b.lshr(word, _c(_i64, 32)), *fields])
         b.branch(wait)
 
         b.position_at_end(wait)
-        ready = fn.append_basic_block("ready")
         # A surplus worker (the pool was shrunk) goes straight to sleep instead of spinning.
         spin_iters = b.select(allowed, _c(_i64, SPIN_ITERS), _c(_i64, 0))
-        self._spin_then_futex(
-            fn, b, self.wake, lambda bb, cur: bb.icmp_unsigned("!=", cur, seen),
-            self.sleepers, +1, ready, spin_iters,
-        )
+        changed = lambda b, cur: b.icmp_unsigned("!=", cur, seen)  # noqa: E731
+        self._spin_then_futex(b, self.wake, changed, self.sleepers, ready, spin_iters)
         b.position_at_end(ready)
         seen.add_incoming(b.load_atomic(self.wake, "seq_cst", 4), ready)
         b.branch(work)
         return fn
 
     def _spawn_fn(self):
-        """rt_spawn(want) -> available workers (<= want). Creates missing worker threads."""
+        """rt_spawn(want) -> usable workers (<= want), creating missing ones. Lock held."""
         fn, b = self._fn("rt_spawn", _i64, [_i64])
         (want,) = fn.args
         head, create, ok, exit_ = (fn.append_basic_block(k) for k in ("head", "create", "ok", "exit"))
@@ -298,11 +273,9 @@ class _RuntimeIR:
         k = b.load(self.num_workers)  # only touched under the launch lock
         b.cbranch(b.icmp_signed("<", k, want), create, exit_)
         b.position_at_end(create)
-        slot = b.gep(self.tids, [_c(_i32, 0), k])
-        rc = b.call(
-            self.pthread_create,
-            [b.bitcast(slot, _ptr), _c(_ptr, None), b.bitcast(self.worker, _ptr), b.inttoptr(k, _ptr)],
-        )
+        slot = b.bitcast(b.gep(self.tids, [_c(_i32, 0), k]), _ptr)
+        worker = b.bitcast(self.worker, _ptr)
+        rc = b.call(self.pthread_create, [slot, _c(_ptr, None), worker, b.inttoptr(k, _ptr)])
         b.cbranch(b.icmp_signed("==", rc, _c(_i32, 0)), ok, exit_)  # on failure use what we have
         b.position_at_end(ok)
         b.store(b.add(k, _c(_i64, 1)), self.num_workers)
@@ -316,49 +289,41 @@ class _RuntimeIR:
         """rt_run_pool(task, closure, n, threads): publish a job, take part, wait. Lock held."""
         fn, b = self._fn("rt_run_pool", _void, [_ptr, _ptr, _i64, _i64])
         task, closure, n, threads = fn.args
-        want = b.sub(b.select(b.icmp_signed("<", threads, _c(_i64, MAX_THREADS)), threads,
-                              _c(_i64, MAX_THREADS)), _c(_i64, 1))
-        avail = b.call(self.spawn, [want])
-        serial, publish = fn.append_basic_block("serial"), fn.append_basic_block("publish")
+        capped = b.select(b.icmp_signed("<", threads, _c(_i64, MAX_THREADS)), threads, _c(_i64, MAX_THREADS))
+        avail = b.call(self.spawn, [b.sub(capped, _c(_i64, 1))])
+        serial, publish, wake, work, finished = (
+            fn.append_basic_block(k) for k in ("serial", "publish", "wake", "work", "finished")
+        )
         b.cbranch(b.icmp_signed("<=", avail, _c(_i64, 0)), serial, publish)
         b.position_at_end(serial)
         b.call(self.run_serial, [task, closure, n])
         b.ret_void()
 
         b.position_at_end(publish)
-        gen = b.and_(b.add(b.lshr(b.load(self.claim), _c(_i64, 32)), _c(_i64, 1)),
-                     _c(_i64, _LOW32))
-        # Close the claim word *before* overwriting the fields: a worker still holding the
-        # previous job's word would otherwise pass its cmpxchg checked against the new
-        # ``num_tasks`` (one task run twice, ``done`` overshooting, the launcher hanging).
-        for gv, val in ((self.task, task), (self.closure, closure), (self.ntasks, n),
-                        (self.job_workers, avail)):
+        gen = b.and_(b.add(b.lshr(b.load(self.claim), _c(_i64, 32)), _c(_i64, 1)), _c(_i64, _LOW32))
+        opened = b.shl(gen, _c(_i64, 32))
+        b.store_atomic(b.or_(opened, _c(_i64, _LOW32)), self.claim, "seq_cst", 8)  # closed
+        for gv, val in ((self.task, task), (self.closure, closure), (self.ntasks, n), (self.job_workers, avail)):
             b.store_atomic(val, gv, "seq_cst", 8)
         b.store_atomic(_c(_i32, 0), self.done, "seq_cst", 4)
-        for _ in range(64):
-            b.call(self.pause, [])
-        b.store_atomic(b.shl(gen, _c(_i64, 32)), self.claim, "seq_cst", 8)  # open: next task 0
+        b.store_atomic(opened, self.claim, "seq_cst", 8)  # next task 0: the job is live
         b.atomic_rmw("add", self.wake, _c(_i32, 1), "seq_cst")
         sleeping = b.load_atomic(self.sleepers, "seq_cst", 4)
-        wake, work = fn.append_basic_block("wake"), fn.append_basic_block("work")
         b.cbranch(b.icmp_unsigned("!=", sleeping, _c(_i32, 0)), wake, work)
         b.position_at_end(wake)
         helpers = b.sub(n, _c(_i64, 1))  # no point waking more workers than spare tasks
         helpers = b.select(b.icmp_signed("<", helpers, avail), helpers, avail)
-        # FUTEX_WAKE picks sleepers arbitrarily; after set_num_threads shrank the pool some
-        # may be surplus workers, so wake that many more to be sure ``helpers`` can help.
+        # FUTEX_WAKE picks sleepers arbitrarily and some may be surplus workers (the pool was
+        # shrunk): wake that many more so that ``helpers`` usable ones are among them.
         surplus = b.sub(b.load(self.num_workers), avail)
         b.call(self.futex_wake, [self.wake, b.trunc(b.add(helpers, surplus), _i32)])
         b.branch(work)
 
         b.position_at_end(work)
         b.call(self.work, [gen, task, closure, n])
-        finished = fn.append_basic_block("finished")
         n32 = b.trunc(n, _i32)
-        self._spin_then_futex(
-            fn, b, self.done, lambda bb, cur: bb.icmp_unsigned("==", cur, n32),
-            self.caller_sleeping, None, finished,
-        )
+        all_done = lambda b, cur: b.icmp_unsigned("==", cur, n32)  # noqa: E731
+        self._spin_then_futex(b, self.done, all_done, self.caller_sleeping, finished, _c(_i64, SPIN_ITERS))
         b.position_at_end(finished)
         b.ret_void()
         return fn
@@ -370,16 +335,15 @@ class _RuntimeIR:
         threads = b.load_atomic(self.num_threads, "monotonic", 8)
         inline = b.or_(b.icmp_signed("<=", n, _c(_i64, 1)), b.icmp_signed("<=", threads, _c(_i64, 1)))
         inline = b.or_(inline, b.icmp_signed(">", n, _c(_i64, MAX_POOLED_TASKS)))
-        serial, try_lock = fn.append_basic_block("serial"), fn.append_basic_block("try_lock")
+        serial, try_lock, pooled = (fn.append_basic_block(k) for k in ("serial", "try_lock", "pooled"))
         b.cbranch(inline, serial, try_lock)
         b.position_at_end(serial)
         b.call(self.run_serial, [task, closure, n])
         b.ret_void()
 
         b.position_at_end(try_lock)
-        got = b.extract_value(b.cmpxchg(self.lock, _c(_i32, 0), _c(_i32, 1), "acquire", "monotonic"), 1)
-        pooled = fn.append_basic_block("pooled")
-        b.cbranch(got, pooled, serial)  # busy: nested or concurrent launch, run inline
+        res = b.cmpxchg(self.lock, _c(_i32, 0), _c(_i32, 1), "acquire", "monotonic")
+        b.cbranch(b.extract_value(res, 1), pooled, serial)  # busy: nested or concurrent launch
         b.position_at_end(pooled)
         b.call(self.run_pool, [task, closure, n, threads])
         b.store_atomic(_c(_i32, 0), self.lock, "release", 4)
@@ -396,38 +360,42 @@ class _RuntimeIR:
 # -- Python side ------------------------------------------------------------------------------
 
 _build_lock = threading.Lock()
-_rt = None  # _Runtime once built; never freed (worker threads execute its code)
+_rt = None  # the _Runtime once built; never freed (worker threads execute its code)
+
+
+def _jit(module):
+    """MCJIT-compile an ``ir.Module`` for this process; returns the ExecutionEngine."""
+    module.triple = llvm.get_process_triple()
+    tm = llvm.Target.from_triple(module.triple).create_target_machine(opt=2)
+    module.data_layout = str(tm.target_data)
+    llmod = llvm.parse_assembly(str(module))
+    llmod.verify()
+    engine = llvm.create_mcjit_compiler(llmod, tm)
+    engine.finalize_object()
+    return engine
 
 
 class _Runtime:
-    """The JIT-compiled runtime: its engine and ctypes handles to the accessors."""
+    """The JIT-compiled runtime: its engine, symbol addresses and ctypes accessors."""
 
     def __init__(self):
-        llvm.initialize_native_target()
+        llvm.initialize_native_target()  # llvm.initialize() raises in llvmlite >= 0.45
         llvm.initialize_native_asmprinter()
-        triple = llvm.get_process_triple()
-        tm = llvm.Target.from_triple(triple).create_target_machine(opt=2)
-        module = _RuntimeIR(triple.split("-")[0]).mod
-        module.triple = triple
-        module.data_layout = str(tm.target_data)
+        arch, _, rest = llvm.get_process_triple().partition("-")
+        if arch not in _SYS_FUTEX or "linux" not in rest:
+            raise BuildError(f"the minitc parallel runtime needs Linux on x86_64 or aarch64, "
+                             f"not {llvm.get_process_triple()}; use a serial schedule instead")
         try:
-            llmod = llvm.parse_assembly(str(module))
-            llmod.verify()
+            self.engine = _jit(_RuntimeIR(arch).mod)
         except RuntimeError as err:  # a bug in this file, not a user error
-            raise BuildError(f"minitc parallel runtime IR is invalid: {err}") from err
-        self.engine = llvm.create_mcjit_compiler(llmod, tm)
-        self.engine.finalize_object()
-        self.addresses = {
-            name: self.engine.get_function_address(name)
-            for name in ("minitc_parallel_launch", "minitc_num_threads", "minitc_rt_set_num_threads")
-        }
-        for name in ("minitc_parallel_launch", "minitc_num_threads"):
-            llvm.add_symbol(name, self.addresses[name])
-        self.get_threads = ctypes.CFUNCTYPE(ctypes.c_int64)(self.addresses["minitc_num_threads"])
-        self.set_threads = ctypes.CFUNCTYPE(None, ctypes.c_int64)(
-            self.addresses["minitc_rt_set_num_threads"]
-        )
-        self.bench = None  # built on first launch_overhead_us()
+            raise BuildError(f"minitc parallel runtime failed to compile: {err}") from err
+        address = self.engine.get_function_address
+        self.symbols = {name: address(name) for name in SYMBOLS}
+        for name, addr in self.symbols.items():
+            llvm.add_symbol(name, addr)
+        self.get_threads = ctypes.CFUNCTYPE(ctypes.c_int64)(self.symbols["minitc_num_threads"])
+        self.set_threads = ctypes.CFUNCTYPE(None, ctypes.c_int64)(address("minitc_rt_set_num_threads"))
+        self.bench = None  # built by the first launch_overhead_us()
 
 
 def _check_count(n, source):
@@ -444,16 +412,16 @@ def _default_num_threads():
     try:
         n = int(env.strip())
     except ValueError:
-        raise ValueError(f"MINITC_NUM_THREADS={env!r} is not an integer") from None
+        raise ValueError(f"MINITC_NUM_THREADS={env!r}: thread count is not an integer") from None
     return _check_count(n, f"MINITC_NUM_THREADS={env!r}")
 
 
 def ensure_runtime():
     """Build, JIT and register the parallel runtime once per process (idempotent, thread-safe).
 
-    Afterwards any MCJIT module that declares ``minitc_parallel_launch`` or
-    ``minitc_num_threads`` resolves them. The thread count starts at ``MINITC_NUM_THREADS``
-    or, if unset, the number of CPUs this process may run on."""
+    Afterwards MCJIT modules that declare ``minitc_parallel_launch`` / ``minitc_num_threads``
+    resolve them (LLJIT modules need ``runtime_symbols()``). The thread count starts at
+    ``MINITC_NUM_THREADS`` or, if unset, the number of CPUs this process may run on."""
     global _rt
     if _rt is not None:
         return
@@ -463,16 +431,22 @@ def ensure_runtime():
         threads = _default_num_threads()  # validate before building anything
         rt = _Runtime()
         rt.set_threads(threads)
-        # Leak one reference on purpose: freeing the engine would unmap code that idle
-        # worker threads are executing.
+        # Leak one reference on purpose: freeing the engine would unmap the code that idle
+        # worker threads are sleeping in.
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(rt))
         _rt = rt
+
+
+def runtime_symbols():
+    """``{name: address}`` of the ABI functions, e.g. for ``JITLibraryBuilder.import_symbol``."""
+    ensure_runtime()
+    return dict(_rt.symbols)
 
 
 def set_num_threads(n):
     """Set the pool size (calling thread included) used from the next launch on.
 
-    Workers are created lazily on the next launch; surplus workers stay asleep."""
+    Missing workers are created by the next launch; surplus workers stay asleep."""
     _check_count(n, "set_num_threads")
     ensure_runtime()
     _rt.set_threads(n)
@@ -484,50 +458,29 @@ def get_num_threads():
     return _rt.get_threads()
 
 
-def _counted_loop(b, count, body):
-    """Emit ``for _ in range(count): body(b)`` at ``b``; ``b`` ends after the loop."""
-    fn = b.function
-    entry = b.block
-    loop, exit_ = fn.append_basic_block("loop"), fn.append_basic_block("loop_exit")
-    b.cbranch(b.icmp_signed(">", count, _c(_i64, 0)), loop, exit_)
-    b.position_at_end(loop)
-    i = b.phi(_i64)
-    i.add_incoming(_c(_i64, 0), entry)
-    body(b)
-    i1 = b.add(i, _c(_i64, 1))
-    i.add_incoming(i1, b.block)
-    b.cbranch(b.icmp_signed("<", i1, count), loop, exit_)
-    b.position_at_end(exit_)
-
-
 def _bench_fn():
-    """JIT ``bench(iters, num_tasks, delay)``: ``iters`` launches of a task that spins
-    ``delay`` volatile loads (0: an empty task). Cached."""
-    if _rt.bench is None:
-        mod = ir.Module(name="minitc_runtime_bench")
-        launch = ir.Function(mod, ir.FunctionType(_void, [_ptr, _ptr, _i64]), "minitc_parallel_launch")
-        sink = ir.GlobalVariable(mod, _i64, "bench_sink")
-        sink.initializer = _c(_i64, 0)
-        task = ir.Function(mod, _TASK_TY, "bench_task")
-        delay = task.args[0]  # the closure pointer carries the delay as an integer
-        b = ir.IRBuilder(task.append_basic_block())
-        # An atomic load is never deleted, so the loop really spins ``delay`` times.
-        _counted_loop(b, b.ptrtoint(delay, _i64), lambda bb: bb.load_atomic(sink, "monotonic", 8))
-        b.ret_void()
-        bench = ir.Function(mod, ir.FunctionType(_void, [_i64, _i64, _i64]), "bench")
-        iters, ntasks, delay = bench.args
-        b = ir.IRBuilder(bench.append_basic_block())
-        closure = b.inttoptr(delay, _ptr)
-        _counted_loop(b, iters, lambda bb: bb.call(launch, [bb.bitcast(task, _ptr), closure, ntasks]))
-        b.ret_void()
-        mod.triple = llvm.get_process_triple()
-        tm = llvm.Target.from_triple(mod.triple).create_target_machine(opt=2)
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(str(mod)), tm)
-        engine.finalize_object()
-        fn = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)(
-            engine.get_function_address("bench")
-        )
-        _rt.bench = (engine, fn)
+    """JIT ``bench(iters, num_tasks, spin)``: ``iters`` launches of a task that does ``spin``
+    atomic loads (0: an empty task). Built once."""
+    with _build_lock:
+        if _rt.bench is None:
+            mod = ir.Module(name="minitc_runtime_bench")
+            launch = ir.Function(mod, ir.FunctionType(_void, [_ptr, _ptr, _i64]), SYMBOLS[0])
+            sink = ir.GlobalVariable(mod, _i64, "bench_sink")
+            sink.initializer = _c(_i64, 0)
+            task = ir.Function(mod, _TASK_TY, "bench_task")
+            b = ir.IRBuilder(task.append_basic_block())
+            spin = b.ptrtoint(task.args[0], _i64)  # the closure pointer carries ``spin``
+            _counted_loop(b, spin, lambda b, i: b.load_atomic(sink, "monotonic", 8))
+            b.ret_void()
+            bench = ir.Function(mod, ir.FunctionType(_void, [_i64] * 3), "bench")
+            iters, ntasks, spin = bench.args
+            b = ir.IRBuilder(bench.append_basic_block())
+            args = [b.bitcast(task, _ptr), b.inttoptr(spin, _ptr), ntasks]
+            _counted_loop(b, iters, lambda b, i: b.call(launch, args))
+            b.ret_void()
+            engine = _jit(mod)
+            signature = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
+            _rt.bench = (engine, signature(engine.get_function_address("bench")))
     return _rt.bench[1]
 
 
@@ -536,9 +489,9 @@ def launch_overhead_us(repeats=51, launches=200, num_tasks=None, task_spin=0):
     code: each of ``repeats`` samples times ``launches`` back-to-back launches and divides.
 
     ``num_tasks`` defaults to one task per thread. With ``task_spin == 0`` the tasks are
-    empty; the launching thread may then finish them all before a worker even wakes. With
-    ``task_spin > 0`` each task spins that many atomic loads and the time of one such task run
-    inline is subtracted (EPCC syncbench style), which measures the full fork/join round trip.
+    empty; the launching thread may then finish them all before a worker even looks. With
+    ``task_spin > 0`` each task does that many atomic loads and the time of one such task run
+    inline is subtracted (EPCC syncbench style): that measures the full fork/join round trip.
     """
     ensure_runtime()
     bench = _bench_fn()
@@ -555,5 +508,5 @@ def launch_overhead_us(repeats=51, launches=200, num_tasks=None, task_spin=0):
 
     overhead = median_us(ntasks)
     if task_spin > 0:
-        overhead -= median_us(1)  # one task inline: the ideal parallel time
+        overhead -= median_us(1)  # one task run inline: the ideal parallel time
     return overhead
