@@ -59,11 +59,15 @@ class PlaceholderOp:
 
 class ComputeOp:
     """`axes` are the spatial axes (one per output dimension); `body` is the element expression,
-    a `Reduce` at the top for reductions."""
+    a `Reduce` at the top for reductions. `tag` names the operator family (`"matmul"`,
+    `"conv2d"`, ...) and `attrs` its parameters; schedule templates and the design space
+    dispatch on them."""
 
-    def __init__(self, axes: tuple, body: Expr):
+    def __init__(self, axes: tuple, body: Expr, tag: str = "", attrs: dict | None = None):
         self.axes = tuple(axes)
         self.body = body
+        self.tag = tag
+        self.attrs = dict(attrs or {})
 
     @property
     def reduce_axes(self) -> tuple:
@@ -143,8 +147,9 @@ def reduce_axis(extent, name: str | None = None) -> IterVar:
     return IterVar(name or "k", extent, "reduce")
 
 
-def compute(shape, fcompute, name: str | None = None) -> Tensor:
-    """A tensor whose element at (i, j, ...) is `fcompute(i, j, ...)`."""
+def compute(shape, fcompute, name: str | None = None, tag: str = "", attrs: dict | None = None) -> Tensor:
+    """A tensor whose element at (i, j, ...) is `fcompute(i, j, ...)`. `tag` and `attrs`
+    optionally name the operator family and its parameters (see ComputeOp)."""
     shape = _check_shape(shape)
     params = [p for p in inspect.signature(fcompute).parameters.values()]
     if any(p.kind == p.VAR_POSITIONAL for p in params):
@@ -157,7 +162,7 @@ def compute(shape, fcompute, name: str | None = None) -> Tensor:
     body = as_expr(fcompute(*axes))
     name = name or _fresh("compute")
     _check_body(body, axes, name)
-    return Tensor(shape, body.dtype, name, ComputeOp(axes, body))
+    return Tensor(shape, body.dtype, name, ComputeOp(axes, body, tag, attrs))
 
 
 def _check_body(body: Expr, axes: tuple, name: str) -> None:

@@ -19,7 +19,7 @@ import pytest
 
 from backends.llvm import runtime
 
-i1, i32, i64, f64 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.DoubleType()
+i64, f64 = ir.IntType(64), ir.DoubleType()
 ptr = ir.IntType(8).as_pointer()
 TASK = ir.FunctionType(ir.VoidType(), [ptr, i64, i64])
 INNER = 5  # tasks per nested launch
@@ -235,6 +235,25 @@ def test_concurrent_launchers(kernels, threads):
     for buf in bufs:
         assert (buf[:n] == repeats).all()
         assert (buf[n:] == n).all()
+
+
+@pytest.mark.parametrize("threads", [2, 3], indirect=True)
+def test_futex_paths(kernels, threads):
+    # With no spinning every wait goes through FUTEX_WAIT/FUTEX_WAKE, for workers and launcher.
+    runtime.set_spin_iterations(0)
+    try:
+        for n in (2, 3, 64):
+            buf = np.zeros(2 * n, dtype=np.int64)
+            kernels.run("count_task", buf, n, 300)
+            assert (buf[:n] == 300).all()
+        for _ in range(5):
+            buf = np.zeros(2, dtype=np.int64)
+            kernels.run("pair_task", buf, 2)  # the launcher waits until a worker wakes up
+            assert buf[1] == 1
+    finally:
+        runtime.set_spin_iterations()
+    with pytest.raises(ValueError, match="set_spin_iterations"):
+        runtime.set_spin_iterations(-1)
 
 
 def test_thread_count_api(kernels):

@@ -29,6 +29,10 @@ Protocol (each global sits on its own 64-byte line, so hot words do not false-sh
   inline and serially on the calling thread: that makes a nested launch (from inside a task)
   safe, and it is also what a second Python thread launching concurrently gets.
 * ``num_tasks == 1``, a one-thread pool and more than MAX_POOLED_TASKS tasks run inline too.
+
+Known limit: a launch that has to wake a sleeping worker may see Linux place it on the
+launcher's own (busy) CPU; that launch then runs mostly serially. Workers that are still
+spinning (launches less than ~150 us apart, see ``set_spin_iterations``) avoid it.
 """
 
 import ctypes
@@ -125,6 +129,7 @@ class _RuntimeIR:
         self.done = g("done", _i32, 0)  # finished tasks of the current job (futex word)
         self.caller_sleeping = g("caller_sleeping", _i32, 0)
         self.num_threads = g("num_threads", _i64, 1)  # requested pool size
+        self.spin_iters = g("spin_iters", _i64, SPIN_ITERS)  # pauses before a futex sleep
         self.num_workers = g("num_workers", _i64, 0)  # worker threads created so far
         self.tids = g("tids", ir.ArrayType(_i64, MAX_THREADS), None)
         self.sigset = g("sigset", ir.ArrayType(_i64, 16), [-1] * 16)  # a full sigset_t
@@ -255,7 +260,7 @@ class _RuntimeIR:
 
         b.position_at_end(wait)
         # A surplus worker (the pool was shrunk) goes straight to sleep instead of spinning.
-        spin_iters = b.select(allowed, _c(_i64, SPIN_ITERS), _c(_i64, 0))
+        spin_iters = b.select(allowed, b.load_atomic(self.spin_iters, "monotonic", 8), _c(_i64, 0))
         changed = lambda b, cur: b.icmp_unsigned("!=", cur, seen)  # noqa: E731
         self._spin_then_futex(b, self.wake, changed, self.sleepers, ready, spin_iters)
         b.position_at_end(ready)
@@ -303,7 +308,8 @@ class _RuntimeIR:
         gen = b.and_(b.add(b.lshr(b.load(self.claim), _c(_i64, 32)), _c(_i64, 1)), _c(_i64, _LOW32))
         opened = b.shl(gen, _c(_i64, 32))
         b.store_atomic(b.or_(opened, _c(_i64, _LOW32)), self.claim, "seq_cst", 8)  # closed
-        for gv, val in ((self.task, task), (self.closure, closure), (self.ntasks, n), (self.job_workers, avail)):
+        job = {self.task: task, self.closure: closure, self.ntasks: n, self.job_workers: avail}
+        for gv, val in job.items():
             b.store_atomic(val, gv, "seq_cst", 8)
         b.store_atomic(_c(_i32, 0), self.done, "seq_cst", 4)
         b.store_atomic(opened, self.claim, "seq_cst", 8)  # next task 0: the job is live
@@ -323,7 +329,8 @@ class _RuntimeIR:
         b.call(self.work, [gen, task, closure, n])
         n32 = b.trunc(n, _i32)
         all_done = lambda b, cur: b.icmp_unsigned("==", cur, n32)  # noqa: E731
-        self._spin_then_futex(b, self.done, all_done, self.caller_sleeping, finished, _c(_i64, SPIN_ITERS))
+        spin_iters = b.load_atomic(self.spin_iters, "monotonic", 8)
+        self._spin_then_futex(b, self.done, all_done, self.caller_sleeping, finished, spin_iters)
         b.position_at_end(finished)
         b.ret_void()
         return fn
@@ -352,9 +359,10 @@ class _RuntimeIR:
     def _accessor_fns(self):
         fn, b = self._fn("minitc_num_threads", _i64, [], internal=False)
         b.ret(b.load_atomic(self.num_threads, "monotonic", 8))
-        fn, b = self._fn("minitc_rt_set_num_threads", _void, [_i64], internal=False)
-        b.store_atomic(fn.args[0], self.num_threads, "monotonic", 8)
-        b.ret_void()
+        for name, gv in (("set_num_threads", self.num_threads), ("set_spin", self.spin_iters)):
+            fn, b = self._fn(f"minitc_rt_{name}", _void, [_i64], internal=False)
+            b.store_atomic(fn.args[0], gv, "monotonic", 8)
+            b.ret_void()
 
 
 # -- Python side ------------------------------------------------------------------------------
@@ -394,7 +402,9 @@ class _Runtime:
         for name, addr in self.symbols.items():
             llvm.add_symbol(name, addr)
         self.get_threads = ctypes.CFUNCTYPE(ctypes.c_int64)(self.symbols["minitc_num_threads"])
-        self.set_threads = ctypes.CFUNCTYPE(None, ctypes.c_int64)(address("minitc_rt_set_num_threads"))
+        setter = ctypes.CFUNCTYPE(None, ctypes.c_int64)
+        self.set_threads = setter(address("minitc_rt_set_num_threads"))
+        self.set_spin = setter(address("minitc_rt_set_spin"))
         self.bench = None  # built by the first launch_overhead_us()
 
 
@@ -456,6 +466,17 @@ def get_num_threads():
     """The current pool size, calling thread included (>= 1)."""
     ensure_runtime()
     return _rt.get_threads()
+
+
+def set_spin_iterations(n=SPIN_ITERS):
+    """How many ``pause`` iterations (~37 ns each on Zen 2) idle workers and a waiting
+    launcher spin before sleeping on a futex; 0 sleeps at once. Longer spinning keeps workers
+    hot across gaps between launches (a launch after a sleep may find its worker woken onto
+    the launcher's own CPU and run nearly serially) at the price of burning CPU while idle."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"set_spin_iterations: expected an integer >= 0, got {n!r}")
+    ensure_runtime()
+    _rt.set_spin(n)
 
 
 def _bench_fn():

@@ -71,7 +71,7 @@ def _binary(op: str, fn, X, Y, name) -> Tensor:
         except DTypeError as err:
             raise DTypeError(f"{op}: {err}") from None
 
-    return compute(shape, body, name=name or op)
+    return compute(shape, body, name=name or op, tag="elementwise", attrs={"op": op})
 
 
 def add(X, Y, name: str | None = None) -> Tensor:
@@ -141,7 +141,7 @@ def activation(op: str, kind, x: Expr) -> Expr:
 def _unary(op: str, fn, X, name) -> Tensor:
     _util.tensor(op, "X", X)
     (_util.floating if op in FLOAT_ONLY else _util.numeric)(op, X)
-    return compute(X.shape, lambda *i: fn(X[i]), name=name or op)
+    return compute(X.shape, lambda *i: fn(X[i]), name=name or op, tag="elementwise", attrs={"op": op})
 
 
 def relu(X, name: str | None = None) -> Tensor:
@@ -187,4 +187,4 @@ def bias_add(X, bias, axis: int = 1, name: str | None = None) -> Tensor:
             f"{op}: bias has {bias.shape[0]} elements but axis {axis} of X {X.shape} has {X.shape[ax]}"
         )
     _util.numeric(op, X, bias)
-    return compute(X.shape, lambda *i: X[i] + bias[i[ax]], name=name or op)
+    return compute(X.shape, lambda *i: X[i] + bias[i[ax]], name=name or op, tag="elementwise", attrs={"op": op, "axis": ax})

@@ -37,7 +37,7 @@ def matmul(A, B, transpose_a: bool = False, transpose_b: bool = False, name: str
         b = B[j, k] if transpose_b else B[k, j]
         return te.sum(a * b, axis=k)
 
-    return compute((M, N), body, name=name or op)
+    return compute((M, N), body, name=name or op, tag=op, attrs={"transpose_a": transpose_a, "transpose_b": transpose_b})
 
 
 def batch_matmul(A, B, transpose_a: bool = False, transpose_b: bool = False, name: str | None = None) -> Tensor:
@@ -66,7 +66,7 @@ def batch_matmul(A, B, transpose_a: bool = False, transpose_b: bool = False, nam
         y = B[bb, j, k] if transpose_b else B[bb, k, j]
         return te.sum(x * y, axis=k)
 
-    return compute((batch, M, N), body, name=name or op)
+    return compute((batch, M, N), body, name=name or op, tag=op, attrs={"transpose_a": transpose_a, "transpose_b": transpose_b})
 
 
 def dense(X, W, bias=None, activation=None, name: str | None = None) -> Tensor:
@@ -98,7 +98,7 @@ def dense(X, W, bias=None, activation=None, name: str | None = None) -> Tensor:
         _util.numeric(op, X, W)
     base = name or op
     k = reduce_axis(X.shape[1], name="k")
-    Y = compute((X.shape[0], W.shape[0]), lambda i, j: te.sum(X[i, k] * W[j, k], axis=k), name=base)
+    Y = compute((X.shape[0], W.shape[0]), lambda i, j: te.sum(X[i, k] * W[j, k], axis=k), name=base, tag="dense")
     if bias is None and activation is None:
         return Y
     parts = (["bias"] if bias is not None else []) + ([activation] if activation is not None else [])
@@ -107,4 +107,5 @@ def dense(X, W, bias=None, activation=None, name: str | None = None) -> Tensor:
         y = Y[i, j] if bias is None else Y[i, j] + bias[j]
         return y if activation is None else apply_activation(op, activation, y)
 
-    return compute(Y.shape, epilogue, name="_".join([base] + parts))
+    attrs = {"bias": bias is not None, "activation": activation, "producer": base}
+    return compute(Y.shape, epilogue, name="_".join([base] + parts), tag="dense_epilogue", attrs=attrs)

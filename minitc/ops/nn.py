@@ -32,7 +32,7 @@ def pad_hw(X: Tensor, ph: int, pw: int, value, name: str) -> Tensor:
             inside = inside & cond
         return select(inside, X[n, c, h - ph, w - pw], value)
 
-    return compute((N, C, H + 2 * ph, W + 2 * pw), body, name=name)
+    return compute((N, C, H + 2 * ph, W + 2 * pw), body, name=name, tag="pad", attrs={"padding": (ph, pw)})
 
 
 def conv2d(X, W, stride=1, padding=0, dilation=1, name: str | None = None) -> Tensor:
@@ -65,7 +65,7 @@ def conv2d(X, W, stride=1, padding=0, dilation=1, name: str | None = None) -> Te
         x = P[n, rc, oh * sh + ry * dh, ow * sw + rx * dw]
         return te.sum(x * W[k, rc, ry, rx], axis=(rc, ry, rx))
 
-    return compute((N, K, OH, OW), body, name=base)
+    return compute((N, K, OH, OW), body, name=base, tag=op, attrs={"stride": (sh, sw), "padding": (ph, pw), "dilation": (dh, dw)})
 
 
 def depthwise_conv2d(X, W, stride=1, padding=0, dilation=1, name: str | None = None) -> Tensor:
@@ -104,7 +104,7 @@ def depthwise_conv2d(X, W, stride=1, padding=0, dilation=1, name: str | None = N
         w = W[k, 0, ry, rx] if W.ndim == 4 else W[k, ry, rx]
         return te.sum(x * w, axis=(ry, rx))
 
-    return compute((N, K, OH, OW), body, name=base)
+    return compute((N, K, OH, OW), body, name=base, tag=op, attrs={"stride": (sh, sw), "padding": (ph, pw), "dilation": (dh, dw)})
 
 
 def _pool_args(op: str, X, kernel, stride, padding):
@@ -136,6 +136,8 @@ def max_pool2d(X, kernel, stride=None, padding=0, name: str | None = None) -> Te
         (N, C, OH, OW),
         lambda n, c, oh, ow: te.max(P[n, c, oh * sh + ry, ow * sw + rx], axis=(ry, rx)),
         name=base,
+        tag=op,
+        attrs={"kernel": (kh, kw), "stride": (sh, sw), "padding": (ph, pw)},
     )
 
 
@@ -154,4 +156,6 @@ def avg_pool2d(X, kernel, stride=None, padding=0, name: str | None = None) -> Te
         (N, C, OH, OW),
         lambda n, c, oh, ow: te.sum(P[n, c, oh * sh + ry, ow * sw + rx] * scale, axis=(ry, rx)),
         name=base,
+        tag=op,
+        attrs={"kernel": (kh, kw), "stride": (sh, sw), "padding": (ph, pw)},
     )

@@ -34,15 +34,17 @@ def softmax(X, axis: int = -1, name: str | None = None) -> Tensor:
         row_shape,
         lambda *r: te.max(X[_util.full_index(X.ndim, reduced, () if one_d else r, (k,), False)], axis=k),
         name=f"{base}_max",
+        tag="softmax_max",
     )
-    E = compute(X.shape, lambda *i: call("exp", X[i] - M[row(i)]), name=f"{base}_exp")
+    E = compute(X.shape, lambda *i: call("exp", X[i] - M[row(i)]), name=f"{base}_exp", tag="softmax_exp")
     k2 = reduce_axis(X.shape[ax], name="k")
     S = compute(
         row_shape,
         lambda *r: te.sum(E[_util.full_index(X.ndim, reduced, () if one_d else r, (k2,), False)], axis=k2),
         name=f"{base}_sum",
+        tag="softmax_sum",
     )
-    return compute(X.shape, lambda *i: E[i] / S[row(i)], name=base)
+    return compute(X.shape, lambda *i: E[i] / S[row(i)], name=base, tag="softmax", attrs={"axis": ax})
 
 
 def layer_norm(X, gamma, beta, eps: float = 1e-5, name: str | None = None) -> Tensor:
@@ -73,14 +75,14 @@ def layer_norm(X, gamma, beta, eps: float = 1e-5, name: str | None = None) -> Te
         return X[(k,) if one_d else r + (k,)]
 
     k = reduce_axis(D, name="k")
-    mean = compute(row_shape, lambda *r: te.sum(at(r, k) * inv_d, axis=k), name=f"{base}_mean")
+    mean = compute(row_shape, lambda *r: te.sum(at(r, k) * inv_d, axis=k), name=f"{base}_mean", tag="layer_norm_mean")
     k2 = reduce_axis(D, name="k")
 
     def var_body(*r):
         centred = at(r, k2) - mean[(0,) if one_d else r]
         return te.sum(centred * centred * inv_d, axis=k2)
 
-    var = compute(row_shape, var_body, name=f"{base}_var")
+    var = compute(row_shape, var_body, name=f"{base}_var", tag="layer_norm_var")
 
     def norm_body(*i):
         y = (X[i] - mean[row(i)]) / call("sqrt", var[row(i)] + float(eps))
@@ -90,4 +92,4 @@ def layer_norm(X, gamma, beta, eps: float = 1e-5, name: str | None = None) -> Te
             y = y + beta[i[-1]]
         return y
 
-    return compute(X.shape, norm_body, name=base)
+    return compute(X.shape, norm_body, name=base, tag="layer_norm", attrs={"eps": float(eps)})

@@ -25,7 +25,7 @@ def _reduction(op: str, combiner, X, axis, keepdims: bool, name, scale=None) -> 
         value = X[index] if scale is None else X[index] * scale
         return combiner(value, axis=rvars)
 
-    return compute(shape, body, name=name or op)
+    return compute(shape, body, name=name or op, tag="reduce", attrs={"op": op, "axis": tuple(reduced), "keepdims": keepdims})
 
 
 def sum(X, axis=None, keepdims: bool = False, name: str | None = None) -> Tensor:  # noqa: A001

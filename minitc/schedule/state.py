@@ -78,6 +78,7 @@ class Stage:
     inline: bool = False
     scope: str = "global"
     output: bool = False
+    tag: str = ""  # operator family from tc.compute(tag=...), for templates and design spaces
 
     @property
     def is_placeholder(self) -> bool:
@@ -201,7 +202,7 @@ def from_tensors(outputs: list) -> tuple[State, dict]:
         mapping = dict(zip(t.op.axes + t.op.reduce_axes, axes + raxes))
         body = _convert_body(t.op.body, mapping, names)
         stages.append(
-            Stage(names[t], t.shape, t.dtype, axes, body, initial_loops(axes, raxes), output=t in out_set)
+            Stage(names[t], t.shape, t.dtype, axes, body, initial_loops(axes, raxes), output=t in out_set, tag=t.op.tag)
         )
     return State(tuple(stages), tuple(names[o] for o in outputs)), names
 
