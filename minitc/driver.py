@@ -8,12 +8,18 @@ from .schedule.schedule import Schedule
 from .te import Tensor
 
 
-def _as_schedule(target) -> Schedule:
-    if isinstance(target, Schedule):
-        return target
-    if isinstance(target, Tensor) or (isinstance(target, (list, tuple)) and all(isinstance(t, Tensor) for t in target)):
-        return Schedule(target)
-    raise ScheduleError(f"expected a Schedule, an output tensor or a list of them, got {type(target).__name__}")
+def _as_schedule(what, target: str | None = None) -> Schedule:
+    """A Schedule as given, or for output tensors: the operator's default schedule for
+    `target` (a template with tuned-for-host tile sizes), or the naive nest when target is None."""
+    if isinstance(what, Schedule):
+        return what
+    if isinstance(what, Tensor) or (isinstance(what, (list, tuple)) and what and all(isinstance(t, Tensor) for t in what)):
+        if target is None:
+            return Schedule(what)
+        from .schedules import default_schedule
+
+        return default_schedule(what, target)
+    raise ScheduleError(f"expected a Schedule, an output tensor or a list of them, got {type(what).__name__}")
 
 
 def _arguments(s: Schedule, args) -> tuple[list, list]:
@@ -35,10 +41,10 @@ def _arguments(s: Schedule, args) -> tuple[list, list]:
     return inputs, given_outputs
 
 
-def lower(schedule, args=None, name: str | None = None) -> Kernel:
-    """Lower a schedule (or output tensors, naively scheduled) to loop-nest IR; `print` it to
-    read the loop nest."""
-    s = _as_schedule(schedule)
+def lower(schedule, args=None, name: str | None = None, target: str | None = None) -> Kernel:
+    """Lower a schedule to loop-nest IR; `print` it to read the loop nest. Output tensors are
+    lowered naively, or with their default schedule for `target` when one is given."""
+    s = _as_schedule(schedule, target)
     inputs, outputs = _arguments(s, args)
     return lower_state(s.state, inputs, outputs, name or f"{outputs[0]}_kernel")
 
@@ -46,11 +52,13 @@ def lower(schedule, args=None, name: str | None = None) -> Kernel:
 def build(schedule, target: str = "llvm", args=None, name: str | None = None):
     """Compile a schedule (or output tensors) into a callable kernel.
 
-    `target` is `"llvm"` for the host CPU, or e.g. `"llvm -mcpu=znver1"`.
+    `target` is `"llvm"` for the host CPU, or e.g. `"llvm -mcpu=znver1"`. Given output tensors
+    instead of a Schedule, the operator's default schedule (its template) is used;
+    `tc.build(tc.Schedule(C))` builds the naive loop nest.
     """
-    kernel = lower(schedule, args, name)
     if not isinstance(target, str) or not target.split() or target.split()[0] != "llvm":
         raise BuildError(f"unknown target {target!r}; this build supports 'llvm' (host CPU) and 'llvm -mcpu=...'")
+    kernel = lower(schedule, args, name, target=target)
     from backends.llvm.jit import compile_kernel
     from backends.llvm.target import parse_target
 

@@ -359,3 +359,20 @@ def test_reverse_compute_at_shifted_consumer_is_illegal():
     xl = s.cache_read(x, "local", [pad])
     with pytest.raises(tc.ScheduleError, match="reads x_local shifted or over a different range along axis i"):
         s.reverse_compute_at(pad, s.loops(xl)[0])
+
+
+def test_cache_read_with_layout(update_golden):
+    """Pack a transposed tile of W (dense's [out, in] weights) so that j is contiguous."""
+    X = tc.placeholder((M, K), name="X")
+    W = tc.placeholder((N, K), name="W")
+    D = tc.ops.dense(X, W)
+    s = tc.Schedule(D)
+    WT = s.cache_read(W, "local", [D], layout=(1, 0))
+    i, j, k = s.loops(D)
+    jo, ji = s.split(j, factor=4)
+    s.reorder(jo, i, k, ji)
+    s.compute_at(WT, jo)
+    kernel = check(s, "cache_read_layout", update_golden, lambda x, w: x @ w.T)
+    assert 'alloc("local", float32[6, 4]) as W_local' in str(kernel)
+    with pytest.raises(tc.ScheduleError, match="layout \\(0, 0\\) is not a permutation"):
+        tc.Schedule(D).cache_read(W, "local", [D], layout=(0, 0))

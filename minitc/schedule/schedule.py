@@ -43,7 +43,8 @@ def apply_step(state: State, step: Step) -> tuple[State, tuple]:
         state, name = stage_prims.cache_write(state, stage, *step.args)
         return state, (name,)
     if kind == "cache_read":
-        state, name = stage_prims.cache_read(state, stage, step.args[0], tuple(step.args[1]))
+        layout = tuple(step.args[2]) if len(step.args) > 2 else None
+        state, name = stage_prims.cache_read(state, stage, step.args[0], tuple(step.args[1]), layout)
         return state, (name,)
     raise ScheduleError(f"unknown trace step kind {kind!r}")
 
@@ -159,11 +160,13 @@ class Schedule:
         (name,) = self._apply(Step("cache_write", self.stage_name(tensor), (), (scope,)))
         return self._register(name)
 
-    def cache_read(self, tensor, scope: str, readers) -> Tensor:
-        """Make `readers` read `tensor` through a new cache stage (returned)."""
+    def cache_read(self, tensor, scope: str, readers, layout=None) -> Tensor:
+        """Make `readers` read `tensor` through a new cache stage (returned); `layout`, a
+        permutation of the dimensions, stores the cache transposed."""
         readers = readers if isinstance(readers, (list, tuple)) else [readers]
         names = tuple(self.stage_name(r) for r in readers)
-        (name,) = self._apply(Step("cache_read", self.stage_name(tensor), (), (scope, names)))
+        args = (scope, names) if layout is None else (scope, names, tuple(layout))
+        (name,) = self._apply(Step("cache_read", self.stage_name(tensor), (), args))
         return self._register(name)
 
     def _register(self, name: str) -> Tensor:

@@ -201,9 +201,10 @@ def cache_write(state: State, stage: str, scope: str = "local") -> tuple[State, 
     return replace(state, stages=tuple(stages)), name
 
 
-def cache_read(state: State, stage: str, scope: str, readers: tuple) -> tuple[State, str]:
+def cache_read(state: State, stage: str, scope: str, readers: tuple, layout: tuple | None = None) -> tuple[State, str]:
     """Copy a tensor into a cache stage that the given readers read instead. With compute_at,
-    each tile of the input is packed into a small contiguous buffer.
+    each tile of the input is packed into a small contiguous buffer; `layout` (a permutation of
+    the dimensions) also re-lays it out, e.g. (1, 0) stores the transpose.
 
     Before: cache_read(B, "local", [C])       After:
                                                   for k, j:
@@ -221,14 +222,24 @@ def cache_read(state: State, stage: str, scope: str, readers: tuple) -> tuple[St
     for r in readers:
         if stage not in state.stage(r).read_stages():
             raise ScheduleError(f"cache_read: {r} does not read {stage}")
+    ndim = len(src.shape)
+    layout = tuple(range(ndim)) if layout is None else tuple(layout)
+    if sorted(layout) != list(range(ndim)):
+        raise ScheduleError(f"cache_read of {stage}: layout {layout} is not a permutation of its {ndim} dimensions")
     taken = {s.name for s in state.stages}
     name = unique_name(f"{stage}_{scope}", taken)
-    axes = tuple(IterVar(f"ax{d}", n, "spatial") for d, n in enumerate(src.shape))
-    cache = Stage(name, src.shape, src.dtype, axes, Read(stage, axes, src.dtype), initial_loops(axes, ()), scope=scope)
+    shape = tuple(src.shape[p] for p in layout)
+    axes = tuple(IterVar(f"ax{d}", n, "spatial") for d, n in enumerate(shape))
+    src_index = [None] * ndim
+    for d, p in enumerate(layout):
+        src_index[p] = axes[d]
+    body = Read(stage, tuple(src_index), src.dtype)
+    cache = Stage(name, shape, src.dtype, axes, body, initial_loops(axes, ()), scope=scope)
 
     def redirect(node):
         if isinstance(node, Read) and node.stage == stage:
-            return Read(name, tuple(transform(i, redirect) for i in node.indices), node.dtype)
+            idx = tuple(transform(i, redirect) for i in node.indices)
+            return Read(name, tuple(idx[p] for p in layout), node.dtype)
         return None
 
     stages = []
