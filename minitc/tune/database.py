@@ -1,0 +1,158 @@
+"""Tuning records in an embedded SQLite database (write-ahead log, one commit per record).
+
+Records are keyed by workload (a structural key, see workload.py), target string and hardware
+fingerprint, and hold the trace, the measured latencies, an error (if the candidate failed) and
+a timestamp. Each record is committed on its own, so killing a tuning run at any moment loses
+nothing already recorded, and running the same command again resumes from the records.
+
+Location: `Database(path)`, else the `MINITC_DB` environment variable, else
+`$XDG_CACHE_HOME/minitc/records.db` (`~/.cache/minitc/records.db`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import MinitcError
+
+APPLICATION_ID = 0x6D746331  # "mtc1": marks the file as a minitc records database
+SCHEMA_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS workloads (
+    key TEXT PRIMARY KEY,
+    description TEXT NOT NULL,
+    canonical TEXT NOT NULL,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS records (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    workload TEXT NOT NULL REFERENCES workloads(key),
+    target TEXT NOT NULL,
+    hardware TEXT NOT NULL,
+    trace TEXT NOT NULL,
+    latencies_ms TEXT NOT NULL,
+    median_ms REAL,
+    error TEXT,
+    created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS records_best ON records(workload, target, hardware, median_ms);
+"""
+
+
+class DatabaseError(MinitcError):
+    """The records file is corrupt, foreign, or from an incompatible minitc."""
+
+
+@dataclass(frozen=True)
+class Record:
+    workload: str
+    target: str
+    hardware: str
+    trace: str  # the trace as text (JSON now; a tensor-language sentence later)
+    latencies_ms: tuple = ()
+    median_ms: float | None = None  # None when the candidate failed
+    error: str | None = None  # "<kind>: <reason>" when it failed
+    created: float = field(default_factory=time.time)
+    id: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.median_ms is not None
+
+
+def default_path() -> Path:
+    env = os.environ.get("MINITC_DB")
+    if env:
+        return Path(env)
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "minitc" / "records.db"
+
+
+class Database:
+    """A tuning-records database; safe to use from several processes at once."""
+
+    def __init__(self, path=None):
+        self.path = Path(path) if path is not None else default_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            self._check_and_init()
+        except sqlite3.DatabaseError as e:
+            raise DatabaseError(f"{self.path} is not a usable minitc records database ({e}); move it away or pass another db=") from None
+
+    def _check_and_init(self) -> None:
+        c = self.conn
+        app_id = c.execute("PRAGMA application_id").fetchone()[0]
+        tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if app_id != APPLICATION_ID and tables:
+            raise DatabaseError(f"{self.path} is an SQLite file of another application (tables: {', '.join(sorted(tables))}), not minitc records")
+        version = c.execute("PRAGMA user_version").fetchone()[0]
+        if tables and version != SCHEMA_VERSION:
+            raise DatabaseError(f"{self.path} has records schema version {version}; this minitc reads version {SCHEMA_VERSION}")
+        c.execute("PRAGMA journal_mode=WAL")
+        c.execute("PRAGMA synchronous=NORMAL")  # durable against a killed process in WAL mode
+        if not tables:
+            c.executescript(f"BEGIN; PRAGMA application_id={APPLICATION_ID}; PRAGMA user_version={SCHEMA_VERSION};{SCHEMA} COMMIT;")
+        c.execute("PRAGMA quick_check").fetchone()
+
+    # -- writing -----------------------------------------------------------------------------
+    def add_workload(self, key: str, description: str, canonical) -> None:
+        self.conn.execute(
+            "INSERT OR IGNORE INTO workloads VALUES (?, ?, ?, ?)", (key, description, json.dumps(canonical), time.time())
+        )
+
+    def add(self, record: Record) -> int:
+        """Commit one record; returns its id."""
+        cur = self.conn.execute(
+            "INSERT INTO records (workload, target, hardware, trace, latencies_ms, median_ms, error, created)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                record.workload, record.target, record.hardware, record.trace,
+                json.dumps(list(record.latencies_ms)), record.median_ms, record.error, record.created,
+            ),
+        )
+        return cur.lastrowid
+
+    # -- reading -----------------------------------------------------------------------------
+    def records(self, workload: str, target: str | None = None, hardware: str | None = None) -> list:
+        """All records of a workload (optionally for one target / hardware), oldest first."""
+        sql, args = "SELECT * FROM records WHERE workload = ?", [workload]
+        if target is not None:
+            sql, args = sql + " AND target = ?", args + [target]
+        if hardware is not None:
+            sql, args = sql + " AND hardware = ?", args + [hardware]
+        return [self._record(r) for r in self.conn.execute(sql + " ORDER BY id", args)]
+
+    def best(self, workload: str, target: str, hardware: str | None = None, k: int = 1) -> list:
+        """The k fastest successful records, fastest first."""
+        sql = "SELECT * FROM records WHERE workload = ? AND target = ? AND median_ms IS NOT NULL AND error IS NULL"
+        args = [workload, target]
+        if hardware is not None:
+            sql, args = sql + " AND hardware = ?", args + [hardware]
+        rows = self.conn.execute(sql + " ORDER BY median_ms LIMIT ?", args + [k])
+        return [self._record(r) for r in rows]
+
+    def workloads(self) -> list:
+        return [(k, d) for k, d in self.conn.execute("SELECT key, description FROM workloads ORDER BY created")]
+
+    def __len__(self) -> int:
+        return self.conn.execute("SELECT COUNT(*) FROM records").fetchone()[0]
+
+    @staticmethod
+    def _record(row) -> Record:
+        rid, workload, target, hardware, trace, lat, median, error, created = row
+        return Record(workload, target, hardware, trace, tuple(json.loads(lat)), median, error, created, rid)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
