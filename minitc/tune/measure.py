@@ -1,0 +1,242 @@
+"""Safe measurement of candidate programs: build in worker processes, run in an isolated runner
+process, with timeouts. Nothing a candidate does (crash, hang, wrong result, compile error) can
+take the tuner down; each failure becomes a result with an error string instead.
+
+    task = Task.from_outputs(C)                      # inputs, expected outputs, argument order
+    builder, runner = LocalBuilder(), LocalRunner()
+    built = builder.build(task, [trace_json, ...])   # BuildResult per trace (object code or error)
+    results = runner.run(task, built)                # MeasureResult per candidate
+
+Builder and runner are small protocols (`build(task, traces)`, `run(task, built)`) over plain
+picklable data, so they can later be spread over a cluster (e.g. Ray actors) unchanged.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import MinitcError
+from .worker import Worker, WorkerCrashed, WorkerTimeout
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    trace: str
+    symbol: str | None = None
+    object_code: bytes | None = None
+    num_params: int = 0
+    error: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    trace: str
+    latencies_ms: tuple = ()
+    error: str | None = None
+    build_s: float = 0.0
+    run_s: float = 0.0
+
+    @property
+    def median_ms(self):
+        return float(np.median(self.latencies_ms)) if self.latencies_ms and self.error is None else None
+
+
+@dataclass
+class Task:
+    """What the workers need to build and check one workload: the output tensors (pickled with
+    their expression graphs), the argument order, input arrays and the expected outputs."""
+
+    outputs: list
+    args: list  # tensors in kernel argument order: inputs then outputs
+    inputs: list  # numpy arrays for the input arguments
+    expected: list  # numpy arrays, one per output
+    target: str = "llvm"
+    rtol: float = 1e-3
+    key: str = ""  # the workload key (workload.py)
+    meta: dict = field(default_factory=dict)
+
+    @staticmethod
+    def from_outputs(outputs, target: str = "llvm", seed: int = 0) -> Task:
+        """Random inputs (standard normal) and expected outputs from the numpy evaluator."""
+        from ..driver import _arguments
+        from ..schedule.schedule import Schedule
+        from ..te_eval import evaluate
+        from .workload import workload_key
+
+        outs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+        s = Schedule(outs)
+        in_names, out_names = _arguments(s, None)
+        args = [s.tensor(n) for n in in_names] + [s.tensor(n) for n in out_names]
+        rng = np.random.default_rng(seed)
+        inputs = [_random_array(t, rng) for t in args[: len(in_names)]]
+        expected = evaluate(outs, dict(zip(args, inputs)))
+        return Task(outs, args, inputs, expected, target, key=workload_key(outs))
+
+
+def _random_array(t, rng):
+    if t.dtype.startswith("float"):
+        return rng.standard_normal(t.shape).astype(t.dtype)
+    return rng.integers(-8, 8, t.shape).astype(t.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# building
+
+
+def build_candidate(outputs, args, target: str, trace: str, key: str = "") -> BuildResult:
+    """Replay a trace and compile it to object code (runs in a builder process)."""
+    from backends.llvm.aot import compile_object
+
+    from ..driver import lower
+    from ..errors import ScheduleError
+    from ..schedule.schedule import Schedule
+    from ..schedule.trace import Trace
+
+    start = time.perf_counter()
+    try:
+        s = Schedule(outputs).replay(Trace.from_json(trace))
+        kernel = lower(s, args=args)
+        # the runner caches loaded code by symbol: name it after workload, target and trace
+        digest = hashlib.sha256("\n".join((key, target, trace)).encode()).hexdigest()[:20]
+        symbol, obj = compile_object(kernel, target, name=f"cand_{digest}")
+    except ScheduleError as e:
+        return BuildResult(trace, error=f"schedule: {e}", seconds=time.perf_counter() - start)
+    except MinitcError as e:
+        return BuildResult(trace, error=f"build: {type(e).__name__}: {e}", seconds=time.perf_counter() - start)
+    except Exception:  # a bug in minitc itself: keep tuning, but say so
+        return BuildResult(trace, error=f"build: internal error: {traceback.format_exc(limit=3)}", seconds=time.perf_counter() - start)
+    return BuildResult(trace, symbol, obj, len(kernel.params), None, time.perf_counter() - start)
+
+
+class LocalBuilder:
+    """Builds candidates in `workers` worker processes, overlapping with measurement."""
+
+    def __init__(self, workers: int = 1, timeout: float = 60.0):
+        self.timeout = timeout
+        self._workers = [Worker() for _ in range(max(1, workers))]
+        self._threads = ThreadPoolExecutor(len(self._workers))
+
+    def build(self, task: Task, traces: list) -> list:
+        jobs = [traces[w :: len(self._workers)] for w in range(len(self._workers))]
+        parts = list(self._threads.map(lambda wj: self._build_on(wj[0], task, wj[1]), zip(self._workers, jobs)))
+        by_trace = {}
+        for part in parts:
+            for r in part:
+                by_trace.setdefault(r.trace, r)
+        return [by_trace[t] for t in traces]
+
+    def _build_on(self, worker, task: Task, traces: list) -> list:
+        out = []
+        for trace in traces:
+            try:
+                out.append(worker.call("build", task.outputs, task.args, task.target, trace, task.key, timeout=self.timeout))
+            except WorkerTimeout:
+                out.append(BuildResult(trace, error=f"build: timed out after {self.timeout:.0f} s"))
+            except MinitcError as e:
+                out.append(BuildResult(trace, error=f"build: {e}"))
+        return out
+
+    def close(self) -> None:
+        for w in self._workers:
+            w.close()
+        self._threads.shutdown(wait=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# running (these two functions run inside the runner process)
+
+_RUNNER: dict = {}
+
+
+def runner_setup(inputs, expected, rtol, threads) -> bool:
+    from backends.llvm.runtime import set_num_threads
+
+    set_num_threads(threads)
+    _RUNNER.update(inputs=inputs, expected=expected, rtol=rtol)
+    return True
+
+
+def runner_run(symbol, obj, num_params, repeats, min_repeat_ms):
+    """Load a candidate, check it against the expected outputs, then time it."""
+    import ctypes
+
+    from backends.llvm.aot import load_object
+
+    inputs, expected, rtol = _RUNNER["inputs"], _RUNNER["expected"], _RUNNER["rtol"]
+    try:
+        address = load_object(symbol, obj)
+    except MinitcError as e:
+        return ("error", f"load: {e}")
+    fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * num_params)(address)
+    outs = [np.full(e.shape, np.nan, e.dtype) if e.dtype.kind == "f" else np.zeros(e.shape, e.dtype) for e in expected]
+    ptrs = [a.ctypes.data for a in list(inputs) + outs]
+    start = time.perf_counter()
+    fn(*ptrs)
+    once = time.perf_counter() - start
+    for got, want in zip(outs, expected):
+        atol = rtol * max(float(np.max(np.abs(want))) if want.size else 1.0, 1.0)
+        close = np.isclose(got, want, rtol=rtol, atol=atol)
+        if not close.all():
+            return ("error", f"wrong: {int((~close).sum())} of {want.size} elements differ from the numpy reference")
+    number = max(1, int(min_repeat_ms / 1e3 / max(once, 1e-7)))
+    latencies = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(number):
+            fn(*ptrs)
+        latencies.append((time.perf_counter() - t) * 1e3 / number)
+    return ("ok", tuple(latencies))
+
+
+class LocalRunner:
+    """Runs built candidates one at a time in a separate process. A candidate that crashes the
+    process or runs past `timeout` seconds is recorded as an error and the process restarted."""
+
+    def __init__(self, timeout: float = 10.0, repeats: int = 5, min_repeat_ms: float = 20.0, threads: int | None = None):
+        self.timeout, self.repeats, self.min_repeat_ms = timeout, repeats, min_repeat_ms
+        self.threads = threads
+        self._worker = Worker()
+        self._task = None
+
+    def _setup(self, task: Task) -> None:
+        from backends.llvm.runtime import get_num_threads
+
+        threads = self.threads or get_num_threads()
+        self._worker.call("setup", task.inputs, task.expected, task.rtol, threads, timeout=120)
+        self._task = task
+
+    def run(self, task: Task, built: list) -> list:
+        results = []
+        for b in built:
+            if b.error is not None:
+                results.append(MeasureResult(b.trace, error=b.error, build_s=b.seconds))
+                continue
+            start = time.perf_counter()
+            try:
+                if self._task is not task or self._worker.proc is None:
+                    self._setup(task)
+                status, value = self._worker.call(
+                    "run", b.symbol, b.object_code, b.num_params, self.repeats, self.min_repeat_ms, timeout=self.timeout
+                )
+            except WorkerTimeout:
+                status, value = "error", f"timeout: no result within {self.timeout:.1f} s"
+                self._task = None
+            except WorkerCrashed as e:
+                status, value = "error", f"crash: the kernel killed the measurement process: {e}"
+                self._task = None
+            run_s = time.perf_counter() - start
+            if status == "ok":
+                results.append(MeasureResult(b.trace, value, None, b.seconds, run_s))
+            else:
+                results.append(MeasureResult(b.trace, error=value, build_s=b.seconds, run_s=run_s))
+        return results
+
+    def close(self) -> None:
+        self._worker.close()
+        self._task = None

@@ -1,0 +1,121 @@
+"""Worker processes for building and measuring candidates.
+
+A worker is a plain `python -m minitc.tune.worker` subprocess that answers pickled requests
+framed on its stdin/stdout. Unlike multiprocessing's spawn, it never re-imports the user's main
+script, so `tc.tune(...)` works from any script or notebook. Whatever the kernel or a library
+prints goes to stderr, never into the protocol stream.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import struct
+import subprocess
+import sys
+
+from ..errors import MinitcError
+
+_HEADER = struct.Struct("<Q")
+
+
+class WorkerCrashed(MinitcError):
+    pass
+
+
+class WorkerTimeout(MinitcError):
+    pass
+
+
+def _write(stream, obj) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
+    import time
+
+    chunks, left = [], n
+    while left:
+        if deadline is not None:
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+                raise WorkerTimeout("no answer in time")
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise WorkerCrashed("the worker process exited")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+class Worker:
+    """One worker subprocess; `call(name, *args, timeout=...)` runs `HANDLERS[name](*args)` in it."""
+
+    def __init__(self, env: dict | None = None):
+        self.env = env
+        self.proc = None
+
+    def start(self) -> None:
+        env = dict(os.environ, **(self.env or {}))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "minitc.tune.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+        )
+
+    def call(self, name: str, *args, timeout: float | None = None):
+        import time
+
+        if self.proc is None or self.proc.poll() is not None:
+            self.start()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            _write(self.proc.stdin, (name, args))
+            (size,) = _HEADER.unpack(_read_exact(self.proc.stdout.fileno(), _HEADER.size, deadline))
+            status, value = pickle.loads(_read_exact(self.proc.stdout.fileno(), size, deadline))
+        except (BrokenPipeError, WorkerCrashed):
+            code = self.proc.wait()
+            self.proc = None
+            how = f"signal {-code}" if code < 0 else f"exit code {code}"
+            raise WorkerCrashed(f"the worker process died ({how})") from None
+        except WorkerTimeout:
+            self.kill()
+            raise
+        if status == "error":
+            raise MinitcError(value)
+        return value
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    close = kill
+
+
+def _handlers() -> dict:
+    from . import measure
+
+    return {"build": measure.build_candidate, "setup": measure.runner_setup, "run": measure.runner_run}
+
+
+def main() -> None:
+    proto_in = os.fdopen(os.dup(0), "rb")
+    proto_out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # stray prints (Python or C) go to stderr, not into the protocol
+    handlers = _handlers()
+    while True:
+        header = proto_in.read(_HEADER.size)
+        if len(header) < _HEADER.size:
+            return
+        (size,) = _HEADER.unpack(header)
+        name, args = pickle.loads(proto_in.read(size))
+        try:
+            _write(proto_out, ("ok", handlers[name](*args)))
+        except Exception as e:  # report, keep serving
+            _write(proto_out, ("error", f"{type(e).__name__}: {e}"))
+
+
+if __name__ == "__main__":
+    main()
