@@ -22,7 +22,8 @@ import re
 
 from minitc import dtypes
 from minitc.errors import BuildError
-from minitc.ir import Allocate, For, IfThenElse, Kernel, Seq, Store
+from minitc.ir import Allocate, For, IfThenElse, Kernel, Seq, Store, walk_stmts
+from minitc.lower.partition import partition_tails
 
 from .builder import Function, Value, const, scalar_type
 from .exprs import ExprEmitter
@@ -101,6 +102,7 @@ class Codegen(ExprEmitter, MemoryEmitter, ParallelEmitter):
         self._flat_memo: dict = {}  # values keep the keyed objects alive, so ids stay unique
         self._classify_memo: dict = {}
         self._hazard_memo: dict = {}
+        self.alias_md: dict = {}  # Buffer -> ", !alias.scope !a, !noalias !b" for its accesses
 
     def run(self) -> str:
         params = self.kernel.params
@@ -111,7 +113,9 @@ class Codegen(ExprEmitter, MemoryEmitter, ParallelEmitter):
             self.ptrs[buf] = f"%arg{i}"
         args = ", ".join(f"ptr noalias nocapture %arg{i}" for i in range(len(params)))
         self.fn = Function(f"define void @{self.func_name}({args}) #0")
-        self.emit_stmt(self.kernel.body)
+        body = partition_tails(self.kernel.body)  # guard-free copies of the hot loops
+        self.alias_scopes(params + [st.buffer for st in walk_stmts(body) if isinstance(st, Allocate)])
+        self.emit_stmt(body)
         self.module.functions.insert(0, self.fn.text())
         return self.module_text()
 
@@ -131,6 +135,22 @@ class Codegen(ExprEmitter, MemoryEmitter, ParallelEmitter):
         out.append(f"attributes #1 = {{ alwaysinline {attrs} }}")
         out += self.module.metadata
         return "\n".join(out) + "\n"
+
+    def alias_scopes(self, buffers):
+        """One alias scope per buffer: every load and store says which buffer it touches and
+        that it touches no other (parameters never overlap an output, allocations are
+        distinct), so LLVM keeps accumulators in registers and reorders loads past stores
+        even where outlining or inlining lost the pointers' `noalias`."""
+        buffers = list(dict.fromkeys(buffers))
+        if len(buffers) < 2:
+            return
+        md = self.module.metadata_node
+        domain = md(f'!"{self.func_name}"', distinct_self=True)
+        scopes = {b: md(f'{domain}, !"{sanitize(b.name)}"', distinct_self=True) for b in buffers}
+        for b in buffers:
+            own = md("!{" + scopes[b] + "}")
+            others = md("!{" + ", ".join(scopes[o] for o in buffers if o is not b) + "}")
+            self.alias_md[b] = f", !alias.scope {own}, !noalias {others}"
 
     # -- variables -------------------------------------------------------------------------------
 

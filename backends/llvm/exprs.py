@@ -11,6 +11,7 @@ from minitc.errors import BuildError
 from minitc.expr import Binary, Call, Cast, Compare, Const, Expr, IterVar, Not, Select, Var
 from minitc.ir import Load
 
+from . import vecmath
 from .builder import Value, const, mangle, splat_const, vec_type
 
 EXPR_EMITTERS = {
@@ -226,12 +227,11 @@ class ExprEmitter:
         if len(e.args) != 1:
             raise BuildError(f"intrinsic {e.name} takes one argument, got {len(e.args)}")
         x = self.ev(e.args[0])
-        if e.name == "sigmoid":
-            one = const(1.0, x.dtype)
-            neg = Value(self.fn.assign(f"fneg{FAST} {x.typed}", "neg"), x.dtype, x.lanes)
-            ex = self.intrinsic("exp", neg)
-            den = self.inst("fadd" + FAST, one, ex, x.dtype)
-            return self.inst("fdiv" + FAST, one, den, x.dtype)
+        fn = vecmath.function(e.name, x.dtype, x.lanes) if dtypes.is_float(x.dtype) else None
+        if fn is not None:  # inline vector math instead of per-lane libm calls
+            for name, text in fn.text.items():
+                self.module.declare(name, text)
+            return Value(self.fn.assign(f"call {x.ty} @{fn.symbol}({x.typed})", e.name), x.dtype, x.lanes)
         if e.name == "abs" and dtypes.is_int(x.dtype):
             name = f"llvm.abs.{mangle(x.dtype, x.lanes)}"
             self.module.declare(name, f"declare {x.ty} @{name}({x.ty}, i1)")

@@ -29,6 +29,7 @@ _CACHE: dict = {}
 _ENGINE = None
 _MACHINES: dict = {}
 RUNTIME_SYMBOLS = ("minitc_parallel_launch", "minitc_num_threads")
+_NAME_MARK = "MINITC_ENTRY_NAME"  # stands for the hash-derived entry name while rendering
 
 
 class CompiledKernel:
@@ -68,7 +69,9 @@ def compile_kernel(kernel, target="llvm") -> CompiledKernel:
     the cached CompiledKernel. Raises BuildError if LLVM rejects the module or the target's code
     cannot run on this machine."""
     target = parse_target(target)
-    ir_plain = render(kernel, target)
+    start = time.perf_counter()
+    placeholder = f"{sanitize(kernel.name)}_{_NAME_MARK}"
+    ir_plain = render(kernel, target, name=placeholder)  # rendered once: the name is patched in
     key = hashlib.sha256((ir_plain + "\n" + target.string).encode()).hexdigest()
     with _LOCK:
         hit = _CACHE.get(key)
@@ -79,9 +82,8 @@ def compile_kernel(kernel, target="llvm") -> CompiledKernel:
                 f"target {target.string!r} needs CPU features this machine lacks "
                 f"(host: {parse_target('llvm').string!r}); use codegen.render() to inspect its IR instead"
             )
-        start = time.perf_counter()
         name = f"{sanitize(kernel.name)}_{key[:12]}"
-        ir = render(kernel, target, name=name)
+        ir = ir_plain.replace(f"@{placeholder}", f"@{name}")  # the entry and its task functions
         compiled = _compile(ir, name, target, key, len(kernel.params), start)
         _CACHE[key] = compiled
         return compiled

@@ -105,7 +105,7 @@ class ParallelEmitter:
         task.emit(f"call void @{body_name}({', '.join(args)})")
 
         # body: a fresh function context whose parameters stand for the captured values
-        params = [f"ptr noalias %b{k}" for k in range(len(buffers))]
+        params = [f"ptr noalias nocapture %b{k}" for k in range(len(buffers))]
         params += [f"{v.ty} %v{k}" for k, (_, v) in enumerate(variables)]
         params += ["i64 %start", "i64 %end"]
         body = Function(f"define internal void @{body_name}({', '.join(params)}) #1")

@@ -138,45 +138,67 @@ class MemoryEmitter:
             self._classify_memo[key] = hit
         return hit[0], hit[1]
 
+    def _strided_lanes(self, buffer, flat):
+        """Per-lane element pointers for an index affine in the lane variable (base + lane *
+        stride), as scalar GEPs off one base pointer; None for other indices. Unlike lanes
+        extracted from a vector of pointers, alias analysis sees which buffer each lane reads,
+        so strided loads can be reused and local tiles stay promotable to registers."""
+        stride = arith.coefficient(flat, self.lane_var)
+        if not isinstance(stride, int):
+            return None
+        base = self.gep(buffer, self.ev_index(substitute(flat, {self.lane_var: mk_const(0)})))
+        t = scalar_type(buffer.dtype)
+        return [
+            self.fn.assign(f"getelementptr inbounds {t}, ptr {base.ref}, i64 {lane * stride}", "pl")
+            for lane in range(self.lanes)
+        ]
+
     # -- loads -----------------------------------------------------------------------------------
 
     def emit_load(self, e: Load) -> Value:
         self._check_buffer(e.buffer)
         flat = self.flat(e.buffer, e.indices)
         t, align = scalar_type(e.dtype), elem_bytes(e.dtype)
+        md = self.alias_md.get(e.buffer, "")
         if not self.lanes:
             p = self.gep(e.buffer, self.ev_index(flat))
-            return Value(self.fn.assign(f"load {t}, ptr {p.ref}, align {align}", "ld"), e.dtype)
+            return Value(self.fn.assign(f"load {t}, ptr {p.ref}, align {align}{md}", "ld"), e.dtype)
         n, mask = self.lanes, self.mask
         vt = vec_type(e.dtype, n)
         coef, base = self._classify(flat)
         if coef is not None:
             p = self.gep(e.buffer, self.ev_index(base))
             if coef == 1 and mask is None:
-                return Value(self.fn.assign(f"load {vt}, ptr {p.ref}, align {align}", "vld"), e.dtype, n)
+                return Value(self.fn.assign(f"load {vt}, ptr {p.ref}, align {align}{md}", "vld"), e.dtype, n)
             if coef == 1:
                 name = f"llvm.masked.load.{mangle(e.dtype, n)}.p0"
                 self.module.declare(name, f"declare {vt} @{name}(ptr, i32, <{n} x i1>, {vt})")
                 ref = self.fn.assign(
-                    f"call {vt} @{name}(ptr {p.ref}, i32 {align}, {mask.typed}, {vt} zeroinitializer)", "mld"
+                    f"call {vt} @{name}(ptr {p.ref}, i32 {align}, {mask.typed}, {vt} zeroinitializer){md}", "mld"
                 )
                 return Value(ref, e.dtype, n)
             if mask is None:
-                return Value(self.fn.assign(f"load {t}, ptr {p.ref}, align {align}", "ld"), e.dtype)
+                return Value(self.fn.assign(f"load {t}, ptr {p.ref}, align {align}{md}", "ld"), e.dtype)
             ptrs = self.widen(p, n)
+        elif mask is None and (lane_ptrs := self._strided_lanes(e.buffer, flat)) is not None:
+            acc = "poison"
+            for lane, pl in enumerate(lane_ptrs):
+                xl = self.fn.assign(f"load {t}, ptr {pl}, align {align}{md}", "ld")
+                acc = self.fn.assign(f"insertelement {vt} {acc}, {t} {xl}, i64 {lane}", "gather")
+            return Value(acc, e.dtype, n)
         else:
             ptrs = self.gep(e.buffer, self.widen(self.ev_index(flat), n))
         if mask is not None:
             name = f"llvm.masked.gather.{mangle(e.dtype, n)}.v{n}p0"
             self.module.declare(name, f"declare {vt} @{name}(<{n} x ptr>, i32, <{n} x i1>, {vt})")
             ref = self.fn.assign(
-                f"call {vt} @{name}({ptrs.typed}, i32 {align}, {mask.typed}, {vt} zeroinitializer)", "gather"
+                f"call {vt} @{name}({ptrs.typed}, i32 {align}, {mask.typed}, {vt} zeroinitializer){md}", "gather"
             )
             return Value(ref, e.dtype, n)
         acc = "poison"
         for lane in range(n):
             pl = self.fn.assign(f"extractelement {ptrs.typed}, i64 {lane}", "pl")
-            xl = self.fn.assign(f"load {t}, ptr {pl}, align {align}", "ld")
+            xl = self.fn.assign(f"load {t}, ptr {pl}, align {align}{md}", "ld")
             acc = self.fn.assign(f"insertelement {vt} {acc}, {t} {xl}, i64 {lane}", "gather")
         return Value(acc, e.dtype, n)
 
@@ -192,28 +214,29 @@ class MemoryEmitter:
         flat = self.flat(s.buffer, s.indices)
         value = self.ev(s.value)
         t, align = scalar_type(s.buffer.dtype), elem_bytes(s.buffer.dtype)
+        md = self.alias_md.get(s.buffer, "")
         if not self.lanes:
             p = self.gep(s.buffer, self.ev_index(flat))
-            self.fn.emit(f"store {value.typed}, ptr {p.ref}, align {align}")
+            self.fn.emit(f"store {value.typed}, ptr {p.ref}, align {align}{md}")
             return
         n, mask = self.lanes, self.mask
         coef, base = self._classify(flat)
         if coef is not None:
             p = self.gep(s.buffer, self.ev_index(base))
             if coef == 1 and mask is None:
-                self.fn.emit(f"store {self.widen(value, n).typed}, ptr {p.ref}, align {align}")
+                self.fn.emit(f"store {self.widen(value, n).typed}, ptr {p.ref}, align {align}{md}")
                 return
             if coef == 1:
                 v = self.widen(value, n)
                 name = f"llvm.masked.store.{mangle(v.dtype, n)}.p0"
                 self.module.declare(name, f"declare void @{name}({v.ty}, ptr, i32, <{n} x i1>)")
-                self.fn.emit(f"call void @{name}({v.typed}, ptr {p.ref}, i32 {align}, {mask.typed})")
+                self.fn.emit(f"call void @{name}({v.typed}, ptr {p.ref}, i32 {align}, {mask.typed}){md}")
                 return
             if mask is None:  # every lane writes the same element: the last lane wins
                 if value.lanes:
                     last = self.fn.assign(f"extractelement {value.typed}, i64 {n - 1}", "last")
                     value = Value(last, value.dtype)
-                self.fn.emit(f"store {value.typed}, ptr {p.ref}, align {align}")
+                self.fn.emit(f"store {value.typed}, ptr {p.ref}, align {align}{md}")
                 return
             ptrs = self.widen(p, n)
         else:
@@ -222,7 +245,7 @@ class MemoryEmitter:
             v = self.widen(value, n)
             name = f"llvm.masked.scatter.{mangle(v.dtype, n)}.v{n}p0"
             self.module.declare(name, f"declare void @{name}({v.ty}, <{n} x ptr>, i32, <{n} x i1>)")
-            self.fn.emit(f"call void @{name}({v.typed}, {ptrs.typed}, i32 {align}, {mask.typed})")
+            self.fn.emit(f"call void @{name}({v.typed}, {ptrs.typed}, i32 {align}, {mask.typed}){md}")
             return
         for lane in range(n):
             pl = self.fn.assign(f"extractelement {ptrs.typed}, i64 {lane}", "pl")
@@ -230,7 +253,7 @@ class MemoryEmitter:
                 xl = self.fn.assign(f"extractelement {value.typed}, i64 {lane}", "xl")
             else:
                 xl = value.ref
-            self.fn.emit(f"store {t} {xl}, ptr {pl}, align {align}")
+            self.fn.emit(f"store {t} {xl}, ptr {pl}, align {align}{md}")
 
     # -- vectorized loops and lane masks ---------------------------------------------------------
 

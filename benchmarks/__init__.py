@@ -1,0 +1,53 @@
+"""The benchmark runner: `python -m benchmarks` (also `minitc bench`).
+
+    python -m benchmarks --suite cpu-core [--threads 1,2] [--repeats N] [--budget S]
+                         [--workloads matmul-512,...] [--json out.json] [--plot out.png]
+                         [--no-machine] [--quiet]
+
+Runs each workload of a suite (workloads.py) as minitc (`tc.build(tensor)`, the operator's
+default schedule), numpy and torch (CPU) in one process, for each thread count (minitc's pool,
+torch's intra-op threads and numpy's BLAS via threadpoolctl are all set to it). Before timing,
+the minitc result is checked against numpy; a kernel that fails to build, fails to run or
+gives a wrong result becomes an error row and is not timed. Timing (measure.py): warm-up, then
+interleaved rounds of samples, median and interquartile spread. At start the machine is
+measured with minitc-generated kernels (machine.py): peak FMA GFLOP/s, STREAM-triad GB/s and
+the thread pool's launch overhead, so "% of peak" is relative to this machine.
+
+Modules: workloads.py (Workload, suites), measure.py (timing, thread control), machine.py
+(peaks), runner.py (build, check, time, records), report.py (table, JSON, plot), cli.py.
+
+JSON (`--json FILE`): a list of records, one per workload and thread count; every record is
+self-contained (it repeats the machine and run description), so files from several runs or
+machines can be concatenated and filtered without losing context:
+
+    {
+      "suite": "cpu-core", "workload": "matmul-1024", "description": "matmul 1024x1024 @ ...",
+      "kind": "compute" | "memory", "threads": 2,
+      "minitc_ms": 31.2 | null,        # median ms per call; null: error, or not available
+      "numpy_ms": 29.0 | null, "torch_ms": 30.1 | null,
+      "best_library": "numpy" | "torch" | null,
+      "ratio": 0.93 | null,            # best library ms / minitc ms  (> 1: minitc is faster)
+      "gflops": 68.8 | null,           # minitc's rate; "gbps" instead for kind "memory"
+      "peak_pct": 32.1 | null,         # minitc's rate / the machine's peak at this thread count
+      "flops": 2147483648,             # work per call; "bytes" instead for kind "memory"
+      "compile_s": 0.41 | null,        # wall time of tc.build (schedule, lower, LLVM)
+      "spread_pct": {"minitc": 1.2, "numpy": 0.8, "torch": 2.0},  # IQR / median, in %
+      "background_cpus": 0.03 | null,  # CPUs other processes used while this row was timed
+      "error": null | "wrong result: ..." | "build failed: ..." | "run failed: ...",
+      "notes": [],                     # library problems (torch failed / disagrees)
+      "machine": null | {              # null with --no-machine
+        "cpu": "AMD EPYC", "llvm_cpu": "znver2", "cpus": 2,
+        "seconds": 0.9,                # time the measurement took
+        "background_cpus": 0.02,       # CPUs other processes used meanwhile (>= 0.25: suspect)
+        "peaks": [{"threads": 1, "fma_gflops": 107.3, "fma_gflops_median": 107.0,
+                   "triad_gbps": 21.2, "triad_gbps_median": 21.0,
+                   "launch_overhead_us": 0.0, "fork_join_us": 0.0}, ...]
+      },
+      "run": {"date": "2026-...T...+00:00", "command": "python -m benchmarks --suite ...",
+              "suite": "cpu-core", "threads": [1, 2], "repeats": 10,
+              "versions": {"python": ..., "minitc": ..., "numpy": ..., "numpy_blas": ...,
+                           "torch": ..., "llvmlite": ..., "llvm": ...}}
+    }
+
+Results meant to be kept go to benchmarks/results/ (see its README).
+"""

@@ -1,0 +1,176 @@
+"""Run workloads: build the minitc kernel, check it against numpy, time minitc, numpy and torch
+interleaved for each thread count, and turn the timings into result records (the JSON rows,
+see benchmarks/__init__.py for the schema).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .measure import BackgroundLoad, measure, thread_limit, torch_module
+from .workloads import Workload
+
+IMPLS = ("minitc", "numpy", "torch")
+LIBRARIES = ("numpy", "torch")
+
+
+@dataclass
+class Prepared:
+    """A workload made ready: inputs, the numpy reference result and one callable per
+    implementation that could be set up (None where not)."""
+
+    workload: Workload
+    inputs: tuple
+    expected: np.ndarray | None = None
+    fns: dict = field(default_factory=dict)  # impl -> zero-argument callable or None
+    minitc_out: np.ndarray | None = None
+    compile_s: float | None = None
+    error: str | None = None  # why minitc is not timed
+    notes: list = field(default_factory=list)  # library problems
+
+
+def mismatch(actual, expected, w: Workload) -> str | None:
+    """Why `actual` is not an acceptable result for `expected`, or None if it is."""
+    actual = np.asarray(actual)
+    if actual.shape != expected.shape:
+        return f"wrong result: shape {actual.shape}, expected {expected.shape}"
+    if not np.all(np.isfinite(actual)):
+        return f"wrong result: {int(np.sum(~np.isfinite(actual)))} non-finite element(s)"
+    ref = expected.astype(np.float64)
+    err = np.abs(actual.astype(np.float64) - ref)
+    tol = w.atol * float(np.max(np.abs(ref), initial=1.0)) + w.rtol * np.abs(ref)
+    bad = err > tol
+    if bad.any():
+        at = np.unravel_index(int(np.argmax(err - tol)), err.shape)
+        return (f"wrong result: {int(bad.sum())} of {err.size} elements off, worst at {tuple(map(int, at))}: "
+                f"{float(actual[at]):.6g} vs {float(expected[at]):.6g}")  # fmt: skip
+    return None
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+
+
+def prepare(w: Workload, seed: int = 0) -> Prepared:
+    """Make inputs, the numpy reference and the three callables; build the minitc kernel."""
+    import minitc as tc
+
+    p = Prepared(w, w.make_inputs(np.random.default_rng(seed)))
+    try:
+        numpy_fn = w.make_numpy()
+        p.expected = np.asarray(numpy_fn(*p.inputs))
+        p.fns["numpy"] = lambda: numpy_fn(*p.inputs)
+    except Exception as e:  # noqa: BLE001 - a broken baseline is reported, not raised
+        p.fns["numpy"] = None
+        p.error = f"numpy reference failed ({_short(e)}); minitc cannot be checked"
+    torch = torch_module()
+    p.fns["torch"] = None
+    if torch is not None and w.make_torch is not None:
+        try:
+            torch_fn = w.make_torch()
+            tensors = tuple(torch.from_numpy(a) for a in p.inputs)
+            with torch.inference_mode():
+                got = torch_fn(*tensors)
+            if p.expected is not None and (why := mismatch(got.numpy(), p.expected, w)):
+                p.notes.append(f"torch disagrees with numpy ({why}); torch not timed")
+            else:
+                p.fns["torch"] = lambda: torch_fn(*tensors)
+        except Exception as e:  # noqa: BLE001
+            p.notes.append(f"torch failed: {_short(e)}")
+    p.fns["minitc"] = None
+    if p.error is None:
+        try:
+            start = time.perf_counter()
+            f = tc.build(w.make_minitc())
+            p.compile_s = time.perf_counter() - start
+            p.minitc_out = np.empty(f.kernel.outputs[0].shape, f.kernel.outputs[0].dtype)
+            p.fns["minitc"] = lambda: f(*p.inputs, out=p.minitc_out)
+        except Exception as e:  # noqa: BLE001 - a kernel that does not build is an error row
+            p.error = f"build failed: {_short(e)}"
+    return p
+
+
+def check_minitc(p: Prepared) -> str | None:
+    """Run the minitc kernel once (with the current thread count) and compare with numpy."""
+    p.minitc_out.fill(np.nan)  # elements the kernel forgets to write show up
+    try:
+        p.fns["minitc"]()
+    except Exception as e:  # noqa: BLE001
+        return f"run failed: {_short(e)}"
+    return mismatch(p.minitc_out, p.expected, p.workload)
+
+
+def record(p: Prepared, threads: int, timings: dict, error: str | None, machine, suite: str,
+           background_cpus: float | None = None) -> dict:
+    """One JSON row: a workload at one thread count."""
+    w = p.workload
+    ms = {impl: (timings[impl].median * 1e3 if impl in timings else None) for impl in IMPLS}
+    libs = {lib: ms[lib] for lib in LIBRARIES if ms[lib] is not None}
+    best = min(libs, key=libs.get) if libs else None
+    mine = ms["minitc"]
+    rate = w.work / (mine * 1e-3) / 1e9 if mine else None
+    peak = machine.peak(w.kind, threads) if machine is not None else None
+    return {
+        "suite": suite,
+        "workload": w.name,
+        "description": w.description,
+        "kind": w.kind,
+        "threads": threads,
+        **{f"{impl}_ms": _r(ms[impl], 4) for impl in IMPLS},
+        "best_library": best,
+        "ratio": _r(libs[best] / mine, 3) if best and mine else None,
+        ("gflops" if w.kind == "compute" else "gbps"): _r(rate, 2),
+        "peak_pct": _r(100 * rate / peak, 1) if rate and peak else None,
+        ("flops" if w.kind == "compute" else "bytes"): int(w.work),
+        "compile_s": _r(p.compile_s, 3),
+        "spread_pct": {impl: _r(100 * t.spread, 1) for impl, t in timings.items()},
+        "background_cpus": _r(background_cpus, 2),
+        "error": error,
+        "notes": list(p.notes),
+    }
+
+
+def _r(x, digits):
+    return None if x is None else round(float(x), digits)
+
+
+def run_workload(w: Workload, threads, suite: str, machine=None, repeats: int = 10,
+                 budget_s: float = 2.0, progress=None) -> list:
+    """Records of one workload, one per thread count."""
+    say = progress or (lambda msg: None)
+    say(f"{w.name}: building and checking")
+    p = prepare(w)
+    if p.compile_s is not None:
+        say(f"{w.name}: compiled in {p.compile_s:.2f} s")
+    rows = []
+    for n in threads:
+        with thread_limit(n):
+            error = p.error or check_minitc(p)
+            fns = {impl: fn for impl, fn in p.fns.items() if fn is not None and not (impl == "minitc" and error)}
+            say(f"{w.name}: timing {', '.join(fns) or 'nothing'} with {n} thread(s)")
+            with BackgroundLoad() as load:
+                timings = measure(fns, repeats=repeats, budget_s=budget_s) if fns else {}
+        rows.append(record(p, n, timings, error, machine, suite, load.cpus))
+        say(_summary(rows[-1]))
+    return rows
+
+
+def _summary(rec: dict) -> str:
+    parts = [f"{impl} {rec[impl + '_ms']:.3f} ms" for impl in IMPLS if rec[impl + "_ms"] is not None]
+    tail = f"  ERROR {rec['error']}" if rec["error"] else ""
+    return f"{rec['workload']} [{rec['threads']}T]: " + ", ".join(parts) + tail
+
+
+def run_suite(workloads, threads, suite: str, machine=None, repeats: int = 10, budget_s: float = 2.0,
+              progress=None, context: dict | None = None) -> list:
+    """Records of every workload at every thread count; `context` (machine and run info) is
+    attached to each record."""
+    records = []
+    for i, w in enumerate(workloads):
+        say = (lambda msg, i=i: progress(f"[{i + 1}/{len(workloads)}] {msg}")) if progress else None
+        for rec in run_workload(w, threads, suite, machine, repeats, budget_s, say):
+            records.append({**rec, **(context or {})})
+    return records

@@ -1,0 +1,35 @@
+"""pytest-benchmark timings of a few minitc kernels (default schedules), for regression
+tracking; not part of the test suite (testpaths = tests). Run and compare with
+
+    python -m pytest benchmarks/test_kernels.py --benchmark-autosave
+    python -m pytest benchmarks/test_kernels.py --benchmark-compare --benchmark-compare-fail=median:10%
+
+Each kernel is checked against numpy before it is timed.
+"""
+import numpy as np
+import pytest
+
+import minitc as tc
+from benchmarks import workloads as wl
+from benchmarks.runner import check_minitc, prepare
+
+KERNELS = ["matmul-512", "conv-resnet", "softmax-bert", "eltwise-4m"]
+
+
+@pytest.fixture(params=[1, 2], ids=lambda n: f"{n}T")
+def threads(request):
+    before = tc.get_num_threads()
+    tc.set_num_threads(request.param)
+    yield request.param
+    tc.set_num_threads(before)
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_kernel(benchmark, name, threads):
+    (w,) = wl.select("cpu-core", [name])
+    p = prepare(w)
+    assert p.error is None, p.error
+    assert check_minitc(p) is None
+    benchmark.extra_info.update(kind=w.kind, work=w.work, threads=threads)
+    benchmark.pedantic(p.fns["minitc"], rounds=10, warmup_rounds=2)
+    assert np.all(np.isfinite(p.minitc_out))

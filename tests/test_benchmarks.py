@@ -1,0 +1,191 @@
+"""The benchmark runner (`python -m benchmarks`, `minitc bench`): end to end on the smoke suite,
+the JSON schema, error rows for broken kernels, the plot, and its error messages."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import minitc as tc
+from benchmarks import workloads as wl
+from benchmarks.measure import Timing, measure, settle
+from benchmarks.runner import mismatch
+from minitc.cli import main
+
+FAST = ["--repeats", "3", "--budget", "0.02", "-q"]
+RECORD_KEYS = {
+    "suite", "workload", "description", "kind", "threads", "minitc_ms", "numpy_ms", "torch_ms",
+    "best_library", "ratio", "peak_pct", "compile_s", "spread_pct", "background_cpus", "error",
+    "notes", "machine", "run",
+}  # fmt: skip
+
+
+def bench(*args):
+    result = CliRunner().invoke(main, ["bench", *args])
+    return result
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """One full smoke run through the CLI (machine measured, threads 1 and 2)."""
+    path = tmp_path_factory.mktemp("bench") / "smoke.json"
+    result = bench("--suite", "smoke", "--threads", "1,2", "--json", str(path), *FAST)
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    return result.output, json.loads(path.read_text())
+
+
+def test_smoke_suite_prints_a_table(smoke):
+    output, _ = smoke
+    assert "peak FMA" in output and "STREAM triad" in output and "launch" in output
+    header = next(line for line in output.splitlines() if line.startswith("workload"))
+    for column in ("minitc ms", "numpy ms", "torch ms", "%peak", "vs best", "compile s"):
+        assert column in header
+    for w in wl.SMOKE:
+        assert sum(line.startswith(w.name + " ") for line in output.splitlines()) == 2
+
+
+def test_smoke_json_schema(smoke):
+    _, records = smoke
+    assert isinstance(records, list)
+    assert [(r["workload"], r["threads"]) for r in records] == [(w.name, n) for w in wl.SMOKE for n in (1, 2)]
+    for r in records:
+        rate, work = ("gflops", "flops") if r["kind"] == "compute" else ("gbps", "bytes")
+        other_rate = "gbps" if rate == "gflops" else "gflops"
+        assert RECORD_KEYS | {rate, work} == set(r), set(r) ^ (RECORD_KEYS | {rate, work})
+        assert other_rate not in r
+        assert r["error"] is None, r["error"]
+        assert r["suite"] == "smoke" and r["kind"] in ("compute", "memory")
+        for impl in ("minitc", "numpy", "torch"):
+            assert r[f"{impl}_ms"] > 0
+        assert r["best_library"] in ("numpy", "torch")
+        best_ms = r[f"{r['best_library']}_ms"]
+        assert r["ratio"] == pytest.approx(best_ms / r["minitc_ms"], rel=2e-2)
+        assert r[rate] == pytest.approx(r[work] / (r["minitc_ms"] * 1e-3) / 1e9, rel=2e-2)
+        assert r["peak_pct"] > 0 and r["compile_s"] > 0
+        assert set(r["spread_pct"]) == {"minitc", "numpy", "torch"}
+        m = r["machine"]
+        assert m["cpus"] >= 1 and [p["threads"] for p in m["peaks"]] == [1, 2]
+        for p in m["peaks"]:
+            assert p["fma_gflops"] > 1 and p["triad_gbps"] > 0.1 and p["launch_overhead_us"] >= 0
+        assert r["run"]["command"].endswith("--suite smoke --threads 1,2 --repeats 3 --budget 0.02 --json "
+                                            + r["run"]["command"].split("--json ")[1])  # fmt: skip
+        assert r["run"]["versions"]["numpy"] == np.__version__
+
+
+def _broken_suite():
+    """A kernel computing the wrong thing, one that does not build, one that is right."""
+    base = wl.scale_shift_relu("right", 1024)
+
+    def wrong_graph():
+        (X,) = wl._placeholders((1024,))
+        return tc.compute((1024,), lambda i: tc.maximum(X[i] * 1.5 + 0.5, 0.0), name="wrong")
+
+    def unbuildable():
+        raise tc.BuildError("this kernel cannot be built")
+
+    return [
+        wl.Workload("wrong", "x", "memory", 8192, base.make_inputs, wrong_graph, base.make_numpy, base.make_torch),
+        wl.Workload("unbuildable", "x", "memory", 8192, base.make_inputs, unbuildable, base.make_numpy),
+        base,
+    ]
+
+
+def test_wrong_or_failing_kernels_become_error_rows(monkeypatch, tmp_path):
+    monkeypatch.setitem(wl.SUITES, "broken", _broken_suite())
+    path = tmp_path / "out.json"
+    result = bench("--suite", "broken", "--threads", "1", "--no-machine", "--json", str(path), *FAST)
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    wrong, unbuildable, right = json.loads(path.read_text())
+    assert wrong["error"].startswith("wrong result") and wrong["minitc_ms"] is None and wrong["ratio"] is None
+    assert wrong["numpy_ms"] > 0 and wrong["torch_ms"] > 0  # the libraries are still timed
+    assert unbuildable["error"] == "build failed: BuildError: this kernel cannot be built"
+    assert unbuildable["torch_ms"] is None and unbuildable["compile_s"] is None
+    assert right["error"] is None and right["minitc_ms"] > 0 and right["peak_pct"] is None
+    assert "ERROR wrong [1 threads]: wrong result" in result.output
+    assert "ERROR unbuildable [1 threads]: build failed" in result.output
+
+
+def test_without_torch_the_torch_column_is_empty(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` fail
+    path = tmp_path / "out.json"
+    result = bench("--suite", "smoke", "--workloads", "eltwise-64k", "--threads", "1", "--no-machine",
+                   "--json", str(path), *FAST)  # fmt: skip
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    (r,) = json.loads(path.read_text())
+    assert r["torch_ms"] is None and r["best_library"] == "numpy" and r["run"]["versions"]["torch"] is None
+    assert r["ratio"] == pytest.approx(r["numpy_ms"] / r["minitc_ms"], rel=2e-2)
+
+
+def test_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "chart.png"
+    result = bench("--suite", "smoke", "--workloads", "matmul-64,eltwise-64k", "--threads", "1", "--no-machine",
+                   "--plot", str(path), *FAST)  # fmt: skip
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_matplotlib_names_the_extra(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
+    result = bench("--suite", "smoke", "--plot", str(tmp_path / "x.png"), "-q")
+    assert result.exit_code == 2
+    assert "matplotlib" in result.output and "minitc[plot]" in result.output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--suite", "nope"], "unknown suite 'nope'; available: cpu-core, smoke"),
+        (["--suite", "smoke", "--workloads", "matmul-64,nope"], "unknown workload(s) 'nope' in suite 'smoke'"),
+        (["--threads", "0"], "thread counts must be integers >= 1"),
+        (["--threads", "a,b"], "expected comma-separated integers"),
+    ],
+)
+def test_bad_names_give_clear_errors(args, message):
+    result = bench(*args)
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_minitc_group_lists_bench_and_python_m_works():
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0 and "bench" in result.output
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "--suite" in proc.stdout and "python -m benchmarks" in proc.stdout
+
+
+def test_measure_interleaves_and_limits_slow_calls():
+    order = []
+    timings = measure({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, repeats=5,
+                      min_sample_s=0, budget_s=1.0)  # fmt: skip
+    assert all(isinstance(t, Timing) and len(t.samples) == 5 and t.number == 1 for t in timings.values())
+    assert "a" in order[-4:] and "b" in order[-4:]  # both measured in the last round
+    slow = measure({"slow": lambda: __import__("time").sleep(0.02)}, repeats=10, budget_s=0.01)
+    assert len(slow["slow"].samples) == 3  # budget exceeded: min_repeats
+    assert slow["slow"].median >= 0.02 and slow["slow"].spread >= 0
+
+
+def test_settle_stops_once_calls_are_warm():
+    times = iter([0.5, 0.4, 0.01, 0.01, 0.01])
+    calls = []
+    assert len(settle(lambda: calls.append(next(times)), expected=10.0)) == 1
+    assert len(calls) == 1
+
+
+def test_mismatch_reports_where_and_how_much():
+    w = wl.row_sum("r", 4, 4)
+    ref = np.arange(4, dtype=np.float32)
+    assert mismatch(ref.copy(), ref, w) is None
+    bad = ref.copy()
+    bad[2] += 1
+    assert mismatch(bad, ref, w) == "wrong result: 1 of 4 elements off, worst at (2,): 3 vs 2"
+    assert "shape" in mismatch(ref[:3], ref, w)
+    assert "non-finite" in mismatch(np.full(4, np.nan, np.float32), ref, w)
+
+
+def test_numpy_im2col_conv_matches_the_reference():
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((2, 3, 7, 7), np.float32), rng.standard_normal((4, 3, 3, 3), np.float32)
+    np.testing.assert_allclose(wl.im2col_conv2d(x, w, 1), tc.ops.reference.conv2d(x, w, 1, 1), rtol=1e-4, atol=1e-4)
