@@ -2,7 +2,7 @@
 
     python -m benchmarks --suite cpu-core [--threads 1,2] [--repeats N] [--budget S]
                          [--workloads matmul-512,...] [--json out.json] [--plot out.png]
-                         [--no-machine] [--quiet]
+                         [--wait-quiet S] [--no-machine] [--quiet]
 
 Runs each workload of a suite (workloads.py) as minitc (`tc.build(tensor)`, the operator's
 default schedule), numpy and torch (CPU) in one process, for each thread count (minitc's pool,
@@ -12,6 +12,10 @@ gives a wrong result becomes an error row and is not timed. Timing (measure.py):
 interleaved rounds of samples, median and interquartile spread. At start the machine is
 measured with minitc-generated kernels (machine.py): peak FMA GFLOP/s, STREAM-triad GB/s and
 the thread pool's launch overhead, so "% of peak" is relative to this machine.
+
+On a shared machine, other processes' CPU use is measured for every row (`background_cpus`)
+and rows it affected are flagged; `--wait-quiet S` waits up to S seconds before each row for
+the other processes to go quiet.
 
 Modules: workloads.py (Workload, suites), measure.py (timing, thread control), machine.py
 (peaks), runner.py (build, check, time, records), report.py (table, JSON, plot), cli.py.
@@ -44,7 +48,7 @@ machines can be concatenated and filtered without losing context:
                    "launch_overhead_us": 0.0, "fork_join_us": 0.0}, ...]
       },
       "run": {"date": "2026-...T...+00:00", "command": "python -m benchmarks --suite ...",
-              "suite": "cpu-core", "threads": [1, 2], "repeats": 10,
+              "suite": "cpu-core", "threads": [1, 2], "repeats": 10, "wait_quiet_s": 0.0,
               "versions": {"python": ..., "minitc": ..., "numpy": ..., "numpy_blas": ...,
                            "torch": ..., "llvmlite": ..., "llvm": ...}}
     }

@@ -70,9 +70,12 @@ def _dist_version(name: str):
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), help="Write the records as JSON.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True),
               help="Write a bar chart (PNG); needs matplotlib: pip install 'minitc[plot]'.")  # fmt: skip
+@click.option("--wait-quiet", "wait_quiet_s", default=0.0, show_default=True, type=click.FloatRange(min=0),
+              help="On a shared machine: before the machine measurement and each row, wait up to this many "
+                   "seconds for other processes to go quiet.")  # fmt: skip
 @click.option("--no-machine", is_flag=True, help="Skip measuring peak FMA, bandwidth and launch overhead.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
-def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, no_machine, quiet):
+def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine, quiet):
     """Benchmark minitc against numpy and torch (CPU) on a suite of workloads.
 
     Each workload runs minitc's default schedule (`tc.build(tensor)`), numpy and torch in the
@@ -93,8 +96,8 @@ def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, no
         except RuntimeError as e:
             raise click.UsageError(str(e)) from None
     say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))
-    command = _command_line(suite, names, threads, repeats, budget_s, json_path, plot_path, no_machine)
-    records = run(chosen, suite, threads, repeats, budget_s, not no_machine, say, command)
+    command = _command_line(suite, names, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine)
+    records = run(chosen, suite, threads, repeats, budget_s, not no_machine, say, command, wait_quiet_s)
     ctx_machine = records[0]["machine"] if records else None
     click.echo("\n".join(report.machine_lines(ctx_machine)))
     click.echo(report.format_table(records))
@@ -106,24 +109,30 @@ def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, no
         say(f"wrote {plot_path}")
 
 
-def _command_line(suite, names, threads, repeats, budget_s, json_path, plot_path, no_machine) -> str:
+def _command_line(suite, names, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine) -> str:
     """The command that reproduces this run (recorded in the JSON)."""
-    args = [click.get_current_context().command_path, "--suite", suite]
+    args = ["--suite", suite]
     args += ["--workloads", ",".join(names)] if names else []
     args += ["--threads", ",".join(map(str, threads)), "--repeats", str(repeats), "--budget", f"{budget_s:g}"]
     args += ["--json", json_path] if json_path else []
     args += ["--plot", plot_path] if plot_path else []
+    args += ["--wait-quiet", f"{wait_quiet_s:g}"] if wait_quiet_s else []
     args += ["--no-machine"] if no_machine else []
-    return " ".join(shlex.quote(a) for a in args)
+    return " ".join([click.get_current_context().command_path] + [shlex.quote(a) for a in args])
 
 
-def run(workloads, suite, threads, repeats, budget_s, measure_machine=True, progress=None, command=None) -> list:
+def run(workloads, suite, threads, repeats, budget_s, measure_machine=True, progress=None, command=None,
+        wait_quiet_s=0.0) -> list:
     """Measure the machine (optionally), then run the workloads; returns the records."""
     from .machine import measure_machine as measure
+    from .measure import wait_for_quiet
     from .runner import run_suite
 
     start = time.perf_counter()
     say = progress or (lambda msg: None)
+    if measure_machine and wait_quiet_s > 0:
+        say(f"machine: waiting up to {wait_quiet_s:g} s for other processes to go quiet")
+        wait_for_quiet(wait_quiet_s)
     machine = measure(threads, progress=say) if measure_machine else None
     if machine is not None:
         say(f"machine measured in {machine.seconds:.1f} s")
@@ -135,10 +144,11 @@ def run(workloads, suite, threads, repeats, budget_s, measure_machine=True, prog
             "suite": suite,
             "threads": list(threads),
             "repeats": repeats,
+            "wait_quiet_s": wait_quiet_s,
             "versions": _versions(),
         },
     }
-    records = run_suite(workloads, threads, suite, machine, repeats, budget_s, say, context)
+    records = run_suite(workloads, threads, suite, machine, repeats, budget_s, say, context, wait_quiet_s)
     say(f"suite {suite} done in {time.perf_counter() - start:.1f} s")
     return records
 

@@ -15,6 +15,11 @@ after a pause (of torch's OpenMP pool, OpenBLAS or minitc's pool alike) can take
 longer. Timing steady state is what a back-to-back benchmark of one library sees. Slow calls
 get fewer rounds (`budget_s` per implementation, but never fewer than `min_repeats`).
 
+Interleaving has its own hazard: after a call, a library's idle workers keep spinning for a
+while (OpenBLAS ~0.1 s, torch's OpenMP ~10 ms, minitc ~0.15 ms), and on two cores they steal
+the CPU that the next implementation's second thread needs. So before each sample (and each
+warm-up) `quiesce` waits until no other thread of this process is running.
+
 A process of someone else's that keeps one of the two cores busy wrecks multi-threaded
 timings (a library's spin barrier then waits for scheduler ticks: torch calls of 0.1 ms take
 8 ms); `BackgroundLoad` measures that, and the report flags the rows it affected.
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,6 +38,8 @@ import numpy as np
 SETTLE_S = 0.25  # at most this long of untimed calls before a sample
 SETTLE_CALLS = 50
 SETTLE_SLACK = 1.3  # a call within 1.3x of the expected time counts as warm
+QUIESCE_S = 0.5  # longest wait for other thread pools to stop spinning
+QUIESCE_POLL_S = 0.0005
 CALIBRATE_S = 0.03  # warm-up calls of at least this long set the expected time per call
 
 
@@ -84,6 +92,35 @@ def settle(fn, expected: float | None = None, min_s: float = 0.0, max_s: float =
     return times
 
 
+def _running_threads():
+    """How many threads of this process, other than the calling one, are running (state R), or
+    None where /proc/self/task cannot be read."""
+    me = threading.get_native_id()
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    running = 0
+    for tid in tids:
+        if int(tid) == me:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                running += f.read().rsplit(")", 1)[1].split()[0] == "R"
+        except (OSError, IndexError):
+            pass  # the thread just exited
+    return running
+
+
+def quiesce(max_s: float = QUIESCE_S) -> float:
+    """Wait until the other threads of this process (library thread pools spinning after their
+    last job) are idle, at most `max_s`; returns the seconds waited."""
+    start = time.perf_counter()
+    while _running_threads() and time.perf_counter() - start < max_s:
+        time.sleep(QUIESCE_POLL_S)
+    return time.perf_counter() - start
+
+
 def measure(fns: dict, repeats: int = 10, warmup: int = 0, min_sample_s: float = 0.01,
             budget_s: float = 2.0, min_repeats: int = 3) -> dict:
     """Interleaved timing of zero-argument callables; returns {name: Timing}.
@@ -96,6 +133,7 @@ def measure(fns: dict, repeats: int = 10, warmup: int = 0, min_sample_s: float =
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     plan = {}
     for name, fn in fns.items():
+        quiesce()
         for _ in range(warmup):
             fn()
         once = max(min(settle(fn, min_s=CALIBRATE_S)), 1e-7)
@@ -103,12 +141,15 @@ def measure(fns: dict, repeats: int = 10, warmup: int = 0, min_sample_s: float =
         rounds = max(min(min_repeats, repeats), min(repeats, int(budget_s / (once * number))))
         plan[name] = (number, rounds, once)
     samples = {name: [] for name in fns}
-    names = list(fns)
+    names, previous = list(fns), None
     for r in range(max(rounds for _, rounds, _ in plan.values())):
         for name in names[r % len(names):] + names[: r % len(names)]:
             number, rounds, once = plan[name]
             if r >= rounds:
                 continue
+            if name != previous:
+                quiesce()
+            previous = name
             if once < SETTLE_S:
                 settle(fns[name], expected=once)
             samples[name].append(_time_calls(fns[name], number))
@@ -182,3 +223,14 @@ def _busy_seconds():
 def _own_seconds() -> float:
     t = os.times()
     return t.user + t.system
+
+
+def wait_for_quiet(max_s: float, threshold: float = 0.25, window_s: float = 0.5) -> float | None:
+    """Wait (at most `max_s`) until other processes use fewer than `threshold` CPUs over a
+    `window_s` window; returns the last window's load (None without /proc/stat)."""
+    start = time.perf_counter()
+    while True:
+        with BackgroundLoad() as load:
+            time.sleep(window_s)
+        if load.cpus is None or load.cpus < threshold or time.perf_counter() - start >= max_s:
+            return load.cpus

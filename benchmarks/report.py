@@ -84,6 +84,8 @@ def format_table(records: list) -> str:
 
     out = [line(head), "  ".join("-" * w for w in widths)] + [line(row) for row in rows]
     out.append("vs best = best library ms / minitc ms (> 1: minitc is faster); ms = median ± half the IQR")
+    out.append("%peak: compute vs peak FMA, memory vs STREAM triad (read-mostly kernels can pass 100%: "
+               "triad also pays write-allocate traffic)")  # fmt: skip
     busy = [r for r in records if (r.get("background_cpus") or 0) >= NOISY_CPUS]
     if busy and len(busy) == len(records):
         mean = sum(r["background_cpus"] for r in busy) / len(busy)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .measure import BackgroundLoad, measure, thread_limit, torch_module
+from .measure import BackgroundLoad, measure, thread_limit, torch_module, wait_for_quiet
 from .workloads import Workload
 
 IMPLS = ("minitc", "numpy", "torch")
@@ -119,10 +119,10 @@ def record(p: Prepared, threads: int, timings: dict, error: str | None, machine,
         "description": w.description,
         "kind": w.kind,
         "threads": threads,
-        **{f"{impl}_ms": _r(ms[impl], 4) for impl in IMPLS},
+        **{f"{impl}_ms": _sig(ms[impl], 5) for impl in IMPLS},
         "best_library": best,
-        "ratio": _r(libs[best] / mine, 3) if best and mine else None,
-        ("gflops" if w.kind == "compute" else "gbps"): _r(rate, 2),
+        "ratio": _sig(libs[best] / mine, 4) if best and mine else None,
+        ("gflops" if w.kind == "compute" else "gbps"): _sig(rate, 4),
         "peak_pct": _r(100 * rate / peak, 1) if rate and peak else None,
         ("flops" if w.kind == "compute" else "bytes"): int(w.work),
         "compile_s": _r(p.compile_s, 3),
@@ -133,13 +133,19 @@ def record(p: Prepared, threads: int, timings: dict, error: str | None, machine,
     }
 
 
+def _sig(x, digits):
+    """`x` to `digits` significant digits (None stays None)."""
+    return None if x is None else float(f"{float(x):.{digits}g}")
+
+
 def _r(x, digits):
     return None if x is None else round(float(x), digits)
 
 
 def run_workload(w: Workload, threads, suite: str, machine=None, repeats: int = 10,
-                 budget_s: float = 2.0, progress=None) -> list:
-    """Records of one workload, one per thread count."""
+                 budget_s: float = 2.0, progress=None, wait_quiet_s: float = 0.0) -> list:
+    """Records of one workload, one per thread count. With `wait_quiet_s`, each thread count
+    first waits (up to that long) for other processes to leave the CPUs alone."""
     say = progress or (lambda msg: None)
     say(f"{w.name}: building and checking")
     p = prepare(w)
@@ -147,6 +153,9 @@ def run_workload(w: Workload, threads, suite: str, machine=None, repeats: int = 
         say(f"{w.name}: compiled in {p.compile_s:.2f} s")
     rows = []
     for n in threads:
+        if wait_quiet_s > 0:
+            say(f"{w.name}: waiting up to {wait_quiet_s:g} s for other processes to go quiet")
+            wait_for_quiet(wait_quiet_s)
         with thread_limit(n):
             error = p.error or check_minitc(p)
             fns = {impl: fn for impl, fn in p.fns.items() if fn is not None and not (impl == "minitc" and error)}
@@ -165,12 +174,12 @@ def _summary(rec: dict) -> str:
 
 
 def run_suite(workloads, threads, suite: str, machine=None, repeats: int = 10, budget_s: float = 2.0,
-              progress=None, context: dict | None = None) -> list:
+              progress=None, context: dict | None = None, wait_quiet_s: float = 0.0) -> list:
     """Records of every workload at every thread count; `context` (machine and run info) is
     attached to each record."""
     records = []
     for i, w in enumerate(workloads):
         say = (lambda msg, i=i: progress(f"[{i + 1}/{len(workloads)}] {msg}")) if progress else None
-        for rec in run_workload(w, threads, suite, machine, repeats, budget_s, say):
+        for rec in run_workload(w, threads, suite, machine, repeats, budget_s, say, wait_quiet_s):
             records.append({**rec, **(context or {})})
     return records

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 import minitc as tc
 from benchmarks import workloads as wl
-from benchmarks.measure import Timing, measure, settle
+from benchmarks.measure import Timing, measure, quiesce, settle, wait_for_quiet
 from benchmarks.runner import mismatch
 from minitc.cli import main
 
@@ -172,6 +172,12 @@ def test_settle_stops_once_calls_are_warm():
     calls = []
     assert len(settle(lambda: calls.append(next(times)), expected=10.0)) == 1
     assert len(calls) == 1
+
+
+def test_quiesce_and_wait_for_quiet_return_quickly():
+    assert 0 <= quiesce(max_s=0.05) < 1
+    load = wait_for_quiet(0, window_s=0.01)
+    assert load is None or load >= 0
 
 
 def test_mismatch_reports_where_and_how_much():

@@ -81,6 +81,22 @@ def test_matmul_explicit_params(params, transposes):
     _roundtrip(s)
 
 
+@pytest.mark.parametrize(
+    "params,transposes",
+    [
+        (dict(mr=4, nr=16, nc=32, ku=2, kc=16, mc=12), (False, False)),  # k blocks, in place
+        (dict(mr=6, nr=8, nc=16, ku=1, kc=8, parallel="m"), (True, True)),
+    ],
+)
+def test_matmul_k_blocks(params, transposes):
+    ta, tb = transposes
+    C, ins = _matmul(37, 53, 32, ta, tb)
+    s = _scheduled(C, **params)
+    assert "matmul_local" not in str(tc.lower(s))  # accumulates into the output
+    _check(s, ins, lambda a, b: tc.ops.reference.matmul(a, b, ta, tb))
+    _roundtrip(s)
+
+
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, True)])
 def test_matmul_trace_roundtrip(ta, tb):
     C, _ = _matmul(130, 70, 90, ta, tb)
@@ -144,6 +160,15 @@ def test_dense_epilogue_fused_into_register_tile():
     _roundtrip(s)
     out, ins, ref = _dense(16, 96, 64, True, "gelu")
     _check(out, ins, ref, tol=2e-4)
+
+
+def test_dense_epilogue_per_panel_with_k_blocks():
+    out, ins, ref = _dense(37, 53, 32, True, "relu")
+    s = _scheduled(out, mr=4, nr=16, nc=32, ku=2, kc=16, mc=20)
+    text = str(tc.lower(s))
+    assert 'alloc("local", float32[37, 32]) as dense' in text  # one column panel of the product
+    _check(s, ins, ref)
+    _roundtrip(s)
     _roundtrip(default_schedule(out))
     plain, _, _ = _dense(37, 53, 29, False, None)
     _roundtrip(default_schedule(plain))
@@ -152,9 +177,12 @@ def test_dense_epilogue_fused_into_register_tile():
 def test_defaults_prefer_dividing_tiles():
     p = gemm.pick_tiles(512, 512, 512, TARGET)
     assert p["nr"] == 16 and p["mr"] in (5, 6) and p["ku"] == 4  # 10-12 accumulators, columns divide
-    assert gemm.pick_tiles(128, 3072, 768, TARGET) == dict(mr=4, nr=24, nc=24, ku=4)
+    assert p["nc"] % p["nr"] == 0 and 512 % p["nc"] == 0 and 512 * p["nc"] * 4 <= gemm.PANEL_BYTES
+    assert gemm.pick_tiles(128, 3072, 768, TARGET) == dict(mr=4, nr=24, nc=24, ku=4, kc=0)
+    assert gemm.pick_tiles(240, 256, 8192, TARGET)["kc"] == 1024  # long k: BLIS-style k blocks
+    assert gemm.pick_tiles(128, 128, 64, TARGET, batch=12)["nc"] == 128  # batches keep the cores busy
     small = gemm.pick_tiles(3, 5, 7, TARGET)
-    assert small["mr"] <= 3 and small["nr"] == 8 and small["ku"] == 1
+    assert small["mr"] <= 3 and small["nr"] == 8 and small["ku"] == 1 and small["kc"] == 0
 
 
 def test_template_errors():

@@ -17,6 +17,7 @@ loop (reduce.py's "kept" case).
 """
 from __future__ import annotations
 
+from .. import dtypes
 from ..errors import ScheduleError
 from . import defaults, template
 from .elementwise import check_int, default_vector, extent, parallelize, pick_lanes, pick_tile, worth_parallel
@@ -24,7 +25,7 @@ from .reduce import input_bytes, pick_chunk, schedule_reduction
 
 ROWS = 8
 CHUNK = 64
-TILE_BYTES = 32 * 1024  # the exp tile of softmax: half of L1 plus the input tile
+TILE_BYTES = 32 * 1024  # the exp tile of softmax stays in L1 (with the input rows, in L2)
 
 
 def producer(s, name: str, tag: str) -> str:
@@ -143,13 +144,15 @@ def softmax_axis(s, out: str) -> int:
 
 @defaults("softmax")
 def softmax_defaults(s, out, target) -> dict:
+    """Tiles whose exp stage fits TILE_BYTES: rows x the last axis, or the softmax axis x a
+    column chunk."""
     st = s.state.stage(out)
-    n = st.shape[-1]
-    rows = max(1, min(ROWS, TILE_BYTES // (4 * n)))
+    item = dtypes.bits(st.dtype) // 8
+    along = st.shape[softmax_axis(s, out)]
     return {
-        "rows": rows,
+        "rows": max(1, min(ROWS, TILE_BYTES // (item * st.shape[-1]))),
         "vector": default_vector(target, st.dtype),
-        "chunk": CHUNK,
+        "chunk": max(8, min(CHUNK, TILE_BYTES // (item * along)) // 8 * 8),
         "parallel": worth_parallel(input_bytes(s, out), target),
     }
 

@@ -125,6 +125,22 @@ def input_bytes(s, name: str) -> int:
     return max(sizes, default=0)
 
 
+def default_chunk(st, vector: int, target) -> int:
+    """Column chunks as long as CHUNK_BYTES allows, but at least one per core when the kept
+    contiguous axis is the only parallel work (sum over axis 0 of a matrix)."""
+    chunk = CHUNK_BYTES // (dtypes.bits(st.dtype) // 8)
+    kind, p = contiguous_axis(st)
+    if kind != "kept":
+        return chunk
+    n = st.shape[p]
+    cores = max(1, target.num_cores)
+    if numel(st.shape) // n >= cores:
+        return chunk
+    lanes = pick_lanes(n, vector)
+    per_core = -(-n // cores)
+    return max(lanes, min(chunk, -(-per_core // lanes) * lanes))
+
+
 @defaults("reduce")
 def reduce_defaults(s, out, target) -> dict:
     st = s.state.stage(out)
@@ -132,6 +148,6 @@ def reduce_defaults(s, out, target) -> dict:
     return {
         "vector": vector,
         "rows": ROWS,
-        "chunk": CHUNK_BYTES // (dtypes.bits(st.dtype) // 8),
+        "chunk": default_chunk(st, vector, target),
         "parallel": worth_parallel(input_bytes(s, out), target),
     }
