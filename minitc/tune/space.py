@@ -1,0 +1,152 @@
+"""Design spaces: every program the tuner may try for a workload, as (sketch, decisions).
+
+A workload's space has up to two sketches:
+
+- `template`: the operator's hand template (minitc/schedules) with each keyword parameter a
+  categorical decision over candidates built around the shape, always including the
+  template's own default, so the hand-written schedule is one point of the space;
+- `generic`: the MetaSchedule-style rules of rules.py, for any computation.
+
+The first decision picks the sketch. `Space.sample(rng)` draws a random candidate;
+`Space.replay(decisions)` rebuilds one from its decisions (what mutation, the database and the
+language model use).
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+from dataclasses import dataclass
+
+from ..errors import ScheduleError
+from ..schedule.schedule import Schedule
+from ..schedules import DEFAULTS, TEMPLATES, _load_templates
+from .rules import generic_sketch
+from .sampler import Sampler
+
+
+def _divisors(n: int) -> list:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+# Candidate values per template parameter name (shape-independent; the default is added).
+CANDIDATES = {
+    "mr": (1, 2, 3, 4, 5, 6, 8),
+    "nr": (8, 16, 24, 32),
+    "nc": (16, 32, 48, 64, 96, 128, 192, 256),
+    "ku": (1, 2, 4, 8),
+    "kc": (0, 64, 128, 256, 512),
+    "mc": (0, 32, 64, 128),
+    "kb": (1, 2, 3, 4, 6, 8),
+    "ohb": (1, 2, 3, 4, 7),
+    "owv": (1, 2, 3, 4),
+    "lanes": (4, 7, 8, 16),
+    "rcb": (0, 4, 8, 16, 32),
+    "kgroups": (1, 2, 4),
+    "oht": (1, 2, 4, 8, 14),
+    "vector": (8, 16, 32, 64),
+    "rows": (1, 2, 4, 8, 16),
+    "chunk": (64, 128, 256, 512, 1024),
+}
+BOOLEAN = (False, True)
+
+
+def _domain(name: str, default):
+    if isinstance(default, bool):
+        return BOOLEAN
+    if isinstance(default, str):
+        options = {"parallel": ("auto", "n", "m", "batch", "none"), "pad": ("tile", "inline", "root")}
+        return tuple(dict.fromkeys(options.get(name, ()) + (default,)))
+    values = set(CANDIDATES.get(name, ())) | {default}
+    return tuple(sorted(values, key=lambda v: (v is None, v)))
+
+
+def template_params(tag: str, s, out: str, target, sampler: Sampler) -> dict:
+    """Draw a value for every keyword parameter of the tag's template."""
+    fn = TEMPLATES[tag]
+    defaults = dict(DEFAULTS[tag](s, out, target)) if tag in DEFAULTS else {}
+    params = {}
+    for p in list(inspect.signature(fn).parameters.values())[3:]:
+        if p.kind is not p.KEYWORD_ONLY and p.kind is not p.POSITIONAL_OR_KEYWORD:
+            continue
+        default = defaults.get(p.name, p.default)
+        if default is inspect.Parameter.empty:
+            continue
+        params[p.name] = sampler.categorical(f"{out}.{p.name}", _domain(p.name, default))
+    return params
+
+
+def template_defaults(tag: str, s, out: str, target) -> dict:
+    """The values `tc.build` uses, as the space's decisions would give them."""
+    fn = TEMPLATES[tag]
+    defaults = dict(DEFAULTS[tag](s, out, target)) if tag in DEFAULTS else {}
+    out_params = {}
+    for p in list(inspect.signature(fn).parameters.values())[3:]:
+        default = defaults.get(p.name, p.default)
+        if default is not inspect.Parameter.empty:
+            out_params[p.name] = default
+    return out_params
+
+
+@dataclass
+class Candidate:
+    sketch: str
+    decisions: list  # Decision objects, in order (the first one is the sketch)
+    schedule: Schedule
+
+    @property
+    def values(self) -> list:
+        return [d.value for d in self.decisions]
+
+    @property
+    def trace(self) -> str:
+        return self.schedule.trace.to_json()
+
+    @property
+    def key(self) -> str:
+        """Structural hash: two candidates with equal traces are the same program."""
+        return hashlib.sha256(self.trace.encode()).hexdigest()[:24]
+
+
+class Space:
+    def __init__(self, outputs, target):
+        from backends.llvm.target import parse_target
+
+        if not TEMPLATES:
+            _load_templates()
+        self.outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+        self.target = parse_target(target) if isinstance(target, str) else target
+        probe = Schedule(self.outputs)
+        if len(probe.state.outputs) != 1:
+            raise ScheduleError("design spaces cover single-output computations")
+        self.out = probe.state.outputs[0]
+        self.tag = probe.state.stage(self.out).tag
+        self.sketches = (("template",) if self.tag in TEMPLATES else ()) + ("generic",)
+
+    def _apply(self, sampler: Sampler) -> Candidate:
+        s = Schedule(self.outputs)
+        sketch = sampler.categorical("sketch", self.sketches)
+        if sketch == "template":
+            params = template_params(self.tag, s, self.out, self.target, sampler)
+            TEMPLATES[self.tag](s, self.out, self.target, **params)
+        else:
+            generic_sketch(s, self.out, self.target, sampler)
+        return Candidate(sketch, list(sampler.decisions), s)
+
+    def sample(self, rng, sketch: str | None = None) -> Candidate:
+        """A random candidate (of one sketch if given); raises ScheduleError if the draw is
+        illegal (the caller draws again)."""
+        forced = [sketch] if sketch is not None else None
+        return self._apply(Sampler(rng, forced=forced, on_invalid="random"))
+
+    def replay(self, values: list, rng=None, strict: bool = True) -> Candidate:
+        """The candidate with these decision values. With strict=False, values that are no
+        longer legal (an earlier decision changed) are re-drawn at random."""
+        return self._apply(Sampler(rng, forced=values, on_invalid="raise" if strict else "random"))
+
+    def default_values(self) -> list:
+        """The decisions of the hand template with its default parameters."""
+        if "template" not in self.sketches:
+            raise ScheduleError(f"{self.out} has no template")
+        s = Schedule(self.outputs)
+        params = template_defaults(self.tag, s, self.out, self.target)
+        return ["template"] + list(params.values())
