@@ -1,0 +1,97 @@
+"""Mutators: a new candidate from an old one by changing one decision within its domain
+(MetaSchedule never edits structure, only decisions). Each returns new decision values or None
+when it finds nothing to change."""
+from __future__ import annotations
+
+from .sampler import Decision
+
+
+def _pick(rng, decisions: list):
+    return decisions[int(rng.integers(len(decisions)))] if decisions else None
+
+
+def _replace(values: list, index: int, value) -> list:
+    out = list(values)
+    out[index] = value
+    return out
+
+
+def mutate_tile(decisions: list, rng):
+    """Move a factor of one tile decision from one level to another (MetaSchedule's
+    MutateTileSize); for template sketches, move a tile-size categorical to another value."""
+    tiles = [n for n, d in enumerate(decisions) if d.kind == "tile" and len(d.domain) > 1]
+    if tiles:
+        n = _pick(rng, tiles)
+        d: Decision = decisions[n]
+        factors = list(d.value)
+        src = [i for i, f in enumerate(factors) if f > 1]
+        if src:
+            i = _pick(rng, src)
+            divisors = [x for x in range(2, factors[i] + 1) if factors[i] % x == 0]
+            x = _pick(rng, divisors)
+            j = _pick(rng, [k for k in range(len(factors)) if k != i])
+            factors[i] //= x
+            factors[j] *= x
+            if tuple(factors) in d.domain:
+                return _replace([e.value for e in decisions], n, tuple(factors))
+        return _replace([e.value for e in decisions], n, _other(d, rng))
+    numeric = [
+        n for n, d in enumerate(decisions)
+        if d.kind == "categorical" and len(d.domain) > 1 and all(isinstance(v, int) and not isinstance(v, bool) for v in d.domain)
+        and not d.name.endswith((".unroll", ".parallel"))
+    ]
+    return _change(decisions, numeric, rng)
+
+
+def _other(d: Decision, rng):
+    options = [v for v in d.domain if v != d.value]
+    return _pick(rng, options) if options else d.value
+
+
+def _change(decisions: list, eligible: list, rng):
+    if not eligible:
+        return None
+    n = _pick(rng, eligible)
+    return _replace([e.value for e in decisions], n, _other(decisions[n], rng))
+
+
+def mutate_unroll(decisions: list, rng):
+    return _change(decisions, [n for n, d in enumerate(decisions) if d.name.endswith(".unroll") and len(d.domain) > 1], rng)
+
+
+def mutate_compute_location(decisions: list, rng):
+    return _change(decisions, [n for n, d in enumerate(decisions) if d.kind == "location" and len(d.domain) > 1], rng)
+
+
+def mutate_parallel(decisions: list, rng):
+    return _change(decisions, [n for n, d in enumerate(decisions) if d.name.endswith(".parallel") and len(d.domain) > 1], rng)
+
+
+def mutate_other(decisions: list, rng):
+    """Any other categorical option (a template switch, the inline choice, ...)."""
+    eligible = [n for n, d in enumerate(decisions) if n > 0 and d.kind == "categorical" and len(d.domain) > 1]
+    return _change(decisions, eligible, rng)
+
+
+# MetaSchedule's CPU probabilities (tile 0.9, compute location 0.05, unroll 0.03, parallel
+# 0.02), with a little weight for the template options it does not have.
+MUTATORS = (
+    (mutate_tile, 0.85),
+    (mutate_compute_location, 0.05),
+    (mutate_unroll, 0.03),
+    (mutate_parallel, 0.02),
+    (mutate_other, 0.05),
+)
+
+
+def mutate(decisions: list, rng, attempts: int = 10):
+    """Apply a mutator chosen by probability; None if no mutator could change anything."""
+    fns = [m for m, _ in MUTATORS]
+    weights = [w for _, w in MUTATORS]
+    total = sum(weights)
+    for _ in range(attempts):
+        fn = fns[int(rng.choice(len(fns), p=[w / total for w in weights]))]
+        values = fn(decisions, rng)
+        if values is not None:
+            return values
+    return None

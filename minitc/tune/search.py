@@ -1,0 +1,153 @@
+"""Search strategies behind one small protocol:
+
+    strategy.ask(n)                -> up to n new candidates to measure (never one measured before)
+    strategy.tell(candidates, ms)  -> the measured latencies (inf for errors)
+
+`RandomSearch` draws uniform random legal candidates. `EvolutionarySearch` is MetaSchedule's:
+a population seeded from the best measured candidates plus random ones, evolved for a few
+generations by mutation, scored by a cost model, and picked epsilon-greedily.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ScheduleError
+from .mutators import mutate
+from .space import Candidate, Space
+
+
+class RandomSearch:
+    def __init__(self, space: Space, rng=None, max_failures: int = 200):
+        self.space = space
+        self.rng = rng if rng is not None else np.random.default_rng()
+        self.max_failures = max_failures
+        self.measured: dict = {}  # candidate key -> latency ms (inf: error)
+        self.best: list = []  # (latency ms, decision values), fastest first
+
+    def seed(self, key: str, values: list | None, latency_ms: float) -> None:
+        """Record an already measured candidate (from the database)."""
+        self.measured[key] = latency_ms
+        if values is not None and math.isfinite(latency_ms):
+            self.best.append((latency_ms, values))
+            self.best.sort(key=lambda b: b[0])
+
+    def random_candidates(self, n: int, exclude: set) -> list:
+        out, failures = [], 0
+        while len(out) < n and failures < self.max_failures:
+            try:
+                c = self.space.sample(self.rng)
+            except ScheduleError:
+                failures += 1
+                continue
+            if c.key in self.measured or c.key in exclude:
+                failures += 1
+                continue
+            exclude.add(c.key)
+            out.append(c)
+        return out
+
+    def ask(self, n: int) -> list:
+        return self.random_candidates(n, set())
+
+    def tell(self, candidates: list, latencies_ms: list) -> None:
+        for c, ms in zip(candidates, latencies_ms):
+            self.seed(c.key, c.values, ms)
+
+
+@dataclass
+class EvolutionConfig:
+    """MetaSchedule's defaults (population 512, 20% from the database, 4 generations, mutation
+    0.85, eps-greedy 0.05), scaled down for a 2-core machine where a trial costs ~0.1-0.5 s."""
+
+    population: int = 128
+    init_measured_ratio: float = 0.2
+    generations: int = 3
+    mutate_prob: float = 0.85
+    eps_greedy: float = 0.05
+
+
+class EvolutionarySearch(RandomSearch):
+    def __init__(self, space: Space, cost_model, rng=None, config: EvolutionConfig | None = None):
+        super().__init__(space, rng)
+        self.model = cost_model
+        self.config = config or EvolutionConfig()
+        self.workload = ""
+
+    def _replay(self, values: list):
+        try:
+            return self.space.replay(values, self.rng, strict=False)
+        except ScheduleError:
+            return None
+
+    def _initial_population(self) -> tuple:
+        cfg = self.config
+        seeded = []
+        for _, values in self.best[: int(cfg.population * cfg.init_measured_ratio)]:
+            c = self._replay(values)
+            if c is not None:
+                seeded.append(c)
+        fresh = self.random_candidates(cfg.population - len(seeded), {c.key for c in seeded})
+        return seeded + fresh, fresh
+
+    def _scores(self, population: list) -> np.ndarray:
+        scores = np.asarray(self.model.predict(self.workload, [c.trace for c in population]), dtype=float)
+        return np.nan_to_num(scores, nan=-1e9, posinf=1e9, neginf=-1e9)
+
+    def ask(self, n: int) -> list:
+        cfg = self.config
+        population, fresh = self._initial_population()
+        if not population:
+            return []
+        pool: dict = {}  # key -> (score, candidate), unmeasured only
+        for _ in range(cfg.generations):
+            scores = self._scores(population)
+            for c, sc in zip(population, scores):
+                if c.key not in self.measured:
+                    pool[c.key] = (sc, c)
+            population = self._next_generation(population, scores)
+        scores = self._scores(population)
+        for c, sc in zip(population, scores):
+            if c.key not in self.measured:
+                pool[c.key] = (sc, c)
+        ranked = [c for _, c in sorted(pool.values(), key=lambda sc: -sc[0])]
+        picked, chosen = [], set()
+        explore = [c for c in fresh if c.key not in self.measured]
+        for c in ranked:
+            if len(picked) >= n:
+                break
+            if explore and self.rng.random() < cfg.eps_greedy:
+                c = explore.pop(int(self.rng.integers(len(explore))))
+            if c.key not in chosen:
+                chosen.add(c.key)
+                picked.append(c)
+        return picked
+
+    def _next_generation(self, population: list, scores: np.ndarray) -> list:
+        cfg = self.config
+        weights = np.exp((scores - scores.max()) / (scores.std() + 1e-9))
+        weights /= weights.sum()
+        nxt, keys = [], set()
+        for _ in range(len(population) * 2):
+            if len(nxt) >= len(population):
+                break
+            parent: Candidate = population[int(self.rng.choice(len(population), p=weights))]
+            child = None
+            if self.rng.random() < cfg.mutate_prob:
+                values = mutate(parent.decisions, self.rng)
+                child = self._replay(values) if values is not None else None
+            if child is None:
+                child = parent
+            if child.key not in keys:
+                keys.add(child.key)
+                nxt.append(child)
+        return nxt or population
+
+    def tell(self, candidates: list, latencies_ms: list) -> None:
+        super().tell(candidates, latencies_ms)
+        self.model.fit(self.workload, [c.trace for c in candidates], list(latencies_ms))
+
+
+STRATEGIES = ("random", "evolutionary")
