@@ -35,6 +35,14 @@ from .schedule.schedule import Schedule  # noqa: E402
 from .schedule.trace import Step, Trace  # noqa: E402
 
 
+def tune(outputs, trials: int = 256, strategy: str = "evolutionary", target: str = "llvm", db=None, **options):
+    """Search for a fast schedule of `outputs`; see minitc/tune/tuner.py. Returns a TuneResult
+    with .kernel, .best_ms, .trials, .errors and .history."""
+    from .tune.tuner import tune as _tune
+
+    return _tune(outputs, trials=trials, strategy=strategy, target=target, db=db, **options)
+
+
 def set_num_threads(n: int) -> None:
     """Threads used by parallel loops (default: MINITC_NUM_THREADS, else the usable CPUs)."""
     from backends.llvm.runtime import set_num_threads as _set

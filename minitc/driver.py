@@ -8,14 +8,21 @@ from .schedule.schedule import Schedule
 from .te import Tensor
 
 
-def _as_schedule(what, target: str | None = None) -> Schedule:
-    """A Schedule as given, or for output tensors: the operator's default schedule for
-    `target` (a template with tuned-for-host tile sizes), or the naive nest when target is None."""
+def _as_schedule(what, target: str | None = None, db=None) -> Schedule:
+    """A Schedule as given, or for output tensors: the best tuning record for this workload,
+    target and machine if the records database (`db`, default: the user's) has one, else the
+    operator's default schedule for `target`; the naive nest when target is None."""
     if isinstance(what, Schedule):
         return what
     if isinstance(what, Tensor) or (isinstance(what, (list, tuple)) and what and all(isinstance(t, Tensor) for t in what)):
         if target is None:
             return Schedule(what)
+        if db is not False:
+            from .tune.tuner import best_schedule
+
+            tuned = best_schedule(what, target, db)
+            if tuned is not None:
+                return tuned
         from .schedules import default_schedule
 
         return default_schedule(what, target)
@@ -41,15 +48,15 @@ def _arguments(s: Schedule, args) -> tuple[list, list]:
     return inputs, given_outputs
 
 
-def lower(schedule, args=None, name: str | None = None, target: str | None = None) -> Kernel:
+def lower(schedule, args=None, name: str | None = None, target: str | None = None, db=None) -> Kernel:
     """Lower a schedule to loop-nest IR; `print` it to read the loop nest. Output tensors are
-    lowered naively, or with their default schedule for `target` when one is given."""
-    s = _as_schedule(schedule, target)
+    lowered naively, or with their tuned / default schedule for `target` when one is given."""
+    s = _as_schedule(schedule, target, db)
     inputs, outputs = _arguments(s, args)
     return lower_state(s.state, inputs, outputs, name or f"{outputs[0]}_kernel")
 
 
-def build(schedule, target: str = "llvm", args=None, name: str | None = None):
+def build(schedule, target: str = "llvm", args=None, name: str | None = None, db=None):
     """Compile a schedule (or output tensors) into a callable kernel.
 
     `target` is `"llvm"` for the host CPU, or e.g. `"llvm -mcpu=znver1"`. Given output tensors
@@ -58,7 +65,7 @@ def build(schedule, target: str = "llvm", args=None, name: str | None = None):
     """
     if not isinstance(target, str) or not target.split() or target.split()[0] != "llvm":
         raise BuildError(f"unknown target {target!r}; this build supports 'llvm' (host CPU) and 'llvm -mcpu=...'")
-    kernel = lower(schedule, args, name, target=target)
+    kernel = lower(schedule, args, name, target=target, db=db)
     from backends.llvm.jit import compile_kernel
     from backends.llvm.target import parse_target
 

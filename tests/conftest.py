@@ -8,3 +8,18 @@ def pytest_addoption(parser):
 @pytest.fixture
 def update_golden(request):
     return request.config.getoption("--update-golden")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_records_db(tmp_path_factory):
+    """Tests never read or write the user's tuning records."""
+    import os
+
+    path = tmp_path_factory.mktemp("records") / "records.db"
+    old = os.environ.get("MINITC_DB")
+    os.environ["MINITC_DB"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("MINITC_DB", None)
+    else:
+        os.environ["MINITC_DB"] = old

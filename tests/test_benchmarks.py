@@ -161,7 +161,8 @@ def test_measure_interleaves_and_limits_slow_calls():
     timings = measure({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, repeats=5,
                       min_sample_s=0, budget_s=1.0)  # fmt: skip
     assert all(isinstance(t, Timing) and len(t.samples) == 5 and t.number == 1 for t in timings.values())
-    assert "a" in order[-4:] and "b" in order[-4:]  # both measured in the last round
+    half = order[len(order) // 2 :]
+    assert "a" in half and "b" in half  # rounds alternate: both are still measured late
     slow = measure({"slow": lambda: __import__("time").sleep(0.02)}, repeats=10, budget_s=0.01)
     assert len(slow["slow"].samples) == 3  # budget exceeded: min_repeats
     assert slow["slow"].median >= 0.02 and slow["slow"].spread >= 0

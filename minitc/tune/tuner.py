@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -179,10 +180,16 @@ def best_schedule(outputs, target, db=None) -> Schedule | None:
         return None
     space_key = workload_key(outputs)
     hw = hardware_fingerprint(target)
-    with Database(path) as database:
-        from backends.llvm.target import parse_target
+    from backends.llvm.target import parse_target
 
-        recs = database.best(space_key, parse_target(target).string, hw)
+    from .database import DatabaseError
+
+    try:
+        with Database(path) as database:
+            recs = database.best(space_key, parse_target(target).string, hw)
+    except DatabaseError as e:  # building must not fail because of a bad records file
+        warnings.warn(f"ignoring tuning records: {e}", stacklevel=3)
+        return None
     if not recs:
         return None
     _, steps = decode_trace(recs[0].trace)
