@@ -88,6 +88,74 @@ def _strategy(name: str, space: Space, rng, cost_model):
     raise MinitcError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
 
 
+class TuningSession:
+    """Tuning of one workload, advanced a round at a time (the task scheduler interleaves
+    sessions; `tune` runs one to the end)."""
+
+    def __init__(self, outputs, strategy="evolutionary", target="llvm", db=None, *, batch=16, seed=0,
+                 cost_model=None, builder=None, runner=None, progress=None, trials=None):
+        self.start = time.perf_counter()
+        self.space = Space(outputs, target)
+        self.key = workload_key(self.space.outputs)
+        self.hw = hardware_fingerprint(self.space.target)
+        self.target = self.space.target.string
+        self.db = _open_db(db)
+        self.db.add_workload(self.key, describe(self.space.outputs), canonical(self.space.outputs))
+        self.search = _strategy(strategy, self.space, np.random.default_rng(seed), cost_model)
+        self.search.workload = self.key
+        for rec in self.db.records(self.key, self.target, self.hw):
+            values, steps = decode_trace(rec.trace)
+            ckey = hashlib.sha256(steps.to_json().encode()).hexdigest()[:24]
+            self.search.seed(ckey, values, rec.median_ms if rec.ok else math.inf)
+        self.task = Task.from_outputs(self.space.outputs, self.target)
+        self.own = (builder is None, runner is None)
+        self.builder = builder or LocalBuilder(workers=1)
+        self.runner = runner or LocalRunner()
+        self.batch, self.progress, self.trials = batch, progress, trials
+        self.best, self.history, self.errors, self.done, self.kernel_s = math.inf, [], 0, 0, 0.0
+        self.exhausted = False
+
+    def round(self, n: int | None = None) -> int:
+        """Measure up to n (default: the batch size) new candidates; returns how many."""
+        cands = self.search.ask(n or self.batch)
+        if not cands:
+            self.exhausted = True
+            return 0
+        results = self.runner.run(self.task, self.builder.build(self.task, [c.trace for c in cands]))
+        latencies = []
+        for c, res in zip(cands, results):
+            ms = res.median_ms
+            self.db.add(Record(self.key, self.target, self.hw, encode_trace(c), res.latencies_ms, ms, res.error))
+            self.errors += res.error is not None
+            latencies.append(ms if ms is not None else math.inf)
+            if ms is not None:
+                self.best = min(self.best, ms)
+                self.kernel_s += ms * len(res.latencies_ms) * 1e-3
+            self.done += 1
+            self.history.append(self.best if math.isfinite(self.best) else None)
+            if self.progress is not None:
+                self.progress(self.done, self.trials or self.done, self.errors, self.history[-1])
+        self.search.tell(cands, latencies)
+        return len(cands)
+
+    def finish(self) -> TuneResult:
+        """Re-measure the best record, build it, release the workers."""
+        try:
+            best_ms, best_trace = _remeasure_best(self.db, self.key, self.space, self.hw, self.task, self.runner)
+        finally:
+            self.close()
+        kernel = _build_best(self.space, best_trace) if best_trace else None
+        seconds = time.perf_counter() - self.start
+        overhead = max(0.0, seconds - self.kernel_s) / max(self.done, 1)
+        return TuneResult(kernel, best_ms, self.done, self.errors, self.history, best_trace, self.key, seconds, overhead)
+
+    def close(self) -> None:
+        if self.own[0]:
+            self.builder.close()
+        if self.own[1]:
+            self.runner.close()
+
+
 def tune(
     outputs, trials: int = 256, strategy: str = "evolutionary", target: str = "llvm", db=None, *,
     batch: int = 16, seed: int = 0, cost_model=None, builder=None, runner=None, progress=None,
@@ -95,56 +163,15 @@ def tune(
     """Tune the computation of `outputs` (a tensor or a list) for `target` with `trials`
     measured candidates. `db` is a path or Database (default: the user's records database,
     see database.py). `progress(done, total, errors, best_ms)` is called after each trial."""
-    start = time.perf_counter()
-    space = Space(outputs, target)
-    key = workload_key(space.outputs)
-    hw = hardware_fingerprint(space.target)
-    database = _open_db(db)
-    database.add_workload(key, describe(space.outputs), canonical(space.outputs))
-    rng = np.random.default_rng(seed)
-    search = _strategy(strategy, space, rng, cost_model)
-    search.workload = key
-    for rec in database.records(key, space.target.string, hw):
-        values, steps = decode_trace(rec.trace)
-        ckey = hashlib.sha256(steps.to_json().encode()).hexdigest()[:24]
-        search.seed(ckey, values, rec.median_ms if rec.ok else math.inf)
-    task = Task.from_outputs(space.outputs, space.target.string)
-    own_builder, own_runner = builder is None, runner is None
-    builder = builder or LocalBuilder(workers=1)
-    runner = runner or LocalRunner()
-    best, history, errors, done, kernel_s = math.inf, [], 0, 0, 0.0
+    session = TuningSession(outputs, strategy, target, db, batch=batch, seed=seed, cost_model=cost_model,
+                            builder=builder, runner=runner, progress=progress, trials=trials)
     try:
-        while done < trials:
-            cands = search.ask(min(batch, trials - done))
-            if not cands:
-                break  # the space is exhausted
-            results = runner.run(task, builder.build(task, [c.trace for c in cands]))
-            latencies = []
-            for c, res in zip(cands, results):
-                ms = res.median_ms
-                database.add(Record(key, space.target.string, hw, encode_trace(c), res.latencies_ms, ms, res.error))
-                errors += res.error is not None
-                latencies.append(ms if ms is not None else math.inf)
-                if ms is not None:
-                    best = min(best, ms)
-                    kernel_s += ms * len(res.latencies_ms) * 1e-3
-                done += 1
-                history.append(best if math.isfinite(best) else None)
-                if progress is not None:
-                    progress(done, trials, errors, best if math.isfinite(best) else None)
-            search.tell(cands, latencies)
-        best_ms, best_trace = _remeasure_best(database, key, space, hw, task, runner)
-    finally:
-        if own_builder:
-            builder.close()
-        if own_runner:
-            runner.close()
-    kernel = _build_best(space, best_trace) if best_trace else None
-    seconds = time.perf_counter() - start
-    return TuneResult(
-        kernel, best_ms, done, errors, history, best_trace, key, seconds,
-        max(0.0, seconds - kernel_s) / max(done, 1),
-    )
+        while session.done < trials and not session.exhausted:
+            session.round(min(batch, trials - session.done))
+    except BaseException:
+        session.close()
+        raise
+    return session.finish()
 
 
 def _remeasure_best(database, key, space, hw, task, runner):
