@@ -8,9 +8,11 @@ import time
 
 import click
 
+from .tuning import STRATEGIES, TUNE_SUITES
 from .workloads import SUITES
 
 DEFAULT_SUITE = "cpu-core"
+TUNE_ONLY = ("trials", "strategies", "db", "seed", "cost_model")  # options of the tuning suites
 
 
 def _threads(ctx, param, value: str) -> list:
@@ -21,6 +23,14 @@ def _threads(ctx, param, value: str) -> list:
     if not counts or any(n < 1 for n in counts):
         raise click.BadParameter(f"thread counts must be integers >= 1, got {value!r}")
     return list(dict.fromkeys(counts))
+
+
+def _strategies(ctx, param, value: str) -> list:
+    names = [x.strip() for x in value.split(",") if x.strip()]
+    unknown = [n for n in names if n not in STRATEGIES]
+    if not names or unknown:
+        raise click.BadParameter(f"expected a comma-separated list of {', '.join(STRATEGIES)}, got {value!r}")
+    return list(dict.fromkeys(names))
 
 
 def _versions() -> dict:
@@ -60,7 +70,8 @@ def _dist_version(name: str):
 
 
 @click.command("bench", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--suite", default=DEFAULT_SUITE, show_default=True, help=f"Suite to run: {', '.join(SUITES)}.")
+@click.option("--suite", default=DEFAULT_SUITE, show_default=True,
+              help=f"Suite to run: {', '.join(SUITES)}; tuning: {', '.join(TUNE_SUITES)}.")  # fmt: skip
 @click.option("--workloads", default="", help="Comma-separated workload names of the suite (default: all).")
 @click.option("--threads", default="1,2", show_default=True, callback=_threads, help="Thread counts to run.")
 @click.option("--repeats", default=10, show_default=True, type=click.IntRange(min=1),
@@ -75,19 +86,41 @@ def _dist_version(name: str):
                    "seconds for other processes to go quiet.")  # fmt: skip
 @click.option("--no-machine", is_flag=True, help="Skip measuring peak FMA, bandwidth and launch overhead.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
-def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine, quiet):
+@click.option("--trials", default=64, show_default=True, type=click.IntRange(min=1),
+              help="Tuning suites: measured candidates per workload and strategy.")  # fmt: skip
+@click.option("--strategies", default=",".join(STRATEGIES), show_default=True, callback=_strategies,
+              help="Tuning suites: search strategies to compare.")  # fmt: skip
+@click.option("--db", type=click.Path(dir_okay=False),
+              help="Tuning suites: one records database for all runs (default: a fresh temporary one per run).")  # fmt: skip
+@click.option("--seed", default=0, show_default=True, type=int, help="Tuning suites: search seed.")
+@click.option("--cost-model", type=click.Choice(("default", "random")), default="default", show_default=True,
+              help="Tuning suites: the evolutionary search's cost model (default_cost_model() or random scores).")  # fmt: skip
+def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine, quiet,
+          trials, strategies, db, seed, cost_model):  # fmt: skip
     """Benchmark minitc against numpy and torch (CPU) on a suite of workloads.
 
     Each workload runs minitc's default schedule (`tc.build(tensor)`), numpy and torch in the
     same process, interleaved, for each thread count; the minitc result is checked against
     numpy first (a wrong kernel is an error row). Prints a table; --json writes the records.
+
+    Tuning suites (cpu-tune, smoke-tune; see benchmarks/tuning.py) tune each workload with
+    --trials candidates per strategy of --strategies, then time the tuned kernels, the hand
+    template, numpy and torch; --plot draws best-so-far curves. Their thread count defaults
+    to all CPUs.
     """
     from . import report
     from .workloads import select
 
+    ctx = click.get_current_context()
+    tuning = suite in TUNE_SUITES
+    if not tuning:
+        given = [o for o in TUNE_ONLY if ctx.get_parameter_source(o) == click.core.ParameterSource.COMMANDLINE]
+        if given:
+            flags = ", ".join("--" + o.replace("_", "-") for o in given)
+            raise click.UsageError(f"{flags} only apply to the tuning suites ({', '.join(TUNE_SUITES)})")
     names = [n.strip() for n in workloads.split(",") if n.strip()]
     try:
-        chosen = select(suite, names)
+        chosen = select_tuning(suite, names) if tuning else select(suite, names)
     except KeyError as e:
         raise click.UsageError(e.args[0]) from None
     if plot_path:
@@ -96,6 +129,14 @@ def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, wa
         except RuntimeError as e:
             raise click.UsageError(str(e)) from None
     say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))
+    if tuning:
+        if ctx.get_parameter_source("threads") != click.core.ParameterSource.COMMANDLINE:
+            import minitc as tc
+
+            threads = [tc.get_num_threads()]
+        options = dict(trials=trials, strategies=strategies, db=db, seed=seed, cost_model=cost_model)
+        return bench_tuning(chosen, suite, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s,
+                            no_machine, say, options)  # fmt: skip
     command = _command_line(suite, names, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine)
     records = run(chosen, suite, threads, repeats, budget_s, not no_machine, say, command, wait_quiet_s)
     ctx_machine = records[0]["machine"] if records else None
@@ -107,6 +148,65 @@ def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, wa
     if plot_path:
         report.plot(records, plot_path)
         say(f"wrote {plot_path}")
+
+
+def select_tuning(suite: str, names) -> list:
+    """The workloads of a tuning suite, or only those named (KeyError listing what exists)."""
+    by_name = {w.name: w for w in TUNE_SUITES[suite]}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise KeyError(f"unknown workload(s) {', '.join(map(repr, unknown))} in suite {suite!r}; "
+                       f"available: {', '.join(by_name)}")  # fmt: skip
+    return [by_name[n] for n in names] if names else list(by_name.values())
+
+
+def bench_tuning(chosen, suite, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine, say,
+                 options) -> None:  # fmt: skip
+    """`--suite cpu-tune` and friends: tune, compare, print, write JSON and curves."""
+    from . import report
+    from .machine import measure_machine
+    from .tuning import format_table, plot_curves, run_tune_suite
+
+    start = time.perf_counter()
+    command = command_line(click.get_current_context())
+    machine = None if no_machine else measure_machine(threads, progress=say)
+    context = {
+        "machine": machine.to_json() if machine else None,
+        "run": {
+            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "command": command, "suite": suite, "threads": list(threads), "repeats": repeats,
+            "wait_quiet_s": wait_quiet_s, "versions": _versions(), **options,
+        },
+    }  # fmt: skip
+    records = run_tune_suite(chosen, suite, threads, options["strategies"], options["trials"], db=options["db"],
+                             seed=options["seed"], cost_model=options["cost_model"], repeats=repeats,
+                             budget_s=budget_s, machine=machine, progress=say, context=context,
+                             wait_quiet_s=wait_quiet_s)  # fmt: skip
+    say(f"suite {suite} done in {time.perf_counter() - start:.1f} s")
+    click.echo("\n".join(report.machine_lines(context["machine"])))
+    click.echo(format_table(records))
+    if json_path:
+        report.write_json(records, json_path)
+        say(f"wrote {json_path}")
+    if plot_path:
+        plot_curves(records, plot_path, title=f"{suite}: best-so-far latency vs trials")
+        say(f"wrote {plot_path}")
+
+
+def command_line(ctx) -> str:
+    """The command as given (its arguments, then the options set on the command line), for the
+    records: click keeps no copy of argv, and sys.argv is not ours under CliRunner."""
+    from click.core import ParameterSource
+
+    argv = ctx.command_path.split()
+    for p in ctx.command.params:
+        value = ctx.params.get(p.name)
+        if isinstance(p, click.Argument):
+            argv += [str(value)] if value is not None else []
+        elif ctx.get_parameter_source(p.name) == ParameterSource.COMMANDLINE and value is not None:
+            flag = max(p.opts, key=len)
+            argv += [flag] if p.is_flag else [flag, ",".join(map(str, value)) if isinstance(value, list) else str(value)]
+    return " ".join(shlex.quote(a) for a in argv)
 
 
 def _command_line(suite, names, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine) -> str:

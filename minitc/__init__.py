@@ -34,6 +34,10 @@ from .driver import build, lower  # noqa: E402
 from .schedule.schedule import Schedule  # noqa: E402
 from .schedule.trace import Step, Trace  # noqa: E402
 
+# Load the `minitc.tune` package before defining the `tc.tune` function: importing a package
+# binds its name on the parent once, so later imports of minitc.tune.* leave the function alone.
+from . import tune as _tune_package  # noqa: E402,F401
+
 
 def tune(outputs, trials: int = 256, strategy: str = "evolutionary", target: str = "llvm", db=None, **options):
     """Search for a fast schedule of `outputs`; see minitc/tune/tuner.py. Returns a TuneResult

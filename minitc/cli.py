@@ -1,6 +1,8 @@
 """The `minitc` command line: a click group whose subcommands live in their own modules.
 
     minitc bench --suite cpu-core --threads 1,2 --json out.json
+    minitc tune matmul --shape 512,512,512 --trials 64 --strategy evolutionary
+    minitc show                      # the workloads in the tuning records database
 
 To add a command, write a click command anywhere and name it in COMMANDS as
 "module:attribute"; it is imported only when used (so `minitc --help` stays fast and one
@@ -14,6 +16,8 @@ import click
 
 COMMANDS = {
     "bench": ("benchmarks.cli:bench", "Benchmark minitc against numpy and torch on a suite."),
+    "tune": ("minitc.commands.tune:tune", "Tune an operator (tc.tune) and compare with numpy and torch."),
+    "show": ("minitc.commands.show:show", "Show tuning records: workloads, best schedule, loop nest, code."),
 }
 
 

@@ -26,6 +26,7 @@ class RandomSearch:
         self.max_failures = max_failures
         self.measured: dict = {}  # candidate key -> latency ms (inf: error)
         self.best: list = []  # (latency ms, decision values), fastest first
+        self.queue: list = []  # candidates to measure first (the hand template's default)
 
     def seed(self, key: str, values: list | None, latency_ms: float) -> None:
         """Record an already measured candidate (from the database)."""
@@ -49,8 +50,14 @@ class RandomSearch:
             out.append(c)
         return out
 
+    def _queued(self, n: int) -> list:
+        out = [c for c in self.queue if c.key not in self.measured][:n]
+        self.queue = []
+        return out
+
     def ask(self, n: int) -> list:
-        return self.random_candidates(n, set())
+        first = self._queued(n)
+        return first + self.random_candidates(n - len(first), {c.key for c in first})
 
     def tell(self, candidates: list, latencies_ms: list) -> None:
         for c, ms in zip(candidates, latencies_ms):
@@ -97,6 +104,9 @@ class EvolutionarySearch(RandomSearch):
         return np.nan_to_num(scores, nan=-1e9, posinf=1e9, neginf=-1e9)
 
     def ask(self, n: int) -> list:
+        first = self._queued(n)
+        if first:
+            return first + super().random_candidates(n - len(first), {c.key for c in first})
         cfg = self.config
         population, fresh = self._initial_population()
         if not population:

@@ -107,6 +107,8 @@ class TuningSession:
             values, steps = decode_trace(rec.trace)
             ckey = hashlib.sha256(steps.to_json().encode()).hexdigest()[:24]
             self.search.seed(ckey, values, rec.median_ms if rec.ok else math.inf)
+        if "template" in self.space.sketches:  # measure the hand template first: never lose to tc.build
+            self.search.queue.append(self.space.replay(self.space.default_values()))
         self.task = Task.from_outputs(self.space.outputs, self.target)
         self.own = (builder is None, runner is None)
         self.builder = builder or LocalBuilder(workers=1)

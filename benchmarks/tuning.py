@@ -1,0 +1,399 @@
+"""Tuning benchmarks: tune a workload with `tc.tune`, then time the tuned kernel against the hand
+template (`tc.build(out, db=False)`), numpy and torch. `minitc tune` runs one workload; the
+suites below run many:
+
+    python -m benchmarks --suite cpu-tune --trials 64 [--strategies random,evolutionary]
+                         [--workloads matmul-512,...] [--threads 2] [--db records.db]
+                         [--cost-model default|random] [--json out.json] [--plot curves.png]
+
+`cpu-tune` is every workload of `cpu-core`; `smoke-tune` a few tiny ones (for the tests). Each
+(workload, thread count, strategy) is tuned from a fresh temporary records database, unless
+`--db` is given (then the runs share it, and a later run resumes from the earlier ones'
+records). After all strategies of a workload are tuned, their kernels, the template, numpy and
+torch are timed together, interleaved (measure.py), after checking every minitc kernel
+against numpy.
+
+JSON (`--json`): a list of records, one per workload, thread count and strategy, with the
+runner's fields (runner.py: suite, workload, description, kind, threads, numpy_ms, torch_ms,
+best_library, ratio, gflops|gbps, flops|bytes, peak_pct, spread_pct, background_cpus, error,
+notes, machine, run) and, for tuning:
+
+    "strategy": "evolutionary", "cost_model": "TLPModel" | "random (placeholder)" | null,
+    "trials_requested": 64, "trials": 64, "errors": 3,   # measured in this run / failed
+    "best_ms": 1.21,              # the tuner's re-measured best (bare kernel, runner process)
+    "default_kernel_ms": 2.2,     # the hand template measured the same way
+    "kernel_speedup_vs_default": 1.8,   # default_kernel_ms / best_ms
+    "tuned_ms": 1.23, "default_ms": 2.3,   # timed here, interleaved with numpy and torch
+    "ratio": 1.2,                 # best library ms / tuned ms (> 1: tuned minitc is faster)
+    "default_ratio": 0.64,        # best library ms / template ms
+    "speedup_vs_default": 1.9,    # template ms / tuned ms
+    "seconds": 48.2, "overhead_s_per_trial": 0.62,   # tuning wall time, per-trial overhead
+    "history": [3.1, 2.4, ...],   # best-so-far ms after each trial (null before a success)
+    "workload_key": "1a2b...", "best_trace": "{...}", "db": null | "records.db"
+"""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+
+import numpy as np
+
+from . import report
+from .measure import BackgroundLoad, measure, thread_limit, torch_module
+from .runner import _r, _short, _sig, mismatch
+from .workloads import CPU_CORE, SMOKE, Workload
+
+TUNE_SUITES = {
+    "cpu-tune": CPU_CORE,
+    "smoke-tune": [w for w in SMOKE if w.name in ("matmul-64", "softmax-small", "dense-small")],
+}
+STRATEGIES = ("random", "evolutionary")
+LIBRARIES = ("numpy", "torch")
+
+
+class RandomScores:
+    """A placeholder cost model (random scores, like cost_model.RandomModel): the evolutionary
+    search then ranks candidates at random, i.e. it is a mutation-based random search."""
+
+    def __init__(self, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+
+    def fit(self, workload, traces, latencies_ms) -> None:
+        pass
+
+    def predict(self, workload, traces) -> np.ndarray:
+        return self.rng.random(len(traces))
+
+
+def cost_model_for(strategy: str, choice: str = "default", seed: int = 0) -> tuple:
+    """(model or None, label, warning or None) for a strategy. `choice` "default" is
+    `minitc.tune.cost_model.default_cost_model()`, or random scores if that does not exist yet;
+    "random" is always random scores. Random search uses no model (None, None, None)."""
+    if strategy != "evolutionary":
+        return None, None, None
+    if choice == "random":
+        return RandomScores(seed), "random", None
+    try:
+        from minitc.tune.cost_model import default_cost_model
+    except ImportError as e:
+        return RandomScores(seed), "random (placeholder)", (
+            f"minitc.tune.cost_model.default_cost_model is not available ({e}); the evolutionary search "
+            "ranks candidates with random scores (a placeholder cost model)")  # fmt: skip
+    model = default_cost_model()
+    return model, type(model).__name__, None
+
+
+def tensors_of(w: Workload):
+    """The output tensor(s) a workload's minitc implementation computes."""
+    made = w.make_minitc()
+    return made.outputs if hasattr(made, "outputs") and not hasattr(made, "shape") else made
+
+
+def tune_one(w: Workload, out, strategy: str, trials: int, *, db=None, target="llvm", seed=0, batch=16,
+             cost_model="default", progress=None, builder=None, runner=None) -> dict:
+    """Tune `out` (w's tensors) once; returns {"result": TuneResult or None, "error", "cost_model",
+    "warning", "db"}. With db=None the run gets a fresh temporary database."""
+    # tuner.tune is tc.tune; `tc.tune` itself is shadowed by the `minitc.tune` subpackage as
+    # soon as any minitc.tune.* module has been imported (see the report to the lead)
+    from minitc.tune.tuner import tune
+
+    model, label, warning = cost_model_for(strategy, cost_model, seed)
+    if hasattr(model, "register"):  # the optional part of the protocol: tensors enable replay features
+        from minitc.tune.workload import workload_key
+
+        model.register(workload_key(out), out)
+    tmp = tempfile.TemporaryDirectory(prefix="minitc-tune-") if db is None else None
+    path = os.path.join(tmp.name, "records.db") if tmp else db
+    info = {"result": None, "error": None, "cost_model": label, "warning": warning, "db": None if tmp else str(db)}
+    try:
+        info["result"] = tune(out, trials=trials, strategy=strategy, target=target, db=path, batch=batch,
+                              seed=seed, cost_model=model, builder=builder, runner=runner, progress=progress)  # fmt: skip
+        if info["result"].kernel is None:
+            info["error"] = f"tuning found no working candidate ({info['result'].errors} errors)"
+    except Exception as e:  # noqa: BLE001 - one workload's failure becomes an error row
+        info["error"] = f"tune failed: {_short(e)}"
+    finally:
+        if tmp:
+            tmp.cleanup()
+    return info
+
+
+def template_kernel_ms(out, target="llvm", builder=None, runner=None):
+    """The hand template's latency measured the way the tuner measures candidates (bare kernel
+    in the runner process), so it compares with `best_ms` and the history; None without a
+    template or when it fails."""
+    from minitc.tune.measure import LocalBuilder, LocalRunner, Task
+    from minitc.tune.space import Space
+
+    try:
+        space = Space(out, target)
+        cand = space.replay(space.default_values())
+    except Exception:  # noqa: BLE001 - no template for this computation
+        return None
+    task = Task.from_outputs(space.outputs, space.target.string)
+    own_builder, own_runner = builder is None, runner is None
+    builder, runner = builder or LocalBuilder(workers=1), runner or LocalRunner(repeats=10)
+    try:
+        (res,) = runner.run(task, builder.build(task, [cand.trace]))
+    finally:
+        if own_builder:
+            builder.close()
+        if own_runner:
+            runner.close()
+    return res.median_ms
+
+
+def compare(w: Workload, out, tuned: dict, threads: int, target="llvm", repeats=10, budget_s=2.0,
+            seed=0) -> tuple:
+    """Check and time the tuned kernels ({label: tc.Function}), the template, numpy and torch,
+    interleaved, with `threads` threads; returns ({impl: Timing}, {impl: error}, notes, load)."""
+    import minitc as tc
+
+    inputs = w.make_inputs(np.random.default_rng(seed))
+    numpy_fn = w.make_numpy()
+    expected = np.asarray(numpy_fn(*inputs))
+    fns, errors, notes = {"numpy": lambda: numpy_fn(*inputs)}, {}, []
+    kernels = dict(tuned)
+    try:
+        kernels["default"] = tc.build(out, target=target, db=False)
+    except Exception as e:  # noqa: BLE001
+        errors["default"] = f"build failed: {_short(e)}"
+    torch = torch_module()
+    if torch is not None and w.make_torch is not None:
+        try:
+            torch_fn = w.make_torch()
+            tensors = tuple(torch.from_numpy(a) for a in inputs)
+            with torch.inference_mode():
+                got = torch_fn(*tensors)
+            why = mismatch(got.numpy(), expected, w)
+            if why:
+                notes.append(f"torch disagrees with numpy ({why}); torch not timed")
+            else:
+                fns["torch"] = lambda: torch_fn(*tensors)
+        except Exception as e:  # noqa: BLE001
+            notes.append(f"torch failed: {_short(e)}")
+    with thread_limit(threads):
+        for impl, f in kernels.items():
+            buf = np.full(f.kernel.outputs[0].shape, np.nan, f.kernel.outputs[0].dtype)
+            try:
+                f(*inputs, out=buf)
+                why = mismatch(buf, expected, w)
+            except Exception as e:  # noqa: BLE001
+                why = f"run failed: {_short(e)}"
+            if why:
+                errors[impl] = why
+            else:
+                fns[impl] = (lambda f=f, buf=buf: f(*inputs, out=buf))
+        with BackgroundLoad() as load:
+            timings = measure(fns, repeats=repeats, budget_s=budget_s)
+    return timings, errors, notes, load.cpus
+
+
+def record(w: Workload, strategy: str, trials: int, info: dict, timings: dict, errors: dict, notes: list,
+           threads: int, background_cpus=None, suite=None, machine=None) -> dict:
+    """One JSON row (see the module docstring): a workload tuned by one strategy."""
+    r = info["result"]
+    tuned_key = f"tuned:{strategy}"
+    ms = {impl: timings[key].median * 1e3 if key in timings else None
+          for impl, key in (("tuned", tuned_key), ("default", "default"), ("numpy", "numpy"), ("torch", "torch"))}  # fmt: skip
+    libs = {lib: ms[lib] for lib in LIBRARIES if ms[lib] is not None}
+    best = min(libs, key=libs.get) if libs else None
+    rate = w.work / (ms["tuned"] * 1e-3) / 1e9 if ms["tuned"] else None
+    peak = machine.peak(w.kind, threads) if machine is not None else None
+    error = info["error"] or errors.get(tuned_key)
+    spread = {impl: _r(100 * timings[key].spread, 1) for impl, key in
+              (("tuned", tuned_key), ("default", "default"), ("numpy", "numpy"), ("torch", "torch")) if key in timings}  # fmt: skip
+    return {
+        "suite": suite, "workload": w.name, "description": w.description, "kind": w.kind, "threads": threads,
+        "strategy": strategy, "cost_model": info["cost_model"], "trials_requested": trials,
+        "trials": r.trials if r else 0, "errors": r.errors if r else 0,
+        "best_ms": _sig(r.best_ms, 5) if r else None,
+        **{f"{impl}_ms": _sig(v, 5) for impl, v in ms.items()},
+        "best_library": best,
+        "ratio": _sig(libs[best] / ms["tuned"], 4) if best and ms["tuned"] else None,
+        "default_ratio": _sig(libs[best] / ms["default"], 4) if best and ms["default"] else None,
+        "speedup_vs_default": _sig(ms["default"] / ms["tuned"], 4) if ms["default"] and ms["tuned"] else None,
+        ("gflops" if w.kind == "compute" else "gbps"): _sig(rate, 4),
+        "peak_pct": _r(100 * rate / peak, 1) if rate and peak else None,
+        ("flops" if w.kind == "compute" else "bytes"): int(w.work),
+        "seconds": _r(r.seconds, 2) if r else None,
+        "overhead_s_per_trial": _r(r.overhead_s_per_trial, 3) if r else None,
+        "history": [_sig(h, 5) for h in r.history] if r else [],
+        "workload_key": r.workload if r else None, "best_trace": r.best_trace if r else None,
+        "spread_pct": spread, "background_cpus": _r(background_cpus, 2),
+        "error": error, "notes": list(notes) + ([f"template: {errors['default']}"] if "default" in errors else []),
+        "db": info["db"],
+    }  # fmt: skip
+
+
+def tune_workload(w: Workload, strategies, trials: int, threads: int, *, db=None, target="llvm", seed=0,
+                  batch=16, cost_model="default", repeats=10, budget_s=2.0, say=None, progress_factory=None,
+                  suite=None, machine=None, builder=None, runner=None) -> list:
+    """Tune `w` with each strategy (with `threads` threads), then compare; one record per
+    strategy. `progress_factory(strategy)` gives the `progress` callback of each tune call."""
+    from minitc.tune.measure import LocalBuilder, LocalRunner
+
+    say = say or (lambda msg: None)
+    out = tensors_of(w)
+    infos = {}
+    own_builder, own_runner = builder is None, runner is None  # one pair of worker processes for all
+    builder, runner = builder or LocalBuilder(workers=1), runner or LocalRunner(threads=threads)
+    with thread_limit(threads):
+        for strategy in strategies:
+            say(f"{w.name}: tuning with {strategy} search, {trials} trials, {threads} thread(s)")
+            bar = progress_factory(strategy) if progress_factory else None
+            infos[strategy] = tune_one(w, out, strategy, trials, db=db, target=target, seed=seed, batch=batch,
+                                       cost_model=cost_model, progress=bar, builder=builder, runner=runner)  # fmt: skip
+            if bar is not None and hasattr(bar, "close"):
+                bar.close()
+            if infos[strategy]["warning"]:
+                say(f"warning: {infos[strategy]['warning']}")
+        say(f"{w.name}: measuring the template like the tuner does")
+        try:
+            template_ms = template_kernel_ms(out, target, builder, runner)
+        finally:
+            if own_builder:
+                builder.close()
+            if own_runner:
+                runner.close()
+    tuned = {f"tuned:{s}": i["result"].kernel for s, i in infos.items() if i["result"] and i["result"].kernel}
+    say(f"{w.name}: timing {', '.join(tuned) or 'no tuned kernel'}, the template, numpy and torch")
+    timings, errors, notes, load = compare(w, out, tuned, threads, target, repeats, budget_s, seed)
+    rows = [record(w, s, trials, infos[s], timings, errors, notes, threads, load, suite, machine) for s in strategies]
+    for row in rows:
+        row["default_kernel_ms"] = _sig(template_ms, 5)
+        row["kernel_speedup_vs_default"] = (_sig(template_ms / row["best_ms"], 4)
+                                            if template_ms and row["best_ms"] else None)  # fmt: skip
+    return rows
+
+
+def run_tune_suite(workloads, suite: str, threads, strategies, trials: int, *, db=None, seed=0, batch=16,
+                   cost_model="default", repeats=10, budget_s=2.0, machine=None, progress=None, context=None,
+                   wait_quiet_s=0.0) -> list:
+    """Records of every workload x thread count x strategy; `context` is attached to each."""
+    from minitc.commands.progress import TuneProgress
+    from minitc.tune.measure import LocalBuilder, LocalRunner
+
+    from .measure import wait_for_quiet
+
+    records = []
+    builder = LocalBuilder(workers=1)  # shared by all runs: worker processes start once
+    try:
+        for n in threads:
+            runner = LocalRunner(threads=n)
+            try:
+                for i, w in enumerate(workloads):
+                    tag = f"[{i + 1}/{len(workloads)}]"
+                    say = (lambda msg, tag=tag: progress(f"{tag} {msg}")) if progress else None
+                    if wait_quiet_s > 0:
+                        wait_for_quiet(wait_quiet_s)
+                    factory = (lambda s, w=w, tag=tag: TuneProgress(trials, w.work, w.unit, f"{tag} {w.name} {s} ",
+                                                                    every=batch, enabled=progress is not None))  # fmt: skip
+                    rows = tune_workload(w, strategies, trials, n, db=db, seed=seed, batch=batch, cost_model=cost_model,
+                                         repeats=repeats, budget_s=budget_s, say=say, progress_factory=factory,
+                                         suite=suite, machine=machine, builder=builder, runner=runner)  # fmt: skip
+                    for rec in rows:
+                        records.append({**rec, **(context or {})})
+                        if say:
+                            say(summary(rec))
+            finally:
+                runner.close()
+    finally:
+        builder.close()
+    return records
+
+
+def summary(rec: dict) -> str:
+    parts = [f"{impl} {rec[impl + '_ms']:.4g} ms" for impl in ("tuned", "default", "numpy", "torch")
+             if rec.get(impl + "_ms") is not None]  # fmt: skip
+    tail = f"  ERROR {rec['error']}" if rec.get("error") else ""
+    return f"{rec['workload']} [{rec['threads']}T] {rec['strategy']}: " + ", ".join(parts) + tail
+
+
+# ---------------------------------------------------------------------------------------------
+# presentation
+
+
+def _rate(rec: dict, impl: str):
+    ms, work = rec.get(f"{impl}_ms"), rec.get("flops", rec.get("bytes"))
+    return work / (ms * 1e-3) / 1e9 if ms and work else None
+
+
+def format_table(records: list) -> str:
+    """The suite's table: one row per workload, thread count and strategy."""
+    head = ["workload", "thr", "strategy", "trials", "err", "kernel ms", "tpl kernel", "tuned ms", "template ms",
+            "numpy ms", "torch ms", "tuned rate", "vs template", "vs best lib", "tune s", "s/trial"]  # fmt: skip
+    rows = []
+    for r in records:
+        unit = " GFLOP/s" if r["kind"] == "compute" else " GB/s"
+        rows.append([
+            r["workload"], str(r["threads"]), r["strategy"], f"{r['trials']}/{r['trials_requested']}", str(r["errors"]),
+            report._num(r.get("best_ms"), ".4g"), report._num(r.get("default_kernel_ms"), ".4g"),
+            *(report._ms(r, impl) for impl in ("tuned", "default", "numpy", "torch")),
+            report._num(_rate(r, "tuned"), ".1f", unit), report._num(r.get("speedup_vs_default"), ".2f", "x"),
+            report._num(r.get("ratio"), ".2f", "x"), report._num(r.get("seconds"), ".1f"),
+            report._num(r.get("overhead_s_per_trial"), ".2f"),
+        ])  # fmt: skip
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
+
+    def line(cells):
+        return "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    out = [line(head), "  ".join("-" * w for w in widths)] + [line(row) for row in rows]
+    out.append("kernel ms / tpl kernel: the tuned and the template kernel timed bare by the tuner's runner; the other "
+               "ms: in-process calls, interleaved (median ± half the IQR)")  # fmt: skip
+    out.append("vs template = template ms / tuned ms; vs best lib = best library ms / tuned ms (> 1: tuned minitc "
+               "is faster); s/trial = tuning overhead per trial (build, bookkeeping)")  # fmt: skip
+    models = sorted({r["cost_model"] for r in records if r.get("cost_model")})
+    if models:
+        out.append(f"evolutionary cost model: {', '.join(models)}")
+    for r in records:
+        if (r.get("background_cpus") or 0) >= report.NOISY_CPUS:
+            out.append(f"warning {r['workload']} [{r['threads']}T]: other processes kept "
+                       f"{r['background_cpus']:.1f} CPUs busy while it was timed")  # fmt: skip
+        if r.get("error"):
+            out.append(f"ERROR {r['workload']} [{r['threads']}T] {r['strategy']}: {r['error']}")
+        for note in r.get("notes") or []:
+            out.append(f"note {r['workload']} [{r['threads']}T]: {note}")
+    return "\n".join(dict.fromkeys(out))  # notes shared by a workload's strategies once
+
+
+def plot_curves(records: list, path: str, title: str | None = None) -> None:
+    """Best-so-far latency vs trials: one subplot per workload (and thread count), one curve per
+    strategy, with the template and the best library as horizontal lines."""
+    plt = report.require_matplotlib()
+    panels = list(dict.fromkeys((r["workload"], r["threads"]) for r in records))
+    cols = min(3, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
+    for ax, (name, n) in zip(axes.flat, panels):
+        recs = [r for r in records if r["workload"] == name and r["threads"] == n]
+        for r in recs:
+            ys = [h if h is not None else math.nan for h in r["history"]]
+            ax.plot(range(1, len(ys) + 1), ys, label=f"{r['strategy']} (best {report._num(r.get('best_ms'), '.3g')} ms)")
+        first = recs[0]
+        if first.get("default_kernel_ms"):
+            ax.axhline(first["default_kernel_ms"], color="gray", ls="--", lw=1,
+                       label=f"template {first['default_kernel_ms']:.3g} ms")  # fmt: skip
+        if first.get("default_ms"):
+            ax.axhline(first["default_ms"], color="gray", ls=":", lw=1, label=f"template {first['default_ms']:.3g} ms*")
+        lib = first.get("best_library")
+        if lib and first.get(f"{lib}_ms"):
+            ax.axhline(first[f"{lib}_ms"], color="black", ls="-.", lw=1, label=f"{lib} {first[f'{lib}_ms']:.3g} ms*")
+        ax.set_title(f"{name} [{n} thread{'s' if n > 1 else ''}]", fontsize=9)
+        ax.set_xlabel("trials", fontsize=8)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set_ylabel("best-so-far ms", fontsize=8)
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    fig.text(0.01, 0.005, "curves, dashed template: bare kernel timed by the tuner's runner process\n"
+             "*: timed in-process (tc.Function or the library call)", fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.06 if rows == 1 else 0.03, 1, 1))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,241 @@
+"""`minitc show [WORKLOAD]`: what the tuning records database knows.
+
+    minitc show                                   # workloads, record counts, best ms
+    minitc show 1a2b3c                            # a workload by (a unique prefix of) its key
+    minitc show matmul --shape 512,512,512        # the same by op and shape, as for tune
+    minitc show 1a2b3c --llvm | --asm             # plus the optimized LLVM IR / assembly
+"""
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+import click
+
+from .spec import FAMILY_OF, op_options, pop_op_options, shape_help
+
+HELP = f"""Show tuning records.
+
+With no WORKLOAD, list the workloads of the records database with their record counts and
+best latency on this machine. With WORKLOAD, a workload key (or a unique prefix of one, as
+listed) or an op with --shape as for `minitc tune`, print the workload, its best record
+(median ms, date, the trace steps, the decisions), the loop nest of that schedule
+(`tc.lower`), and with --llvm / --asm the generated code. Without records, the loop nest is
+the hand template's.
+
+{shape_help()}
+
+\b
+Examples:
+  minitc show
+  minitc show 3f9a0c
+  minitc show matmul --shape 512,512,512 --asm
+"""
+
+
+def _date(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts).astimezone().isoformat(sep=" ", timespec="seconds")
+
+
+def _arg(v) -> str:
+    if isinstance(v, str):
+        return repr(v).replace("'", '"')
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_arg(x) for x in v) + "]"
+    return str(v)
+
+
+def step_line(step) -> str:
+    """One trace step as the Schedule call that made it, e.g. `split(C.i, factor=32)`."""
+    loops = [f"{step.stage}.{lp}" for lp in step.loops]
+    k, a, d = step.kind, step.args, step.decisions
+    if k == "split":
+        return f"split({loops[0]}, {'nparts' if 'nparts' in a else 'factor'}={d[0]})"
+    if k in ("fuse", "reorder", "unroll", "parallel", "vectorize"):
+        return f"{k}({', '.join(loops)})"
+    if k in ("compute_at", "reverse_compute_at"):
+        return f"{k}({step.stage}, {a[0]}.{step.loops[0]})"
+    if k == "compute_inline":
+        return f"compute_inline({step.stage})"
+    if k == "cache_write":
+        return f"cache_write({step.stage}, {_arg(a[0])})"
+    if k == "cache_read":
+        layout = f", layout={_arg(a[2])}" if len(a) > 2 else ""
+        return f"cache_read({step.stage}, {_arg(a[0])}, readers={_arg(a[1])}{layout})"
+    return f"{k}({', '.join([step.stage, *loops])}; args={list(a)}, decisions={list(d)})"
+
+
+def _db_path(db) -> Path:
+    from ..tune.database import default_path
+
+    return Path(db) if db else default_path()
+
+
+def _open(path: Path):
+    from ..tune.database import Database, DatabaseError
+
+    try:
+        return Database(path)
+    except DatabaseError as e:
+        raise click.ClickException(str(e)) from None
+
+
+def _machine(target: str) -> tuple:
+    from backends.llvm.target import parse_target
+
+    from ..tune.tuner import hardware_fingerprint
+
+    try:
+        t = parse_target(target)
+    except Exception as e:  # noqa: BLE001
+        raise click.BadParameter(str(e), param_hint="--target") from None
+    return t.string, hardware_fingerprint(t)
+
+
+def list_workloads(path: Path, target: str) -> None:
+    if not path.exists():
+        click.echo(f"no tuning records yet: {path} does not exist (run `minitc tune OP --shape ...` first)")
+        return
+    tstring, hw = _machine(target)
+    with _open(path) as db:
+        rows = []
+        for key, desc in db.workloads():
+            recs = db.records(key)
+            errors = sum(not r.ok for r in recs)
+            best = db.best(key, tstring, hw)
+            rows.append([key[:12], str(len(recs)), str(errors), f"{best[0].median_ms:.4g}" if best else "-", desc])
+    click.echo(f"records database: {path} ({len(rows)} workload{'s' if len(rows) != 1 else ''})")
+    if not rows:
+        return
+    head = ["workload", "records", "errors", "best ms", "description"]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    fmt = lambda cells: "  ".join(c.ljust(w) if i in (0, 4) else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+    click.echo(fmt(head).rstrip())
+    for r in rows:
+        click.echo(fmt(r).rstrip())
+    click.echo(f"best ms: this machine ({hw}, {tstring}); `minitc show WORKLOAD` for details")
+
+
+def resolve_key(path: Path, prefix: str) -> tuple:
+    """(key, description) of the only workload whose key starts with `prefix`."""
+    if not path.exists():
+        raise click.ClickException(f"no tuning records: {path} does not exist")
+    with _open(path) as db:
+        matches = [(k, d) for k, d in db.workloads() if k.startswith(prefix.lower())]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        hint = f"; for the op, give its shape: minitc show {prefix} --shape ..." if prefix in FAMILY_OF else ""
+        raise click.BadParameter(f"no workload key starts with {prefix!r} in {path} (`minitc show` lists them){hint}",
+                                 param_hint="WORKLOAD")  # fmt: skip
+    listed = "; ".join(f"{k[:16]} ({d})" for k, d in matches[:6])
+    raise click.BadParameter(f"{prefix!r} matches {len(matches)} workloads: {listed}; give more of the key",
+                             param_hint="WORKLOAD")  # fmt: skip
+
+
+def _decision_lines(out, values, target) -> list:
+    """Named decisions (replayed in the design space), or the bare values if that fails."""
+    from ..tune.space import Space
+
+    try:
+        cand = Space(out, target).replay(values, strict=True)
+    except Exception:  # noqa: BLE001 - an older record or another design space
+        return [f"  values: {values}"]
+    return [f"  {d.name} = {_arg(d.value)}   ({len(d.domain)} choices)" for d in cand.decisions]
+
+
+@click.command("show", help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("workload", required=False, metavar="[WORKLOAD]")
+@op_options
+@click.option("--db", type=click.Path(dir_okay=False),
+              help="Records database (default: $MINITC_DB, else ~/.cache/minitc/records.db).")  # fmt: skip
+@click.option("--target", default="llvm", show_default=True, help="Target whose records to show.")
+@click.option("--llvm", "show_llvm", is_flag=True, help="Also print the optimized LLVM IR.")
+@click.option("--asm", "show_asm", is_flag=True, help="Also print the assembly.")
+def show(workload, db, target, show_llvm, show_asm, **kwargs):
+    shape, options = pop_op_options(kwargs)
+    path = _db_path(db)
+    if workload is None:
+        if shape or options:
+            raise click.UsageError("give the op before --shape, e.g. minitc show matmul --shape 512,512,512")
+        list_workloads(path, target)
+        return
+    show_workload(path, workload, shape, options, target, show_llvm, show_asm)
+
+
+def show_workload(path, workload, shape, options, target, show_llvm, show_asm) -> None:
+    import minitc as tc
+
+    from ..schedule.schedule import Schedule
+    from ..tune.tuner import decode_trace
+    from ..tune.workload import describe, workload_key
+    from .recover import recover
+    from .spec import command_args, parse_call
+
+    tstring, hw = _machine(target)
+    if shape or options:
+        call = parse_call(workload, shape, options, hint="WORKLOAD")
+        out = call.build()
+        key, desc = workload_key(out), describe(out)
+    else:
+        key, desc = resolve_key(path, workload)
+        call = recover(key, desc)
+        out = call.build() if call else None
+    click.echo(f"workload {key}: {desc}")
+    if call:
+        click.echo(f"  op: {' '.join(command_args(call))}")
+    recs, best, other_hw = [], [], False
+    if path.exists():
+        with _open(path) as db:
+            recs = db.records(key, tstring, hw)
+            best = db.best(key, tstring, hw)
+            if not best:
+                best, other_hw = db.best(key, tstring), True
+            total = len(db.records(key))
+    else:
+        total = 0
+    errors = sum(not r.ok for r in recs)
+    click.echo(f"  records: {len(recs)} on this machine ({hw}, {tstring}), {errors} of them errors; {total} in all")
+    schedule = None
+    if best:
+        rec = best[0]
+        values, steps = decode_trace(rec.trace)
+        where = f" (recorded on {rec.hardware}, not this machine)" if other_hw else ""
+        click.echo(f"best record #{rec.id}: {rec.median_ms:.4g} ms median of {len(rec.latencies_ms)}, "
+                   f"{_date(rec.created)}{where}")  # fmt: skip
+        click.echo(f"trace ({len(steps)} steps):")
+        for i, step in enumerate(steps, 1):
+            click.echo(f"  {i:3d}. {step_line(step)}")
+        if values is not None:
+            click.echo("decisions:")
+            for line in _decision_lines(out, values, target) if out is not None else [f"  values: {values}"]:
+                click.echo(line)
+        if out is not None:
+            try:
+                schedule = Schedule(out).replay(steps)
+            except tc.ScheduleError as e:
+                click.echo(f"(this minitc cannot replay the record: {e})")
+    elif path.exists() and not total:
+        click.echo("no records for this workload yet")
+    if out is None:
+        click.echo("loop nest: unavailable: the workload was not made by a `minitc tune OP --shape ...` call this "
+                   "command recognises; run `minitc show OP --shape ...` with its op and shape")  # fmt: skip
+        return
+    if schedule is None:
+        click.echo("loop nest of the hand template (tc.build(out, db=False)):")
+        schedule = tc.lower(out, target=target, db=False)
+        kernel_of = lambda: tc.build(out, target=target, db=False)  # noqa: E731
+    else:
+        click.echo("loop nest of the best record:")
+        s = schedule
+        schedule = tc.lower(s)
+        kernel_of = lambda: tc.build(s, target=target)  # noqa: E731
+    click.echo(str(schedule))
+    if show_llvm or show_asm:
+        f = kernel_of()
+        if show_llvm:
+            click.echo("optimized LLVM IR:")
+            click.echo(f.llvm_ir)
+        if show_asm:
+            click.echo("assembly:")
+            click.echo(f.asm)

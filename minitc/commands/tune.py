@@ -1,0 +1,183 @@
+"""`minitc tune <op> --shape ...`: tune one operator call, then compare the tuned kernel with the
+hand template, numpy and torch.
+
+The op and its shape are parsed by spec.py; the workload (inputs, numpy and torch baselines)
+comes from benchmarks/baselines.py, and tuning plus timing from benchmarks/tuning.py, the same
+code the `cpu-tune` benchmark suite runs.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import time
+
+import click
+
+from .spec import op_options, pop_op_options, shape_help
+
+STRATEGIES = ("random", "evolutionary")
+
+HELP = f"""Tune an operator: search for a fast schedule of `tc.ops.OP` with SHAPE.
+
+Builds the placeholders and the output with tc.ops, runs `tc.tune` (every candidate is
+measured in a separate process and recorded in the records database, so running the same
+command again resumes), shows a live progress bar on stderr, then times the tuned kernel,
+the hand template (`tc.build(out, db=False)`), numpy and torch, interleaved, and prints a
+table. Evolutionary search ranks candidates with `default_cost_model()` (random scores if
+it is not available, or with --cost-model random).
+
+{shape_help()}
+
+\b
+Examples:
+  minitc tune matmul --shape 512,512,512 --trials 64 --strategy evolutionary
+  minitc tune dense --shape 128,768,3072 --bias --activation relu --trials 32
+  minitc tune conv2d --shape 1,64,56,56,64,3,3 --stride 1 --padding 1 --json conv.json
+  minitc tune softmax --shape 1536,128 --strategy random --plot curve.png
+"""
+
+
+def _ms(ms, spread=None) -> str:
+    if ms is None:
+        return "-"
+    text = f"{ms:.4g}"
+    return text + (f" ±{spread / 2:.0f}%" if spread is not None else "")
+
+
+def format_result(rec: dict, key: str, target: str) -> str:
+    """The table `minitc tune` prints for one tuned workload."""
+    from benchmarks.tuning import _rate
+
+    unit = "GFLOP/s" if rec["kind"] == "compute" else "GB/s"
+    best_lib = rec.get("best_library")
+    best_ms = rec.get(f"{best_lib}_ms") if best_lib else None
+    rows = [("tuned (" + rec["strategy"] + ")", "tuned"), ("template (tc.build)", "default"),
+            ("numpy", "numpy"), ("torch", "torch")]  # fmt: skip
+    head = ["", "ms", unit, "vs best library"]
+    cells = []
+    for label, impl in rows:
+        ms = rec.get(f"{impl}_ms")
+        rate = _rate(rec, impl)
+        cells.append([label, _ms(ms, (rec.get("spread_pct") or {}).get(impl)), "-" if rate is None else f"{rate:.1f}",
+                      f"{best_ms / ms:.2f}x" if ms and best_ms else "-"])  # fmt: skip
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
+
+    def line(row):
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+
+    out = [f"{rec['description']}: workload {key[:12]}, {target}, {rec['threads']} thread(s)",
+           line(head), "  ".join("-" * w for w in widths)] + [line(c) for c in cells]  # fmt: skip
+    out.append(f"tuning: {rec['trials']}/{rec['trials_requested']} trials, {rec['errors']} errors, "
+               f"{rec['seconds'] or 0:.1f} s ({rec['overhead_s_per_trial'] or 0:.2f} s overhead per trial); "
+               f"the tuner's re-measured best: {_ms(rec.get('best_ms'))} ms")  # fmt: skip
+    if rec.get("default_kernel_ms"):
+        speedup = rec.get("kernel_speedup_vs_default")
+        out.append(f"the template timed the same way (bare kernel): {_ms(rec['default_kernel_ms'])} ms"
+                   + (f"; speedup of the tuned kernel over it: {speedup:.2f}x" if speedup else ""))  # fmt: skip
+    if rec.get("cost_model"):
+        out.append(f"cost model: {rec['cost_model']}")
+    out.append("vs best library = best of numpy/torch ms / ms (> 1: faster than both); ms = median ± half the IQR")
+    if rec.get("speedup_vs_default"):
+        out.append(f"speedup over the template, in-process calls: {rec['speedup_vs_default']:.2f}x")
+    tuned, best = rec.get("tuned_ms"), rec.get("best_ms")
+    if tuned and best and tuned > 2 * best:
+        out.append("note: the table times calls through tc.Function, whose Python call overhead (~20 us) dominates "
+                   "here; the tuner times the bare kernel")  # fmt: skip
+    if rec.get("background_cpus") and rec["background_cpus"] >= 0.25:
+        out.append(f"warning: other processes kept {rec['background_cpus']:.1f} CPUs busy while timing; "
+                   "the numbers are unreliable")  # fmt: skip
+    for note in rec.get("notes") or []:
+        out.append(f"note: {note}")
+    return "\n".join(out)
+
+
+@click.command("tune", help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("op", metavar="OP")
+@op_options
+@click.option("--trials", default=64, show_default=True, type=click.IntRange(min=1), help="Candidates to measure.")
+@click.option("--strategy", type=click.Choice(STRATEGIES), default="evolutionary", show_default=True)
+@click.option("--target", default="llvm", show_default=True, help="'llvm' (host CPU) or 'llvm -mcpu=...'.")
+@click.option("--db", type=click.Path(dir_okay=False),
+              help="Records database (default: $MINITC_DB, else ~/.cache/minitc/records.db).")  # fmt: skip
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), help="Write the result as JSON.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True),
+              help="Write best-so-far latency vs trials (PNG; needs matplotlib).")  # fmt: skip
+@click.option("--seed", default=0, show_default=True, type=int, help="Search seed.")
+@click.option("--threads", type=click.IntRange(min=1), help="Threads for tuning and timing (default: all CPUs).")
+@click.option("--batch", default=16, show_default=True, type=click.IntRange(min=1), help="Candidates per round.")
+@click.option("--cost-model", type=click.Choice(("default", "random")), default="default", show_default=True,
+              help="Evolutionary search: default_cost_model() or random scores.")  # fmt: skip
+@click.option("--budget", "budget_s", default=1.0, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds of timing per implementation in the final comparison.")  # fmt: skip
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+def tune(op, trials, strategy, target, db, json_path, plot_path, seed, threads, batch, cost_model, budget_s, quiet,
+         **kwargs):  # fmt: skip
+    import minitc as tc
+    from benchmarks import report
+    from benchmarks.baselines import workload_for
+    from benchmarks.tuning import plot_curves, tune_workload
+
+    from ..tune.database import default_path
+    from ..tune.workload import workload_key
+    from .progress import TuneProgress
+    from .spec import command_args, parse_call
+
+    start = time.perf_counter()
+    shape, options = pop_op_options(kwargs)
+    call = parse_call(op, shape, options)
+    _check_target(target)
+    if plot_path:
+        try:
+            report.require_matplotlib()
+        except RuntimeError as e:
+            raise click.UsageError(str(e)) from None
+    args = command_args(call)
+    w = workload_for(call, name=" ".join(args))
+    key = workload_key(w.make_minitc())
+    db_path = str(db or default_path())
+    threads = threads or tc.get_num_threads()
+    say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))
+    say(f"{w.description}: workload {key[:12]}; records in {db_path}")
+    bar = TuneProgress(trials, w.work, w.unit, enabled=not quiet, every=batch)
+    (rec,) = tune_workload(w, [strategy], trials, threads, db=db_path, target=target, seed=seed, batch=batch,
+                           cost_model=cost_model, budget_s=budget_s, say=say, progress_factory=lambda s: bar)  # fmt: skip
+    click.echo(format_result(rec, key, target))
+    wall = time.perf_counter() - start
+    click.echo(f"wall time: {wall:.1f} s (tuning {rec['seconds'] or 0:.1f} s, then timing)")
+    if json_path:
+        data = {**rec, "workload": key, "name": rec["workload"], "op": op, "shape": shape, "params": _plain(call.kwargs),
+                "target": target, "seed": seed, "batch": batch, "wall_s": round(wall, 2),
+                "run": _run_info()}  # fmt: skip
+        data.pop("workload_key", None)
+        with open(json_path, "w") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+        say(f"wrote {json_path}")
+    if plot_path:
+        plot_curves([rec], plot_path, title=f"{rec['description']} ({target}, {threads} threads)")
+        say(f"wrote {plot_path}")
+    if rec["tuned_ms"] is None:
+        raise click.ClickException(rec["error"] or "no tuned kernel")
+
+
+def _check_target(target: str) -> None:
+    from backends.llvm.target import parse_target
+
+    try:
+        parse_target(target)
+    except Exception as e:  # noqa: BLE001 - any target error is the user's to fix
+        raise click.BadParameter(str(e), param_hint="--target") from None
+
+
+def _plain(params: dict) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}
+
+
+def _run_info() -> dict:
+    from benchmarks.cli import _versions, command_line
+
+    return {
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "command": command_line(click.get_current_context()),
+        "versions": _versions(),
+    }

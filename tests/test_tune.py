@@ -1,0 +1,125 @@
+"""Tuning: strategies, records, resume, planted failures, and the task scheduler."""
+import math
+
+import llvmlite.binding as llvm
+import numpy as np
+import pytest
+
+import minitc as tc
+from backends.llvm import jit
+from backends.llvm.target import parse_target
+from minitc.tune.database import Database
+from minitc.tune.measure import BuildResult, LocalBuilder
+from minitc.tune.scheduler import gradient, tune_tasks
+from minitc.tune.search import EvolutionarySearch, RandomSearch
+from minitc.tune.space import Space
+
+
+class RandomScores:
+    """A stand-in cost model (the real one is tested in test_cost_model.py)."""
+
+    def __init__(self):
+        self.seen = 0
+
+    def fit(self, workload, traces, latencies):
+        self.seen += len(traces)
+
+    def predict(self, workload, traces):
+        return np.random.default_rng(len(traces)).random(len(traces))
+
+
+def _matmul(n=48):
+    A = tc.placeholder((n, n), name="A")
+    B = tc.placeholder((n, n), name="B")
+    return A, B, tc.ops.matmul(A, B)
+
+
+@pytest.mark.parametrize("strategy", ["random", "evolutionary"])
+def test_tune_records_and_builds_the_best(tmp_path, strategy):
+    A, B, C = _matmul()
+    db = tmp_path / "r.db"
+    calls = []
+    r = tc.tune(C, trials=6, strategy=strategy, db=db, batch=3, cost_model=RandomScores(), progress=lambda *a: calls.append(a))
+    assert r.trials == 6 and len(r.history) == 6 and len(calls) == 6
+    assert r.best_ms is not None and r.best_ms > 0
+    finite = [h for h in r.history if h is not None]
+    assert finite == sorted(finite, reverse=True)  # best-so-far never gets worse
+    a = np.random.rand(48, 48).astype("float32")
+    b = np.random.rand(48, 48).astype("float32")
+    np.testing.assert_allclose(r.kernel(a, b), a @ b, rtol=1e-4)
+    with Database(db) as d:
+        assert len(d.records(r.workload)) == 6
+    # tc.build now applies the best record of this workload
+    tuned = tc.lower(C, target="llvm", db=db)
+    assert str(tuned) == str(r.kernel.kernel)
+
+
+def test_resume_never_measures_a_candidate_twice(tmp_path):
+    A, B, C = _matmul(32)
+    db = tmp_path / "r.db"
+    first = tc.tune(C, trials=5, strategy="random", db=db, batch=5, seed=1)
+    second = tc.tune(C, trials=5, strategy="random", db=db, batch=5, seed=1)  # same seed: same draws
+    with Database(db) as d:
+        records = d.records(first.workload)
+    assert len(records) == 10
+    assert len({r.trace for r in records}) == 10
+    assert second.best_ms is not None
+
+
+class PlantedBuilder(LocalBuilder):
+    """Replaces the first three candidates by a crashing, a hanging and a wrong kernel."""
+
+    def __init__(self):
+        super().__init__(workers=1)
+        self.planted = [_object("store volatile i32 1, ptr null\nret void", "p_crash"),
+                        _object("entry:\nbr label %l\nl:\n%v = load volatile i32, ptr %a\nbr label %l", "p_hang"),
+                        _object("store float 0.0, ptr %c\nret void", "p_wrong")]
+
+    def build(self, task, traces):
+        built = super().build(task, traces)
+        for n in range(len(built)):
+            if self.planted:
+                b = self.planted.pop(0)
+                built[n] = BuildResult(built[n].trace, b.symbol, b.object_code, b.num_params)
+        return built
+
+
+def _object(body, name):
+    target = parse_target("llvm")
+    mod = llvm.parse_assembly(f"define void @{name}(ptr %a, ptr %b, ptr %c) {{\n{body}\n}}")
+    mod.triple = target.triple
+    return BuildResult(name, name, jit._target_machine(target).emit_object(mod), 3)
+
+
+def test_planted_failures_become_error_records_and_tuning_finishes(tmp_path):
+    A, B, C = _matmul(32)
+    from minitc.tune.measure import LocalRunner
+
+    r = tc.tune(C, trials=6, strategy="random", db=tmp_path / "r.db", batch=6,
+                builder=PlantedBuilder(), runner=LocalRunner(timeout=3, repeats=2, min_repeat_ms=1))
+    assert r.errors == 3 and r.trials == 6 and r.best_ms is not None
+    with Database(tmp_path / "r.db") as d:
+        errors = sorted(rec.error.split(":")[0] for rec in d.records(r.workload) if not rec.ok)
+    assert errors == ["crash", "timeout", "wrong"]
+
+
+def test_strategies_ask_only_new_candidates():
+    A, B, C = _matmul(64)
+    space = Space(C, "llvm")
+    for search in (RandomSearch(space, np.random.default_rng(0)),
+                   EvolutionarySearch(space, RandomScores(), np.random.default_rng(0))):
+        first = search.ask(8)
+        assert len(first) == 8 and len({c.key for c in first}) == 8
+        search.tell(first, [1.0 + n for n in range(8)])
+        second = search.ask(8)
+        assert not {c.key for c in first} & {c.key for c in second}
+        assert search.best[0][0] == 1.0
+
+
+def test_gradient_scheduler(tmp_path):
+    assert gradient(1.0, [None]) == math.inf
+    assert gradient(2.0, [3.0, 2.0, 1.5, 1.4, 1.3]) > gradient(1.0, [3.0, 2.0, 1.5, 1.4, 1.3])
+    A, B, C = _matmul(32)
+    X = tc.placeholder((64, 32), name="X")
+    results = tune_tasks([(C, 1.0), (tc.ops.softmax(X), 3.0)], trials=8, strategy="random", db=tmp_path / "t.db", batch=2)
+    assert sum(r.trials for r in results) == 8 and all(r.trials >= 2 for r in results)
