@@ -41,6 +41,7 @@ class MeasureResult:
     error: str | None = None
     build_s: float = 0.0
     run_s: float = 0.0
+    kernel_s: float = 0.0  # time spent inside the kernel itself (check + timed calls)
 
     @property
     def median_ms(self):
@@ -191,7 +192,7 @@ def runner_run(symbol, obj, num_params, repeats, min_repeat_ms):
         for _ in range(number):
             fn(*ptrs)
         latencies.append((time.perf_counter() - t) * 1e3 / number)
-    return ("ok", tuple(latencies))
+    return ("ok", (tuple(latencies), once + sum(latencies) * number / 1e3))
 
 
 class LocalRunner:
@@ -232,7 +233,8 @@ class LocalRunner:
                 self._task = None
             run_s = time.perf_counter() - start
             if status == "ok":
-                results.append(MeasureResult(b.trace, value, None, b.seconds, run_s))
+                latencies, kernel_s = value
+                results.append(MeasureResult(b.trace, latencies, None, b.seconds, run_s, kernel_s))
             else:
                 results.append(MeasureResult(b.trace, error=value, build_s=b.seconds, run_s=run_s))
         return results

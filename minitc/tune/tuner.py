@@ -132,7 +132,7 @@ class TuningSession:
             latencies.append(ms if ms is not None else math.inf)
             if ms is not None:
                 self.best = min(self.best, ms)
-                self.kernel_s += ms * len(res.latencies_ms) * 1e-3
+                self.kernel_s += res.kernel_s
             self.done += 1
             self.history.append(self.best if math.isfinite(self.best) else None)
             if self.progress is not None:
