@@ -56,7 +56,6 @@ HELD_OUT = {
     "conv2d_32x16x16_k48_3x3": lambda: tc.ops.conv2d(_p((1, 32, 16, 16), "X"), _p((48, 32, 3, 3), "W"), padding=1),
     "layer_norm_256x256": lambda: tc.ops.layer_norm(_p((256, 256), "X"), _p((256,), "g"), _p((256,), "b")),
 }
-DEFAULT_TRAIN = list(TRAIN)[:6]
 
 
 def hardware() -> str:
@@ -175,6 +174,22 @@ def evaluate(model, data: dict, ks=(1, 5), fit_fraction: float = 0.0, seed: int 
     return out
 
 
+def cross_validate(data: dict, epochs: int, seed: int) -> dict:
+    """Leave one workload out: pretrain on all the others, score it zero-shot."""
+    from minitc.tune.cost_model import TLPModel
+
+    rows = {}
+    for held in data:
+        model, records = TLPModel(seed=seed), []
+        for name, (key, outputs, traces, lat) in data.items():
+            model.register(key, outputs)
+            if name != held:
+                records += [(key, t, ms) for t, ms in zip(traces, lat)]
+        model.pretrain(records, epochs=epochs)
+        rows.update(evaluate(model, {held: data[held]}, seed=seed))
+    return rows
+
+
 def _mean(rows: dict, col: str) -> float:
     return float(np.nanmean([r[col] for r in rows.values()]))
 
@@ -198,12 +213,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--db", default="build/cost_model_eval/records.db", help="records database (reused if present)")
     ap.add_argument("--out", default="build/cost_model_eval/tlp.pt", help="where to save the pretrained model")
     ap.add_argument("--json", default=None, help="write the numbers here")
-    ap.add_argument("--candidates", type=int, default=100, help="candidates measured per workload")
-    ap.add_argument("--train", default=",".join(DEFAULT_TRAIN), help=f"training workloads, of: {', '.join(TRAIN)}")
+    ap.add_argument("--candidates", type=int, default=128, help="candidates measured per workload")
+    ap.add_argument("--train", default=",".join(TRAIN), help=f"training workloads, of: {', '.join(TRAIN)}")
     ap.add_argument("--held-out", default=",".join(HELD_OUT), help=f"held-out workloads, of: {', '.join(HELD_OUT)}")
     ap.add_argument("--epochs", type=int, default=40)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-measure", action="store_true", help="use only the records already in --db")
+    ap.add_argument("--loo", action="store_true", help="also leave-one-workload-out over all workloads (slower)")
     args = ap.parse_args(argv)
 
     from minitc.tune.cost_model import RandomModel, TLPModel
@@ -241,16 +257,23 @@ def main(argv=None) -> dict:
     rand = evaluate(RandomModel(seed=args.seed), held_data, seed=args.seed)
     report("RandomModel (one draw, for reference)", rand)
 
+    loo = None
+    if args.loo:
+        loo = cross_validate({**train_data, **held_data}, args.epochs, args.seed)
+        report("leave-one-workload-out over all workloads (zero-shot on the one left out)", loo)
+
     result = {
         "command": " ".join(["python", "benchmarks/cost_model_eval.py"] + (argv if argv is not None else sys.argv[1:])),
         "train": list(train), "held_out": list(held), "records": len(records),
         "parameters": model.num_parameters(), "measure_s": measure_s, "pretrain_s": pretrain_s,
-        "zero_shot": zero, "online_25": online, "fresh_online_25": fresh,
+        "zero_shot": zero, "online_25": online, "fresh_online_25": fresh, "leave_one_out": loo,
         "mean": {
             "zero_shot_top1": _mean(zero, "top1"), "zero_shot_top5": _mean(zero, "top5"),
             "online_top1": _mean(online, "top1"), "online_top5": _mean(online, "top5"),
             "fresh_online_top1": _mean(fresh, "top1"), "fresh_online_top5": _mean(fresh, "top5"),
             "random_top1": _mean(zero, "random_top1"), "random_top5": _mean(zero, "random_top5"),
+            **({"loo_top1": _mean(loo, "top1"), "loo_top5": _mean(loo, "top5"),
+                "loo_random_top1": _mean(loo, "random_top1"), "loo_random_top5": _mean(loo, "random_top5")} if loo else {}),
         },
     }  # fmt: skip
     if args.json:

@@ -8,10 +8,12 @@ import pytest
 
 import minitc as tc
 from minitc.errors import MinitcError
+from minitc.schedule.trace import STEP_KINDS
 from minitc.tune.cost_model import RandomModel, TLPModel, labels_of, lambda_rank_loss
 from minitc.tune.features import COLUMN, NUM_FEATURES, Featurizer, parse_steps
-from minitc.schedule.trace import STEP_KINDS
 from minitc.tune.space import Space
+
+torch = pytest.importorskip("torch")
 
 
 def _matmul(m=64, k=128, n=64):
@@ -68,7 +70,8 @@ def test_features_crop_and_illegal_steps(matmul):
     f.register("mm", out)
     long = max(traces, key=lambda t: len(json.loads(t)))
     assert f("mm", long).shape == (5, NUM_FEATURES)
-    bad = json.dumps([{"kind": "vectorize", "stage": "matmul", "loops": ["k"]}, {"kind": "split", "stage": "matmul", "loops": ["i"], "decisions": [8]}])
+    illegal = {"kind": "vectorize", "stage": "matmul", "loops": ["k"]}  # k is a reduction loop
+    bad = json.dumps([illegal, {"kind": "split", "stage": "matmul", "loops": ["i"], "decisions": [8]}])
     x = Featurizer()
     x.register("mm", out)
     rows = x("mm", bad)
@@ -81,8 +84,6 @@ def test_features_crop_and_illegal_steps(matmul):
 
 
 def test_labels_and_lambda_rank_loss():
-    import torch
-
     y = labels_of([2.0, 1.0, math.inf, 4.0, float("nan")])
     np.testing.assert_allclose(y, [0.5, 1.0, 0.0, 0.25, 0.0])
     assert not labels_of([math.inf, math.inf]).any()

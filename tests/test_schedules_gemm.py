@@ -59,7 +59,9 @@ def test_build_uses_the_template():
     f = _check(C, ins, tc.ops.reference.matmul)
     text = str(f.kernel)
     assert "parallel(" in text and 'alloc("local", float32[5, 16]) as matmul_local' in text
-    assert "B_local" in text  # the packed panel
+    assert "B_local" in text and "A_local" not in text  # the packed panel; A is read in place
+    Ct, _ = _matmul(64, 64, 64, True, False)
+    assert "A_local" in str(tc.lower(default_schedule(Ct)))  # a transposed A is copied once
     assert "vfmadd231ps" in f.asm and "vbroadcastss" in f.asm
 
 

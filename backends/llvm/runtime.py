@@ -101,6 +101,7 @@ class _RuntimeIR:
         self.syscall = ir.Function(m, ir.FunctionType(_i64, [_i64], var_arg=True), "syscall")
         self.pthread_create = ir.Function(m, ir.FunctionType(_i32, [_ptr] * 4), "pthread_create")
         self.pthread_sigmask = ir.Function(m, ir.FunctionType(_i32, [_i32, _ptr, _ptr]), "pthread_sigmask")
+        self.sched_setaffinity = ir.Function(m, ir.FunctionType(_i32, [_i32, _i64, _ptr]), "sched_setaffinity")
         self.futex_wait = self._futex_fn("rt_futex_wait", _FUTEX_WAIT_PRIVATE)
         self.futex_wake = self._futex_fn("rt_futex_wake", _FUTEX_WAKE_PRIVATE)
         self.pause = self._pause_fn()
@@ -133,6 +134,9 @@ class _RuntimeIR:
         self.num_workers = g("num_workers", _i64, 0)  # worker threads created so far
         self.tids = g("tids", ir.ArrayType(_i64, MAX_THREADS), None)
         self.sigset = g("sigset", ir.ArrayType(_i64, 16), [-1] * 16)  # a full sigset_t
+        # CPU for worker k (0-based) when pinning: cpus[k % ncpus]; ncpus = 0 disables pinning
+        self.cpus = g("cpus", ir.ArrayType(_i32, MAX_THREADS), None)
+        self.ncpus = g("ncpus", _i64, 0)
 
     def _fn(self, name, ret, args, internal=True):
         fn = ir.Function(self.mod, ir.FunctionType(ret, args), name=name)
@@ -241,6 +245,7 @@ class _RuntimeIR:
         wid = b.ptrtoint(fn.args[0], _i64)
         # Signals belong to the Python main thread, not to pool threads.
         b.call(self.pthread_sigmask, [_c(_i32, _SIG_BLOCK), b.bitcast(self.sigset, _ptr), _c(_ptr, None)])
+        self._pin(fn, b, wid)
         seen0 = b.load_atomic(self.wake, "seq_cst", 4)
         entry = b.block
         work, help_, wait, ready = (fn.append_basic_block(k) for k in ("work", "help", "wait", "ready"))
@@ -267,6 +272,22 @@ class _RuntimeIR:
         seen.add_incoming(b.load_atomic(self.wake, "seq_cst", 4), ready)
         b.branch(work)
         return fn
+
+    def _pin(self, fn, b, wid):
+        """Pin worker `wid` to its own CPU. Without it, Linux often wakes a sleeping worker on
+        the launching thread's CPU, and the whole launch then runs serially."""
+        ncpus = b.load(self.ncpus)
+        pin, go = fn.append_basic_block("pin"), fn.append_basic_block("pinned")
+        b.cbranch(b.icmp_signed(">", ncpus, _c(_i64, 0)), pin, go)
+        b.position_at_end(pin)
+        cpu = b.zext(b.load(b.gep(self.cpus, [_c(_i32, 0), b.urem(wid, ncpus)])), _i64)
+        mask = b.alloca(ir.ArrayType(_i64, 16))  # a cpu_set_t of 1024 CPUs
+        b.store(ir.Constant(ir.ArrayType(_i64, 16), [0] * 16), mask)
+        word = b.gep(mask, [_c(_i32, 0), b.lshr(cpu, _c(_i64, 6))])
+        b.store(b.shl(_c(_i64, 1), b.and_(cpu, _c(_i64, 63))), word)
+        b.call(self.sched_setaffinity, [_c(_i32, 0), _c(_i64, 128), b.bitcast(mask, _ptr)])
+        b.branch(go)
+        b.position_at_end(go)
 
     def _spawn_fn(self):
         """rt_spawn(want) -> usable workers (<= want), creating missing ones. Lock held."""
@@ -359,10 +380,13 @@ class _RuntimeIR:
     def _accessor_fns(self):
         fn, b = self._fn("minitc_num_threads", _i64, [], internal=False)
         b.ret(b.load_atomic(self.num_threads, "monotonic", 8))
-        for name, gv in (("set_num_threads", self.num_threads), ("set_spin", self.spin_iters)):
+        for name, gv in (("set_num_threads", self.num_threads), ("set_spin", self.spin_iters), ("set_ncpus", self.ncpus)):
             fn, b = self._fn(f"minitc_rt_{name}", _void, [_i64], internal=False)
             b.store_atomic(fn.args[0], gv, "monotonic", 8)
             b.ret_void()
+        fn, b = self._fn("minitc_rt_set_cpu", _void, [_i64, _i64], internal=False)
+        b.store(b.trunc(fn.args[1], _i32), b.gep(self.cpus, [_c(_i32, 0), fn.args[0]]))
+        b.ret_void()
 
 
 # -- Python side ------------------------------------------------------------------------------
@@ -405,7 +429,25 @@ class _Runtime:
         setter = ctypes.CFUNCTYPE(None, ctypes.c_int64)
         self.set_threads = setter(address("minitc_rt_set_num_threads"))
         self.set_spin = setter(address("minitc_rt_set_spin"))
+        self._pin_workers(address)
         self.bench = None  # built by the first launch_overhead_us()
+
+    def _pin_workers(self, address) -> None:
+        cpus = _pinning_cpus()
+        set_cpu = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64)(address("minitc_rt_set_cpu"))
+        for k, cpu in enumerate(cpus):
+            set_cpu(k, cpu)
+        ctypes.CFUNCTYPE(None, ctypes.c_int64)(address("minitc_rt_set_ncpus"))(len(cpus))
+
+
+def _pinning_cpus() -> list:
+    """CPUs to pin workers to, worker k on cpus[k % len]: the usable CPUs, starting after the
+    first (where the launching thread most likely runs). Empty (no pinning) for a single CPU or
+    with MINITC_PIN_THREADS=0."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2 or os.environ.get("MINITC_PIN_THREADS", "1") == "0":
+        return []
+    return (cpus[1:] + cpus[:1])[:MAX_THREADS]
 
 
 def _check_count(n, source):

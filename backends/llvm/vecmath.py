@@ -17,8 +17,10 @@ float32 exp 1.003 ulp, sigmoid 2.7 ulp, tanh 1.3 ulp, erf 3.8e-7 absolute; float
 sigmoid 3.0 ulp, tanh 1.0 ulp; inf, -inf, nan, -0 and subnormal results as numpy gives them.
   exp      n = rint(x / ln 2) (magic-number rounding), r = x - n ln 2 (Cody-Waite), e^r by a minimax
            polynomial (Cephes expf, degree 7) or a degree-13 Taylor polynomial (float64), then
-           scaled by 2^n as two exact power-of-two multiplications, so that results in the
-           subnormal range round once and overflow gives inf. NaN propagates.
+           scaled by 2^n: when every lane has |x| <= 86 (700 for float64) by adding n to the
+           exponent bits; otherwise (one branch per vector) with clamped input and two exact
+           power-of-two multiplications, so that results in the subnormal range round once
+           and overflow gives inf. NaN propagates.
   sigmoid  1 / (1 + exp(-|x|)), times exp(-|x|) for x < 0.
   tanh     |x| < 0.625: odd polynomial (Cephes tanhf) or rational (Cephes tanh, float64);
            otherwise 1 - 2 / (exp(2|x|) + 1); then the sign of x.
@@ -37,8 +39,8 @@ INT_OF = {"float32": ("int32", 23, 127), "float64": ("int64", 52, 1023)}  # int 
 # exp: clamp range (beyond it the result is 0 or inf), Cody-Waite split of ln 2 (the high
 # part has few significant bits, so n * hi is exact), polynomial for e^r - 1 - r on |r| <= ln2/2
 EXP_CONST = {
-    "float32": dict(lo=-104.0, hi=89.0, ln2_hi=0.693359375, ln2_lo=-2.12194440e-4),
-    "float64": dict(lo=-746.0, hi=710.0, ln2_hi=6.93145751953125e-1, ln2_lo=1.42860682030941723212e-6),
+    "float32": dict(lo=-104.0, hi=89.0, fast=86.0, ln2_hi=0.693359375, ln2_lo=-2.12194440e-4),
+    "float64": dict(lo=-746.0, hi=710.0, fast=700.0, ln2_hi=6.93145751953125e-1, ln2_lo=1.42860682030941723212e-6),
 }
 EXP_POLY = {  # coefficients of r^k, highest first, for the part after 1 + r (times r^2)
     "float32": (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1),
@@ -79,6 +81,7 @@ class _Body:
         self.lines: list = []
         self.decls: dict = {}
         self.count = 0
+        self.block = "entry"  # the current basic block
 
     def _splat(self, scalar_ty: str, lit: str) -> str:
         return f"splat ({scalar_ty} {lit})" if self.lanes else lit
@@ -124,6 +127,31 @@ class _Body:
     def cast(self, opcode: str, a: str, src: str, dst: str) -> str:
         return self.emit(f"{opcode} {src} {a} to {dst}")
 
+    def any_lane(self, c: str) -> str:
+        """An i1 that is true if `c` holds in any lane."""
+        if not self.lanes:
+            return c
+        name = f"llvm.vector.reduce.or.v{self.lanes}i1"
+        self.decls[name] = f"declare i1 @{name}({self.bt})"
+        return self.emit(f"call i1 @{name}({self.bt} {c})")
+
+    def branch(self, cond: str, fast, slow) -> str:
+        """`cond ? slow() : fast()` as two blocks (each builder returns its value) joined by a
+        phi: for a rare slow path that all lanes must take together."""
+        self.count += 1
+        tag = self.count
+        labels = [f"fast{tag}", f"slow{tag}", f"join{tag}"]
+        self.lines.append(f"  br i1 {cond}, label %{labels[1]}, label %{labels[0]}")
+        values = []
+        for label, build in zip(labels, (fast, slow)):
+            self.lines.append(f"{label}:")
+            self.block = label
+            values.append((build(), self.block))
+            self.lines.append(f"  br label %{labels[2]}")
+        self.lines.append(f"{labels[2]}:")
+        self.block = labels[2]
+        return self.emit(f"phi {self.ft} " + ", ".join(f"[ {v}, %{blk} ]" for v, blk in values))
+
     def function(self, symbol: str, result: str) -> MathFunction:
         text = "\n".join(
             [f"define internal {self.ft} @{symbol}({self.ft} %x) #1 {{", "entry:", *self.lines, f"  ret {self.ft} {result}", "}"]
@@ -135,10 +163,19 @@ class _Body:
 
 
 def _exp(b: _Body, x: str) -> str:
+    """All lanes in [-FAST, FAST] (the usual case): 2^n goes straight into the exponent bits of
+    e^r; otherwise (large, tiny or NaN input) the clamped, two-step scaling."""
     k = EXP_CONST[b.dtype]
-    # clamps that let NaN through ("unordered or less"): one vminps/vmaxps each
-    xc = b.select(b.cmp("ult", x, b.f(k["hi"])), x, b.f(k["hi"]))
-    xc = b.select(b.cmp("ugt", xc, b.f(k["lo"])), xc, b.f(k["lo"]))
+    out_of_range = b.cmp("ugt", b.intrinsic("fabs", x), b.f(k["fast"]))  # NaN: true
+    return b.branch(b.any_lane(out_of_range), lambda: _exp_core(b, x, fast=True), lambda: _exp_core(b, x, fast=False))
+
+
+def _exp_core(b: _Body, x: str, fast: bool) -> str:
+    k = EXP_CONST[b.dtype]
+    xc = x
+    if not fast:  # clamps that let NaN through ("unordered or less"): one vminps/vmaxps each
+        xc = b.select(b.cmp("ult", x, b.f(k["hi"])), x, b.f(k["hi"]))
+        xc = b.select(b.cmp("ugt", xc, b.f(k["lo"])), xc, b.f(k["lo"]))
     # n = rint(x / ln 2) by the magic-number trick: the low bits of t hold n as an integer,
     # so no float->int conversion (whose NaN result would be poison) is needed
     magic = MAGIC[b.dtype]
@@ -149,9 +186,12 @@ def _exp(b: _Body, x: str) -> str:
     r2 = b.op("fmul", r, r)
     p = b.fma(b.horner(r, EXP_POLY[b.dtype]), r2, r)
     p = b.op("fadd", p, b.f(1.0))
+    ni = b.op("sub", b.cast("bitcast", t, b.ft, b.it), b.i(MAGIC_BITS[b.dtype]), b.it)
+    if fast:  # e^r in [0.7, 1.42] times 2^n, |n| < 125: add n to the exponent field
+        bits = b.op("add", b.cast("bitcast", p, b.ft, b.it), b.op("shl", ni, b.i(b.mbits), b.it), b.it)
+        return b.cast("bitcast", bits, b.it, b.ft)
     # 2^n = 2^n1 * 2^n2 with n1 = n >> 1: both halves are normal numbers, so a result in the
     # subnormal range is rounded once and 2^128 overflows to inf as it should
-    ni = b.op("sub", b.cast("bitcast", t, b.ft, b.it), b.i(MAGIC_BITS[b.dtype]), b.it)
     n1 = b.op("ashr", ni, b.i(1), b.it)
     n2 = b.op("sub", ni, n1, b.it)
     y = p

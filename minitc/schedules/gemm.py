@@ -164,7 +164,7 @@ def _transpose_a(s, acc: str, vec: int, target) -> None:
     """Copy an A stored [.., K, M] into [.., M, K] at the root, so the micro-kernel reads its
     rows along k (a transposed A touches a new cache line per k)."""
     (a_name, a_k, a_i), _ = _operands(s, acc)
-    if a_k < a_i:
+    if a_k > a_i:  # already [.., M, K]
         return
     layout = list(range(len(s.state.stage(a_name).shape)))
     layout[a_k], layout[a_i] = a_i, a_k
@@ -311,7 +311,7 @@ def _defaults_for(s, acc: str, target) -> dict:
     (_, a_k, a_i), (_, b_k, b_j) = _operands(s, acc)
     # a panel read by one row tile is not worth copying, unless B must be transposed
     p["pack_b"] = M > p["mr"] or b_k > b_j
-    p["pack_a"] = a_k > a_i and N > p["nc"]  # transposed A, read by several panels
+    p["pack_a"] = a_k < a_i and N > p["nc"]  # A stored [.., K, M], read by several panels
     p["parallel"] = "auto"
     return p
 

@@ -10,7 +10,8 @@ Only the ranking of scores within one workload means anything. `RandomModel` sco
 (the baseline, and what MetaSchedule uses before it has data). `TLPModel` is TLP's (ASPLOS'23):
 each trace step becomes a feature row (features.py), a small attention network reads the
 [steps, features] matrix and sums a per-step score, and training minimises LambdaRank within
-each workload on normalised throughput `min latency / latency` (failed candidates: 0).
+each workload on normalised throughput `min latency / latency` (the minimum over the ranking
+group, a random subset of one workload's records; failed candidates: 0).
 
     model = TLPModel(seed=0)
     model.pretrain([(workload, trace, latency_ms), ...], epochs=40)   # offline, from records
@@ -22,6 +23,7 @@ import copy
 import math
 import os
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 
@@ -62,7 +64,7 @@ class RandomModel(CostModel):
 @dataclass
 class TLPConfig:
     max_steps: int = 64  # trace steps kept (traces here have 5-40)
-    hidden: int = 128
+    hidden: int = 64
     heads: int = 4
     ff_layers: int = 2  # residual Linear-ReLU blocks after the attention
     lr: float = 1e-3
@@ -359,7 +361,13 @@ class TLPModel(CostModel):
 
 
 def default_cost_model() -> CostModel:
-    """A TLPModel: the one saved at $MINITC_COST_MODEL if set, else a fresh one."""
+    """A TLPModel: the one saved at $MINITC_COST_MODEL if set, else a fresh one (a
+    RandomModel, with a warning, where torch is not installed)."""
+    try:
+        _torch()
+    except ImportError:
+        warnings.warn("torch is not installed: the tuner's cost model falls back to random scores (pip install torch)")
+        return RandomModel()
     path = os.environ.get("MINITC_COST_MODEL")
     if path:
         return TLPModel.load(path)
