@@ -23,15 +23,7 @@ def compile_object(kernel, target="llvm", name: str | None = None) -> tuple[str,
     name = sanitize(name or kernel.name)
     ir = render(kernel, target, name=name)
     with jit._LOCK:
-        tm = jit._target_machine(target)
-        try:
-            mod = llvm.parse_assembly(ir)
-            mod.verify()
-        except RuntimeError as e:
-            raise BuildError(f"LLVM rejected the IR of kernel {name}: {e}") from None
-        mod.triple = target.triple
-        mod.data_layout = str(tm.target_data)
-        jit._optimize(mod, tm)
+        mod, tm = jit.optimized_module(ir, name, target)
         return name, tm.emit_object(mod)
 
 

@@ -128,7 +128,9 @@ def _optimize(mod, tm):
     pb.getModulePassManager().run(mod, pb)
 
 
-def _compile(ir, name, target, key, num_params, start) -> CompiledKernel:
+def optimized_module(ir: str, name: str, target: LLVMTarget):
+    """Parse, verify and O3-optimise rendered IR for `target`; returns (module, target machine).
+    Call with _LOCK held (LLVM's global context is not thread-safe)."""
     tm = _target_machine(target)
     try:
         mod = llvm.parse_assembly(ir)
@@ -138,6 +140,11 @@ def _compile(ir, name, target, key, num_params, start) -> CompiledKernel:
     mod.triple = target.triple
     mod.data_layout = str(tm.target_data)
     _optimize(mod, tm)
+    return mod, tm
+
+
+def _compile(ir, name, target, key, num_params, start) -> CompiledKernel:
+    mod, _ = optimized_module(ir, name, target)
     optimized = str(mod)
     engine = _engine()  # creating it makes the process's own symbols (libm, libc) visible
     if any(s in ir for s in RUNTIME_SYMBOLS):
