@@ -1,6 +1,7 @@
 """Evaluate the TLP cost model the way TLP does: top-k scores on held-out workloads.
 
-    python benchmarks/cost_model_eval.py                       # ~15 min on a 2-core machine
+    python benchmarks/cost_model_eval.py          # ~10 min on a 2-core machine (8 measuring)
+    python benchmarks/cost_model_eval.py --loo    # + leave-one-workload-out (~2 min more)
     python benchmarks/cost_model_eval.py --candidates 40 --epochs 20     # a quicker look
 
 1. Dataset: for each training and held-out workload (small/medium `tc.ops` shapes; the held-out

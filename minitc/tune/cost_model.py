@@ -72,8 +72,8 @@ class TLPConfig:
     grad_clip: float = 0.5
     group_size: int = 64  # candidates of one workload per ranking group
     groups_per_step: int = 4  # groups per optimiser step
-    fit_steps: int = 16  # optimiser steps per fit() call (the tuner calls it every round) ...
-    fit_max_seconds: float = 1.0  # ... stopping early past this
+    fit_steps: int = 48  # optimiser steps per fit() call (the tuner calls it every round) ...
+    fit_max_seconds: float = 1.0  # ... stopping early past this (16 steps fall well short)
     warmup: int = 16  # predict() is random until trained on this many successful records
     val_fraction: float = 0.1  # pretrain: records held out to pick the best epoch
     threads: int = 1  # torch threads while the model works (0: leave torch's setting); one

@@ -13,6 +13,7 @@ picklable data, so they can later be spread over a cluster (e.g. Ray actors) unc
 from __future__ import annotations
 
 import hashlib
+import queue
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -120,8 +121,20 @@ class LocalBuilder:
 
     def __init__(self, workers: int = 1, timeout: float = 60.0):
         self.timeout = timeout
-        self._workers = [Worker() for _ in range(max(1, workers))]
-        self._threads = ThreadPoolExecutor(len(self._workers))
+        self.workers = max(1, workers)
+        self._workers = [Worker() for _ in range(self.workers)]
+        self._threads = ThreadPoolExecutor(self.workers)
+        self._idle = queue.Queue()
+        for w in self._workers:
+            self._idle.put(w)
+
+    def build_one(self, task: Task, trace: str) -> list:
+        """Build one candidate on whichever worker is free (thread-safe); returns [BuildResult]."""
+        worker = self._idle.get()
+        try:
+            return self._build_on(worker, task, [trace])
+        finally:
+            self._idle.put(worker)
 
     def build(self, task: Task, traces: list) -> list:
         jobs = [traces[w :: len(self._workers)] for w in range(len(self._workers))]

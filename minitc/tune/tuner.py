@@ -14,6 +14,7 @@ import json
 import math
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -62,11 +63,13 @@ class TuneResult:
     workload: str = ""
     seconds: float = 0.0
     overhead_s_per_trial: float = 0.0  # build + bookkeeping time per trial, not the kernel's own
+    phases: dict = field(default_factory=dict)  # seconds per phase: search, build, run, record, model, kernel
 
     def to_json(self) -> dict:
         return {
             "workload": self.workload, "best_ms": self.best_ms, "trials": self.trials, "errors": self.errors,
             "history": self.history, "seconds": self.seconds, "overhead_s_per_trial": self.overhead_s_per_trial,
+            "phases": self.phases,
         }
 
 
@@ -93,7 +96,7 @@ class TuningSession:
     sessions; `tune` runs one to the end)."""
 
     def __init__(self, outputs, strategy="evolutionary", target="llvm", db=None, *, batch=16, seed=0,
-                 cost_model=None, builder=None, runner=None, progress=None, trials=None):
+                 cost_model=None, builder=None, runner=None, progress=None, trials=None, overlap=False):
         self.start = time.perf_counter()
         self.space = Space(outputs, target)
         self.key = workload_key(self.space.outputs)
@@ -103,6 +106,8 @@ class TuningSession:
         self.db.add_workload(self.key, describe(self.space.outputs), canonical(self.space.outputs))
         self.search = _strategy(strategy, self.space, np.random.default_rng(seed), cost_model)
         self.search.workload = self.key
+        if hasattr(self.search, "model") and hasattr(self.search.model, "register"):
+            self.search.model.register(self.key, self.space.outputs)  # features need the shapes
         for rec in self.db.records(self.key, self.target, self.hw):
             values, steps = decode_trace(rec.trace)
             ckey = hashlib.sha256(steps.to_json().encode()).hexdigest()[:24]
@@ -111,19 +116,24 @@ class TuningSession:
             self.search.queue.append(self.space.replay(self.space.default_values()))
         self.task = Task.from_outputs(self.space.outputs, self.target)
         self.own = (builder is None, runner is None)
-        self.builder = builder or LocalBuilder(workers=1)
+        self.builder = builder or LocalBuilder(workers=2)
         self.runner = runner or LocalRunner()
-        self.batch, self.progress, self.trials = batch, progress, trials
+        self.batch, self.progress, self.trials, self.overlap = batch, progress, trials, overlap
         self.best, self.history, self.errors, self.done, self.kernel_s = math.inf, [], 0, 0, 0.0
         self.exhausted = False
+        self.phases = {"search": 0.0, "build": 0.0, "run": 0.0, "record": 0.0, "model": 0.0}
 
     def round(self, n: int | None = None) -> int:
         """Measure up to n (default: the batch size) new candidates; returns how many."""
+        t0 = time.perf_counter()
         cands = self.search.ask(n or self.batch)
+        t1 = time.perf_counter()
+        self.phases["search"] += t1 - t0
         if not cands:
             self.exhausted = True
             return 0
-        results = self.runner.run(self.task, self.builder.build(self.task, [c.trace for c in cands]))
+        results = self._measure([c.trace for c in cands])
+        t3 = time.perf_counter()
         latencies = []
         for c, res in zip(cands, results):
             ms = res.median_ms
@@ -137,8 +147,34 @@ class TuningSession:
             self.history.append(self.best if math.isfinite(self.best) else None)
             if self.progress is not None:
                 self.progress(self.done, self.trials or self.done, self.errors, self.history[-1])
+        t4 = time.perf_counter()
         self.search.tell(cands, latencies)
+        self.phases["record"] += t4 - t3
+        self.phases["model"] += time.perf_counter() - t4
         return len(cands)
+
+    def _measure(self, traces: list) -> list:
+        """Build and run candidates. With `overlap`, candidate n+1 compiles (in the builder's
+        worker) while candidate n is measured; the final best is re-measured on a quiet machine."""
+        if not self.overlap:
+            t = time.perf_counter()
+            built = self.builder.build(self.task, traces)
+            self.phases["build"] += time.perf_counter() - t
+            t = time.perf_counter()
+            results = self.runner.run(self.task, built)
+            self.phases["run"] += time.perf_counter() - t
+            return results
+        results = []
+        with ThreadPoolExecutor(self.builder.workers) as pool:
+            futures = [pool.submit(self.builder.build_one, self.task, trace) for trace in traces]
+            for fut in futures:
+                t = time.perf_counter()
+                built = fut.result()
+                self.phases["build"] += time.perf_counter() - t  # only the part not hidden
+                t = time.perf_counter()
+                results.extend(self.runner.run(self.task, built))
+                self.phases["run"] += time.perf_counter() - t
+        return results
 
     def finish(self) -> TuneResult:
         """Re-measure the best record, build it, release the workers."""
@@ -149,7 +185,8 @@ class TuningSession:
         kernel = _build_best(self.space, best_trace) if best_trace else None
         seconds = time.perf_counter() - self.start
         overhead = max(0.0, seconds - self.kernel_s) / max(self.done, 1)
-        return TuneResult(kernel, best_ms, self.done, self.errors, self.history, best_trace, self.key, seconds, overhead)
+        phases = dict(self.phases, kernel=self.kernel_s, total=seconds)
+        return TuneResult(kernel, best_ms, self.done, self.errors, self.history, best_trace, self.key, seconds, overhead, phases)
 
     def close(self) -> None:
         if self.own[0]:
@@ -160,13 +197,16 @@ class TuningSession:
 
 def tune(
     outputs, trials: int = 256, strategy: str = "evolutionary", target: str = "llvm", db=None, *,
-    batch: int = 16, seed: int = 0, cost_model=None, builder=None, runner=None, progress=None,
+    batch: int = 16, seed: int = 0, cost_model=None, builder=None, runner=None, progress=None, overlap: bool = False,
 ) -> TuneResult:
     """Tune the computation of `outputs` (a tensor or a list) for `target` with `trials`
     measured candidates. `db` is a path or Database (default: the user's records database,
-    see database.py). `progress(done, total, errors, best_ms)` is called after each trial."""
+    see database.py). `progress(done, total, errors, best_ms)` is called after each trial.
+    A batch is compiled by parallel builder workers, then measured on the idle machine; with
+    `overlap`, compiling goes on while measuring (faster, but on a small machine the compiles
+    disturb the timings the search learns from; the final best is re-measured alone either way)."""
     session = TuningSession(outputs, strategy, target, db, batch=batch, seed=seed, cost_model=cost_model,
-                            builder=builder, runner=runner, progress=progress, trials=trials)
+                            builder=builder, runner=runner, progress=progress, trials=trials, overlap=overlap)
     try:
         while session.done < trials and not session.exhausted:
             session.round(min(batch, trials - session.done))
@@ -176,19 +216,20 @@ def tune(
     return session.finish()
 
 
-def _remeasure_best(database, key, space, hw, task, runner):
-    """The final best is measured again (more repeats) before it is reported."""
-    for rec in database.best(key, space.target.string, hw, k=3):
-        _, steps = decode_trace(rec.trace)
-        builder = LocalBuilder(workers=1)
-        try:
-            (built,) = builder.build(task, [steps.to_json()])
-        finally:
-            builder.close()
-        (res,) = LocalRunner(repeats=max(runner.repeats, 10), timeout=runner.timeout).run(task, [built])
-        if res.error is None:
-            return res.median_ms, rec.trace
-    return None, None
+def _remeasure_best(database, key, space, hw, task, runner, k: int = 5):
+    """The final best is measured again before it is reported: the k fastest records are re-run
+    one after another on an otherwise idle machine (no overlapping builds), the fastest wins."""
+    records = database.best(key, space.target.string, hw, k=k)
+    if not records:
+        return None, None
+    builder = LocalBuilder(workers=1)
+    try:
+        built = builder.build(task, [decode_trace(r.trace)[1].to_json() for r in records])
+    finally:
+        builder.close()
+    results = LocalRunner(repeats=max(runner.repeats, 10), timeout=runner.timeout).run(task, built)
+    timed = [(res.median_ms, rec.trace) for res, rec in zip(results, records) if res.error is None]
+    return min(timed, key=lambda t: t[0]) if timed else (None, None)
 
 
 def _build_best(space: Space, trace_text: str):
