@@ -222,7 +222,7 @@ class BoundInference:
                 value[rel.inner] = binary("mod", value[rel.fused], const(ext[rel.inner]))
         for d, a in enumerate(st.axes):
             local = simplify(value[a.name])
-            info.values[a] = simplify(binary("add", info.region[d][0], local)) if info.region[d][0] is not None else local
+            info.values[a] = simplify(binary("add", info.region[d][0], local))
         for a in st.reduce_axes:
             info.values[a] = simplify(value[a.name])
         for axis, offset, (t_lo, t_ext) in info.producer_region:

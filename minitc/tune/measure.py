@@ -137,13 +137,8 @@ class LocalBuilder:
             self._idle.put(worker)
 
     def build(self, task: Task, traces: list) -> list:
-        jobs = [traces[w :: len(self._workers)] for w in range(len(self._workers))]
-        parts = list(self._threads.map(lambda wj: self._build_on(wj[0], task, wj[1]), zip(self._workers, jobs)))
-        by_trace = {}
-        for part in parts:
-            for r in part:
-                by_trace.setdefault(r.trace, r)
-        return [by_trace[t] for t in traces]
+        """Build candidates in parallel, each on whichever worker is free; results in order."""
+        return [r for part in self._threads.map(lambda t: self.build_one(task, t), traces) for r in part]
 
     def _build_on(self, worker, task: Task, traces: list) -> list:
         out = []
