@@ -19,7 +19,7 @@ def test_records_round_trip_and_best(tmp_path):
         db.add_workload("w1", "matmul", ["x"])
         db.add(Record("w1", "llvm", "hw", '[{"kind": "split"}]', (2.0, 2.2, 2.1), 2.1))
         db.add(Record("w1", "llvm", "hw", "[]", (1.0, 1.1), 1.05))
-        db.add(Record("w1", "llvm", "hw", "[]", (), None, "crash: SIGSEGV"))
+        db.add(Record("w1", "llvm", "hw", '[{"kind": "fuse"}]', (), None, "crash: SIGSEGV"))
         db.add(Record("w1", "llvm -mcpu=znver1", "hw", "[]", (0.5,), 0.5))
         assert len(db) == 4
         best = db.best("w1", "llvm")
@@ -30,6 +30,17 @@ def test_records_round_trip_and_best(tmp_path):
         assert db.records("w1", "llvm")[0].latencies_ms == (2.0, 2.2, 2.1)
     with Database(tmp_path / "r.db") as db:  # reopening keeps everything
         assert len(db) == 4 and db.workloads() == [("w1", "matmul")]
+
+
+def test_a_later_measurement_of_the_same_trace_supersedes_the_first(tmp_path):
+    with Database(tmp_path / "r.db") as db:
+        db.add(Record("w1", "llvm", "hw", "[1]", (1.0,), 1.0))  # a lucky first timing
+        db.add(Record("w1", "llvm", "hw", "[2]", (1.5,), 1.5))
+        db.add(Record("w1", "llvm", "hw", "[1]", (2.0,), 2.0))  # the re-measure
+        assert [r.trace for r in db.best("w1", "llvm", k=5)] == ["[2]", "[1]"]
+        db.add(Record("w1", "llvm", "hw", "[2]", (), None, "crash: SIGSEGV"))
+        assert [r.trace for r in db.best("w1", "llvm", k=5)] == ["[1]"]
+        assert len(db.records("w1")) == 4  # nothing is overwritten
 
 
 def test_default_path_from_environment(tmp_path, monkeypatch):

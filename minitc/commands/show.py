@@ -103,13 +103,14 @@ def list_workloads(path: Path, target: str) -> None:
             recs = db.records(key)
             errors = sum(not r.ok for r in recs)
             best = db.best(key, tstring, hw)
-            rows.append([key[:12], str(len(recs)), str(errors), f"{best[0].median_ms:.4g}" if best else "-", desc])
+            programs = len({r.trace for r in recs})  # finalists are measured again: more records
+            rows.append([key[:12], str(programs), str(len(recs)), str(errors), f"{best[0].median_ms:.4g}" if best else "-", desc])
     click.echo(f"records database: {path} ({len(rows)} workload{'s' if len(rows) != 1 else ''})")
     if not rows:
         return
-    head = ["workload", "records", "errors", "best ms", "description"]
+    head = ["workload", "programs", "records", "errors", "best ms", "description"]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-    fmt = lambda cells: "  ".join(c.ljust(w) if i in (0, 4) else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+    fmt = lambda cells: "  ".join(c.ljust(w) if i in (0, 5) else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
     click.echo(fmt(head).rstrip())
     for r in rows:
         click.echo(fmt(r).rstrip())

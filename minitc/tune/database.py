@@ -129,13 +129,16 @@ class Database:
         return [self._record(r) for r in self.conn.execute(sql + " ORDER BY id", args)]
 
     def best(self, workload: str, target: str, hardware: str | None = None, k: int = 1) -> list:
-        """The k fastest successful records, fastest first."""
-        sql = "SELECT * FROM records WHERE workload = ? AND target = ? AND median_ms IS NOT NULL AND error IS NULL"
-        args = [workload, target]
+        """The k fastest successful records, fastest first. A trace measured more than once (the
+        tuner re-measures its finalists) counts with its latest measurement only."""
+        where, args = "workload = ? AND target = ?", [workload, target]
         if hardware is not None:
-            sql, args = sql + " AND hardware = ?", args + [hardware]
-        rows = self.conn.execute(sql + " ORDER BY median_ms LIMIT ?", args + [k])
-        return [self._record(r) for r in rows]
+            where, args = where + " AND hardware = ?", args + [hardware]
+        sql = (
+            f"SELECT * FROM records WHERE id IN (SELECT MAX(id) FROM records WHERE {where} GROUP BY hardware, trace)"
+            " AND median_ms IS NOT NULL AND error IS NULL ORDER BY median_ms LIMIT ?"
+        )
+        return [self._record(r) for r in self.conn.execute(sql, args + [k])]
 
     def workloads(self) -> list:
         return [(k, d) for k, d in self.conn.execute("SELECT key, description FROM workloads ORDER BY created")]
