@@ -71,7 +71,7 @@ def _dist_version(name: str):
 
 @click.command("bench", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--suite", default=DEFAULT_SUITE, show_default=True,
-              help=f"Suite to run: {', '.join(SUITES)}; tuning: {', '.join(TUNE_SUITES)}.")  # fmt: skip
+              help=f"Suite to run: {', '.join(SUITES)}; tuning: {', '.join(TUNE_SUITES)}; tlm-eval.")  # fmt: skip
 @click.option("--workloads", default="", help="Comma-separated workload names of the suite (default: all).")
 @click.option("--threads", default="1,2", show_default=True, callback=_threads, help="Thread counts to run.")
 @click.option("--repeats", default=10, show_default=True, type=click.IntRange(min=1),
@@ -95,8 +95,11 @@ def _dist_version(name: str):
 @click.option("--seed", default=0, show_default=True, type=int, help="Tuning suites: search seed.")
 @click.option("--cost-model", type=click.Choice(("default", "random")), default="default", show_default=True,
               help="Tuning suites: the evolutionary search's cost model (default_cost_model() or random scores).")  # fmt: skip
+@click.option("--tlm-k", default="1,10,32,64", show_default=True, help="tlm-eval: measured programs of TLM to report.")
+@click.option("--evo-trials", default="64,256,1000", show_default=True, help="tlm-eval: evolutionary budgets to compare with.")
+@click.option("--lm", "lm_path", type=click.Path(exists=True, dir_okay=False), help="tlm-eval: the model (default: the shipped one).")
 def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine, quiet,
-          trials, strategies, db, seed, cost_model):  # fmt: skip
+          trials, strategies, db, seed, cost_model, tlm_k, evo_trials, lm_path):  # fmt: skip
     """Benchmark minitc against numpy and torch (CPU) on a suite of workloads.
 
     Each workload runs minitc's default schedule (`tc.build(tensor)`), numpy and torch in the
@@ -112,6 +115,8 @@ def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, wa
     from .workloads import select
 
     ctx = click.get_current_context()
+    if suite == "tlm-eval":
+        return bench_tlm_eval(workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_path, quiet)
     tuning = suite in TUNE_SUITES
     if not tuning:
         given = [o for o in TUNE_ONLY if ctx.get_parameter_source(o) == click.core.ParameterSource.COMMANDLINE]
@@ -147,6 +152,37 @@ def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, wa
         say(f"wrote {json_path}")
     if plot_path:
         report.plot(records, plot_path)
+        say(f"wrote {plot_path}")
+
+
+def bench_tlm_eval(workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_path, quiet) -> None:
+    """`--suite tlm-eval`: the language model against evolutionary search on held-out workloads."""
+    import json
+
+    from . import tlm_eval
+
+    say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))
+    try:
+        ks = [int(x) for x in tlm_k.split(",") if x.strip()]
+        budgets = [int(x) for x in evo_trials.split(",") if x.strip()]
+    except ValueError:
+        raise click.UsageError("--tlm-k and --evo-trials take comma-separated integers") from None
+    names = [n.strip() for n in workloads.split(",") if n.strip()]
+    start = time.perf_counter()
+    try:
+        rows = tlm_eval.run(names, ks, budgets, seed, say, lm_path)
+    except KeyError as e:
+        raise click.UsageError(e.args[0]) from None
+    click.echo(tlm_eval.table(rows, ks, budgets))
+    say(f"tlm-eval done in {time.perf_counter() - start:.0f} s")
+    if json_path:
+        run = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+               "command": command_line(click.get_current_context()), "versions": _versions()}  # fmt: skip
+        with open(json_path, "w") as f:
+            json.dump({"run": run, "rows": rows}, f, indent=1)
+        say(f"wrote {json_path}")
+    if plot_path:
+        tlm_eval.plot(rows, plot_path)
         say(f"wrote {plot_path}")
 
 

@@ -48,7 +48,7 @@ TUNE_SUITES = {
     "cpu-tune": CPU_CORE,
     "smoke-tune": [w for w in SMOKE if w.name in ("matmul-64", "softmax-small", "dense-small")],
 }
-STRATEGIES = ("random", "evolutionary")
+STRATEGIES = ("random", "evolutionary", "tlm")
 LIBRARIES = ("numpy", "torch")
 
 
@@ -70,7 +70,7 @@ def cost_model_for(strategy: str, choice: str = "default", seed: int = 0) -> tup
     """(model or None, label, warning or None) for a strategy. `choice` "default" is
     `minitc.tune.cost_model.default_cost_model()`, or random scores if that does not exist yet;
     "random" is always random scores. Random search uses no model (None, None, None)."""
-    if strategy != "evolutionary":
+    if strategy not in ("evolutionary", "tlm"):
         return None, None, None
     if choice == "random":
         return RandomScores(seed), "random", None
@@ -91,7 +91,7 @@ def tensors_of(w: Workload):
 
 
 def tune_one(w: Workload, out, strategy: str, trials: int, *, db=None, target="llvm", seed=0, batch=16,
-             cost_model="default", progress=None, builder=None, runner=None) -> dict:
+             cost_model="default", progress=None, builder=None, runner=None, lm=None, learn=False) -> dict:
     """Tune `out` (w's tensors) once; returns {"result": TuneResult or None, "error", "cost_model",
     "warning", "db"}. With db=None the run gets a fresh temporary database."""
     # tuner.tune is tc.tune; `tc.tune` itself is shadowed by the `minitc.tune` subpackage as
@@ -108,7 +108,8 @@ def tune_one(w: Workload, out, strategy: str, trials: int, *, db=None, target="l
     info = {"result": None, "error": None, "cost_model": label, "warning": warning, "db": None if tmp else str(db)}
     try:
         info["result"] = tune(out, trials=trials, strategy=strategy, target=target, db=path, batch=batch,
-                              seed=seed, cost_model=model, builder=builder, runner=runner, progress=progress)  # fmt: skip
+                              seed=seed, cost_model=model, builder=builder, runner=runner, progress=progress,
+                              lm=lm, learn=learn)  # fmt: skip
         if info["result"].kernel is None:
             info["error"] = f"tuning found no working candidate ({info['result'].errors} errors)"
     except Exception as e:  # noqa: BLE001 - one workload's failure becomes an error row
@@ -229,7 +230,7 @@ def record(w: Workload, strategy: str, trials: int, info: dict, timings: dict, e
 
 def tune_workload(w: Workload, strategies, trials: int, threads: int, *, db=None, target="llvm", seed=0,
                   batch=16, cost_model="default", repeats=10, budget_s=2.0, say=None, progress_factory=None,
-                  suite=None, machine=None, builder=None, runner=None) -> list:
+                  suite=None, machine=None, builder=None, runner=None, lm=None, learn=False) -> list:
     """Tune `w` with each strategy (with `threads` threads), then compare; one record per
     strategy. `progress_factory(strategy)` gives the `progress` callback of each tune call."""
     from minitc.tune.measure import LocalBuilder, LocalRunner
@@ -244,7 +245,8 @@ def tune_workload(w: Workload, strategies, trials: int, threads: int, *, db=None
             say(f"{w.name}: tuning with {strategy} search, {trials} trials, {threads} thread(s)")
             bar = progress_factory(strategy) if progress_factory else None
             infos[strategy] = tune_one(w, out, strategy, trials, db=db, target=target, seed=seed, batch=batch,
-                                       cost_model=cost_model, progress=bar, builder=builder, runner=runner)  # fmt: skip
+                                       cost_model=cost_model, progress=bar, builder=builder, runner=runner,
+                                       lm=lm, learn=learn)  # fmt: skip
             if bar is not None and hasattr(bar, "close"):
                 bar.close()
             if infos[strategy]["warning"]:

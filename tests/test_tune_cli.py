@@ -192,3 +192,14 @@ def test_progress_bar_writes_lines_off_a_terminal():
     lines = stream.getvalue().splitlines()
     assert len(lines) == 2 and "2/4 trials" in lines[0] and "4/4 trials" in lines[1]
     assert "1 error" in lines[1] and "best 0.5 ms" in lines[1] and "4.0 GFLOP/s" in lines[1]
+
+
+def test_tune_defaults_to_the_shipped_language_model(tmp_path):
+    """What the README's main job runs (there on a 1024^3 matmul): no strategy given -> tlm."""
+    out = tmp_path / "out.json"
+    result = run("tune", "matmul", "--shape", "32,32,32", "--trials", 3, "--batch", 3, "--db", tmp_path / "r.db",
+                 "--json", out, *FAST)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["strategy"] == "tlm" and data["trials"] == 3 and data["tuned_ms"] > 0
+    assert "numpy" in result.output and "tuned (tlm)" in result.output

@@ -15,7 +15,7 @@ import click
 
 from .spec import op_options, pop_op_options, shape_help
 
-STRATEGIES = ("random", "evolutionary")
+STRATEGIES = ("tlm", "evolutionary", "random")
 
 HELP = f"""Tune an operator: search for a fast schedule of `tc.ops.OP` with SHAPE.
 
@@ -23,13 +23,16 @@ Builds the placeholders and the output with tc.ops, runs `tc.tune` (every candid
 measured in a separate process and recorded in the records database, so running the same
 command again resumes), shows a live progress bar on stderr, then times the tuned kernel,
 the hand template (`tc.build(out, db=False)`), numpy and torch, interleaved, and prints a
-table. Evolutionary search ranks candidates with `default_cost_model()` (random scores if
-it is not available, or with --cost-model random).
+table. The default strategy, tlm, samples programs from the language model shipped with
+minitc (constrained to legal decisions) and measures the ones the cost model ranks best;
+evolutionary search ranks mutated candidates with `default_cost_model()` (or random scores
+with --cost-model random).
 
 {shape_help()}
 
 \b
 Examples:
+  minitc tune matmul --shape 1024,1024,1024 --trials 16
   minitc tune matmul --shape 512,512,512 --trials 64 --strategy evolutionary
   minitc tune dense --shape 128,768,3072 --bias --activation relu --trials 32
   minitc tune conv2d --shape 1,64,56,56,64,3,3 --stride 1 --padding 1 --json conv.json
@@ -95,7 +98,11 @@ def format_result(rec: dict, key: str, target: str) -> str:
 @click.argument("op", metavar="OP")
 @op_options
 @click.option("--trials", default=64, show_default=True, type=click.IntRange(min=1), help="Candidates to measure.")
-@click.option("--strategy", type=click.Choice(STRATEGIES), default="evolutionary", show_default=True)
+@click.option("--strategy", type=click.Choice(STRATEGIES), default="tlm", show_default=True,
+              help="tlm: the language model proposes, the cost model re-ranks; evolutionary: MetaSchedule's search.")
+@click.option("--lm", "lm_path", type=click.Path(dir_okay=False, exists=True),
+              help="Language-model checkpoint for tlm (default: $MINITC_LM, your --learn model, the shipped one).")
+@click.option("--learn", is_flag=True, help="tlm: fine-tune the model on this run's measurements and keep it as your default.")
 @click.option("--target", default="llvm", show_default=True, help="'llvm' (host CPU) or 'llvm -mcpu=...'.")
 @click.option("--db", type=click.Path(dir_okay=False),
               help="Records database (default: $MINITC_DB, else ~/.cache/minitc/records.db).")  # fmt: skip
@@ -110,8 +117,8 @@ def format_result(rec: dict, key: str, target: str) -> str:
 @click.option("--budget", "budget_s", default=1.0, show_default=True, type=click.FloatRange(min=0),
               help="Seconds of timing per implementation in the final comparison.")  # fmt: skip
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
-def tune(op, trials, strategy, target, db, json_path, plot_path, seed, threads, batch, cost_model, budget_s, quiet,
-         **kwargs):  # fmt: skip
+def tune(op, trials, strategy, lm_path, learn, target, db, json_path, plot_path, seed, threads, batch, cost_model,
+         budget_s, quiet, **kwargs):  # fmt: skip
     import minitc as tc
     from benchmarks import report
     from benchmarks.baselines import workload_for
@@ -140,7 +147,8 @@ def tune(op, trials, strategy, target, db, json_path, plot_path, seed, threads, 
     say(f"{w.description}: workload {key[:12]}; records in {db_path}")
     bar = TuneProgress(trials, w.work, w.unit, enabled=not quiet, every=batch)
     (rec,) = tune_workload(w, [strategy], trials, threads, db=db_path, target=target, seed=seed, batch=batch,
-                           cost_model=cost_model, budget_s=budget_s, say=say, progress_factory=lambda s: bar)  # fmt: skip
+                           cost_model=cost_model, budget_s=budget_s, say=say, progress_factory=lambda s: bar,
+                           lm=lm_path, learn=learn)  # fmt: skip
     click.echo(format_result(rec, key, target))
     wall = time.perf_counter() - start
     click.echo(f"wall time: {wall:.1f} s (tuning {rec['seconds'] or 0:.1f} s, then timing)")

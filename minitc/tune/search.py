@@ -160,4 +160,4 @@ class EvolutionarySearch(RandomSearch):
         self.model.fit(self.workload, [c.trace for c in candidates], list(latencies_ms))
 
 
-STRATEGIES = ("random", "evolutionary")
+STRATEGIES = ("tlm", "evolutionary", "random")  # tlm lives in lm/strategy.py

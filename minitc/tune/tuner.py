@@ -1,9 +1,11 @@
 """`tc.tune`: search a workload's design space, measuring candidates safely and recording every
 result in the tuning database, then build the best program.
 
-    r = tc.tune(C, trials=256, strategy="evolutionary", target="llvm", db=None)
+    r = tc.tune(C, trials=64, strategy="tlm", target="llvm", db=None)
     r.kernel(a, b); r.best_ms; r.trials; r.errors; r.history
 
+Strategies: "tlm" (default: the shipped language model proposes, the cost model re-ranks,
+see lm/strategy.py), "evolutionary" (MetaSchedule's, with the TLP cost model) and "random".
 Running the same call again resumes: candidates already in the database are not measured
 again, and the evolutionary search starts from the best of them.
 """
@@ -38,10 +40,13 @@ def hardware_fingerprint(target) -> str:
     return f"{t.cpu}-{t.num_cores}c-{digest}"
 
 
-def encode_trace(candidate) -> str:
-    """What a record stores: the decisions (to replay and mutate in the space) and the
-    primitive steps (to rebuild the program without the space)."""
-    return json.dumps({"sketch": candidate.sketch, "decisions": candidate.values, "steps": json.loads(candidate.trace)})
+def encode_trace(candidate, sentence: str | None = None) -> str:
+    """What a record stores: the decisions (to replay and mutate in the space), the primitive
+    steps (to rebuild the program without the space) and its tensor-language sentence."""
+    data = {"sketch": candidate.sketch, "decisions": candidate.values, "steps": json.loads(candidate.trace)}
+    if sentence is not None:
+        data["sentence"] = sentence
+    return json.dumps(data)
 
 
 def decode_trace(text: str) -> tuple:
@@ -64,12 +69,14 @@ class TuneResult:
     seconds: float = 0.0
     overhead_s_per_trial: float = 0.0  # build + bookkeeping time per trial, not the kernel's own
     phases: dict = field(default_factory=dict)  # seconds per phase: search, build, run, record, model, kernel
+    times: list = field(default_factory=list)  # seconds since the start after each trial
+    search_stats: dict = field(default_factory=dict)  # what the strategy reports (tlm: programs sampled, invalid)
 
     def to_json(self) -> dict:
         return {
             "workload": self.workload, "best_ms": self.best_ms, "trials": self.trials, "errors": self.errors,
             "history": self.history, "seconds": self.seconds, "overhead_s_per_trial": self.overhead_s_per_trial,
-            "phases": self.phases,
+            "phases": self.phases, "times": self.times, "search_stats": self.search_stats,
         }
 
 
@@ -79,24 +86,41 @@ def _open_db(db) -> Database:
     return Database(db)
 
 
-def _strategy(name: str, space: Space, rng, cost_model):
+def _strategy(name: str, space: Space, rng, cost_model, lm=None, learn=False):
     if name == "random":
         return RandomSearch(space, rng)
-    if name == "evolutionary":
-        if cost_model is None:
-            from .cost_model import default_cost_model
+    if name in ("evolutionary", "tlm") and cost_model is None:
+        from .cost_model import default_cost_model
 
-            cost_model = default_cost_model()
+        cost_model = default_cost_model()
+    if name == "evolutionary":
         return EvolutionarySearch(space, cost_model, rng)
+    if name == "tlm":
+        from lm.strategy import tlm_search
+
+        return tlm_search(space, rng, cost_model, lm, learn)
     raise MinitcError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+
+
+def _sentence_writer(space):
+    """A function writing a candidate as a tensor-language sentence (stored with each record),
+    or None without the language package."""
+    try:
+        from lm.hardware import hardware
+        from lm.language import sentence
+    except ImportError:
+        return None
+    hw = hardware(space.target)
+    return lambda c: str(sentence(space, hw, c.decisions))
 
 
 class TuningSession:
     """Tuning of one workload, advanced a round at a time (the task scheduler interleaves
     sessions; `tune` runs one to the end)."""
 
-    def __init__(self, outputs, strategy="evolutionary", target="llvm", db=None, *, batch=16, seed=0,
-                 cost_model=None, builder=None, runner=None, progress=None, trials=None, overlap=False):
+    def __init__(self, outputs, strategy="tlm", target="llvm", db=None, *, batch=16, seed=0, cost_model=None,
+                 builder=None, runner=None, progress=None, trials=None, overlap=False, lm=None, learn=False,
+                 template_first=True):
         self.start = time.perf_counter()
         self.space = Space(outputs, target)
         self.key = workload_key(self.space.outputs)
@@ -104,16 +128,18 @@ class TuningSession:
         self.target = self.space.target.string
         self.db = _open_db(db)
         self.db.add_workload(self.key, describe(self.space.outputs), canonical(self.space.outputs))
-        self.search = _strategy(strategy, self.space, np.random.default_rng(seed), cost_model)
+        self.search = _strategy(strategy, self.space, np.random.default_rng(seed), cost_model, lm, learn)
+        self.sentence_of = _sentence_writer(self.space)
         self.search.workload = self.key
-        if hasattr(self.search, "model") and hasattr(self.search.model, "register"):
-            self.search.model.register(self.key, self.space.outputs)  # features need the shapes
+        for model in (getattr(self.search, "model", None), getattr(self.search, "cost_model", None)):
+            if hasattr(model, "register"):
+                model.register(self.key, self.space.outputs)  # features need the shapes
         latest = {rec.trace: rec for rec in self.db.records(self.key, self.target, self.hw)}  # re-measures supersede
         for rec in latest.values():
             values, steps = decode_trace(rec.trace)
             ckey = hashlib.sha256(steps.to_json().encode()).hexdigest()[:24]
             self.search.seed(ckey, values, rec.median_ms if rec.ok else math.inf)
-        if "template" in self.space.sketches:  # measure the hand template first: never lose to tc.build
+        if template_first and "template" in self.space.sketches:  # measure the hand template first: never lose to tc.build
             self.search.queue.append(self.space.replay(self.space.default_values()))
         self.task = Task.from_outputs(self.space.outputs, self.target)
         self.own = (builder is None, runner is None)
@@ -121,6 +147,7 @@ class TuningSession:
         self.runner = runner or LocalRunner()
         self.batch, self.progress, self.trials, self.overlap = batch, progress, trials, overlap
         self.best, self.history, self.errors, self.done, self.kernel_s = math.inf, [], 0, 0, 0.0
+        self.times: list = []
         self.exhausted = False
         self.phases = {"search": 0.0, "build": 0.0, "run": 0.0, "record": 0.0, "model": 0.0}
 
@@ -138,7 +165,8 @@ class TuningSession:
         latencies = []
         for c, res in zip(cands, results):
             ms = res.median_ms
-            self.db.add(Record(self.key, self.target, self.hw, encode_trace(c), res.latencies_ms, ms, res.error))
+            text = encode_trace(c, self.sentence_of(c) if self.sentence_of else None)
+            self.db.add(Record(self.key, self.target, self.hw, text, res.latencies_ms, ms, res.error))
             self.errors += res.error is not None
             latencies.append(ms if ms is not None else math.inf)
             if ms is not None:
@@ -146,6 +174,7 @@ class TuningSession:
                 self.kernel_s += res.kernel_s
             self.done += 1
             self.history.append(self.best if math.isfinite(self.best) else None)
+            self.times.append(round(time.perf_counter() - self.start, 3))
             if self.progress is not None:
                 self.progress(self.done, self.trials or self.done, self.errors, self.history[-1])
         t4 = time.perf_counter()
@@ -181,13 +210,17 @@ class TuningSession:
         """Re-measure the best record, build it, release the workers."""
         try:
             best_ms, best_trace = _remeasure_best(self.db, self.key, self.space, self.hw, self.task, self.runner)
+            if hasattr(self.search, "finish"):
+                self.search.finish()
         finally:
             self.close()
         kernel = _build_best(self.space, best_trace) if best_trace else None
         seconds = time.perf_counter() - self.start
         overhead = max(0.0, seconds - self.kernel_s) / max(self.done, 1)
         phases = dict(self.phases, kernel=self.kernel_s, total=seconds)
-        return TuneResult(kernel, best_ms, self.done, self.errors, self.history, best_trace, self.key, seconds, overhead, phases)
+        stats = self.search.stats() if hasattr(self.search, "stats") else {}
+        return TuneResult(kernel, best_ms, self.done, self.errors, self.history, best_trace, self.key, seconds, overhead,
+                          phases, self.times, stats)  # fmt: skip
 
     def close(self) -> None:
         if self.own[0]:
@@ -197,17 +230,22 @@ class TuningSession:
 
 
 def tune(
-    outputs, trials: int = 256, strategy: str = "evolutionary", target: str = "llvm", db=None, *,
+    outputs, trials: int = 64, strategy: str = "tlm", target: str = "llvm", db=None, *,
     batch: int = 16, seed: int = 0, cost_model=None, builder=None, runner=None, progress=None, overlap: bool = False,
+    lm=None, learn: bool = False, template_first: bool = True,
 ) -> TuneResult:
     """Tune the computation of `outputs` (a tensor or a list) for `target` with `trials`
     measured candidates. `db` is a path or Database (default: the user's records database,
     see database.py). `progress(done, total, errors, best_ms)` is called after each trial.
     A batch is compiled by parallel builder workers, then measured on the idle machine; with
     `overlap`, compiling goes on while measuring (faster, but on a small machine the compiles
-    disturb the timings the search learns from; the final best is re-measured alone either way)."""
-    session = TuningSession(outputs, strategy, target, db, batch=batch, seed=seed, cost_model=cost_model,
-                            builder=builder, runner=runner, progress=progress, trials=trials, overlap=overlap)
+    disturb the timings the search learns from; the final best is re-measured alone either way).
+    `template_first` measures the hand template before anything else (so tuning never ends
+    slower than `tc.build`); evaluations of the search itself turn it off. `lm` and `learn`
+    configure the tlm strategy (a checkpoint path; fine-tune on this run and keep the model)."""
+    session = TuningSession(outputs, strategy, target, db, batch=batch, seed=seed, cost_model=cost_model, builder=builder,
+                            runner=runner, progress=progress, trials=trials, overlap=overlap, lm=lm, learn=learn,
+                            template_first=template_first)
     try:
         while session.done < trials and not session.exhausted:
             session.round(min(batch, trials - session.done))

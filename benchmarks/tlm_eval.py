@@ -1,0 +1,133 @@
+"""The `tlm-eval` suite: the language model against evolutionary search on workloads it never
+saw in training (lm/workloads.py HELD_OUT), in the form of the TLM paper's Table 2.
+
+    python -m benchmarks --suite tlm-eval [--tlm-k 1,10,32,64] [--evo-trials 64,256,1000]
+                         [--workloads matmul-512,...] [--json out.json] [--plot curves.png]
+
+For each workload, one `tlm` run measures max(k) programs and one `evolutionary` run measures
+max(trials), each from a fresh records database and without the hand template measured first
+(this evaluates the searches, not the template); TLM@k is the best of the first k programs,
+Evo@t the best of the first t. A cell of the table is Evo@t ms / TLM@k ms (> 1: TLM@k is
+faster). Both runs use the same cost model class (TLP, trained online) and the same measuring
+setup; wall times are the tuning calls' own.
+"""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+
+
+def geomean(values) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _best_after(history: list, k: int):
+    values = [h for h in history[:k] if h is not None]
+    return min(values) if values else None
+
+
+def _time_to(history: list, times: list, target: float | None):
+    """Seconds until the best-so-far first reached `target` (None if never)."""
+    if target is None:
+        return None
+    for h, t in zip(history, times):
+        if h is not None and h <= target * 1.0001:
+            return t
+    return None
+
+
+def evaluate_workload(name: str, make, ks, evo_trials, seed: int = 0, say=None, lm=None) -> dict:
+    from minitc.tune.cost_model import default_cost_model
+    from minitc.tune.tuner import tune
+
+    from .tuning import template_kernel_ms
+
+    say = say or (lambda msg: None)
+    out = make()
+    runs = {}
+    for strategy, trials in (("tlm", max(ks)), ("evolutionary", max(evo_trials))):
+        say(f"{name}: {strategy}, {trials} trials")
+        with tempfile.TemporaryDirectory(prefix="minitc-tlm-eval-") as tmp:
+            r = tune(out, trials=trials, strategy=strategy, db=os.path.join(tmp, "r.db"), seed=seed,
+                     cost_model=default_cost_model(), template_first=False, lm=lm)  # fmt: skip
+        runs[strategy] = r
+    tlm, evo = runs["tlm"], runs["evolutionary"]
+    row = {
+        "workload": name, "template_ms": template_kernel_ms(out),
+        "tlm_ms": {k: _best_after(tlm.history, k) for k in ks},
+        "evo_ms": {t: _best_after(evo.history, t) for t in evo_trials},
+        "tlm_seconds": {k: tlm.times[min(k, len(tlm.times)) - 1] if tlm.times else None for k in ks},
+        "evo_seconds": {t: evo.times[min(t, len(evo.times)) - 1] if evo.times else None for t in evo_trials},
+        "tlm_history": tlm.history, "evo_history": evo.history, "tlm_times": tlm.times, "evo_times": evo.times,
+        "valid_rate": tlm.search_stats.get("valid_rate"), "tlm_stats": tlm.search_stats,
+        "tlm_errors": tlm.errors, "evo_errors": evo.errors,
+    }  # fmt: skip
+    top = max(evo_trials)
+    row["evo_best_s"] = _time_to(evo.history, evo.times, row["evo_ms"][top])
+    row["tlm_time_to_evo_best_s"] = _time_to(tlm.history, tlm.times, row["evo_ms"][top])
+    return row
+
+
+def table(rows: list, ks, evo_trials) -> str:
+    """Speedup of TLM@k over Evo@t (Evo ms / TLM ms) per workload and the geometric mean."""
+    head = ["workload"] + [f"TLM@{k}/Evo@{t}" for k in ks for t in evo_trials]
+    lines = []
+    ratios = {(k, t): [] for k in ks for t in evo_trials}
+    for row in rows:
+        cells = [row["workload"]]
+        for k in ks:
+            for t in evo_trials:
+                a, b = row["tlm_ms"][k], row["evo_ms"][t]
+                r = b / a if a and b else None
+                if r:
+                    ratios[(k, t)].append(r)
+                cells.append(f"{r:.2f}" if r else "-")
+        lines.append(cells)
+    lines.append(["geomean"] + [f"{geomean(ratios[(k, t)]):.2f}" if ratios[(k, t)] else "-" for k in ks for t in evo_trials])
+    widths = [max(len(h), *(len(c[i]) for c in lines)) for i, h in enumerate(head)]
+    fmt = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+    out = [fmt(head), "  ".join("-" * w for w in widths)] + [fmt(c) for c in lines]
+    out.append("")
+    out.append("workload          template ms  " + "  ".join(f"TLM@{k} ms" for k in ks) + "  " +
+               "  ".join(f"Evo@{t} ms" for t in evo_trials) + "  TLM s  Evo s  valid")  # fmt: skip
+    for row in rows:
+        ms = lambda v: f"{v:.4g}" if v else "-"  # noqa: E731
+        out.append(f"{row['workload']:16s}  {ms(row['template_ms']):>11s}  " +
+                   "  ".join(f"{ms(row['tlm_ms'][k]):>{len(f'TLM@{k} ms')}}" for k in ks) + "  " +
+                   "  ".join(f"{ms(row['evo_ms'][t]):>{len(f'Evo@{t} ms')}}" for t in evo_trials) +
+                   f"  {row['tlm_seconds'][max(ks)] or 0:5.0f}  {row['evo_seconds'][max(evo_trials)] or 0:5.0f}"
+                   f"  {row['valid_rate'] if row['valid_rate'] is not None else '-'}")  # fmt: skip
+    return "\n".join(out)
+
+
+def plot(rows: list, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(rows), figsize=(4 * len(rows), 3.2), squeeze=False)
+    for ax, row in zip(axes[0], rows):
+        for key, label in (("tlm_history", "tlm"), ("evo_history", "evolutionary")):
+            h = row[key]
+            ax.plot(range(1, len(h) + 1), [v if v is not None else math.nan for v in h], label=label)
+        if row["template_ms"]:
+            ax.axhline(row["template_ms"], color="gray", linestyle=":", label="template")
+        ax.set_xscale("log")
+        ax.set_title(row["workload"])
+        ax.set_xlabel("measured programs")
+        ax.set_ylabel("best ms")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def run(names=None, ks=(1, 10, 32, 64), evo_trials=(64, 256, 1000), seed=0, say=None, lm=None) -> list:
+    from lm.workloads import HELD_OUT
+
+    names = list(names or HELD_OUT)
+    unknown = [n for n in names if n not in HELD_OUT]
+    if unknown:
+        raise KeyError(f"tlm-eval runs held-out workloads only ({', '.join(HELD_OUT)}); unknown: {', '.join(unknown)}")
+    return [evaluate_workload(n, HELD_OUT[n], list(ks), list(evo_trials), seed, say, lm) for n in names]

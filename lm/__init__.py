@@ -1,0 +1,1 @@
+"""The tensor language model: schedule sentences, a small transformer, training, decoding."""

@@ -1,0 +1,193 @@
+"""`minitc lm ...`: build the language model's data, train it, and improve it with measurements.
+
+    minitc lm gen-data pretrain.jsonl --per-workload 512        # random programs as sentences
+    minitc lm pretrain pretrain.jsonl --out lm.pt                # loss on decision tokens only
+    minitc lm measure --db lm-records.db --per-workload 32       # measured programs (random)
+    minitc lm finetune lm.pt --db lm-records.db --out lm-ft.pt   # throughput-weighted
+    minitc lm loop lm-ft.pt --db lm-records.db --rounds 2        # measure with the model, fine-tune, repeat
+    minitc lm workloads                                          # the training and held-out sets
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+
+def _names(value: str | None, default) -> list:
+    from .workloads import HELD_OUT, TRAINING
+
+    if not value:
+        return list(default)
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    unknown = [n for n in names if n not in TRAINING and n not in HELD_OUT]
+    if unknown:
+        raise click.BadParameter(f"unknown workloads {unknown}; see `minitc lm workloads`", param_hint="--workloads")
+    return names
+
+
+def _say(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+@click.group("lm", context_settings={"help_option_names": ["-h", "--help"]})
+def lm():
+    """The tensor language model: data, training, fine-tuning."""
+
+
+@lm.command("workloads")
+def workloads_cmd():
+    """List the training and held-out workloads."""
+    from minitc.tune.workload import describe
+
+    from .workloads import HELD_OUT, TRAINING
+
+    for title, table in (("training", TRAINING), ("held out (never trained on)", HELD_OUT)):
+        click.echo(f"{title}: {len(table)}")
+        for name, make in table.items():
+            click.echo(f"  {name:24s} {describe(make())}")
+
+
+@lm.command("gen-data")
+@click.argument("out", type=click.Path(dir_okay=False))
+@click.option("--per-workload", default=512, show_default=True, type=click.IntRange(min=1))
+@click.option("--workloads", help="Comma-separated names (default: the training set).")
+@click.option("--seed", default=0, show_default=True)
+def gen_data_cmd(out, per_workload, workloads, seed):
+    """Append random legal programs of each workload, as sentences, to OUT (JSON lines)."""
+    from .data import gen_data
+    from .workloads import TRAINING
+
+    start = time.perf_counter()
+    n = gen_data(out, _names(workloads, TRAINING), per_workload, seed, progress=lambda i, t, name: _say(f"[{i}/{t}] {name}"))
+    click.echo(f"wrote {n} sentences to {out} in {time.perf_counter() - start:.1f} s")
+
+
+@lm.command("pretrain")
+@click.argument("data", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", required=True, type=click.Path(dir_okay=False))
+@click.option("--epochs", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--max-minutes", default=60.0, show_default=True, help="Stop training after this long.")
+@click.option("--d-model", default=192, show_default=True)
+@click.option("--layers", default=4, show_default=True)
+@click.option("--lr", default=1e-3, show_default=True)
+@click.option("--threads", default=1, show_default=True, help="torch threads (1 is fastest on a busy 2-core machine).")
+def pretrain_cmd(data, out, epochs, max_minutes, d_model, layers, lr, threads):
+    """Train a new model on gen-data sentences."""
+    from .pipeline import pretrain
+
+    config = {"d_model": d_model, "n_layers": layers, "n_heads": 4, "d_ff": 4 * d_model}
+    meta = pretrain(list(data), out, config=config, epochs=epochs, lr=lr, max_seconds=max_minutes * 60, threads=threads,
+                    progress=_every(20))  # fmt: skip
+    click.echo(json.dumps(meta, indent=1))
+
+
+def _every(n: int):
+    start = time.perf_counter()
+
+    def progress(step, total, loss):
+        if step % n == 0 or step == total:
+            _say(f"step {step}/{total}  loss {loss:.3f}  {time.perf_counter() - start:.0f} s")
+
+    return progress
+
+
+@lm.command("measure")
+@click.option("--db", required=True, type=click.Path(dir_okay=False), help="Records database to fill.")
+@click.option("--per-workload", default=32, show_default=True, type=click.IntRange(min=1),
+              help="Measured programs per workload (counting those already there: re-running resumes).")  # fmt: skip
+@click.option("--strategy", type=click.Choice(("random", "tlm")), default="random", show_default=True)
+@click.option("--lm", "lm_path", type=click.Path(exists=True, dir_okay=False), help="Checkpoint for --strategy tlm.")
+@click.option("--workloads", help="Comma-separated names (default: the training set).")
+@click.option("--seed", default=0, show_default=True)
+def measure_cmd(db, per_workload, strategy, lm_path, workloads, seed):
+    """Measure programs of each workload into the records database (each with its sentence)."""
+    from .workloads import TRAINING
+
+    measure(db, _names(workloads, TRAINING), per_workload, strategy, lm_path, seed)
+
+
+def measure(db, names, per_workload, strategy="random", lm_path=None, seed=0, add=False) -> None:
+    """Measure each workload up to `per_workload` programs in `db` (with `add`: that many more)."""
+    from minitc.tune.database import Database
+    from minitc.tune.tuner import tune
+    from minitc.tune.workload import workload_key
+
+    from .workloads import workload
+
+    for n, name in enumerate(names):
+        out = workload(name)
+        with Database(db) as d:
+            have = len({r.trace for r in d.records(workload_key(out))})
+        todo = per_workload if add else per_workload - have
+        if todo <= 0:
+            _say(f"[{n + 1}/{len(names)}] {name}: {have} programs already measured")
+            continue
+        start = time.perf_counter()
+        r = tune(out, trials=todo, strategy=strategy, db=db, seed=seed + have, lm=lm_path)
+        _say(f"[{n + 1}/{len(names)}] {name}: {r.trials} measured, {r.errors} errors, best {r.best_ms} ms, "
+             f"{time.perf_counter() - start:.0f} s")  # fmt: skip
+
+
+@lm.command("finetune")
+@click.argument("checkpoint", type=click.Path(exists=True, dir_okay=False))
+@click.option("--db", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", required=True, type=click.Path(dir_okay=False))
+@click.option("--epochs", default=4, show_default=True, type=click.IntRange(min=1))
+@click.option("--sharpness", default=4.0, show_default=True, help="Weight = (best ms / ms) ** sharpness.")
+@click.option("--threads", default=1, show_default=True)
+def finetune_cmd(checkpoint, db, out, epochs, sharpness, threads):
+    """Fine-tune CHECKPOINT on the measured programs in --db."""
+    from .pipeline import finetune
+
+    meta = finetune(checkpoint, db, out, epochs=epochs, sharpness=sharpness, threads=threads, progress=_every(20))
+    click.echo(json.dumps({k: v for k, v in meta.items() if k != "history"}, indent=1))
+
+
+@lm.command("loop")
+@click.argument("checkpoint", type=click.Path(exists=True, dir_okay=False))
+@click.option("--db", required=True, type=click.Path(dir_okay=False))
+@click.option("--rounds", default=2, show_default=True, type=click.IntRange(min=1))
+@click.option("--per-round", default=16, show_default=True, type=click.IntRange(min=1),
+              help="Programs per workload the model proposes and has measured each round.")  # fmt: skip
+@click.option("--workloads", help="Comma-separated names (default: the training set).")
+@click.option("--out-dir", type=click.Path(file_okay=False), help="Where round checkpoints go (default: next to CHECKPOINT).")
+def loop_cmd(checkpoint, db, rounds, per_round, workloads, out_dir):
+    """Iterate: the current model proposes programs, they are measured, the model is fine-tuned on
+    all measurements, and the next round uses it. Resumable: a finished round is skipped."""
+    from .pipeline import finetune
+    from .workloads import TRAINING
+
+    names = _names(workloads, TRAINING)
+    folder = Path(out_dir or Path(checkpoint).parent)
+    folder.mkdir(parents=True, exist_ok=True)
+    current = Path(checkpoint)
+    for r in range(1, rounds + 1):
+        nxt = folder / f"{Path(checkpoint).stem}-round{r}.pt"
+        if nxt.exists():
+            _say(f"round {r}: {nxt} exists, skipping")
+            current = nxt
+            continue
+        _say(f"round {r}: measuring {per_round} programs per workload proposed by {current}")
+        measure(db, names, per_round, "tlm", str(current), seed=r, add=True)
+        meta = finetune(current, db, nxt, progress=_every(50))
+        _say(f"round {r}: fine-tuned on {meta['demonstrations']} measured programs -> {nxt}")
+        current = nxt
+    click.echo(str(current))
+
+
+@lm.command("ship")
+@click.argument("checkpoint", type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", type=click.Path(dir_okay=False), help="Default: the package's lm/checkpoints/cpu.pt.")
+def ship_cmd(checkpoint, out):
+    """Store CHECKPOINT (weights as float16) as the model minitc ships and uses by default."""
+    from .model import load_checkpoint, save_checkpoint
+    from .pipeline import SHIPPED
+
+    model, vocab, meta = load_checkpoint(checkpoint)
+    target = Path(out or SHIPPED)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    save_checkpoint(target, model, vocab, meta, half=True)
+    click.echo(f"wrote {target} ({target.stat().st_size / 2**20:.1f} MiB, {model.num_parameters()} parameters)")

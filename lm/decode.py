@@ -1,0 +1,180 @@
+"""Constrained decoding: the model writes the decisions of n programs at once, and at every
+decision slot its logits are masked to the values the design space allows there, so every
+generated program is legal by construction.
+
+The design space is ordinary Python (tune/space.py) that asks a Sampler for each decision, and
+what it asks next depends on what was answered (a sketch, a cache, a compute location). So each
+sample runs the space in its own thread with a sampler that posts its slot (label and legal
+values) and waits; the decoder advances all samples in lockstep, one token per step, through
+one batched forward with a key-value cache (the prompt is computed once and shared):
+
+    forced label tokens  `s2 a1 =`  ->  masked value tokens `( 8 1 6 ##4 1 ) ;`  ->  next slot
+
+Within a value the mask is a prefix trie over the legal values' token sequences, so a tile's
+later factors can only complete a divisor tiling of what the earlier ones left.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from minitc.errors import ScheduleError
+from minitc.tune.sampler import Sampler
+
+from .language import Loc, sentence, sentence_decision, space_names
+from .model import expand_cache
+
+
+@dataclass
+class _Slot:
+    label_ids: list
+    values: tuple  # the slot's legal values (space values)
+    sequences: list  # value token ids of each, ending with `;`
+    written: list = field(default_factory=list)  # value tokens chosen so far
+    answer: object = None
+
+
+class _ThreadSampler(Sampler):
+    """Asks the decoder for each decision and blocks until it has been written."""
+
+    def __init__(self, sample):
+        super().__init__()
+        self.sample = sample
+
+    def _take(self, kind, name, domain):
+        if not domain:
+            raise ScheduleError(f"decision {name}: no legal value")
+        value = self.sample.ask(kind, name, tuple(domain))
+        self.decisions.append(_decision(kind, name, domain, value))
+        return value
+
+
+def _decision(kind, name, domain, value):
+    from minitc.tune.sampler import Decision
+
+    return Decision(kind, name, domain, value)
+
+
+class _Sample:
+    """One program being written: a thread running the space, and its token state."""
+
+    def __init__(self, decoder, index: int):
+        self.decoder, self.index = decoder, index
+        self.pending: list = []  # forced tokens still to feed
+        self.slot: _Slot | None = None
+        self.posted = threading.Event()  # set when the thread asks a slot or ends
+        self.answered = threading.Event()
+        self.finished = False
+        self.candidate = None
+        self.error = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        try:
+            self.candidate = self.decoder.space._apply(_ThreadSampler(self))
+        except ScheduleError as e:
+            self.error = e
+        except BaseException as e:  # noqa: BLE001  (re-raised by the decoder)
+            self.error = e
+        self.finished = True
+        self.posted.set()
+
+    def ask(self, kind, name, domain):
+        d = self.decoder
+        values = tuple(Loc(n) for n in range(len(domain))) if kind == "location" else domain
+        label, _ = sentence_decision(_decision(kind, name, domain, domain[0]), d.names)
+        self.slot = _Slot(d.tok.label_ids(label), domain, [d.tok.value_ids(v) for v in values])
+        self.answered.clear()
+        self.posted.set()
+        self.answered.wait()
+        if self.decoder.aborted:
+            raise ScheduleError("decoding was aborted")
+        return self.slot.answer
+
+    def wait_posted(self):
+        self.posted.wait()
+        self.posted.clear()
+        if not self.finished:
+            self.pending += self.slot.label_ids
+
+
+class Decoder:
+    """Generates programs of `space` with `model` (lm.model.TensorLM) and tokenizer `tok`."""
+
+    def __init__(self, model, tok, space, hardware, *, temperature: float = 1.0, top_k: int = 0):
+        self.model, self.tok, self.space = model, tok, space
+        self.names = space_names(space)
+        self.prompt = tok.prompt_ids(sentence(space, hardware))
+        self.temperature, self.top_k = temperature, top_k
+
+    def generate(self, n: int, rng=None) -> tuple:
+        """(candidates, failures): up to n programs (tune.space.Candidate); failures counts
+        samples the space rejected (should be 0: every value is legal by construction)."""
+        rng = rng if rng is not None else np.random.default_rng()
+        self.aborted = False
+        samples = [_Sample(self, i) for i in range(n)]
+        try:
+            return self._generate(samples, n, rng)
+        except BaseException:
+            self.aborted = True  # release the samples' threads, which wait for answers
+            for s in samples:
+                s.answered.set()
+            raise
+
+    def _generate(self, samples: list, n: int, rng) -> tuple:
+        for s in samples:
+            s.thread.start()
+        for s in samples:
+            s.wait_posted()
+        with torch.no_grad():
+            logits, cache = self.model(torch.tensor([self.prompt]))
+            cache = expand_cache(cache, n)
+            last = logits[0, -1].expand(n, -1)
+            position = len(self.prompt)
+            while not all(s.finished for s in samples):
+                step, completed = zip(*(self._next_token(s, last[s.index], rng) for s in samples))
+                for s, done in zip(samples, completed):  # their threads run on to the next slot
+                    if done:
+                        s.wait_posted()
+                logits, cache = self.model(torch.tensor(step).view(n, 1), cache=cache, start=position)
+                last = logits[:, -1]
+                position += 1
+        for s in samples:
+            s.thread.join()
+            if s.error is not None and not isinstance(s.error, ScheduleError):
+                raise s.error
+        done = [s.candidate for s in samples if s.candidate is not None]
+        return done, n - len(done)
+
+    def _next_token(self, s: _Sample, logits, rng) -> tuple:
+        """(the token sample s feeds next, whether it completes a decision)."""
+        if s.finished:
+            return self.tok.pad, False
+        if s.pending:
+            return s.pending.pop(0), False
+        slot = s.slot
+        k = len(slot.written)
+        live = [n for n, seq in enumerate(slot.sequences) if seq[:k] == slot.written]
+        allowed = sorted({slot.sequences[n][k] for n in live})
+        token = allowed[0] if len(allowed) == 1 else self._sample(logits, allowed, rng)
+        slot.written.append(token)
+        if token == self.tok.end:
+            value_index = next(n for n in live if slot.sequences[n] == slot.written)
+            slot.answer = slot.values[value_index]
+            s.answered.set()
+            return token, True
+        return token, False
+
+    def _sample(self, logits, allowed: list, rng) -> int:
+        scores = logits[allowed].double().numpy()
+        if self.temperature <= 0:
+            return allowed[int(np.argmax(scores))]
+        scores = scores / self.temperature
+        if self.top_k and len(allowed) > self.top_k:
+            cut = np.sort(scores)[-self.top_k]
+            scores = np.where(scores >= cut, scores, -np.inf)
+        p = np.exp(scores - scores.max())
+        return allowed[int(rng.choice(len(allowed), p=p / p.sum()))]

@@ -1,0 +1,291 @@
+"""The tensor language: sentences that describe a workload, the machine, the design space and
+the decisions of one program, printed as text and parsed back with the lark grammar
+(grammar.lark). Printing and parsing are exact inverses.
+
+    s = sentence(space, hardware, candidate.decisions)   # a Sentence
+    text = str(s)                                        # what the records database stores
+    assert parse(text) == s
+    values = space_values(space, s)                      # decisions to replay in the space
+
+A sentence never names things by the user's names: stages are `s<N>` (their order in the
+graph), axes `a<N>` (their order in the stage: spatial, then reduction), compute locations
+`@<N>` (the position among the legal loops), so one workload's sentence is the same whatever
+its tensors are called, and the vocabulary is closed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from lark import Lark, Transformer, UnexpectedInput
+
+from minitc.errors import MinitcError, ScheduleError
+from minitc.tune.sampler import Sampler
+
+from .describe import decision_label, describe_stages, space_skeleton
+
+
+class SentenceError(MinitcError):
+    """Malformed or inconsistent tensor-language text."""
+
+
+@dataclass(frozen=True)
+class Loc:
+    """A compute location, by its position among the legal loops (0 is usually `root`)."""
+
+    index: int
+
+    def __str__(self) -> str:
+        return f"@{self.index}"
+
+
+@dataclass(frozen=True)
+class Stage:
+    kind: str  # "input", an operator tag, or "compute"
+    dtype: str
+    shape: tuple
+    reduce: tuple | None = None  # (combiner, extents)
+    reads: tuple = ()  # (stage number, (index text, ...)) per read
+    ops: tuple = ()  # the arithmetic of the body, sorted
+
+    def __str__(self) -> str:
+        words = ["stage", self.kind, self.dtype, _dims(self.shape)]
+        if self.reduce is not None:
+            words += ["reduce", self.reduce[0], _dims(self.reduce[1])]
+        for stage, index in self.reads:
+            words += ["read", str(stage), "[" + " ".join(index) + "]"]
+        if self.ops:
+            words += ["ops", *self.ops]
+        return " ".join(words)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    target: str  # "llvm"
+    cpu: str
+    cores: int
+    simd: int  # float32 lanes per vector register
+    l1: int  # KiB, per core
+    l2: int
+    l3: int
+    gflops: int  # measured peak float32 FMA rate, all cores, 2 significant digits
+    gbps: int  # measured STREAM-triad bandwidth, all cores
+
+    def __str__(self) -> str:
+        return (f"hardware {self.target} {self.cpu} cores {self.cores} simd {self.simd} l1 {self.l1} l2 {self.l2} "
+                f"l3 {self.l3} gflops {self.gflops} gbps {self.gbps}")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Sentence:
+    stages: tuple  # Stage, producers first
+    hardware: Hardware
+    sketches: tuple  # (sketch name, (its slot names, ...)) per sketch of the space
+    decisions: tuple = ()  # (label, value) per decision, in the order the space takes them
+
+    def __str__(self) -> str:
+        decisions = " ".join(f"{label} = {_value(v)} ;" for label, v in self.decisions)
+        return self.prompt() + ("\n" + decisions if decisions else "")
+
+    def prompt(self) -> str:
+        """Everything before the decisions (what the model is conditioned on), ending in `=>`."""
+        lines = ["workload"] + [f"  {st}" for st in self.stages] + [str(self.hardware)]
+        lines.append("space " + " | ".join(name + (" : " + " ".join(slots) if slots else "") for name, slots in self.sketches))
+        return "\n".join(lines) + "\n=>"
+
+    @property
+    def values(self) -> list:
+        return [v for _, v in self.decisions]
+
+
+def _dims(values) -> str:
+    return "[" + " ".join(str(v) for v in values) + "]"
+
+
+def _value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    if isinstance(v, tuple):
+        return "(" + " ".join(str(x) for x in v) + ")"
+    return str(v)
+
+
+# -- from a design space -------------------------------------------------------------------------
+
+
+def sentence(space, hardware: Hardware, decisions=()) -> Sentence:
+    """The sentence of a program of `space` (decisions: sampler Decision objects) or, with no
+    decisions, the prompt that the model completes."""
+    stages = tuple(Stage(**d) for d in describe_stages(space.outputs))
+    names = space_names(space)
+    return Sentence(stages, hardware, space_skeleton(space), tuple(sentence_decision(d, names) for d in decisions))
+
+
+def space_names(space) -> dict:
+    """stage name -> (`s<N>`, {axis name: `a<N>`}) for the stages of the space's graph."""
+    from minitc.schedule.state import from_tensors
+
+    state, _ = from_tensors(space.outputs)
+    return {st.name: (f"s{n}", {a.name: f"a{k}" for k, a in enumerate(st.all_axes)}) for n, st in enumerate(state.stages)}
+
+
+def sentence_decision(decision, names: dict) -> tuple:
+    """(label, sentence value) of one sampler Decision."""
+    value = Loc(decision.domain.index(decision.value)) if decision.kind == "location" else decision.value
+    return decision_label(decision.name, names), value
+
+
+class _SentenceSampler(Sampler):
+    """Replays a sentence's decisions in the space: checks each label and value against the
+    slot the space asks for and turns `@N` back into a loop name."""
+
+    def __init__(self, decisions: tuple, names: dict):
+        super().__init__(forced=[])
+        self.sentence_decisions, self.names = decisions, names
+
+    def _take(self, kind, name, domain):
+        n = len(self.decisions)
+        if n >= len(self.sentence_decisions):
+            raise SentenceError(f"the sentence has {n} decisions; the space asks for more (next: {decision_label(name, self.names)})")
+        label, value = self.sentence_decisions[n]
+        expected = decision_label(name, self.names)
+        if label != expected:
+            raise SentenceError(f"decision {n}: the sentence has {label!r} where the space asks for {expected!r}")
+        if isinstance(value, Loc):
+            if kind != "location" or value.index >= len(domain):
+                raise SentenceError(f"decision {n} ({label}): {value} is not one of its {len(domain)} legal locations")
+            value = domain[value.index]
+        elif kind == "location" or not any(type(v) is type(value) and v == value for v in domain):
+            # exact types: `true` is not the unroll depth 1, a loop is named by `@N`, not by name
+            raise SentenceError(f"decision {n} ({label}): {_value(value)} is not one of its legal values")
+        self.forced = [d.value for d in self.decisions] + [value]
+        return super()._take(kind, name, domain)
+
+
+def space_values(space, s: Sentence) -> list:
+    """The space's decision values of sentence `s` (raises SentenceError if it is not a program
+    of this space)."""
+    sampler = _SentenceSampler(s.decisions, space_names(space))
+    try:
+        candidate = space._apply(sampler)
+    except ScheduleError as e:
+        raise SentenceError(f"the sentence is not a legal program of this space: {e}") from None
+    if len(candidate.decisions) != len(s.decisions):
+        raise SentenceError(f"the sentence has {len(s.decisions)} decisions; the program takes {len(candidate.decisions)}")
+    return candidate.values
+
+
+# -- parsing -------------------------------------------------------------------------------------
+
+_PARSER = None
+
+
+def _parser() -> Lark:
+    global _PARSER
+    if _PARSER is None:
+        grammar = (Path(__file__).with_name("grammar.lark")).read_text()
+        _PARSER = Lark(grammar, parser="lalr", propagate_positions=False)
+    return _PARSER
+
+
+class _ToSentence(Transformer):
+    def start(self, c):
+        stages, hardware, sketches, decisions = c
+        return Sentence(stages, hardware, sketches, decisions)
+
+    def workload(self, c):
+        return tuple(c)
+
+    def stage(self, c):
+        return c[0]
+
+    def input(self, c):
+        return Stage("input", str(c[0]), c[1])
+
+    def compute(self, c):
+        tag, dtype, shape, *rest = c
+        reduce = next((r for r in rest if isinstance(r, tuple) and r and r[0] == "reduce"), None)
+        reads = tuple(r[1:] for r in rest if isinstance(r, tuple) and r and r[0] == "read")
+        ops = next((r[1] for r in rest if isinstance(r, tuple) and r and r[0] == "ops"), ())
+        return Stage(str(tag), str(dtype), shape, reduce[1:] if reduce else None, reads, ops)
+
+    def reduction(self, c):
+        return ("reduce", str(c[0]), c[1])
+
+    def read(self, c):
+        return ("read", int(c[0]), tuple(str(t) for t in c[1:]))
+
+    def ops(self, c):
+        return ("ops", tuple(str(t) for t in c))
+
+    def dims(self, c):
+        return tuple(int(t) for t in c)
+
+    def hardware(self, c):
+        return Hardware(str(c[0]), str(c[1]), *(int(t) for t in c[2:]))
+
+    def space(self, c):
+        return tuple(c)
+
+    def sketch(self, c):
+        return (str(c[0]), tuple(str(t) for t in c[1:]))
+
+    def decisions(self, c):
+        return tuple(c)
+
+    def decision(self, c):
+        return (str(c[0]), c[1])
+
+    def int(self, c):
+        return int(c[0])
+
+    def tile(self, c):
+        return tuple(int(t) for t in c)
+
+    def true(self, c):
+        return True
+
+    def false(self, c):
+        return False
+
+    def null(self, c):
+        return None
+
+    def loc(self, c):
+        return Loc(int(str(c[0])[1:]))
+
+    def word(self, c):
+        return str(c[0])
+
+
+def parse(text: str) -> Sentence:
+    """The Sentence of `text`; raises SentenceError naming the line, column and what was expected."""
+    try:
+        tree = _parser().parse(text)
+    except UnexpectedInput as e:
+        # `accepts` is what the parser state takes; `expected` can be another lexer state's set.
+        names = getattr(e, "accepts", None) or getattr(e, "expected", None) or getattr(e, "allowed", None) or []
+        expected = sorted(_terminal_text(n) for n in names)
+        token = getattr(e, "token", None)
+        if token is not None:
+            got = "end of text" if token.type == "$END" else repr(str(token))
+        else:
+            got = repr(getattr(e, "char", ""))
+        where = f"line {e.line}, column {e.column}"
+        context = e.get_context(text, span=30).splitlines()[0].strip()
+        raise SentenceError(
+            f"malformed sentence at {where} (near {context!r}): got {got}, expected one of: {', '.join(expected) or 'end of text'}"
+        ) from None
+    return _ToSentence().transform(tree)
+
+
+def _terminal_text(name: str) -> str:
+    """A grammar terminal as a reader knows it: `'cores'`, `';'`, `'=>'`, or `int`, `word`."""
+    if name == "$END":
+        return "end of text"
+    terminal = next((t for t in _parser().terminals if t.name == name), None)
+    if terminal is None:
+        return name
+    return repr(terminal.pattern.value) if terminal.pattern.type == "str" else name.lower()

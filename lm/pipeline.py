@@ -1,0 +1,112 @@
+"""Pretraining, fine-tuning and loading of the tensor language model.
+
+    pretrain("pretrain.jsonl", "lm.pt")                 # on unmeasured random programs
+    finetune("lm.pt", "records.db", "lm-ft.pt")          # on measured ones, throughput-weighted
+    model, tok, meta = load_model()                      # the model `tc.tune` uses by default
+
+Which model `load_model()` picks: the MINITC_LM environment variable if set, else the user's
+own fine-tuned model (`minitc tune --learn` writes it next to the records database), else the
+checkpoint shipped in the package (lm/checkpoints/cpu.pt).
+"""
+from __future__ import annotations
+
+import os
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .model import LMError, ModelConfig, TensorLM, load_checkpoint, save_checkpoint
+from .tokenizer import Tokenizer
+from .train import evaluate, train
+
+SHIPPED = Path(__file__).with_name("checkpoints") / "cpu.pt"
+
+
+def user_model_path() -> Path:
+    from minitc.tune.database import default_path
+
+    return default_path().parent / "lm-finetuned.pt"
+
+
+def default_model_path() -> Path:
+    env = os.environ.get("MINITC_LM")
+    if env:
+        return Path(env)
+    user = user_model_path()
+    return user if user.exists() else SHIPPED
+
+
+def load_model(path=None) -> tuple:
+    """(model, tokenizer, meta) of a checkpoint (default: see the module docstring)."""
+    path = Path(path) if path is not None else default_model_path()
+    if not path.exists():
+        raise LMError(f"no language model at {path}: train one with `minitc lm pretrain`, or reinstall minitc "
+                      "(the package ships lm/checkpoints/cpu.pt)")  # fmt: skip
+    model, vocab, meta = load_checkpoint(path)
+    return model, Tokenizer(vocab), meta
+
+
+def _threads(n):
+    # On a shared 2-core machine torch's worker threads mostly wait for each other.
+    torch.set_num_threads(n or max(1, (os.cpu_count() or 1)))
+
+
+def pretrain(data, out, *, config: dict | None = None, epochs: int = 2, batch_size: int = 32, lr: float = 5e-4,
+             max_seconds: float | None = 3600, seed: int = 0, threads: int | None = None, progress=None) -> dict:
+    """Train a new model on the sentences of gen-data file(s) `data` (loss on decision tokens only)."""
+    from .data import examples, read_sentences
+
+    _threads(threads)
+    torch.manual_seed(seed)
+    tok = Tokenizer.default()
+    files = [data] if isinstance(data, (str, Path)) else list(data)
+    items = [item for f in files for item in read_sentences(f)]
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(items))
+    n_val = max(1, len(items) // 50)
+    val = examples(tok, [items[i][1] for i in order[:n_val]])
+    train_set = examples(tok, [items[i][1] for i in order[n_val:]])
+    model = TensorLM(ModelConfig(vocab_size=len(tok), **(config or {})))
+    start = time.perf_counter()
+    losses = train(model, train_set, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed,
+                   max_seconds=max_seconds, progress=progress)  # fmt: skip
+    seconds = time.perf_counter() - start
+    metrics = evaluate(model, val)
+    meta = {"stage": "pretrain", "sentences": len(train_set), "hardware": str(items[0][1].hardware), "workloads": sorted({w for w, _ in items}),
+            "seconds": round(seconds, 1), "steps": len(losses), "final_loss": float(np.mean(losses[-20:])) if losses else None,
+            "val_loss": metrics["loss"], "val_accuracy": metrics["accuracy"], "parameters": model.num_parameters()}  # fmt: skip
+    save_checkpoint(out, model, tok.vocab, meta)
+    return meta
+
+
+def finetune(checkpoint, db, out, *, epochs: int = 4, batch_size: int = 32, lr: float = 1e-4, sharpness: float = 4.0,
+             max_seconds: float | None = None, threads: int | None = None, seed: int = 0, progress=None) -> dict:
+    """Continue training `checkpoint` on the measured programs of the records database `db`,
+    each weighted by its throughput relative to its workload's best (data.demonstrations)."""
+    from minitc.tune.database import Database
+
+    from .data import demonstrations, examples
+
+    _threads(threads)
+    torch.manual_seed(seed)
+    model, tok, meta = load_model(checkpoint)
+    with Database(db) if not hasattr(db, "records") else nullcontext(db) as database:
+        demos = demonstrations(database, sharpness=sharpness)
+    if not demos:
+        raise LMError(f"no measured programs with sentences in {db}: run `minitc lm measure` first")
+    data = examples(tok, [s for s, _ in demos], [w for _, w in demos])
+    start = time.perf_counter()
+    losses = train(model, data, epochs=epochs, batch_size=batch_size, lr=lr, warmup=10, seed=seed,
+                   max_seconds=max_seconds, progress=progress)  # fmt: skip
+    history = list(meta.get("history", [])) + [{k: v for k, v in meta.items() if k != "history"}]
+    meta = {"stage": "finetune", "demonstrations": len(data), "hardware": str(demos[0][0].hardware), "weight_sum": round(sum(w for _, w in demos), 2),
+            "seconds": round(time.perf_counter() - start, 1), "steps": len(losses),
+            "final_loss": float(np.mean(losses[-20:])) if losses else None, "parameters": model.num_parameters(),
+            "history": history}  # fmt: skip
+    save_checkpoint(out, model, tok.vocab, meta)
+    return meta
+
+

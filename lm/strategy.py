@@ -1,0 +1,113 @@
+"""The `tlm` search strategy: the language model proposes, the cost model re-ranks, only the
+best few are measured.
+
+    search = TLMSearch(space, model, tok, hardware, rng, cost_model=TLPModel())
+    search.ask(n) -> n new candidates;  search.tell(candidates, latencies_ms)
+
+Each `ask` samples `oversample * n` programs with constrained decoding (every one legal),
+drops those measured before and duplicates (structural hash), ranks the rest with the cost
+model if there is one, and returns the top n. With `learn`, `tell` fine-tunes the model on
+this workload's measurements so far (throughput-weighted) before the next round.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from minitc.tune.search import RandomSearch
+
+from .decode import Decoder
+from .language import sentence
+
+
+class TLMSearch(RandomSearch):
+    def __init__(self, space, model, tok, hardware, rng=None, *, cost_model=None, oversample: int = 4,
+                 temperature: float = 1.0, top_k: int = 0, learn: bool = False, batch: int = 64):  # fmt: skip
+        super().__init__(space, rng)
+        self.model, self.tok, self.hardware = model, tok, hardware
+        self.decoder = Decoder(model, tok, space, hardware, temperature=temperature, top_k=top_k)
+        self.cost_model, self.oversample, self.learn, self.batch = cost_model, oversample, learn, batch
+        self.generated = self.invalid = self.fallback = 0  # programs sampled / rejected / random top-ups
+        self.demos: list = []  # (sentence, latency ms) measured in this session, for `learn`
+
+    def ask(self, n: int) -> list:
+        first = self._queued(n)
+        need = n - len(first)
+        pool = {c.key: c for c in first}
+        fresh: dict = {}
+        for _ in range(4):  # a confident model repeats itself: a few more draws, then stop
+            if len(fresh) >= need * self.oversample or need <= 0:
+                break
+            cands, failures = self.decoder.generate(min(self.batch, max(need * self.oversample, 8)), self.rng)
+            self.generated += len(cands) + failures
+            self.invalid += failures
+            for c in cands:
+                if c.key not in self.measured and c.key not in pool:
+                    fresh.setdefault(c.key, c)
+        ranked = list(fresh.values())
+        if self.cost_model is not None and len(ranked) > need:
+            scores = np.asarray(self.cost_model.predict(self.workload, [c.trace for c in ranked]), dtype=float)
+            ranked = [ranked[i] for i in np.argsort(-np.nan_to_num(scores, nan=-1e9))]
+        picked = first + ranked[:need]
+        if len(picked) < n:  # the model only proposes programs already measured
+            extra = self.random_candidates(n - len(picked), {c.key for c in picked})
+            self.fallback += len(extra)
+            picked += extra
+        return picked
+
+    def tell(self, candidates: list, latencies_ms: list) -> None:
+        super().tell(candidates, latencies_ms)
+        if self.cost_model is not None:
+            self.cost_model.fit(self.workload, [c.trace for c in candidates], list(latencies_ms))
+        if self.learn:
+            self.demos += [(sentence(self.space, self.hardware, c.decisions), ms)
+                           for c, ms in zip(candidates, latencies_ms) if math.isfinite(ms)]  # fmt: skip
+            self._learn()
+
+    def stats(self) -> dict:
+        valid = 1.0 - self.invalid / self.generated if self.generated else None
+        return {"generated": self.generated, "invalid": self.invalid, "valid_rate": valid, "random_top_ups": self.fallback}
+
+    def finish(self) -> None:
+        """With `learn`, keep what was learned: the user's own model, used by default from now on."""
+        if self.learn and self.demos:
+            from .model import save_checkpoint
+            from .pipeline import user_model_path
+
+            meta = dict(getattr(self, "meta", {}), stage="learn", learned_from=len(self.demos))
+            save_checkpoint(user_model_path(), self.model, self.tok.vocab, meta)
+
+    def _learn(self, sharpness: float = 4.0) -> None:
+        from .data import examples
+        from .train import train
+
+        if len(self.demos) < 4:
+            return
+        best = min(ms for _, ms in self.demos)
+        data = examples(self.tok, [s for s, _ in self.demos], [(best / ms) ** sharpness for _, ms in self.demos])
+        train(self.model, data, epochs=1, batch_size=16, lr=5e-5, warmup=1, seed=len(self.demos))
+        self.model.eval()
+
+
+def tlm_search(space, rng, cost_model=None, lm=None, learn: bool = False) -> TLMSearch:
+    """The strategy `tc.tune(..., strategy="tlm")` uses: the model at `lm` (a checkpoint path)
+    or the default one (pipeline.load_model), this machine's hardware tokens, the cost model."""
+    import warnings
+
+    import torch
+
+    from .hardware import hardware
+    from .pipeline import load_model
+
+    torch.set_num_threads(1)  # decoding is latency-bound; a second thread mostly waits
+    model, tok, meta = load_model(lm)
+    hw = hardware(space.target)
+    trained_on = meta.get("hardware")
+    if trained_on and trained_on != str(hw):
+        warnings.warn(f"the language model was trained on `{trained_on}`; this machine is `{hw}`. It still runs, "
+                      "conditioned on this machine's hardware tokens, but its proposals may be weaker here "
+                      "(tune with --learn to adapt it to your measurements)", stacklevel=3)  # fmt: skip
+    search = TLMSearch(space, model, tok, hw, rng, cost_model=cost_model, learn=learn)
+    search.meta = meta
+    return search

@@ -1,0 +1,165 @@
+"""Tokens of the tensor language, from a closed vocabulary derived from the grammar and the
+design spaces, so that every legal decision of every workload can be written.
+
+Numbers are written digit by digit, with a different token for a number's first digit (`7`)
+and its later digits (`##7`): `(8 1 64 1)` is `( 8 1 6 ##4 1 )`, so any tile factor, extent or
+size is expressible and no separator is needed. Every decision value ends with `;`, which is
+how the model says a number is complete.
+
+    tok = Tokenizer.default()
+    ids, mask = tok.encode(sentence)       # mask: the decision-value tokens (trained on)
+    tok.value_ids(value)                   # one value, as the decoder writes it
+"""
+from __future__ import annotations
+
+import re
+
+from minitc.errors import MinitcError
+
+from .language import Loc, Sentence
+
+SPECIAL = ["<pad>", "<bos>", "<eos>", "<unk>"]
+KEYWORDS = ("workload stage input reduce read ops hardware cores simd l1 l2 l3 gflops gbps space "
+            "| : => = ; ( ) [ ] true false null").split()  # fmt: skip
+DTYPES = ["float32", "float64", "int32", "int64"]
+DIGITS = [str(d) for d in range(10)] + [f"##{d}" for d in range(10)]
+INDEX = ["*", "+", "-", "?"]
+MAX_STAGES, MAX_AXES, MAX_LOCATIONS = 64, 32, 128
+# Stage kinds: the operator tags of tc.ops (and untagged computations).
+TAGS = ("compute input pad matmul batch_matmul dense dense_epilogue conv2d depthwise_conv2d max_pool2d "
+        "avg_pool2d softmax softmax_max softmax_exp softmax_sum layer_norm layer_norm_mean layer_norm_var "
+        "elementwise reduce").split()  # fmt: skip
+TARGETS = ["llvm", "cuda"]
+# Slot names of the generic rules (tune/rules.py) and label pieces (describe.decision_label).
+RULE_SLOTS = ["sketch", "inline", "cache_write", "parallel", "unroll", "location", "cache", "local"]
+
+
+class TokenizerError(MinitcError):
+    """A value or sentence that the vocabulary cannot write."""
+
+
+def _design_space_words() -> list:
+    """Template parameter names, categorical string values and sketch names of the design spaces."""
+    import inspect
+
+    from minitc.schedules import TEMPLATES, _load_templates
+    from minitc.tune import space
+
+    if not TEMPLATES:
+        _load_templates()
+    words = ["template", "generic"] + list(space.CANDIDATES)
+    for fn in TEMPLATES.values():
+        words += [p.name for p in list(inspect.signature(fn).parameters.values())[3:]]
+    for name in ("parallel", "pad"):
+        words += [v for v in space._domain(name, "") if v]
+    return words
+
+
+def _cpu_names() -> list:
+    from backends.llvm.target import _CPU_FEATURES
+
+    return sorted(_CPU_FEATURES)
+
+
+def default_vocab() -> list:
+    from minitc.expr import BINARY_OPS, COMPARE_OPS, INTRINSICS
+
+    words = SPECIAL + KEYWORDS + DTYPES + DIGITS + INDEX + ["sum", "max", "min"]
+    words += [f"s{n}" for n in range(MAX_STAGES)] + [f"a{n}" for n in range(MAX_AXES)]
+    words += [f"@{n}" for n in range(MAX_LOCATIONS)]
+    words += TAGS + TARGETS + RULE_SLOTS + _design_space_words() + _cpu_names()
+    words += list(BINARY_OPS) + list(COMPARE_OPS) + list(INTRINSICS) + ["select", "cast", "not"]
+    return list(dict.fromkeys(words))  # unique, in a fixed order
+
+
+_INDEX_PIECES = re.compile(r"a\d+|\d+|[-+*?]")
+_WORDS = re.compile(r"\(|\)|\[|\]|[^\s()\[\]]+")
+
+
+class Tokenizer:
+    def __init__(self, vocab: list):
+        self.vocab = list(vocab)
+        self.ids = {t: n for n, t in enumerate(self.vocab)}
+        if len(self.ids) != len(self.vocab) or self.vocab[: len(SPECIAL)] != SPECIAL:
+            raise TokenizerError("a vocabulary must list unique tokens and start with " + " ".join(SPECIAL))
+        self.pad, self.bos, self.eos, self.unk = range(len(SPECIAL))
+        self.end = self.ids[";"]
+
+    @classmethod
+    def default(cls) -> Tokenizer:
+        return cls(default_vocab())
+
+    def __len__(self) -> int:
+        return len(self.vocab)
+
+    # -- words to tokens -------------------------------------------------------------------------
+    @staticmethod
+    def number(n: int) -> list:
+        digits = str(int(n))
+        if digits.startswith("-"):
+            raise TokenizerError(f"negative number {n} in a decision")
+        return [digits[0]] + [f"##{d}" for d in digits[1:]]
+
+    def _word(self, word: str) -> list:
+        if word.isdigit():
+            return self.number(int(word))
+        if word in self.ids:
+            return [word]
+        if re.fullmatch(r"[-+*?a0-9]+", word):  # an access index like a2*2+a5-1
+            pieces = []
+            for p in _INDEX_PIECES.findall(word):
+                pieces += self.number(int(p)) if p.isdigit() else [p]
+            return pieces
+        if "." in word:  # a decision label like cache.s3.local.a1
+            return [t for part in word.split(".") for t in self._word(part)]
+        return ["<unk>"]
+
+    def text_tokens(self, text: str) -> list:
+        return [t for w in _WORDS.findall(text) for t in self._word(w)]
+
+    def value_tokens(self, value) -> list:
+        """The tokens of one decision value, ending with `;`."""
+        if isinstance(value, bool):
+            out = ["true" if value else "false"]
+        elif value is None:
+            out = ["null"]
+        elif isinstance(value, Loc):
+            out = [str(value)]
+        elif isinstance(value, int):
+            out = self.number(value)
+        elif isinstance(value, tuple):
+            out = ["("] + [t for v in value for t in self.number(v)] + [")"]
+        elif isinstance(value, str):
+            out = [value]
+        else:
+            raise TokenizerError(f"cannot write decision value {value!r} of type {type(value).__name__}")
+        missing = [t for t in out if t not in self.ids]
+        if missing:
+            raise TokenizerError(f"decision value {value!r} needs tokens outside the vocabulary: {missing}")
+        return out + [";"]
+
+    # -- to ids ------------------------------------------------------------------------------------
+    def to_ids(self, tokens: list) -> list:
+        return [self.ids.get(t, self.unk) for t in tokens]
+
+    def prompt_ids(self, s: Sentence) -> list:
+        return [self.bos] + self.to_ids(self.text_tokens(s.prompt()))
+
+    def label_ids(self, label: str) -> list:
+        return self.to_ids(self._word(label) + ["="])
+
+    def value_ids(self, value) -> list:
+        return self.to_ids(self.value_tokens(value))
+
+    def encode(self, s: Sentence) -> tuple:
+        """(token ids, loss mask): the mask is True on decision-value tokens."""
+        ids = self.prompt_ids(s)
+        mask = [False] * len(ids)
+        for label, value in s.decisions:
+            lab, val = self.label_ids(label), self.value_ids(value)
+            ids += lab + val
+            mask += [False] * len(lab) + [True] * len(val)
+        return ids + [self.eos], mask + [False]
+
+    def decode(self, ids) -> list:
+        return [self.vocab[i] if 0 <= i < len(self.vocab) else "<unk>" for i in ids]

@@ -1,0 +1,441 @@
+"""The tensor language (lm/): sentences print and parse back exactly and replay to the same
+program, malformed or foreign sentences raise SentenceError, every legal decision value has
+tokens, and constrained decoding with an (untrained) model writes only legal programs."""
+import numpy as np
+import pytest
+import torch
+
+import minitc as tc
+from lm.decode import Decoder
+from lm.hardware import hardware
+from lm.language import Hardware, Loc, Sentence, SentenceError, Stage, parse, sentence, space_values
+from lm.model import ModelConfig, TensorLM
+from lm.tokenizer import Tokenizer
+from lm.workloads import HELD_OUT, TRAINING
+from minitc.errors import ScheduleError
+from minitc.tune.space import Space
+from minitc.tune.workload import workload_key
+
+OPS = sorted(tc.ops.OPS)
+WORKLOADS = {**TRAINING, **HELD_OUT}
+SPACES_PER_OP, SAMPLES_PER_OP_SPACE, SAMPLES_PER_WORKLOAD = 3, 16, 20  # 1200 + 860 programs
+DECODE_OPS = ["matmul", "batch_matmul", "dense", "conv2d", "depthwise_conv2d", "max_pool2d", "avg_pool2d",
+              "softmax", "layer_norm", "sum", "add", "bias_add"]  # fmt: skip
+DECODE_PER_OP = 90  # ~1000 decoded programs in all
+
+
+def _typed(values) -> list:
+    """Values with their types: `True == 1` must not hide a bool/int mix-up."""
+    return [(type(v).__name__, v) for v in values]
+
+
+def _draw(space, rng, n) -> list:
+    """n random legal candidates of `space` (an illegal draw is drawn again, as the tuner does)."""
+    out, tries = [], 0
+    while len(out) < n:
+        tries += 1
+        assert tries < 10 * n, f"{space.out}: too many illegal draws"
+        try:
+            out.append(space.sample(rng))
+        except ScheduleError:
+            continue
+    return out
+
+
+# -- shared set-up ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hw():
+    # explicit measurements: no machine measurement runs in tests
+    return hardware("llvm", measured={"gflops": 200.0, "gbps": 30.0})
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return Tokenizer.default()
+
+
+@pytest.fixture(scope="module")
+def op_samples():
+    """op name -> [(space, candidates)] for a few random small instances of the op."""
+    rng = np.random.default_rng(2024)
+    out = {}
+    for name in OPS:
+        out[name] = []
+        for _ in range(SPACES_PER_OP):
+            space = Space(tc.ops.OPS[name].instantiate("small", rng).output, "llvm")
+            out[name].append((space, _draw(space, rng, SAMPLES_PER_OP_SPACE)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def workload_samples():
+    """workload name -> (space, candidates), training and held-out workloads."""
+    rng = np.random.default_rng(7)
+    out = {}
+    for name, make in WORKLOADS.items():
+        space = Space(make(), "llvm")
+        out[name] = (space, _draw(space, rng, SAMPLES_PER_WORKLOAD))
+    return out
+
+
+def _all_samples(op_samples, workload_samples):
+    for groups in op_samples.values():
+        yield from groups
+    yield from workload_samples.values()
+
+
+# -- 1. grammar round trip -------------------------------------------------------------------------
+
+
+def _check_round_trip(space, c, hw) -> None:
+    s = sentence(space, hw, c.decisions)
+    text = str(s)
+    again = parse(text)
+    assert again == s, text
+    assert str(again) == text
+    assert [type(v) for v in again.values] == [type(v) for v in s.values], text
+    values = space_values(space, again)
+    assert _typed(values) == _typed(c.values), text
+    assert space.replay(values).key == c.key, text
+
+
+def test_op_sentences_round_trip(op_samples, hw):
+    checked = 0
+    for name in OPS:
+        for space, candidates in op_samples[name]:
+            prompt = sentence(space, hw)
+            assert prompt.decisions == () and prompt.prompt().endswith("\n=>")
+            assert str(prompt).strip() == prompt.prompt()
+            assert parse(str(prompt)) == prompt  # a prompt alone is a sentence with no decisions
+            for c in candidates:
+                _check_round_trip(space, c, hw)
+                assert sentence(space, hw, c.decisions).prompt() == prompt.prompt()
+                checked += 1
+    assert checked == len(OPS) * SPACES_PER_OP * SAMPLES_PER_OP_SPACE
+    # both sketches of the spaces were exercised
+    sketches = {c.sketch for groups in op_samples.values() for _, cs in groups for c in cs}
+    assert sketches == {"template", "generic"}
+
+
+@pytest.mark.parametrize("group", ["training", "held-out"])
+def test_workload_sentences_round_trip(workload_samples, hw, group):
+    names = TRAINING if group == "training" else HELD_OUT
+    for name in names:
+        space, candidates = workload_samples[name]
+        for c in candidates:
+            _check_round_trip(space, c, hw)
+
+
+def test_sentences_do_not_depend_on_user_names(hw):
+    """The same computation with other tensor and axis names writes the same sentences."""
+
+    def one():
+        A, B = tc.placeholder((24, 40), name="A"), tc.placeholder((40, 16), name="B")
+        k = tc.reduce_axis(40, name="k")
+        C = tc.compute((24, 16), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
+        return Space(tc.compute((24, 16), lambda i, j: C[i, j] * 2.0, name="C_scaled"), "llvm")
+
+    def two():
+        X, W = tc.placeholder((24, 40), name="X"), tc.placeholder((40, 16), name="W")
+        r = tc.reduce_axis(40, name="r")
+        P = tc.compute((24, 16), lambda p, q: tc.sum(X[p, r] * W[r, q], axis=r), name="P")
+        return Space(tc.compute((24, 16), lambda m, n: P[m, n] * 2.0, name="out"), "llvm")
+
+    first, second = one(), two()
+    rng = np.random.default_rng(1)
+    for c in _draw(first, rng, 40):
+        text = str(sentence(first, hw, c.decisions))
+        again = second.replay(space_values(second, parse(text)))
+        assert str(sentence(second, hw, again.decisions)) == text
+        words = set(text.replace("[", " ").replace("]", " ").replace(".", " ").split())
+        assert not words & {"A", "B", "C", "C_scaled", "k", "i", "j"}, text
+
+
+@pytest.mark.parametrize("cpu", ["znver2", "skylake-avx512", "x86-64-v3", "icelake-server"])
+def test_hardware_line_round_trips_for_llvm_cpu_names(cpu):
+    hw = Hardware("llvm", cpu, 16, 16, 48, 2048, 32768, 3300, 120)
+    s = Sentence((Stage("input", "float32", (4, 8)),), hw, (("generic", ()),), (("sketch", "generic"),))
+    assert parse(str(s)) == s
+    assert str(parse(str(s))) == str(s)
+
+
+# -- 2. errors -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def matmul_text(workload_samples, hw):
+    space, candidates = workload_samples["matmul-256"]
+    c = next(c for c in candidates if c.sketch == "template")
+    return str(sentence(space, hw, c.decisions))
+
+
+def _where(text: str, index: int) -> str:
+    line = text.count("\n", 0, index) + 1
+    return f"line {line}, column {index - text.rfind(chr(10), 0, index)}"
+
+
+@pytest.mark.parametrize(
+    "case, edit, at, got, expected",
+    [
+        ("truncated", lambda t: t[: t.index("sketch = ") + len("sketch = ")], None, "end of text", ["'('", "int", "loc", "word", "'true'"]),
+        ("bad value", lambda t: t.replace("sketch = template", "sketch = 3.5"), lambda t: t.index("3.5") + 1, "'.'", ["';'"]),
+        ("bad keyword", lambda t: t.replace(" cores ", " kores "), lambda t: t.index("kores"), "'kores'", ["'cores'"]),
+        ("missing ;", lambda t: t.rstrip(" ;"), None, "end of text", ["';'"]),
+        ("bad dtype", lambda t: t.replace("input float32", "input float16", 1), lambda t: t.index("float16"), "'float16'", ["dtype"]),
+    ],
+)  # fmt: skip
+def test_malformed_sentences_name_line_column_and_expected_tokens(matmul_text, case, edit, at, got, expected):
+    bad = edit(matmul_text)
+    assert bad != matmul_text
+    with pytest.raises(SentenceError) as info:
+        parse(bad)
+    message = str(info.value)
+    if at is None:  # at the end of the text: lark names the last token's line
+        assert f"malformed sentence at line {bad.count(chr(10)) + 1}, column" in message, message
+    else:  # at the first character where the text stops being a sentence
+        assert f"malformed sentence at {_where(bad, at(bad))}" in message, message
+    assert f"got {got}," in message, message
+    listed = message.split("expected one of: ")[1].split(", ")
+    assert all(e in listed for e in expected), message
+    assert not any(e.startswith("__") or e.isupper() for e in listed), message  # no lark internals
+
+
+def test_sentence_of_another_workload_is_rejected(workload_samples, hw):
+    mm_space, mm = workload_samples["matmul-256"]
+    conv_space, conv = workload_samples["resnet18-c3"]
+    for a_space, a, b_space in [(mm_space, mm, conv_space), (conv_space, conv, mm_space)]:
+        for c in a[:5]:
+            s = parse(str(sentence(a_space, hw, c.decisions)))
+            with pytest.raises(SentenceError, match="where the space asks for"):
+                space_values(b_space, s)
+
+
+def _generic_with_location(space, rng):
+    for _ in range(200):
+        try:
+            c = space.sample(rng, sketch="generic")
+        except ScheduleError:
+            continue
+        if any(d.kind == "location" for d in c.decisions):
+            return c
+    raise AssertionError("no generic candidate with a compute location")
+
+
+def test_out_of_range_and_mistyped_values_are_rejected(workload_samples, hw):
+    space, _ = workload_samples["resnet18-c3"]
+    c = _generic_with_location(space, np.random.default_rng(3))
+    s = sentence(space, hw, c.decisions)
+    n = next(i for i, d in enumerate(c.decisions) if d.kind == "location")
+    assert space_values(space, parse(str(s))) == c.values
+
+    def with_value(value) -> Sentence:
+        decisions = list(s.decisions)
+        decisions[n] = (decisions[n][0], value)
+        return parse(str(Sentence(s.stages, s.hardware, s.sketches, tuple(decisions))))
+
+    with pytest.raises(SentenceError, match="legal locations"):
+        space_values(space, with_value(Loc(99)))
+    with pytest.raises(SentenceError, match="not one of its legal values"):
+        space_values(space, with_value(c.decisions[n].value))  # a loop by its name, not `@N`
+    with pytest.raises(SentenceError, match="not one of its legal values"):
+        space_values(space, with_value(3))
+
+    tile = next(i for i, d in enumerate(c.decisions) if d.kind == "tile")
+    decisions = list(s.decisions)
+    decisions[tile] = (decisions[tile][0], (5, 5, 5, 5))
+    with pytest.raises(SentenceError, match="not one of its legal values"):
+        space_values(space, Sentence(s.stages, s.hardware, s.sketches, tuple(decisions)))
+    # too few and too many decisions
+    with pytest.raises(SentenceError, match="asks for more"):
+        space_values(space, Sentence(s.stages, s.hardware, s.sketches, s.decisions[:-1]))
+    with pytest.raises(SentenceError, match="the program takes"):
+        space_values(space, Sentence(s.stages, s.hardware, s.sketches, s.decisions + (("s3.unroll", 16),)))
+
+
+def test_bool_is_not_an_int_decision(workload_samples, hw):
+    """`s2.ku = true` must not replay as unroll factor 1 (True == 1 in Python)."""
+    space, candidates = workload_samples["matmul-256"]
+    c = next(c for c in candidates if c.sketch == "template")
+    s = sentence(space, hw, c.decisions)
+    n = next(i for i, (label, _) in enumerate(s.decisions) if label.endswith(".ku"))
+    assert 1 in c.decisions[n].domain
+    decisions = list(s.decisions)
+    decisions[n] = (decisions[n][0], True)
+    with pytest.raises(SentenceError, match="true is not one of its legal values"):
+        space_values(space, parse(str(Sentence(s.stages, s.hardware, s.sketches, tuple(decisions)))))
+
+
+# -- 3. tokenizer coverage -------------------------------------------------------------------------
+
+
+def _detokenize(tokens: list) -> str:
+    return " ".join(tokens).replace(" ##", "")
+
+
+_TINY_PROMPT = ("workload stage input float32 [1] hardware llvm znver2 cores 1 simd 8 l1 1 l2 1 l3 1 "
+                "gflops 1 gbps 1 space generic =>\n")  # fmt: skip
+
+
+def _check_domain(tok, kind, domain) -> int:
+    """Every value of a slot's domain: tokens with no <unk>, back to the same value through the
+    grammar, and a token sequence no other value of the slot shares."""
+    values = [Loc(i) for i in range(len(domain))] if kind == "location" else list(domain)
+    sequences = [tuple(tok.value_ids(v)) for v in values]
+    assert len(set(sequences)) == len(sequences), f"two values of {kind} domain {domain[:8]}... share tokens"
+    for v, seq in zip(values, sequences):
+        assert tok.unk not in seq, v
+        assert seq[-1] == tok.end and tok.end not in seq[:-1], v
+        assert tok.decode(seq) == tok.value_tokens(v)
+    # the decoder's inverse: written tokens -> text -> parsed value
+    text = _TINY_PROMPT + " ".join(f"v = {_detokenize(tok.decode(seq))}" for seq in sequences)
+    parsed = parse(text).values
+    assert _typed(parsed) == _typed(values)
+    return len(values)
+
+
+def test_every_legal_value_of_every_slot_has_tokens(op_samples, workload_samples, tok):
+    domains = {}
+    for _, candidates in _all_samples(op_samples, workload_samples):
+        for c in candidates:
+            for d in c.decisions:
+                domains.setdefault((d.kind, d.domain), None)
+    assert {kind for kind, _ in domains} == {"tile", "categorical", "location"}
+    checked = sum(_check_domain(tok, kind, domain) for kind, domain in domains)
+    assert checked > 1000
+
+
+def test_labels_and_prompts_have_no_unknown_tokens(op_samples, workload_samples, tok, hw):
+    for space, candidates in _all_samples(op_samples, workload_samples):
+        prompt = tok.prompt_ids(sentence(space, hw))
+        assert tok.unk not in prompt, sentence(space, hw).prompt()
+        assert prompt[0] == tok.bos
+        for c in candidates:
+            s = sentence(space, hw, c.decisions)
+            for label, _ in s.decisions:
+                assert tok.unk not in tok.label_ids(label), label
+
+
+def test_training_and_held_out_prompts_tokenize(workload_samples, tok, hw):
+    for name in WORKLOADS:
+        space, _ = workload_samples[name]
+        s = sentence(space, hw)
+        tokens = tok.text_tokens(s.prompt())
+        assert "<unk>" not in tokens, (name, [w for w in s.prompt().split() if "<unk>" in tok.text_tokens(w)])
+        assert tokens[-1] == "=>"
+
+
+def test_encode_masks_exactly_the_value_tokens(op_samples, workload_samples, tok, hw):
+    checked = 0
+    for space, candidates in _all_samples(op_samples, workload_samples):
+        for c in candidates[:5]:
+            s = sentence(space, hw, c.decisions)
+            ids, mask = tok.encode(s)
+            assert len(ids) == len(mask) and ids[0] == tok.bos and ids[-1] == tok.eos
+            assert tok.unk not in ids
+            values = [tok.value_ids(v) for v in s.values]
+            assert sum(mask) == sum(len(v) for v in values)
+            assert [i for i, m in zip(ids, mask) if m] == [t for v in values for t in v]
+            assert ids[: len(tok.prompt_ids(s))] == tok.prompt_ids(s) and not any(mask[: len(tok.prompt_ids(s))])
+            checked += 1
+    assert checked > 300
+
+
+def test_tokenizer_rejects_values_it_cannot_write(tok):
+    from lm.tokenizer import TokenizerError
+
+    with pytest.raises(TokenizerError):
+        tok.value_tokens(-3)
+    with pytest.raises(TokenizerError):
+        tok.value_tokens(2.5)
+    with pytest.raises(TokenizerError):
+        tok.value_tokens("no_such_word")
+    assert tok.value_tokens((8, 1, 64, 1)) == ["(", "8", "1", "6", "##4", "1", ")", ";"]
+
+
+# -- 4. constrained decoding -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=len(tok), d_model=32, n_layers=1, n_heads=2, d_ff=64, max_len=1024)
+    yield TensorLM(cfg).eval()
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def decode_instances():
+    rng = np.random.default_rng(11)
+    out = {}
+    for name in DECODE_OPS:
+        inst = tc.ops.OPS[name].instantiate("small", rng)
+        out[name] = (inst, Space(inst.output, "llvm"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def decoded(decode_instances, model, tok, hw):
+    rng = np.random.default_rng(5)
+    out = {}
+    for name, (_, space) in decode_instances.items():
+        out[name] = Decoder(model, tok, space, hw).generate(DECODE_PER_OP, rng)
+    return out
+
+
+@pytest.mark.parametrize("name", DECODE_OPS)
+def test_decoded_programs_are_legal_and_replay(decoded, decode_instances, hw, name):
+    candidates, failures = decoded[name]
+    _, space = decode_instances[name]
+    assert failures == 0 and len(candidates) == DECODE_PER_OP
+    assert len({c.key for c in candidates}) > 1  # an untrained model samples, it does not repeat
+    for c in candidates:
+        assert c.sketch in space.sketches
+        for d in c.decisions:
+            assert d.value in d.domain and type(d.value) in {type(v) for v in d.domain}
+        assert space.replay(c.values).key == c.key
+        text = str(sentence(space, hw, c.decisions))
+        assert space_values(space, parse(text)) == c.values
+
+
+BUILD_OPS = ["matmul", "conv2d", "dense", "depthwise_conv2d", "max_pool2d", "softmax", "layer_norm"]
+
+
+@pytest.mark.parametrize("name", BUILD_OPS)
+def test_decoded_programs_match_numpy(decoded, decode_instances, name):
+    inst, _ = decode_instances[name]
+    candidates, _ = decoded[name]
+    picked = {c.sketch: c for c in reversed(candidates)}  # one program of each sketch
+    assert set(picked) == {"template", "generic"}
+    for c in picked.values():
+        f = tc.build(c.schedule, target="llvm", args=list(inst.placeholders) + [inst.output])
+        np.testing.assert_allclose(f(*inst.arrays), inst.expected(), rtol=1e-3, atol=1e-3, err_msg=c.trace)
+
+
+@pytest.mark.parametrize("settings", [{"temperature": 0.0}, {"top_k": 1}], ids=["greedy", "top1"])
+@pytest.mark.parametrize("name", ["matmul", "conv2d", "softmax"])
+def test_greedy_and_top1_decoding_write_one_program(decode_instances, model, tok, hw, settings, name):
+    _, space = decode_instances[name]
+    decoder = Decoder(model, tok, space, hw, **settings)
+    first, failures = decoder.generate(6, np.random.default_rng(0))
+    assert failures == 0 and len(first) == 6
+    assert len({c.key for c in first}) == 1
+    again, _ = decoder.generate(3, np.random.default_rng(99))
+    assert {c.key for c in again} == {first[0].key}
+
+
+# -- 5. held-out workloads -------------------------------------------------------------------------
+
+
+def test_held_out_workloads_are_unseen_in_training(workload_samples, hw):
+    training = {workload_key(TRAINING[name]()) for name in TRAINING}
+    held_out = {workload_key(HELD_OUT[name]()) for name in HELD_OUT}
+    assert len(training) == len(TRAINING) and len(held_out) == len(HELD_OUT)  # no duplicates
+    assert not training & held_out
+    assert not set(TRAINING) & set(HELD_OUT)
+    # nor does the model ever see a held-out prompt during training
+    prompts = {name: sentence(workload_samples[name][0], hw).prompt() for name in WORKLOADS}
+    assert not {prompts[n] for n in TRAINING} & {prompts[n] for n in HELD_OUT}

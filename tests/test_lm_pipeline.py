@@ -1,0 +1,134 @@
+"""The language model's pipeline end to end, with tiny models: data generation, pretraining,
+tuning with the `tlm` strategy (records hold sentences), fine-tuning on the records, `--learn`,
+the shipped checkpoint, and the `minitc lm` commands."""
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+import minitc as tc
+from lm.cli import lm as lm_cli
+from lm.data import demonstrations, gen_data, read_sentences
+from lm.language import parse
+from lm.model import LMError, ModelConfig, TensorLM, load_checkpoint, save_checkpoint
+from lm.pipeline import SHIPPED, finetune, load_model, pretrain, user_model_path
+from lm.tokenizer import Tokenizer
+from minitc.tune.database import Database
+from minitc.tune.tuner import tune
+
+TINY = {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64}
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    torch.set_num_threads(1)
+    tok = Tokenizer.default()
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("lm") / "tiny.pt"
+    save_checkpoint(path, TensorLM(ModelConfig(vocab_size=len(tok), **TINY)), tok.vocab, {"stage": "test"})
+    return path
+
+
+def _matmul(n=32):
+    A = tc.placeholder((n, n), name="A")
+    B = tc.placeholder((n, n), name="B")
+    return tc.ops.matmul(A, B)
+
+
+def test_gen_data_then_pretrain_a_tiny_model(tmp_path):
+    data = tmp_path / "d.jsonl"
+    assert gen_data(data, ["bert-layernorm", "matmul-256"], per_workload=6, seed=1) == 12
+    items = read_sentences(data)
+    assert len(items) == 12 and {w for w, _ in items} == {"bert-layernorm", "matmul-256"}
+    meta = pretrain(data, tmp_path / "m.pt", config=TINY, epochs=2, batch_size=4, max_seconds=60, threads=1)
+    model, vocab, saved = load_checkpoint(tmp_path / "m.pt")
+    assert saved["sentences"] == meta["sentences"] == 11 and saved["hardware"].startswith("hardware llvm")
+    assert vocab == Tokenizer.default().vocab and model.num_parameters() == saved["parameters"]
+
+
+def test_malformed_data_line_names_file_and_line(tmp_path):
+    data = tmp_path / "d.jsonl"
+    gen_data(data, ["matmul-256"], per_workload=2)
+    with open(data, "a") as f:
+        f.write(json.dumps({"workload": "x", "sentence": "workload stage oops"}) + "\n")
+    with pytest.raises(tc.MinitcError, match=r"d.jsonl:3: malformed sentence"):
+        read_sentences(data)
+
+
+def test_tlm_tuning_records_sentences_and_finetuning_uses_them(tmp_path, tiny_checkpoint):
+    C = _matmul()
+    db = tmp_path / "r.db"
+    r = tune(C, trials=6, strategy="tlm", db=db, batch=3, lm=tiny_checkpoint)
+    assert r.trials == 6 and r.best_ms > 0 and r.search_stats["valid_rate"] == 1.0
+    a, b = np.random.rand(32, 32).astype("float32"), np.random.rand(32, 32).astype("float32")
+    np.testing.assert_allclose(r.kernel(a, b), a @ b, rtol=1e-4)
+    with Database(db) as d:
+        records = d.records(r.workload)
+        demos = demonstrations(d)
+    texts = [json.loads(rec.trace)["sentence"] for rec in records]
+    assert all(parse(t).decisions for t in texts)  # every record holds a parsable sentence
+    weights = sorted(w for _, w in demos)
+    assert len(demos) == 6 and weights[-1] == pytest.approx(1.0) and all(0 < w <= 1 for w in weights)
+    meta = finetune(tiny_checkpoint, db, tmp_path / "ft.pt", epochs=1, threads=1)
+    assert meta["demonstrations"] == 6 and meta["history"][0]["stage"] == "test"
+    load_checkpoint(tmp_path / "ft.pt")
+
+
+def test_learn_keeps_the_users_model_and_it_becomes_the_default(tmp_path, tiny_checkpoint, monkeypatch):
+    monkeypatch.setenv("MINITC_DB", str(tmp_path / "records.db"))
+    monkeypatch.delenv("MINITC_LM", raising=False)
+    assert not user_model_path().exists()
+    tune(_matmul(), trials=4, strategy="tlm", batch=4, lm=tiny_checkpoint, learn=True)
+    assert user_model_path().exists()
+    _, _, meta = load_model()
+    assert meta["stage"] == "learn" and meta["learned_from"] == 4
+
+
+def test_missing_model_is_a_clear_error(tmp_path):
+    with pytest.raises(LMError, match="no language model at"):
+        tune(_matmul(), trials=2, strategy="tlm", db=tmp_path / "r.db", lm=tmp_path / "absent.pt")
+
+
+def test_the_shipped_model_loads_and_proposes_valid_programs():
+    if not SHIPPED.exists():
+        pytest.fail(f"the package must ship a model at {SHIPPED}")
+    from lm.decode import Decoder
+    from lm.hardware import hardware
+    from minitc.tune.space import Space
+
+    model, tok, meta = load_model(SHIPPED)
+    assert meta["parameters"] == model.num_parameters() and 1e6 <= meta["parameters"] <= 5e6
+    space = Space(_matmul(64), "llvm")
+    cands, failures = Decoder(model, tok, space, hardware("llvm")).generate(8, np.random.default_rng(0))
+    assert failures == 0 and len(cands) == 8
+    assert all(space.replay(c.values).key == c.key for c in cands)
+
+
+def test_lm_commands(tmp_path):
+    runner = CliRunner()
+    listed = runner.invoke(lm_cli, ["workloads"])
+    assert listed.exit_code == 0 and "held out" in listed.output and "matmul-512" in listed.output
+    out = tmp_path / "d.jsonl"
+    made = runner.invoke(lm_cli, ["gen-data", str(out), "--per-workload", "3", "--workloads", "gpt2-softmax"])
+    assert made.exit_code == 0, made.output
+    assert len(read_sentences(out)) == 3
+    bad = runner.invoke(lm_cli, ["gen-data", str(out), "--workloads", "nope"])
+    assert bad.exit_code != 0 and "unknown workloads" in bad.output
+
+
+def test_tlm_eval_suite_runs_and_tabulates(tmp_path, tiny_checkpoint):
+    from minitc.cli import main
+
+    out = tmp_path / "eval.json"
+    result = CliRunner().invoke(main, ["bench", "--suite", "tlm-eval", "--workloads", "softmax-bert", "--tlm-k", "1,2",
+                                       "--evo-trials", "2", "--lm", str(tiny_checkpoint), "--json", str(out), "-q"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "TLM@1/Evo@2" in result.output and "geomean" in result.output
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["workload"] == "softmax-bert" and row["valid_rate"] == 1.0
+    assert len(row["tlm_history"]) == 2 and len(row["evo_history"]) == 2
+    assert row["tlm_ms"]["2"] <= row["tlm_ms"]["1"]
+    bad = CliRunner().invoke(main, ["bench", "--suite", "tlm-eval", "--workloads", "matmul-1024"])
+    assert bad.exit_code != 0 and "held-out workloads only" in bad.output
