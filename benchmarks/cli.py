@@ -98,8 +98,10 @@ def _dist_version(name: str):
 @click.option("--tlm-k", default="1,10,32,64", show_default=True, help="tlm-eval: measured programs of TLM to report.")
 @click.option("--evo-trials", default="64,256,1000", show_default=True, help="tlm-eval: evolutionary budgets to compare with.")
 @click.option("--lm", "lm_path", type=click.Path(exists=True, dir_okay=False), help="tlm-eval: the model (default: the shipped one).")
+@click.option("--evo-from", type=click.Path(exists=True, dir_okay=False),
+              help="tlm-eval: reuse the evolutionary runs of an earlier --json file; run only TLM again.")
 def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine, quiet,
-          trials, strategies, db, seed, cost_model, tlm_k, evo_trials, lm_path):  # fmt: skip
+          trials, strategies, db, seed, cost_model, tlm_k, evo_trials, lm_path, evo_from):  # fmt: skip
     """Benchmark minitc against numpy and torch (CPU) on a suite of workloads.
 
     Each workload runs minitc's default schedule (`tc.build(tensor)`), numpy and torch in the
@@ -116,7 +118,7 @@ def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, wa
 
     ctx = click.get_current_context()
     if suite == "tlm-eval":
-        return bench_tlm_eval(workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_path, quiet)
+        return bench_tlm_eval(workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_path, quiet, evo_from)
     tuning = suite in TUNE_SUITES
     if not tuning:
         given = [o for o in TUNE_ONLY if ctx.get_parameter_source(o) == click.core.ParameterSource.COMMANDLINE]
@@ -155,7 +157,7 @@ def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, wa
         say(f"wrote {plot_path}")
 
 
-def bench_tlm_eval(workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_path, quiet) -> None:
+def bench_tlm_eval(workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_path, quiet, evo_from=None) -> None:
     """`--suite tlm-eval`: the language model against evolutionary search on held-out workloads."""
     import json
 
@@ -170,7 +172,7 @@ def bench_tlm_eval(workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_
     names = [n.strip() for n in workloads.split(",") if n.strip()]
     start = time.perf_counter()
     try:
-        rows = tlm_eval.run(names, ks, budgets, seed, say, lm_path)
+        rows = tlm_eval.run(names, ks, budgets, seed, say, lm_path, evo_from)
     except KeyError as e:
         raise click.UsageError(e.args[0]) from None
     click.echo(tlm_eval.table(rows, ks, budgets))

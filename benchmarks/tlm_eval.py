@@ -37,7 +37,9 @@ def _time_to(history: list, times: list, target: float | None):
     return None
 
 
-def evaluate_workload(name: str, make, ks, evo_trials, seed: int = 0, say=None, lm=None) -> dict:
+def evaluate_workload(name: str, make, ks, evo_trials, seed: int = 0, say=None, lm=None, evo_from=None) -> dict:
+    """One row of the table. `evo_from`: a row of an earlier run whose evolutionary search is
+    reused (its budget must cover `evo_trials`): only TLM is run again."""
     from minitc.tune.cost_model import default_cost_model
     from minitc.tune.tuner import tune
 
@@ -46,13 +48,15 @@ def evaluate_workload(name: str, make, ks, evo_trials, seed: int = 0, say=None, 
     say = say or (lambda msg: None)
     out = make()
     runs = {}
-    for strategy, trials in (("tlm", max(ks)), ("evolutionary", max(evo_trials))):
+    plan = [("tlm", max(ks))] + ([] if evo_from else [("evolutionary", max(evo_trials))])
+    for strategy, trials in plan:
         say(f"{name}: {strategy}, {trials} trials")
         with tempfile.TemporaryDirectory(prefix="minitc-tlm-eval-") as tmp:
             r = tune(out, trials=trials, strategy=strategy, db=os.path.join(tmp, "r.db"), seed=seed,
                      cost_model=default_cost_model(), template_first=False, lm=lm)  # fmt: skip
         runs[strategy] = r
-    tlm, evo = runs["tlm"], runs["evolutionary"]
+    tlm = runs["tlm"]
+    evo = runs.get("evolutionary") or _Reused(evo_from["evo_history"], evo_from["evo_times"], evo_from["evo_errors"])
     row = {
         "workload": name, "template_ms": template_kernel_ms(out),
         "tlm_ms": {k: _best_after(tlm.history, k) for k in ks},
@@ -67,6 +71,11 @@ def evaluate_workload(name: str, make, ks, evo_trials, seed: int = 0, say=None, 
     row["evo_best_s"] = _time_to(evo.history, evo.times, row["evo_ms"][top])
     row["tlm_time_to_evo_best_s"] = _time_to(tlm.history, tlm.times, row["evo_ms"][top])
     return row
+
+
+class _Reused:
+    def __init__(self, history, times, errors):
+        self.history, self.times, self.errors = history, times, errors
 
 
 def table(rows: list, ks, evo_trials) -> str:
@@ -123,11 +132,18 @@ def plot(rows: list, path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
-def run(names=None, ks=(1, 10, 32, 64), evo_trials=(64, 256, 1000), seed=0, say=None, lm=None) -> list:
+def run(names=None, ks=(1, 10, 32, 64), evo_trials=(64, 256, 1000), seed=0, say=None, lm=None, evo_from=None) -> list:
+    """Rows of the table; `evo_from` (the JSON of an earlier run) reuses its evolutionary runs."""
+    import json
+
     from lm.workloads import HELD_OUT
 
     names = list(names or HELD_OUT)
     unknown = [n for n in names if n not in HELD_OUT]
     if unknown:
         raise KeyError(f"tlm-eval runs held-out workloads only ({', '.join(HELD_OUT)}); unknown: {', '.join(unknown)}")
-    return [evaluate_workload(n, HELD_OUT[n], list(ks), list(evo_trials), seed, say, lm) for n in names]
+    earlier = {r["workload"]: r for r in json.load(open(evo_from))["rows"]} if evo_from else {}
+    short = [n for n in names if evo_from and (n not in earlier or len(earlier[n]["evo_history"]) < max(evo_trials))]
+    if short:
+        raise KeyError(f"{evo_from} has no evolutionary run of {max(evo_trials)} trials for {', '.join(short)}")
+    return [evaluate_workload(n, HELD_OUT[n], list(ks), list(evo_trials), seed, say, lm, earlier.get(n)) for n in names]

@@ -68,6 +68,7 @@ class _Sample:
         self.posted = threading.Event()  # set when the thread asks a slot or ends
         self.answered = threading.Event()
         self.finished = False
+        self.logprob = 0.0
         self.candidate = None
         self.error = None
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -111,8 +112,9 @@ class Decoder:
         self.temperature, self.top_k = temperature, top_k
 
     def generate(self, n: int, rng=None) -> tuple:
-        """(candidates, failures): up to n programs (tune.space.Candidate); failures counts
-        samples the space rejected (should be 0: every value is legal by construction)."""
+        """(candidates, failures): up to n programs (tune.space.Candidate, each with `logprob`,
+        the model's log-likelihood of its decisions); failures counts samples the space
+        rejected (should be 0: every value is legal by construction)."""
         rng = rng if rng is not None else np.random.default_rng()
         self.aborted = False
         samples = [_Sample(self, i) for i in range(n)]
@@ -146,7 +148,11 @@ class Decoder:
             s.thread.join()
             if s.error is not None and not isinstance(s.error, ScheduleError):
                 raise s.error
-        done = [s.candidate for s in samples if s.candidate is not None]
+        done = []
+        for s in samples:
+            if s.candidate is not None:
+                s.candidate.logprob = s.logprob
+                done.append(s.candidate)
         return done, n - len(done)
 
     def _next_token(self, s: _Sample, logits, rng) -> tuple:
@@ -160,6 +166,9 @@ class Decoder:
         live = [n for n, seq in enumerate(slot.sequences) if seq[:k] == slot.written]
         allowed = sorted({slot.sequences[n][k] for n in live})
         token = allowed[0] if len(allowed) == 1 else self._sample(logits, allowed, rng)
+        if len(allowed) > 1:  # the model's log-probability of the program, within the legal values
+            scores = logits[allowed].double()
+            s.logprob += float(scores[allowed.index(token)] - torch.logsumexp(scores, 0))
         slot.written.append(token)
         if token == self.tok.end:
             value_index = next(n for n in live if slot.sequences[n] == slot.written)

@@ -5,8 +5,9 @@ best few are measured.
     search.ask(n) -> n new candidates;  search.tell(candidates, latencies_ms)
 
 Each `ask` samples `oversample * n` programs with constrained decoding (every one legal),
-drops those measured before and duplicates (structural hash), ranks the rest with the cost
-model if there is one, and returns the top n. With `learn`, `tell` fine-tunes the model on
+drops those measured before and duplicates (structural hash), ranks the rest — by the model's
+own log-likelihood until the cost model has seen enough of this workload's measurements, then
+by the cost model — and returns the top n. With `learn`, `tell` fine-tunes the model on
 this workload's measurements so far (throughput-weighted) before the next round.
 """
 from __future__ import annotations
@@ -30,6 +31,9 @@ class TLMSearch(RandomSearch):
         self.cost_model, self.oversample, self.learn, self.batch = cost_model, oversample, learn, batch
         self.generated = self.invalid = self.fallback = 0  # programs sampled / rejected / random top-ups
         self.demos: list = []  # (sentence, latency ms) measured in this session, for `learn`
+        # Until the cost model has seen this many of this workload's measurements, its ranking
+        # is noise: rank by the model's likelihood (trained throughput-weighted) instead.
+        self.told, self.trust_cost_model_after = 0, 32
 
     def ask(self, n: int) -> list:
         first = self._queued(n)
@@ -45,10 +49,10 @@ class TLMSearch(RandomSearch):
             for c in cands:
                 if c.key not in self.measured and c.key not in pool:
                     fresh.setdefault(c.key, c)
-        ranked = list(fresh.values())
-        if self.cost_model is not None and len(ranked) > need:
+        ranked = sorted(fresh.values(), key=lambda c: -c.logprob)  # the model's own preference
+        if self.cost_model is not None and len(ranked) > need and self.told >= self.trust_cost_model_after:
             scores = np.asarray(self.cost_model.predict(self.workload, [c.trace for c in ranked]), dtype=float)
-            ranked = [ranked[i] for i in np.argsort(-np.nan_to_num(scores, nan=-1e9))]
+            ranked = [ranked[i] for i in np.argsort(-np.nan_to_num(scores, nan=-1e9), kind="stable")]
         picked = first + ranked[:need]
         if len(picked) < n:  # the model only proposes programs already measured
             extra = self.random_candidates(n - len(picked), {c.key for c in picked})
@@ -58,6 +62,7 @@ class TLMSearch(RandomSearch):
 
     def tell(self, candidates: list, latencies_ms: list) -> None:
         super().tell(candidates, latencies_ms)
+        self.told += len(candidates)
         if self.cost_model is not None:
             self.cost_model.fit(self.workload, [c.trace for c in candidates], list(latencies_ms))
         if self.learn:
