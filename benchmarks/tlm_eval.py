@@ -13,9 +13,12 @@ setup; wall times are the tuning calls' own.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import tempfile
+from pathlib import Path
+from types import SimpleNamespace
 
 
 def geomean(values) -> float:
@@ -56,7 +59,8 @@ def evaluate_workload(name: str, make, ks, evo_trials, seed: int = 0, say=None, 
                      cost_model=default_cost_model(), template_first=False, lm=lm)  # fmt: skip
         runs[strategy] = r
     tlm = runs["tlm"]
-    evo = runs.get("evolutionary") or _Reused(evo_from["evo_history"], evo_from["evo_times"], evo_from["evo_errors"])
+    evo = runs.get("evolutionary") or SimpleNamespace(
+        history=evo_from["evo_history"], times=evo_from["evo_times"], errors=evo_from["evo_errors"])
     row = {
         "workload": name, "template_ms": template_kernel_ms(out),
         "tlm_ms": {k: _best_after(tlm.history, k) for k in ks},
@@ -71,11 +75,6 @@ def evaluate_workload(name: str, make, ks, evo_trials, seed: int = 0, say=None, 
     row["evo_best_s"] = _time_to(evo.history, evo.times, row["evo_ms"][top])
     row["tlm_time_to_evo_best_s"] = _time_to(tlm.history, tlm.times, row["evo_ms"][top])
     return row
-
-
-class _Reused:
-    def __init__(self, history, times, errors):
-        self.history, self.times, self.errors = history, times, errors
 
 
 def table(rows: list, ks, evo_trials) -> str:
@@ -134,15 +133,13 @@ def plot(rows: list, path: str) -> None:
 
 def run(names=None, ks=(1, 10, 32, 64), evo_trials=(64, 256, 1000), seed=0, say=None, lm=None, evo_from=None) -> list:
     """Rows of the table; `evo_from` (the JSON of an earlier run) reuses its evolutionary runs."""
-    import json
-
     from lm.workloads import HELD_OUT
 
     names = list(names or HELD_OUT)
     unknown = [n for n in names if n not in HELD_OUT]
     if unknown:
         raise KeyError(f"tlm-eval runs held-out workloads only ({', '.join(HELD_OUT)}); unknown: {', '.join(unknown)}")
-    earlier = {r["workload"]: r for r in json.load(open(evo_from))["rows"]} if evo_from else {}
+    earlier = {r["workload"]: r for r in json.loads(Path(evo_from).read_text())["rows"]} if evo_from else {}
     short = [n for n in names if evo_from and (n not in earlier or len(earlier[n]["evo_history"]) < max(evo_trials))]
     if short:
         raise KeyError(f"{evo_from} has no evolutionary run of {max(evo_trials)} trials for {', '.join(short)}")

@@ -120,7 +120,7 @@ def measure(db, names, per_workload, strategy="random", lm_path=None, seed=0, ad
     for n, name in enumerate(names):
         out = workload(name)
         with Database(db) as d:
-            have = len({r.trace for r in d.records(workload_key(out))})
+            have = len(d.programs(workload_key(out)))
         todo = per_workload if add else per_workload - have
         if todo <= 0:
             _say(f"[{n + 1}/{len(names)}] {name}: {have} programs already measured")

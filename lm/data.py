@@ -18,7 +18,7 @@ import numpy as np
 
 from minitc.errors import ScheduleError
 
-from .language import SentenceError, parse, sentence
+from .language import SentenceError, SentenceWriter, parse
 from .train import Example
 from .workloads import TRAINING, workload
 
@@ -36,7 +36,7 @@ def gen_data(path, names=None, per_workload: int = 256, seed: int = 0, hardware=
     with open(path, "a") as f:
         for n, name in enumerate(names):
             space = Space(workload(name), "llvm")
-            hw = hardware or host_hardware(space.target)
+            write = SentenceWriter(space, hardware or host_hardware(space.target))
             seen = set()
             for _ in range(per_workload * 3):
                 if len(seen) >= per_workload:
@@ -48,7 +48,7 @@ def gen_data(path, names=None, per_workload: int = 256, seed: int = 0, hardware=
                 if c.key in seen:
                     continue
                 seen.add(c.key)
-                f.write(json.dumps({"workload": name, "sentence": str(sentence(space, hw, c.decisions))}) + "\n")
+                f.write(json.dumps({"workload": name, "sentence": str(write(c.decisions))}) + "\n")
                 written += 1
             if progress:
                 progress(n + 1, len(names), name)
@@ -78,24 +78,25 @@ def examples(tok, sentences, weights=None) -> list:
     return out
 
 
+def throughput_weights(latencies_ms: list, sharpness: float = 4.0) -> list:
+    """(best ms / ms) ** sharpness per program: the best weighs 1, one twice as slow 1/16."""
+    best = min(latencies_ms)
+    return [(best / ms) ** sharpness for ms in latencies_ms]
+
+
 def demonstrations(db, target: str | None = None, sharpness: float = 4.0, workloads=None) -> list:
-    """(Sentence, weight) of every measured program with a sentence in the records database.
-    weight = (best ms of its workload / its ms) ** sharpness: the best program weighs 1, one
-    twice as slow 1/16; failed programs are left out."""
+    """(Sentence, weight) of every measured program with a sentence in the records database,
+    weighted by throughput_weights within its workload; failed programs are left out."""
+    from minitc.tune.tuner import trace_sentence
+
     out = []
     for key, _ in db.workloads():
         if workloads is not None and key not in workloads:
             continue
-        latest = {}
-        for rec in db.records(key, target):
-            latest[rec.trace] = rec  # a re-measure supersedes the first timing
-        measured = []
-        for rec in latest.values():
-            text = json.loads(rec.trace).get("sentence") if rec.trace.startswith("{") else None
-            if rec.ok and text:
-                measured.append((parse(text), rec.median_ms))
-        if not measured:
-            continue
-        best = min(ms for _, ms in measured)
-        out += [(s, (best / ms) ** sharpness) for s, ms in measured if math.isfinite(ms) and ms > 0]
+        measured = [(trace_sentence(rec.trace), rec.median_ms) for rec in db.programs(key, target)
+                    if rec.ok and math.isfinite(rec.median_ms) and rec.median_ms > 0]  # fmt: skip
+        measured = [(parse(text), ms) for text, ms in measured if text]
+        if measured:
+            weights = throughput_weights([ms for _, ms in measured], sharpness)
+            out += [(s, w) for (s, _), w in zip(measured, weights)]
     return out

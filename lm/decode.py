@@ -22,9 +22,10 @@ import numpy as np
 import torch
 
 from minitc.errors import ScheduleError
-from minitc.tune.sampler import Sampler
+from minitc.tune.sampler import Decision, Sampler
 
-from .language import Loc, sentence, sentence_decision, space_names
+from .describe import decision_label
+from .language import Loc, SentenceWriter
 from .model import expand_cache
 
 
@@ -48,14 +49,8 @@ class _ThreadSampler(Sampler):
         if not domain:
             raise ScheduleError(f"decision {name}: no legal value")
         value = self.sample.ask(kind, name, tuple(domain))
-        self.decisions.append(_decision(kind, name, domain, value))
+        self.decisions.append(Decision(kind, name, domain, value))
         return value
-
-
-def _decision(kind, name, domain, value):
-    from minitc.tune.sampler import Decision
-
-    return Decision(kind, name, domain, value)
 
 
 class _Sample:
@@ -76,9 +71,7 @@ class _Sample:
     def _run(self):
         try:
             self.candidate = self.decoder.space._apply(_ThreadSampler(self))
-        except ScheduleError as e:
-            self.error = e
-        except BaseException as e:  # noqa: BLE001  (re-raised by the decoder)
+        except BaseException as e:  # noqa: BLE001  (the decoder re-raises all but ScheduleError)
             self.error = e
         self.finished = True
         self.posted.set()
@@ -86,7 +79,7 @@ class _Sample:
     def ask(self, kind, name, domain):
         d = self.decoder
         values = tuple(Loc(n) for n in range(len(domain))) if kind == "location" else domain
-        label, _ = sentence_decision(_decision(kind, name, domain, domain[0]), d.names)
+        label = decision_label(name, d.write.names)
         self.slot = _Slot(d.tok.label_ids(label), domain, [d.tok.value_ids(v) for v in values])
         self.answered.clear()
         self.posted.set()
@@ -107,8 +100,8 @@ class Decoder:
 
     def __init__(self, model, tok, space, hardware, *, temperature: float = 1.0, top_k: int = 0):
         self.model, self.tok, self.space = model, tok, space
-        self.names = space_names(space)
-        self.prompt = tok.prompt_ids(sentence(space, hardware))
+        self.write = SentenceWriter(space, hardware)
+        self.prompt = tok.prompt_ids(self.write())
         self.temperature, self.top_k = temperature, top_k
 
     def generate(self, n: int, rng=None) -> tuple:

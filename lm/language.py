@@ -115,12 +115,25 @@ def _value(v) -> str:
 # -- from a design space -------------------------------------------------------------------------
 
 
+class SentenceWriter:
+    """Writes programs of one space on one machine as sentences. The workload, hardware and
+    skeleton parts are the same for every program, so they are computed once."""
+
+    def __init__(self, space, hardware: Hardware):
+        self.stages = tuple(Stage(**d) for d in describe_stages(space.outputs))
+        self.names = space_names(space)
+        self.skeleton = space_skeleton(space)
+        self.hardware = hardware
+
+    def __call__(self, decisions=()) -> Sentence:
+        """The sentence of a program (decisions: sampler Decision objects) or, with no
+        decisions, the prompt that the model completes."""
+        return Sentence(self.stages, self.hardware, self.skeleton, tuple(sentence_decision(d, self.names) for d in decisions))
+
+
 def sentence(space, hardware: Hardware, decisions=()) -> Sentence:
-    """The sentence of a program of `space` (decisions: sampler Decision objects) or, with no
-    decisions, the prompt that the model completes."""
-    stages = tuple(Stage(**d) for d in describe_stages(space.outputs))
-    names = space_names(space)
-    return Sentence(stages, hardware, space_skeleton(space), tuple(sentence_decision(d, names) for d in decisions))
+    """One sentence of `space` (see SentenceWriter, for writing many)."""
+    return SentenceWriter(space, hardware)(decisions)
 
 
 def space_names(space) -> dict:

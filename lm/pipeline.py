@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -93,7 +92,7 @@ def finetune(checkpoint, db, out, *, epochs: int = 4, batch_size: int = 32, lr: 
     _threads(threads)
     torch.manual_seed(seed)
     model, tok, meta = load_model(checkpoint)
-    with Database(db) if not hasattr(db, "records") else nullcontext(db) as database:
+    with Database(db) as database:
         demos = demonstrations(database, sharpness=sharpness)
     if not demos:
         raise LMError(f"no measured programs with sentences in {db}: run `minitc lm measure` first")

@@ -19,7 +19,6 @@ import numpy as np
 from minitc.tune.search import RandomSearch
 
 from .decode import Decoder
-from .language import sentence
 
 
 class TLMSearch(RandomSearch):
@@ -66,8 +65,7 @@ class TLMSearch(RandomSearch):
         if self.cost_model is not None:
             self.cost_model.fit(self.workload, [c.trace for c in candidates], list(latencies_ms))
         if self.learn:
-            self.demos += [(sentence(self.space, self.hardware, c.decisions), ms)
-                           for c, ms in zip(candidates, latencies_ms) if math.isfinite(ms)]  # fmt: skip
+            self.demos += [(self.decoder.write(c.decisions), ms) for c, ms in zip(candidates, latencies_ms) if math.isfinite(ms)]
             self._learn()
 
     def stats(self) -> dict:
@@ -84,13 +82,13 @@ class TLMSearch(RandomSearch):
             save_checkpoint(user_model_path(), self.model, self.tok.vocab, meta)
 
     def _learn(self, sharpness: float = 4.0) -> None:
-        from .data import examples
+        from .data import examples, throughput_weights
         from .train import train
 
         if len(self.demos) < 4:
             return
-        best = min(ms for _, ms in self.demos)
-        data = examples(self.tok, [s for s, _ in self.demos], [(best / ms) ** sharpness for _, ms in self.demos])
+        weights = throughput_weights([ms for _, ms in self.demos], sharpness)
+        data = examples(self.tok, [s for s, _ in self.demos], weights)
         train(self.model, data, epochs=1, batch_size=16, lr=5e-5, warmup=1, seed=len(self.demos))
         self.model.eval()
 

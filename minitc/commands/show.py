@@ -103,7 +103,7 @@ def list_workloads(path: Path, target: str) -> None:
             recs = db.records(key)
             errors = sum(not r.ok for r in recs)
             best = db.best(key, tstring, hw)
-            programs = len({r.trace for r in recs})  # finalists are measured again: more records
+            programs = len(db.programs(key))  # finalists are measured again: more records than programs
             rows.append([key[:12], str(programs), str(len(recs)), str(errors), f"{best[0].median_ms:.4g}" if best else "-", desc])
     click.echo(f"records database: {path} ({len(rows)} workload{'s' if len(rows) != 1 else ''})")
     if not rows:

@@ -119,25 +119,33 @@ class Database:
         return cur.lastrowid
 
     # -- reading -----------------------------------------------------------------------------
-    def records(self, workload: str, target: str | None = None, hardware: str | None = None) -> list:
-        """All records of a workload (optionally for one target / hardware), oldest first."""
-        sql, args = "SELECT * FROM records WHERE workload = ?", [workload]
+    @staticmethod
+    def _where(workload: str, target: str | None, hardware: str | None) -> tuple:
+        where, args = "workload = ?", [workload]
         if target is not None:
-            sql, args = sql + " AND target = ?", args + [target]
-        if hardware is not None:
-            sql, args = sql + " AND hardware = ?", args + [hardware]
-        return [self._record(r) for r in self.conn.execute(sql + " ORDER BY id", args)]
-
-    def best(self, workload: str, target: str, hardware: str | None = None, k: int = 1) -> list:
-        """The k fastest successful records, fastest first. A trace measured more than once (the
-        tuner re-measures its finalists) counts with its latest measurement only."""
-        where, args = "workload = ? AND target = ?", [workload, target]
+            where, args = where + " AND target = ?", args + [target]
         if hardware is not None:
             where, args = where + " AND hardware = ?", args + [hardware]
-        sql = (
-            f"SELECT * FROM records WHERE id IN (SELECT MAX(id) FROM records WHERE {where} GROUP BY hardware, trace)"
-            " AND median_ms IS NOT NULL AND error IS NULL ORDER BY median_ms LIMIT ?"
-        )
+        return where, args
+
+    def records(self, workload: str, target: str | None = None, hardware: str | None = None) -> list:
+        """All records of a workload (optionally for one target / hardware), oldest first."""
+        where, args = self._where(workload, target, hardware)
+        return [self._record(r) for r in self.conn.execute(f"SELECT * FROM records WHERE {where} ORDER BY id", args)]
+
+    # A trace measured more than once (the tuner re-measures its finalists) counts with its
+    # latest measurement only: the rows below are each program's latest record.
+    _LATEST = "SELECT * FROM records WHERE id IN (SELECT MAX(id) FROM records WHERE {} GROUP BY target, hardware, trace)"
+
+    def programs(self, workload: str, target: str | None = None, hardware: str | None = None) -> list:
+        """The latest record of every distinct program (trace) of a workload, oldest first."""
+        where, args = self._where(workload, target, hardware)
+        return [self._record(r) for r in self.conn.execute(self._LATEST.format(where) + " ORDER BY id", args)]
+
+    def best(self, workload: str, target: str, hardware: str | None = None, k: int = 1) -> list:
+        """The k fastest programs whose latest measurement succeeded, fastest first."""
+        where, args = self._where(workload, target, hardware)
+        sql = self._LATEST.format(where) + " AND median_ms IS NOT NULL AND error IS NULL ORDER BY median_ms LIMIT ?"
         return [self._record(r) for r in self.conn.execute(sql, args + [k])]
 
     def workloads(self) -> list:

@@ -49,6 +49,12 @@ def encode_trace(candidate, sentence: str | None = None) -> str:
     return json.dumps(data)
 
 
+def trace_sentence(text: str) -> str | None:
+    """The tensor-language sentence a record's trace text holds, if any."""
+    data = json.loads(text)
+    return data.get("sentence") if isinstance(data, dict) else None
+
+
 def decode_trace(text: str) -> tuple:
     """(decision values or None, Trace) from a record's trace text."""
     data = json.loads(text)
@@ -107,11 +113,11 @@ def _sentence_writer(space):
     or None without the language package."""
     try:
         from lm.hardware import hardware
-        from lm.language import sentence
+        from lm.language import SentenceWriter
     except ImportError:
         return None
-    hw = hardware(space.target)
-    return lambda c: str(sentence(space, hw, c.decisions))
+    write = SentenceWriter(space, hardware(space.target))
+    return lambda c: str(write(c.decisions))
 
 
 class TuningSession:
@@ -134,8 +140,7 @@ class TuningSession:
         for model in (getattr(self.search, "model", None), getattr(self.search, "cost_model", None)):
             if hasattr(model, "register"):
                 model.register(self.key, self.space.outputs)  # features need the shapes
-        latest = {rec.trace: rec for rec in self.db.records(self.key, self.target, self.hw)}  # re-measures supersede
-        for rec in latest.values():
+        for rec in self.db.programs(self.key, self.target, self.hw):
             values, steps = decode_trace(rec.trace)
             ckey = hashlib.sha256(steps.to_json().encode()).hexdigest()[:24]
             self.search.seed(ckey, values, rec.median_ms if rec.ok else math.inf)
