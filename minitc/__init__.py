@@ -1,7 +1,7 @@
 """minitc: a small tensor compiler. Define with `placeholder/compute/reduce_axis`, schedule with
 `Schedule`, inspect with `lower`, compile with `build`."""
 from . import dtypes
-from .errors import BuildError, DTypeError, IRError, LayoutError, MinitcError, ScheduleError, ShapeError
+from .errors import BuildError, DTypeError, IRError, LayoutError, MinitcError, RaceError, ScheduleError, ShapeError
 from .expr import cast, maximum, minimum, select
 from .te import Tensor, compute, max, min, placeholder, reduce_axis, sum
 
@@ -30,7 +30,7 @@ ceil = _intrinsic("ceil")
 sigmoid = _intrinsic("sigmoid")
 
 from . import ops  # noqa: E402
-from .driver import build, lower  # noqa: E402
+from .driver import build, codegen, lower  # noqa: E402
 from .schedule.schedule import Schedule  # noqa: E402
 from .schedule.trace import Step, Trace  # noqa: E402
 

@@ -48,23 +48,81 @@ def _arguments(s: Schedule, args) -> tuple[list, list]:
     return inputs, given_outputs
 
 
+GPU_TARGETS = ("cuda", "cuda-sim")
+
+
+def target_kind(target: str) -> str:
+    """"llvm", "cuda" or "cuda-sim": the first word of a target string."""
+    words = target.split() if isinstance(target, str) else []
+    if not words or words[0] not in ("llvm",) + GPU_TARGETS:
+        raise BuildError(
+            f"unknown target {target!r}; use 'llvm' (host CPU, or 'llvm -mcpu=...'), 'cuda' (an NVIDIA GPU, "
+            "or 'cuda -arch=sm_90'), or 'cuda-sim' (the GPU simulated with numpy)"
+        )
+    return words[0]
+
+
+def _binds(s: Schedule) -> bool:
+    from .ir import GPU_TAGS
+
+    return any(lp.kind in GPU_TAGS for st in s.state.stages for lp in st.loops)
+
+
 def lower(schedule, args=None, name: str | None = None, target: str | None = None, db=None) -> Kernel:
     """Lower a schedule to loop-nest IR; `print` it to read the loop nest. Output tensors are
-    lowered naively, or with their tuned / default schedule for `target` when one is given."""
+    lowered naively, or with their tuned / default schedule for `target` when one is given. A
+    schedule with GPU bindings lowers for a GPU unless `target` says otherwise."""
     s = _as_schedule(schedule, target, db)
     inputs, outputs = _arguments(s, args)
-    return lower_state(s.state, inputs, outputs, name or f"{outputs[0]}_kernel")
+    gpu = target_kind(target) in GPU_TARGETS if target is not None else _binds(s)
+    return lower_state(s.state, inputs, outputs, name or f"{outputs[0]}_kernel", gpu=gpu)
+
+
+def lower_gpu(schedule, target: str = "cuda", args=None, name: str | None = None, db=None):
+    """Lower for a GPU and split into checked kernel launches (a GpuProgram)."""
+    from backends.cuda.target import parse_cuda_target
+
+    from .lower.gpu import plan_launches
+
+    tgt = parse_cuda_target(target)
+    return plan_launches(lower(schedule, args, name, target=target, db=db), tgt.limits)
+
+
+def codegen(schedule, target: str = "llvm", args=None, name: str | None = None, db=None) -> str:
+    """The source a build would compile, without compiling it or needing the hardware: LLVM IR
+    for `llvm`, CUDA C for `cuda`."""
+    kind = target_kind(target)
+    if kind == "llvm":
+        from backends.llvm.codegen import render
+
+        return render(lower(schedule, args, name, target=target, db=db), target)
+    if kind == "cuda-sim":
+        raise BuildError("target 'cuda-sim' runs loop nests in numpy and generates no source; use target='cuda'")
+    from backends.cuda.codegen import render_program
+
+    return render_program(lower_gpu(schedule, target, args, name, db))
 
 
 def build(schedule, target: str = "llvm", args=None, name: str | None = None, db=None):
     """Compile a schedule (or output tensors) into a callable kernel.
 
-    `target` is `"llvm"` for the host CPU, or e.g. `"llvm -mcpu=znver1"`. Given output tensors
-    instead of a Schedule, the operator's default schedule (its template) is used;
-    `tc.build(tc.Schedule(C))` builds the naive loop nest.
+    `target` is `"llvm"` for the host CPU (or e.g. `"llvm -mcpu=znver1"`), `"cuda"` for an NVIDIA
+    GPU through CuPy, or `"cuda-sim"` for the numpy GPU simulator (slow, exact, checks races).
+    Given output tensors instead of a Schedule, the operator's default schedule (its template)
+    for the target is used; `tc.build(tc.Schedule(C))` builds the naive loop nest.
     """
-    if not isinstance(target, str) or not target.split() or target.split()[0] != "llvm":
-        raise BuildError(f"unknown target {target!r}; this build supports 'llvm' (host CPU) and 'llvm -mcpu=...'")
+    kind = target_kind(target)
+    if kind == "cuda-sim":
+        from backends.cuda.sim import SimFunction
+
+        return SimFunction(lower_gpu(schedule, target, args, name, db))
+    if kind == "cuda":
+        from backends.cuda.target import parse_cuda_target
+
+        tgt = parse_cuda_target(target, query_device=True)
+        from backends.cuda.runtime import build_program
+
+        return build_program(lower_gpu(schedule, target, args, name, db), tgt)
     kernel = lower(schedule, args, name, target=target, db=db)
     from backends.llvm.jit import compile_kernel
     from backends.llvm.target import parse_target

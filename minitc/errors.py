@@ -28,3 +28,8 @@ class BuildError(MinitcError):
 
 class IRError(MinitcError):
     """The loop-nest IR is malformed (raised by the verifier)."""
+
+
+class RaceError(ScheduleError):
+    """GPU threads of a schedule race on memory: the simulator saw two threads touch the same
+    element, at least one writing, with no barrier between them."""

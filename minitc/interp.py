@@ -12,8 +12,9 @@ it implements are the IR's semantics, which every backend must reproduce:
   branch may hold a load that would be out of bounds when the condition is false (padding).
 - `Cast` converts like numpy's `.astype` (float to int truncates toward zero).
 - Intrinsics: exp log sqrt tanh erf abs floor ceil, and sigmoid(x) = 1 / (1 + exp(-x)).
-- Loops of every kind (serial, parallel, vectorized, unrolled) run as serial loops, in order:
-  the kinds are performance hints and the compiler guarantees the serial order is a valid one.
+- Loops of every kind (serial, parallel, vectorized, unrolled, and GPU bindings) run as serial
+  loops, in order: the kinds are performance hints and the compiler guarantees the serial order
+  is a valid one. `Barrier` does nothing; shared and local buffers are ordinary allocations.
 - `Allocate` makes a fresh buffer each time it executes, filled with nan (floats), -999999
   (ints) or True (bools), so a read of uninitialised memory shows up in results.
 - Any out-of-bounds index, negative ones included, raises `IRError`.
@@ -31,7 +32,7 @@ import numpy as np
 from . import dtypes
 from .errors import DTypeError, IRError, LayoutError, ShapeError
 from .expr import Binary, Call, Cast, Compare, Const, Not, Select, Var
-from .ir import Allocate, For, IfThenElse, Kernel, Load, Seq, Store
+from .ir import Allocate, Barrier, For, IfThenElse, Kernel, Load, Seq, Store
 
 INT_SENTINEL = -999999
 BOOL_SENTINEL = True
@@ -185,7 +186,12 @@ def _compile_store(s: Store, ctx: _Context):
     return run_store
 
 
+def _compile_barrier(s: Barrier, ctx: _Context):
+    return lambda env: None  # one thread at a time: nothing to wait for
+
+
 STMT_COMPILERS = {
+    Barrier: _compile_barrier,
     For: _compile_for,
     Seq: _compile_seq,
     IfThenElse: _compile_if,

@@ -3,11 +3,13 @@ reference interpreter consume.
 
 A `Kernel` has parameter buffers (inputs then outputs) and a body statement built from
 
-    For(var, extent, kind, body)     0 <= var < extent; kind: serial|parallel|vectorized|unrolled
+    For(var, extent, kind, body)     0 <= var < extent; kind: serial|parallel|vectorized|unrolled,
+                                     or a GPU binding (blockIdx.x, threadIdx.y, vthread, ...)
     Store(buffer, indices, value)    buffer[indices] = value
     Seq(stmts)                       statements in order
     IfThenElse(cond, then, orelse)   guards (non-divisible splits, partial tiles)
     Allocate(buffer, body)           a temporary buffer live within body
+    Barrier()                        GPU: every thread of the block waits here (__syncthreads)
 
 and expressions from expr.py plus `Load(buffer, indices)`. Buffers are dense, row-major and have
 static shapes; indices are int64.
@@ -19,13 +21,19 @@ from dataclasses import dataclass, field
 from . import dtypes
 from .expr import Expr, Var
 
-LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
-SCOPES = ("global", "local")
+BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+# A bound loop is not a loop on the GPU: every thread runs the whole body with the loop variable
+# set to its block or thread index. "vthread" (a virtual thread) runs as an unrolled loop.
+GPU_TAGS = BLOCK_TAGS + THREAD_TAGS + ("vthread",)
+LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled") + GPU_TAGS
+SCOPES = ("global", "shared", "local")
 
 
 class Buffer:
     """A named, dense, row-major array. `scope` is `global` for kernel arguments and full-size
-    intermediates, `local` for tiles that live inside a loop nest."""
+    intermediates, `local` for tiles that live inside a loop nest (one per GPU thread), `shared`
+    for GPU tiles shared by the threads of a block."""
 
     def __init__(self, name: str, shape: tuple, dtype: str, scope: str = "global"):
         assert scope in SCOPES, scope
@@ -96,6 +104,12 @@ class IfThenElse(Stmt):
 class Allocate(Stmt):
     buffer: Buffer
     body: Stmt
+
+
+@dataclass(eq=False)
+class Barrier(Stmt):
+    """GPU: wait until every thread of the block gets here; shared-memory writes made before it
+    are visible after it. Lowering puts one before and after each shared-memory fill."""
 
 
 @dataclass(eq=False)

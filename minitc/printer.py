@@ -37,11 +37,12 @@ import math
 
 from . import dtypes
 from .expr import Binary, Call, Cast, Compare, Const, Expr, Not, Select, Var
-from .ir import Allocate, Buffer, For, IfThenElse, Kernel, Load, Seq, Stmt, Store
+from .ir import GPU_TAGS, Allocate, Barrier, Buffer, For, IfThenElse, Kernel, Load, Seq, Stmt, Store
 
 INDENT = "    "
 
 LOOP_FORMS = {"serial": "range", "parallel": "parallel", "vectorized": "vectorized", "unrolled": "unrolled"}
+
 
 # (symbol, precedence) for infix operators; higher binds tighter (Python's order).
 INFIX = {
@@ -132,6 +133,7 @@ class _Printer:
             Seq: self._seq,
             IfThenElse: self._if,
             Allocate: self._allocate,
+            Barrier: self._barrier,
         }
 
     # -- names ---------------------------------------------------------------------------------
@@ -178,7 +180,10 @@ class _Printer:
         form = LOOP_FORMS.get(s.kind, f"{s.kind}?")
         extent = self.expr(s.extent) if isinstance(s.extent, Expr) else str(s.extent)
         was_bound = s.var in self.in_scope
-        head = f"for {self._bind(s.var)} in {form}({extent}):"
+        if s.kind in GPU_TAGS:  # for tx in bind("threadIdx.x", 32):
+            head = f'for {self._bind(s.var)} in bind("{s.kind}", {extent}):'
+        else:
+            head = f"for {self._bind(s.var)} in {form}({extent}):"
         if s.var.dtype != dtypes.INDEX:
             head += f"  # {s.var.dtype}"
         lines = [INDENT * indent + head] + self.stmt(s.body, indent + 1)
@@ -203,6 +208,9 @@ class _Printer:
         if s.orelse is not None:
             lines += [INDENT * indent + "else:"] + self.stmt(s.orelse, indent + 1)
         return lines
+
+    def _barrier(self, s: Barrier, indent: int) -> list:
+        return [INDENT * indent + "barrier()"]
 
     def _allocate(self, s: Allocate, indent: int) -> list:
         b = s.buffer

@@ -20,7 +20,7 @@ import numbers
 from . import dtypes
 from .errors import IRError
 from .expr import Var, walk
-from .ir import LOOP_KINDS, Allocate, For, IfThenElse, Kernel, Load, Seq, Store, walk_stmts
+from .ir import LOOP_KINDS, Allocate, Barrier, For, IfThenElse, Kernel, Load, Seq, Store, walk_stmts
 
 MAX_VECTOR_LANES = 64
 
@@ -50,6 +50,7 @@ class _Verifier:
             Seq: self._seq,
             IfThenElse: self._if,
             Allocate: self._allocate,
+            Barrier: lambda s: None,
         }
 
     def run(self) -> None:

@@ -53,6 +53,8 @@ def step_line(step) -> str:
         return f"split({loops[0]}, {'nparts' if 'nparts' in a else 'factor'}={d[0]})"
     if k in ("fuse", "reorder", "unroll", "parallel", "vectorize"):
         return f"{k}({', '.join(loops)})"
+    if k == "bind":
+        return f"bind({loops[0]}, {_arg(a[0])})"
     if k in ("compute_at", "reverse_compute_at"):
         return f"{k}({step.stage}, {a[0]}.{step.loops[0]})"
     if k == "compute_inline":

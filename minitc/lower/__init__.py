@@ -12,7 +12,7 @@ from ..errors import IRError, ScheduleError
 from ..schedule.state import State
 from .bounds import BoundInference
 from .nest import NestBuilder
-from .passes import check_parallel_nesting, inline_stages, simplify_stmt
+from .passes import check_no_bindings, check_parallel_nesting, inline_stages, simplify_stmt
 
 
 def debug_level() -> int:
@@ -22,9 +22,11 @@ def debug_level() -> int:
         return 0
 
 
-def _make_buffers(state: State, info: dict, params: dict) -> tuple[dict, list]:
+def _make_buffers(state: State, info: dict, params: dict, gpu: bool) -> tuple[dict, list]:
     """A buffer per stage: kernel params for inputs/outputs, region-sized tiles for compute_at
-    stages, full-size temporaries (allocated at the top) for the rest."""
+    stages, full-size temporaries (allocated at the top) for the rest. On a GPU a tile is
+    `shared` by a block or `local` to a thread, and a full-size temporary is always `global`:
+    it is written and read by different kernel launches."""
     buffers, temporaries = dict(params), []
     for st in state.stages:
         if st.name in buffers:
@@ -33,18 +35,19 @@ def _make_buffers(state: State, info: dict, params: dict) -> tuple[dict, list]:
             raise ScheduleError(f"input {st.name} is not among the kernel arguments")
         si = info[st.name]
         if si.local:
-            buffers[st.name] = ir.Buffer(st.name, tuple(e for _, e in si.region), st.dtype, "local")
+            scope = "shared" if gpu and st.scope == "shared" else "local"
+            buffers[st.name] = ir.Buffer(st.name, tuple(e for _, e in si.region), st.dtype, scope)
         else:
-            scope = "global" if st.scope == "global" else "local"
+            scope = "global" if st.scope == "global" or gpu else "local"
             buffers[st.name] = ir.Buffer(st.name, st.shape, st.dtype, scope)
             temporaries.append(buffers[st.name])
     return buffers, temporaries
 
 
-def _build(state: State, params: dict):
-    info = BoundInference(state).run()
-    buffers, temporaries = _make_buffers(state, info, params)
-    builder = NestBuilder(state, info, buffers)
+def _build(state: State, params: dict, gpu: bool):
+    info = BoundInference(state, gpu).run()
+    buffers, temporaries = _make_buffers(state, info, params, gpu)
+    builder = NestBuilder(state, info, buffers, gpu)
     roots = [st for st in state.stages if not st.is_placeholder and st.attach is None]
     body = ir.seq(*(builder.stage(st.name) for st in roots))
     for buf in reversed(temporaries):
@@ -52,8 +55,11 @@ def _build(state: State, params: dict):
     return body
 
 
-def lower_state(state: State, inputs: list, outputs: list, name: str = "kernel") -> ir.Kernel:
-    """Lower a schedule state. `inputs` and `outputs` are stage names in argument order."""
+def lower_state(state: State, inputs: list, outputs: list, name: str = "kernel", gpu: bool = False) -> ir.Kernel:
+    """Lower a schedule state. `inputs` and `outputs` are stage names in argument order. `gpu`
+    lowers for a GPU (shared-memory tiles and barriers); otherwise GPU bindings are an error."""
+    if not gpu:
+        check_no_bindings(state)
     passes = [
         ("inline", inline_stages),
     ]
@@ -63,7 +69,7 @@ def lower_state(state: State, inputs: list, outputs: list, name: str = "kernel")
     for n in list(inputs) + list(outputs):
         st = state.stage(n)
         params[n] = ir.Buffer(n, st.shape, st.dtype, "global")
-    body = _build(state, params)
+    body = _build(state, params, gpu)
     _dump("build", body)
     check_parallel_nesting(body)
     body = simplify_stmt(body) or ir.Seq(())

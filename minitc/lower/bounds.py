@@ -3,7 +3,8 @@ the loop extents that follow, and the value of every axis in terms of the loop v
 
 A stage at the root computes its whole shape. A stage attached with compute_at computes the
 union of what its consumers read during one iteration of the attach loop (a conservative
-superset is always correct). A stage attached with reverse_compute_at computes exactly the tile
+superset is always correct); on a GPU, a shared-memory stage computes what the whole block
+reads, so its region also spans the thread-bound loops around the attach loop. A stage attached with reverse_compute_at computes exactly the tile
 its producer has just finished (that must be exact, so it is checked to be a box).
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from ..arith import bounds, simplify
 from ..errors import ScheduleError
 from ..expr import Const, Expr, Var, binary, compare, const, substitute, walk
+from ..ir import THREAD_TAGS
 from ..schedule.stages import axis_map
 from ..schedule.state import Split, Stage, State
 from .intervals import exact_box, interval, union
@@ -35,8 +37,9 @@ class StageInfo:
 
 
 class BoundInference:
-    def __init__(self, state: State):
+    def __init__(self, state: State, gpu: bool = False):
         self.state = state
+        self.gpu = gpu
         self.info: dict = {}
         self.ranges: dict = {}  # every loop Var -> (0, extent - 1)
 
@@ -98,6 +101,20 @@ class BoundInference:
                 out.update(self._subtree_vars(s.name))
         return out
 
+    def thread_vars_around(self, target: str, loop: str) -> dict:
+        """The thread-bound loops enclosing `loop` of `target` (itself included), up through the
+        stages `target` is attached to, with their extents."""
+        out = {}
+        name = target
+        while True:
+            st, info = self.state.stage(name), self.info[name]
+            for lp in st.loops[: st.position(loop) + 1]:
+                if lp.kind in THREAD_TAGS:
+                    out[info.vars[lp.name]] = info.extents[lp.name]
+            if st.attach is None:
+                return out
+            name, loop = st.attach.target, st.attach.loop
+
     def _subtree_vars(self, name: str) -> dict:
         out = {}
         info = self.info.get(name)
@@ -111,6 +128,8 @@ class BoundInference:
         target, loop = st.attach.target, st.attach.loop
         self._check_consumers_inside(st)
         varying = self.inside_vars(target, loop)
+        if self.gpu and st.scope == "shared":
+            varying.update(self.thread_vars_around(target, loop))
         per_dim = [[] for _ in st.shape]
         for consumer in self.state.consumers(st.name):
             cinfo = self.info[consumer.name]

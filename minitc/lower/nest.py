@@ -2,7 +2,8 @@
 
 Each stage becomes a nest of its leaf loops around one store (two nests for a reduction: the
 initialisation, then the update). Attached stages are placed inside their attach loop, before
-the rest of the body (compute_at) or after it (reverse_compute_at). Guards sit just inside the
+the rest of the body (compute_at) or after it (reverse_compute_at); on a GPU, barriers surround
+each shared-memory fill. Guards sit just inside the
 innermost loop they depend on.
 """
 from __future__ import annotations
@@ -16,8 +17,9 @@ from .bounds import StageInfo
 
 
 class NestBuilder:
-    def __init__(self, state: State, info: dict, buffers: dict):
+    def __init__(self, state: State, info: dict, buffers: dict, gpu: bool = False):
         self.state = state
+        self.gpu = gpu
         self.info = info
         self.buffers = buffers  # stage name -> ir.Buffer
 
@@ -96,9 +98,19 @@ class NestBuilder:
 
     def attached(self, st: Stage, loop: str) -> tuple:
         here = [s for s in self.state.attached_to(st.name) if s.attach.loop == loop]
-        before = [self.stage(s.name) for s in here if not s.attach.reverse]
+        before = []
+        for s in here:
+            if not s.attach.reverse:
+                before.extend(self._fill(s))
         after = [self.stage(s.name) for s in here if s.attach.reverse]
         return before, after
+
+    def _fill(self, s: Stage) -> list:
+        """A shared-memory tile is filled by all threads of the block together: wait until they
+        are done with the previous tile before, and until the fill is complete after."""
+        if self.gpu and s.scope == "shared":
+            return [ir.Barrier(), self.stage(s.name), ir.Barrier()]
+        return [self.stage(s.name)]
 
     def _allocate_attached(self, st: Stage, loop: str, for_stmt: ir.For) -> ir.Stmt:
         """Tiles computed inside the loop live for one iteration: allocate them in the body."""

@@ -11,6 +11,11 @@ from ..schedule.state import Read, State
 from ..te import Reduce
 
 
+# A parallel loop of one iteration still marks a parallel region, and a bound one of one
+# iteration still guards its body to a single thread.
+KEPT_UNIT_LOOPS = ("parallel",) + ir.BLOCK_TAGS + ir.THREAD_TAGS
+
+
 def inline_stages(state: State) -> State:
     """Substitute every compute_inline'd stage into its readers and drop it."""
     bodies: dict = {}  # inlined stage -> (axes, body with earlier inlines already applied)
@@ -38,6 +43,17 @@ def inline_stages(state: State) -> State:
     return replace(state, stages=tuple(stages))
 
 
+def check_no_bindings(state: State) -> None:
+    """GPU bindings mean nothing on a CPU; say which loop has one."""
+    for st in state.stages:
+        for lp in st.loops:
+            if lp.kind in ir.GPU_TAGS:
+                raise ScheduleError(
+                    f"loop {lp.name} of {st.name} is bound to {lp.kind}, which only a GPU runs; "
+                    "build with target='cuda' (or 'cuda-sim' to simulate the GPU with numpy)"
+                )
+
+
 def check_parallel_nesting(stmt: ir.Stmt, outer: str | None = None) -> None:
     """Parallel loops inside parallel loops would oversubscribe the cores; reject them."""
     if isinstance(stmt, ir.For) and stmt.kind == "parallel":
@@ -56,7 +72,7 @@ def simplify_stmt(stmt: ir.Stmt, ranges: dict | None = None) -> ir.Stmt | None:
     true (a guard proven false drops its statement). Returns None for an empty statement."""
     ranges = dict(ranges or {})
     if isinstance(stmt, ir.For):
-        if stmt.extent == 1 and stmt.kind != "parallel":
+        if stmt.extent == 1 and stmt.kind not in KEPT_UNIT_LOOPS:
             return simplify_stmt(_subst_stmt(stmt.body, {stmt.var: Const(0, stmt.var.dtype)}), ranges)
         ranges[stmt.var] = (0, stmt.extent - 1)
         body = simplify_stmt(stmt.body, ranges)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import ScheduleError
+from ..ir import GPU_TAGS
 from .state import Fuse, Loop, Split, State, unique_name
 
 MAX_VECTOR_LANES = 64
@@ -135,6 +136,37 @@ def annotate(state: State, stage: str, loop: str, kind: str) -> State:
             "split it and vectorize the inner loop"
         )
     loops = tuple(replace(l, kind=kind) if l.name == loop else l for l in st.loops)
+    return state.replace_stage(replace(st, loops=loops))
+
+
+def bind(state: State, stage: str, loop: str, tag: str) -> State:
+    """Bind a loop to a GPU block or thread index (or a virtual thread, run as an unrolled loop).
+
+    Before: bind(i_o, "blockIdx.x"), bind(i_i, "threadIdx.x")
+        for i_o in range(8):                 for i_o in bind("blockIdx.x", 8):     # 8 blocks
+            for i_i in range(128):               for i_i in bind("threadIdx.x", 128):  # of 128 threads
+                B[i_o*128 + i_i] = f(A[...])         B[i_o*128 + i_i] = f(A[...])
+
+    A bound loop is not a loop: every thread runs the body once with the variable set to its
+    index. A reduction loop cannot be bound (its iterations update the same element: a race),
+    and each index can be bound once per stage.
+    """
+    if tag not in GPU_TAGS:
+        raise ScheduleError(f"bind of loop {loop} of {stage}: unknown thread tag {tag!r}; use one of {', '.join(GPU_TAGS)}")
+    st = state.stage(stage)
+    lp = st.loop(loop)
+    if lp.reduce and tag != "vthread":
+        raise ScheduleError(
+            f"cannot bind loop {loop} of stage {stage} to {tag}: it is a reduction loop, so the threads "
+            "would race on the same elements; bind a spatial loop (or cache_write and bind its loops)"
+        )
+    for other in st.loops:
+        if other.kind == tag and other.name != loop and tag != "vthread":
+            raise ScheduleError(
+                f"cannot bind loop {loop} of stage {stage} to {tag}: loop {other.name} is already bound to it; "
+                "fuse the two loops and bind the fused one"
+            )
+    loops = tuple(replace(l, kind=tag) if l.name == loop else l for l in st.loops)
     return state.replace_stage(replace(st, loops=loops))
 
 

@@ -32,6 +32,10 @@ def apply_step(state: State, step: Step) -> tuple[State, tuple]:
         if len(step.loops) != 1:
             raise ScheduleError(f"malformed {kind} step {step}")
         return loop_prims.annotate(state, stage, step.loops[0], _KIND_OF_STEP[kind]), ()
+    if kind == "bind":
+        if len(step.loops) != 1 or len(step.args) != 1:
+            raise ScheduleError(f"malformed bind step {step}")
+        return loop_prims.bind(state, stage, step.loops[0], step.args[0]), ()
     if kind in ("compute_at", "reverse_compute_at"):
         fn = stage_prims.compute_at if kind == "compute_at" else stage_prims.reverse_compute_at
         if len(step.loops) != 1 or len(step.args) != 1:
@@ -142,6 +146,11 @@ class Schedule:
     def vectorize(self, loop) -> None:
         ref = self._loop(loop)
         self._apply(Step("vectorize", ref.stage, (ref.name,)))
+
+    def bind(self, loop, tag: str) -> None:
+        """Bind a loop to a GPU index: "blockIdx.x/y/z", "threadIdx.x/y/z" or "vthread"."""
+        ref = self._loop(loop)
+        self._apply(Step("bind", ref.stage, (ref.name,), (tag,)))
 
     # -- stage primitives ----------------------------------------------------------------
     def compute_at(self, tensor, loop) -> None:

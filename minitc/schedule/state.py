@@ -14,7 +14,6 @@ from ..errors import ScheduleError
 from ..expr import Expr, IterVar, substitute, transform
 from ..te import ComputeOp, Reduce, Tensor, TensorRead, graph
 
-LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
 
 
 class Read(Expr):

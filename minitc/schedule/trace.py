@@ -13,7 +13,7 @@ from ..errors import ScheduleError
 
 STEP_KINDS = (
     "split", "fuse", "reorder", "unroll", "parallel", "vectorize",
-    "compute_at", "reverse_compute_at", "compute_inline", "cache_write", "cache_read",
+    "compute_at", "reverse_compute_at", "compute_inline", "cache_write", "cache_read", "bind",
 )
 
 

@@ -53,6 +53,12 @@ def default_schedule(outputs, target="llvm") -> Schedule:
     for `target`, or the naive loop nest when the operator has no template."""
     from backends.llvm.target import parse_target
 
+    from ..driver import GPU_TARGETS, target_kind
+
+    if isinstance(target, str) and target_kind(target) in GPU_TARGETS:
+        from .gpu import default_gpu_schedule
+
+        return default_gpu_schedule(outputs, target)
     if not TEMPLATES:
         _load_templates()
     s = Schedule(outputs)

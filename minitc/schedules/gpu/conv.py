@@ -1,0 +1,64 @@
+"""GPU conv2d template: direct convolution with shared-memory tiles of the input and weights.
+
+    for (n, oh, wo) in bind("blockIdx.x"): for ko in bind("blockIdx.y", K / (kt*vk)):
+        for ty in bind("threadIdx.y", kt): for tx in bind("threadIdx.x", wt):
+            acc[vk, vw] = 0                                   # registers
+            for rco in range(C / bc):
+                barrier(); X_shared[bc, window rows, window cols] = X[...]   # padding inlined
+                W_shared[kt*vk, bc, R, S] = W[...]; barrier()
+                for rci, ry, rx: for k in unrolled(vk): for w in unrolled(vw):
+                    acc[k, w] += X_shared[...] * W_shared[...]
+            out[n, ko.., oh, wo..] = acc
+
+A block computes one output row segment of wt*vw pixels for kt*vk output channels; each input
+value it stages is reused by every channel of the block and each weight by every pixel.
+"""
+from __future__ import annotations
+
+from ...errors import ScheduleError
+from ..conv import _pad_stage
+from . import defaults, template
+from .gemm import cooperative_fetch
+
+
+@template("conv2d")
+def schedule_conv2d(s, out, target, kt=8, vk=4, wt=16, vw=1, bc=8, shared=True):
+    for name, v in (("kt", kt), ("vk", vk), ("wt", wt), ("vw", vw), ("bc", bc)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ScheduleError(f"GPU conv2d template: {name} must be a positive int, got {v!r}")
+    pad = _pad_stage(s, out)
+    acc = s.stage_name(s.cache_write(out, "local"))
+    n, k, oh, ow = s.loops(out)
+    ko, ki = s.split(k, factor=kt * vk)
+    ty, kr = s.split(ki, factor=vk)
+    wo, wi = s.split(ow, factor=wt * vw)
+    tx, wr = s.split(wi, factor=vw)
+    s.reorder(n, oh, wo, ko, ty, tx, kr, wr)
+    s.bind(s.fuse(n, oh, wo), "blockIdx.x")
+    s.bind(ko, "blockIdx.y")
+    s.bind(ty, "threadIdx.y")
+    s.bind(tx, "threadIdx.x")
+    s.compute_at(acc, tx)
+    _, ak, _, aw, rc, ry, rx = s.loops(acc)
+    rco, rci = s.split(rc, factor=bc)
+    s.reorder(rco, rci, ry, rx, ak, aw)
+    s.unroll(ak)
+    s.unroll(aw)
+    if shared:
+        for name in s.state.stage(acc).read_stages():
+            cache = s.cache_read(name, "shared", [acc])
+            s.compute_at(cache, rco)
+            cooperative_fetch(s, cache, (kt, wt))
+    if pad is not None:
+        s.compute_inline(pad)  # padding becomes a select in the loads (of the shared fill)
+
+
+@defaults("conv2d")
+def conv2d_defaults(s, out, target) -> dict:
+    _, K, _, OW = s.state.stage(out).shape
+    C = s.state.stage(out).reduce_axes[0].extent
+    vk = 4 if K % 4 == 0 else 1
+    kt = max(1, min(8, K // vk))
+    wt = min(16, OW)
+    bc = next((b for b in (8, 4, 2) if C % b == 0), 8)
+    return {"kt": kt, "vk": vk, "wt": wt, "vw": 1, "bc": bc}

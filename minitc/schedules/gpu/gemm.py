@@ -1,0 +1,124 @@
+"""GPU GEMM template (matmul, batch_matmul, dense, dense + epilogue): shared-memory tiling.
+
+    for [b in bind("blockIdx.z")] by in bind("blockIdx.y", M / bm): bx in bind("blockIdx.x", N / bn):
+        for ty in bind("threadIdx.y", bm / tm): tx in bind("threadIdx.x", bn / tn):
+            acc[tm, tn] = 0                                 # registers, one tile per thread
+            for ko in range(K / bk):
+                barrier()
+                A_shared[bm, bk] = A[...]; B_shared[bk, bn] = B[...]   # every thread fetches a few
+                barrier()
+                for ki in range(bk): for i in unrolled(tm): for j in unrolled(tn):
+                    acc[i, j] += A_shared[ty*tm + i, ki] * B_shared[ki, tx*tn + j]
+            for i, j: out[...] = epilogue(acc[i, j])        # copy-out / bias + activation
+
+Each block reads a bm x bk and a bk x bn tile once from global memory and each thread reuses
+every value it loads from shared memory tn (or tm) times from registers, which is what moves a
+GEMM from memory-bound to compute-bound. Tiles need not divide the shape (guards), but a
+barrier may not sit under a thread-dependent guard, so bm/bn/bk that divide M/N/K are best.
+"""
+from __future__ import annotations
+
+from ...errors import ScheduleError
+from ..gemm import _operands, _producer
+from . import defaults, template
+
+
+def gemm_gpu(s, out: str, acc: str, target, *, bm, bn, tm, tn, bk, shared=True):
+    """Schedule `acc` (a product summing over one reduction axis) computed per thread inside
+    `out`, whose last two axes are tiled over blocks and threads (see the module docstring)."""
+    for name, v in (("bm", bm), ("bn", bn), ("tm", tm), ("tn", tn), ("bk", bk)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ScheduleError(f"GPU gemm template: {name} must be a positive int, got {v!r}")
+    if bm % tm or bn % tn:
+        raise ScheduleError(f"GPU gemm template: the thread tile {tm}x{tn} must divide the block tile {bm}x{bn}")
+    a_role, b_role = _operands(s, acc)
+    loops = s.loops(out)
+    batch, (i, j) = loops[:-2], loops[-2:]
+    io, ii = s.split(i, factor=bm)
+    jo, ji = s.split(j, factor=bn)
+    ty, i_reg = s.split(ii, factor=tm)
+    tx, j_reg = s.split(ji, factor=tn)
+    s.reorder(*batch, io, jo, ty, tx, i_reg, j_reg)
+    if batch:
+        s.bind(s.fuse(*batch) if len(batch) > 1 else batch[0], "blockIdx.z")
+    s.bind(io, "blockIdx.y")
+    s.bind(jo, "blockIdx.x")
+    s.bind(ty, "threadIdx.y")
+    s.bind(tx, "threadIdx.x")
+    s.compute_at(acc, tx)
+    *_, ai, aj, ak = s.loops(acc)
+    ko, ki = s.split(ak, factor=bk)
+    s.reorder(ko, ki, ai, aj)
+    s.unroll(ai)
+    s.unroll(aj)
+    if shared:
+        threads = (bm // tm, bn // tn)
+        for name in (a_role[0], b_role[0]):
+            cache = s.cache_read(name, "shared", [acc])
+            s.compute_at(cache, ko)
+            cooperative_fetch(s, cache, threads)
+
+
+def cooperative_fetch(s, cache, threads: tuple) -> None:
+    """All threads of the block copy the tile together: fuse its loops, deal the elements out
+    to threadIdx.x (fastest, so neighbouring threads read neighbouring addresses) and y."""
+    ny, nx = threads
+    fused = s.fuse(*s.loops(cache))
+    rest, fx = s.split(fused, factor=nx)
+    _, fy = s.split(rest, factor=ny)
+    s.bind(fx, "threadIdx.x")
+    s.bind(fy, "threadIdx.y")
+
+
+def _gemm_shape(s, acc: str) -> tuple:
+    st = s.state.stage(acc)
+    (k,) = st.reduce_axes
+    return st.shape[-2], st.shape[-1], k.extent
+
+
+def pick_gpu_tiles(M: int, N: int, K: int) -> dict:
+    """64x64 block tiles of 4x4 per thread (256 threads, 16 FMAs per 8 shared loads) and k
+    steps of 16; halved when that divides the matrix, shrunk to cover a small one."""
+
+    def fit(n: int, tile: int, step: int) -> int:
+        for t in (tile, tile // 2):
+            if n % t == 0:
+                return t
+        return min(tile, -(-n // step) * step)  # guarded partial tiles
+
+    bm, bn = fit(M, 64, 4), fit(N, 64, 4)
+    return {"bm": bm, "bn": bn, "tm": 4, "tn": 4, "bk": fit(K, 16, 16)}
+
+
+@template("matmul")
+def schedule_matmul(s, out, target, bm=64, bn=64, tm=4, tn=4, bk=16, shared=True):
+    acc = s.stage_name(s.cache_write(out, "local"))
+    gemm_gpu(s, out, acc, target, bm=bm, bn=bn, tm=tm, tn=tn, bk=bk, shared=shared)
+
+
+@template("batch_matmul")
+def schedule_batch_matmul(s, out, target, bm=64, bn=64, tm=4, tn=4, bk=16, shared=True):
+    acc = s.stage_name(s.cache_write(out, "local"))
+    gemm_gpu(s, out, acc, target, bm=bm, bn=bn, tm=tm, tn=tn, bk=bk, shared=shared)
+
+
+@template("dense")
+def schedule_dense(s, out, target, bm=64, bn=64, tm=4, tn=4, bk=16, shared=True):
+    acc = s.stage_name(s.cache_write(out, "local"))
+    gemm_gpu(s, out, acc, target, bm=bm, bn=bn, tm=tm, tn=tn, bk=bk, shared=shared)
+
+
+@template("dense_epilogue")
+def schedule_dense_epilogue(s, out, target, bm=64, bn=64, tm=4, tn=4, bk=16, shared=True):
+    """The epilogue is the output; the product under it becomes each thread's register tile."""
+    gemm_gpu(s, out, _producer(s, out), target, bm=bm, bn=bn, tm=tm, tn=tn, bk=bk, shared=shared)
+
+
+def _defaults(s, out, target) -> dict:
+    st = s.state.stage(out)
+    acc = _producer(s, out) if st.tag == "dense_epilogue" else out
+    return pick_gpu_tiles(*_gemm_shape(s, acc))
+
+
+for _tag in ("matmul", "batch_matmul", "dense", "dense_epilogue"):
+    defaults(_tag)(_defaults)
