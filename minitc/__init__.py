@@ -39,9 +39,10 @@ from .schedule.trace import Step, Trace  # noqa: E402
 from . import tune as _tune_package  # noqa: E402,F401
 
 
-def tune(outputs, trials: int = 256, strategy: str = "evolutionary", target: str = "llvm", db=None, **options):
-    """Search for a fast schedule of `outputs`; see minitc/tune/tuner.py. Returns a TuneResult
-    with .kernel, .best_ms, .trials, .errors and .history."""
+def tune(outputs, trials: int = 64, strategy: str = "tlm", target: str = "llvm", db=None, **options):
+    """Search for a fast schedule of `outputs` for `target` ("llvm", or "cuda" on an NVIDIA
+    GPU); see minitc/tune/tuner.py. Returns a TuneResult with .kernel, .best_ms, .trials,
+    .errors and .history."""
     from .tune.tuner import tune as _tune
 
     return _tune(outputs, trials=trials, strategy=strategy, target=target, db=db, **options)

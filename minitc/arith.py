@@ -109,8 +109,20 @@ def simplify(e: Expr) -> Expr:
         return form.to_expr(order)
     if isinstance(e, Binary):
         a, b = simplify(e.a), simplify(e.b)
-        return binary(e.op, a, b)
+        e = binary(e.op, a, b)
+        if e.op in ("add", "sub"):  # `x*16 + y // 8 - x*16`: merge terms around opaque parts
+            form = affine(e, atoms=True)
+            if form is not None and len(form.coef) < _count_terms(e):
+                return form.to_expr(_vars_in_order(e) + list(form.coef))
+        return e
     return e
+
+
+def _count_terms(e: Expr) -> int:
+    """Summands of a sum (`a + b - c` has 3), the number of terms before merging."""
+    if isinstance(e, Binary) and e.op in ("add", "sub"):
+        return _count_terms(e.a) + _count_terms(e.b)
+    return 0 if isinstance(e, Const) else 1
 
 
 def _vars_in_order(e: Expr) -> list:

@@ -25,6 +25,11 @@ class CudaTarget:
     def __str__(self):
         return self.kind if self.kind == "cuda-sim" else f"cuda -arch={self.arch}"
 
+    @property
+    def string(self) -> str:
+        """The target string records are stored under (like LLVMTarget.string)."""
+        return str(self)
+
 
 def parse_cuda_target(target, query_device: bool = False) -> CudaTarget:
     if isinstance(target, CudaTarget):

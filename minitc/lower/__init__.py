@@ -74,6 +74,11 @@ def lower_state(state: State, inputs: list, outputs: list, name: str = "kernel",
     check_parallel_nesting(body)
     body = simplify_stmt(body) or ir.Seq(())
     _dump("simplify", body)
+    if gpu:
+        from .gpu import sink_guards
+
+        body = sink_guards(body)
+        _dump("sink guards below barriers", body)
     kernel = ir.Kernel(name, [params[n] for n in list(inputs) + list(outputs)], len(inputs), body)
     from ..verify import verify
 

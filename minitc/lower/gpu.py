@@ -201,6 +201,41 @@ class _RaceRules:
             self.used.append(buffer)
 
 
+def sink_guards(s: ir.Stmt) -> ir.Stmt:
+    """Move each guard that encloses a barrier down to the statements it protects, so every
+    thread of the block reaches the barrier (and takes its share of the shared-memory fill).
+    A guard's condition mentions only loops outside it and reads no memory, so testing it
+    again further in is equivalent."""
+
+    def push(cond, body):
+        if not _has_barrier(body):
+            return ir.IfThenElse(cond, body)
+        if isinstance(body, ir.Barrier):
+            return body
+        if isinstance(body, ir.For):
+            return ir.For(body.var, body.extent, body.kind, push(cond, body.body))
+        if isinstance(body, ir.Allocate):
+            return ir.Allocate(body.buffer, push(cond, body.body))
+        if isinstance(body, ir.Seq):
+            return ir.seq(*(push(cond, c) for c in body.stmts))
+        if isinstance(body, ir.IfThenElse) and body.orelse is None:
+            from ..expr import logical
+
+            return push(logical("and", cond, body.cond), body.then)
+        return ir.IfThenElse(cond, body)
+
+    def fn(node):
+        if isinstance(node, ir.IfThenElse) and node.orelse is None and _has_barrier(node.then):
+            return push(node.cond, node.then)
+        return None
+
+    return ir.map_stmt(s, fn)
+
+
+def _has_barrier(s: ir.Stmt) -> bool:
+    return any(isinstance(n, ir.Barrier) for n in ir.walk_stmts(s))
+
+
 def _vars(e) -> set:
     return {n for n in walk(e) if isinstance(n, Var)}
 

@@ -39,13 +39,22 @@ def defaults(tag: str):
     return register
 
 
+_LOADED = False
+
+
 def _load_templates() -> None:
-    """Import the template modules (they register themselves)."""
+    """Import the template modules (they register themselves); cheap after the first call.
+    Call it rather than testing `if not TEMPLATES`: importing one template module (the GPU
+    rules import gemm and elementwise) registers only that module's templates."""
+    global _LOADED
+    if _LOADED:
+        return
     import importlib
     import pkgutil
 
     for info in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{info.name}")
+    _LOADED = True
 
 
 def default_schedule(outputs, target="llvm") -> Schedule:
@@ -59,8 +68,7 @@ def default_schedule(outputs, target="llvm") -> Schedule:
         from .gpu import default_gpu_schedule
 
         return default_gpu_schedule(outputs, target)
-    if not TEMPLATES:
-        _load_templates()
+    _load_templates()
     s = Schedule(outputs)
     if len(s.state.outputs) != 1:
         return s

@@ -102,6 +102,10 @@ def build_candidate(outputs, args, target: str, trace: str, key: str = "") -> Bu
 
     start = time.perf_counter()
     try:
+        if target.split()[0] in ("cuda", "cuda-sim"):
+            from .measure_gpu import build_gpu_candidate
+
+            return build_gpu_candidate(outputs, args, target, trace)
         s = Schedule(outputs).replay(Trace.from_json(trace))
         kernel = lower(s, args=args)
         # the runner caches loaded code by symbol: name it after workload, target and trace
@@ -212,6 +216,10 @@ class LocalRunner:
         self.threads = threads
         self._worker = Worker()
         self._task = None
+
+    def fresh(self, repeats: int) -> LocalRunner:
+        """A new runner like this one, for the final re-measurement."""
+        return LocalRunner(self.timeout, repeats, self.min_repeat_ms, self.threads)
 
     def _setup(self, task: Task) -> None:
         from backends.llvm.runtime import get_num_threads

@@ -2,10 +2,12 @@
 
 A workload's space has up to two sketches:
 
-- `template`: the operator's hand template (minitc/schedules) with each keyword parameter a
-  categorical decision over candidates built around the shape, always including the
-  template's own default, so the hand-written schedule is one point of the space;
-- `generic`: the MetaSchedule-style rules of rules.py, for any computation.
+- `template`: the operator's hand template (minitc/schedules, or minitc/schedules/gpu for a
+  CUDA target) with each keyword parameter a categorical decision over candidates built around
+  the shape, always including the template's own default, so the hand-written schedule is one
+  point of the space;
+- `generic`: the MetaSchedule-style rules of rules.py (gpu_rules.py on a GPU), for any
+  computation.
 
 The first decision picks the sketch. `Space.sample(rng)` draws a random candidate;
 `Space.replay(decisions)` rebuilds one from its decisions (what mutation, the database and the
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from ..errors import ScheduleError
 from ..schedule.schedule import Schedule
 from ..schedules import DEFAULTS, TEMPLATES, _load_templates
+from .gpu_rules import gpu_generic_sketch
 from .rules import generic_sketch
 from .sampler import Sampler
 
@@ -46,6 +49,17 @@ CANDIDATES = {
     "vector": (8, 16, 32, 64),
     "rows": (1, 2, 4, 8, 16),
     "chunk": (64, 128, 256, 512, 1024),
+    # GPU templates
+    "bm": (16, 32, 64, 128),
+    "bn": (16, 32, 64, 128),
+    "tm": (1, 2, 4, 8),
+    "tn": (1, 2, 4, 8),
+    "bk": (4, 8, 16, 32),
+    "kt": (2, 4, 8, 16),
+    "vk": (1, 2, 4, 8),
+    "wt": (4, 8, 16, 32),
+    "vw": (1, 2, 4),
+    "bc": (4, 8, 16),
 }
 BOOLEAN = (False, True)
 
@@ -60,10 +74,22 @@ def _domain(name: str, default):
     return tuple(sorted(values, key=lambda v: (v is None, v)))
 
 
+def _registry(target) -> tuple:
+    """(templates, defaults) for the target: the GPU ones for a CUDA target."""
+    if getattr(target, "kind", "llvm") in ("cuda", "cuda-sim"):
+        from ..schedules.gpu import GPU_DEFAULTS, GPU_TEMPLATES, _load
+
+        _load()
+        return GPU_TEMPLATES, GPU_DEFAULTS
+    _load_templates()
+    return TEMPLATES, DEFAULTS
+
+
 def template_params(tag: str, s, out: str, target, sampler: Sampler) -> dict:
     """Draw a value for every keyword parameter of the tag's template."""
-    fn = TEMPLATES[tag]
-    defaults = dict(DEFAULTS[tag](s, out, target)) if tag in DEFAULTS else {}
+    templates, defaults_of = _registry(target)
+    fn = templates[tag]
+    defaults = dict(defaults_of[tag](s, out, target)) if tag in defaults_of else {}
     params = {}
     for p in list(inspect.signature(fn).parameters.values())[3:]:
         if p.kind is not p.KEYWORD_ONLY and p.kind is not p.POSITIONAL_OR_KEYWORD:
@@ -77,8 +103,9 @@ def template_params(tag: str, s, out: str, target, sampler: Sampler) -> dict:
 
 def template_defaults(tag: str, s, out: str, target) -> dict:
     """The values `tc.build` uses, as the space's decisions would give them."""
-    fn = TEMPLATES[tag]
-    defaults = dict(DEFAULTS[tag](s, out, target)) if tag in DEFAULTS else {}
+    templates, defaults_of = _registry(target)
+    fn = templates[tag]
+    defaults = dict(defaults_of[tag](s, out, target)) if tag in defaults_of else {}
     out_params = {}
     for p in list(inspect.signature(fn).parameters.values())[3:]:
         default = defaults.get(p.name, p.default)
@@ -111,23 +138,31 @@ class Space:
     def __init__(self, outputs, target):
         from backends.llvm.target import parse_target
 
-        if not TEMPLATES:
-            _load_templates()
+        from ..driver import GPU_TARGETS, target_kind
+
         self.outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+        if isinstance(target, str) and target_kind(target) in GPU_TARGETS:
+            from backends.cuda.target import parse_cuda_target
+
+            target = parse_cuda_target(target)
         self.target = parse_target(target) if isinstance(target, str) else target
+        self.gpu = getattr(self.target, "kind", "llvm") in GPU_TARGETS
+        self.templates = _registry(self.target)[0]
         probe = Schedule(self.outputs)
         if len(probe.state.outputs) != 1:
             raise ScheduleError("design spaces cover single-output computations")
         self.out = probe.state.outputs[0]
         self.tag = probe.state.stage(self.out).tag
-        self.sketches = (("template",) if self.tag in TEMPLATES else ()) + ("generic",)
+        self.sketches = (("template",) if self.tag in self.templates else ()) + ("generic",)
 
     def _apply(self, sampler: Sampler) -> Candidate:
         s = Schedule(self.outputs)
         sketch = sampler.categorical("sketch", self.sketches)
         if sketch == "template":
             params = template_params(self.tag, s, self.out, self.target, sampler)
-            TEMPLATES[self.tag](s, self.out, self.target, **params)
+            self.templates[self.tag](s, self.out, self.target, **params)
+        elif self.gpu:
+            gpu_generic_sketch(s, self.out, self.target, sampler)
         else:
             generic_sketch(s, self.out, self.target, sampler)
         return Candidate(sketch, list(sampler.decisions), s)

@@ -26,15 +26,20 @@ from ..schedule.schedule import Schedule
 from ..schedule.trace import Trace
 from .database import Database, Record
 from .measure import LocalBuilder, LocalRunner, Task
+from .measure_gpu import GpuRunner
 from .search import STRATEGIES, EvolutionarySearch, RandomSearch
 from .space import Space
 from .workload import canonical, describe, workload_key
 
 
 def hardware_fingerprint(target) -> str:
-    """The CPU model, core count and feature set of the target, e.g. `znver2-2c-1a2b3c4d`."""
+    """The CPU model, core count and feature set of the target, e.g. `znver2-2c-1a2b3c4d`; for
+    a GPU its name and SM count, e.g. `NVIDIA-H100-80GB-HBM3-132sm`."""
     from backends.llvm.target import parse_target
 
+    if getattr(target, "kind", None) in ("cuda", "cuda-sim"):
+        name = target.device_name or ("simulator" if target.kind == "cuda-sim" else target.arch)
+        return f"{'-'.join(name.split())}-{target.sm_count}sm"
     t = parse_target(target) if isinstance(target, str) else target
     digest = hashlib.sha256(t.features.encode()).hexdigest()[:8]
     return f"{t.cpu}-{t.num_cores}c-{digest}"
@@ -101,6 +106,11 @@ def _strategy(name: str, space: Space, rng, cost_model, lm=None, learn=False):
         cost_model = default_cost_model()
     if name == "evolutionary":
         return EvolutionarySearch(space, cost_model, rng)
+    if name == "tlm" and space.gpu:
+        import warnings
+
+        warnings.warn("the shipped language model knows CPU sentences only; tuning the GPU with evolutionary search", stacklevel=3)
+        return EvolutionarySearch(space, cost_model, rng)
     if name == "tlm":
         from lm.strategy import tlm_search
 
@@ -111,6 +121,8 @@ def _strategy(name: str, space: Space, rng, cost_model, lm=None, learn=False):
 def _sentence_writer(space):
     """A function writing a candidate as a tensor-language sentence (stored with each record),
     or None without the language package."""
+    if space.gpu:
+        return None  # GPU sentences: see lm/ (not written for records yet)
     try:
         from lm.hardware import hardware
         from lm.language import SentenceWriter
@@ -128,6 +140,10 @@ class TuningSession:
                  builder=None, runner=None, progress=None, trials=None, overlap=False, lm=None, learn=False,
                  template_first=True):
         self.start = time.perf_counter()
+        if isinstance(target, str) and target.split()[:1] == ["cuda"]:
+            from backends.cuda.target import parse_cuda_target
+
+            target = parse_cuda_target(target, query_device=True)  # tune for the GPU that is here
         self.space = Space(outputs, target)
         self.key = workload_key(self.space.outputs)
         self.hw = hardware_fingerprint(self.space.target)
@@ -149,7 +165,7 @@ class TuningSession:
         self.task = Task.from_outputs(self.space.outputs, self.target)
         self.own = (builder is None, runner is None)
         self.builder = builder or LocalBuilder(workers=2)
-        self.runner = runner or LocalRunner()
+        self.runner = runner or (GpuRunner(target=self.target) if self.space.gpu else LocalRunner())
         self.batch, self.progress, self.trials, self.overlap = batch, progress, trials, overlap
         self.best, self.history, self.errors, self.done, self.kernel_s = math.inf, [], 0, 0, 0.0
         self.times: list = []
@@ -275,7 +291,11 @@ def _remeasure_best(database, key, space, hw, task, runner, k: int = 5, rounds: 
             if not records:
                 break
             built = builder.build(task, [decode_trace(r.trace)[1].to_json() for r in records])
-            results = LocalRunner(repeats=max(runner.repeats, 10), timeout=runner.timeout).run(task, built)
+            fresh = runner.fresh(max(runner.repeats, 10))
+            try:
+                results = fresh.run(task, built)
+            finally:
+                fresh.close()
             for rec, res in zip(records, results):
                 database.add(Record(key, target, hw, rec.trace, res.latencies_ms, res.median_ms, res.error))
                 confirmed.add(rec.trace)

@@ -95,9 +95,15 @@ class Worker:
 
 
 def _handlers() -> dict:
-    from . import measure
+    from . import measure, measure_gpu
 
-    return {"build": measure.build_candidate, "setup": measure.runner_setup, "run": measure.runner_run}
+    return {
+        "build": measure.build_candidate,
+        "setup": measure.runner_setup,
+        "run": measure.runner_run,
+        "gpu_setup": measure_gpu.gpu_runner_setup,
+        "gpu_run": measure_gpu.gpu_runner_run,
+    }
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ from ...schedule.schedule import Schedule
 
 GPU_TEMPLATES: dict = {}  # tag -> fn(s, out_stage_name, target, **params)
 GPU_DEFAULTS: dict = {}  # tag -> fn(s, out_stage_name, target) -> params
+MAX_THREADS = 1024  # per block, on every NVIDIA GPU since Kepler
 THREADS = 256  # threads per block of the flat binding: enough warps to hide latency, many blocks
 
 
@@ -67,8 +68,7 @@ def default_gpu_schedule(outputs, target) -> Schedule:
     its defaults, elementwise producers inlined, every remaining stage flat-bound."""
     from ..elementwise import inline_producers
 
-    if not GPU_TEMPLATES:
-        _load()
+    _load()
     s = Schedule(outputs)
     for out in s.state.outputs:
         tag = s.state.stage(out).tag

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ...errors import ScheduleError
 from ..conv import _pad_stage
-from . import defaults, template
+from . import MAX_THREADS, defaults, template
 from .gemm import cooperative_fetch
 
 
@@ -26,6 +26,10 @@ def schedule_conv2d(s, out, target, kt=8, vk=4, wt=16, vw=1, bc=8, shared=True):
     for name, v in (("kt", kt), ("vk", vk), ("wt", wt), ("vw", vw), ("bc", bc)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ScheduleError(f"GPU conv2d template: {name} must be a positive int, got {v!r}")
+    _, K, _, OW = s.state.stage(out).shape
+    kt, wt = min(kt, -(-K // vk)), min(wt, -(-OW // vw))  # no thread without work
+    if kt * wt > MAX_THREADS:
+        raise ScheduleError(f"GPU conv2d template: {kt} x {wt} threads per block is over {MAX_THREADS}")
     pad = _pad_stage(s, out)
     acc = s.stage_name(s.cache_write(out, "local"))
     n, k, oh, ow = s.loops(out)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ...errors import ScheduleError
 from ..gemm import _operands, _producer
-from . import defaults, template
+from . import MAX_THREADS, defaults, template
 
 
 def gemm_gpu(s, out: str, acc: str, target, *, bm, bn, tm, tn, bk, shared=True):
@@ -31,6 +31,10 @@ def gemm_gpu(s, out: str, acc: str, target, *, bm, bn, tm, tn, bk, shared=True):
             raise ScheduleError(f"GPU gemm template: {name} must be a positive int, got {v!r}")
     if bm % tm or bn % tn:
         raise ScheduleError(f"GPU gemm template: the thread tile {tm}x{tn} must divide the block tile {bm}x{bn}")
+    if (bm // tm) * (bn // tn) > MAX_THREADS:
+        raise ScheduleError(f"GPU gemm template: {bm // tm} x {bn // tn} threads per block is over {MAX_THREADS}")
+    M, N, _ = _gemm_shape(s, acc)
+    bm, bn = min(bm, _round_up(M, tm)), min(bn, _round_up(N, tn))  # the block's threads all exist
     a_role, b_role = _operands(s, acc)
     loops = s.loops(out)
     batch, (i, j) = loops[:-2], loops[-2:]
@@ -59,15 +63,21 @@ def gemm_gpu(s, out: str, acc: str, target, *, bm, bn, tm, tn, bk, shared=True):
             cooperative_fetch(s, cache, threads)
 
 
+def _round_up(n: int, step: int) -> int:
+    return -(-n // step) * step
+
+
 def cooperative_fetch(s, cache, threads: tuple) -> None:
     """All threads of the block copy the tile together: fuse its loops, deal the elements out
     to threadIdx.x (fastest, so neighbouring threads read neighbouring addresses) and y."""
     ny, nx = threads
-    fused = s.fuse(*s.loops(cache))
+    loops = s.loops(cache)
+    fused = s.fuse(*loops) if len(loops) > 1 else loops[0]
     rest, fx = s.split(fused, factor=nx)
-    _, fy = s.split(rest, factor=ny)
     s.bind(fx, "threadIdx.x")
-    s.bind(fy, "threadIdx.y")
+    if ny > 1:
+        _, fy = s.split(rest, factor=ny)
+        s.bind(fy, "threadIdx.y")
 
 
 def _gemm_shape(s, acc: str) -> tuple:

@@ -1,0 +1,125 @@
+"""Measuring GPU candidates: the builder lowers and renders them (no GPU needed), the runner
+compiles them with NVRTC and times them with CUDA events in its own process, so a kernel that
+crashes or hangs takes down only that process.
+
+With target `cuda-sim` the runner executes candidates in the numpy simulator instead: the
+"timings" are then the simulator's wall time and mean nothing about a GPU, but the whole
+tuning pipeline (space, build, check, records) runs on a machine without one, as in the tests.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..errors import MinitcError
+from .measure import BuildResult, MeasureResult
+from .worker import Worker, WorkerCrashed, WorkerTimeout
+
+
+def build_gpu_candidate(outputs, args, target: str, trace: str) -> BuildResult:
+    """Replay a trace, lower it for the GPU and render its CUDA C (in a builder process)."""
+    from ..driver import lower_gpu
+    from ..schedule.schedule import Schedule
+    from ..schedule.trace import Trace
+
+    start = time.perf_counter()
+    s = Schedule(outputs).replay(Trace.from_json(trace))
+    program = lower_gpu(s, target, args=args)
+    source = b""
+    if target.split()[0] == "cuda":
+        from backends.cuda.codegen import render_program
+
+        source = render_program(program).encode()
+    return BuildResult(trace, "gpu", source, len(program.buffers), None, time.perf_counter() - start)
+
+
+# -- in the runner process -------------------------------------------------------------------
+
+_GPU: dict = {}
+
+
+def gpu_runner_setup(inputs, expected, rtol, target: str) -> bool:
+    _GPU.update(inputs=inputs, expected=expected, rtol=rtol, target=target, device_inputs=None)
+    if target.split()[0] == "cuda":
+        import cupy
+
+        _GPU["device_inputs"] = [cupy.asarray(a) for a in inputs]
+    return True
+
+
+def gpu_runner_run(outputs, args, trace: str, repeats: int, min_repeat_ms: float):
+    """Build a candidate for the device, check it against the expected outputs, time it."""
+    from ..driver import build
+    from ..schedule.schedule import Schedule
+    from ..schedule.trace import Trace
+
+    target, expected, rtol = _GPU["target"], _GPU["expected"], _GPU["rtol"]
+    try:
+        f = build(Schedule(outputs).replay(Trace.from_json(trace)), target=target, args=args)
+    except MinitcError as e:
+        return ("error", f"build: {e}")
+    simulated = _GPU["device_inputs"] is None
+    inputs = _GPU["inputs"] if simulated else _GPU["device_inputs"]
+    start = time.perf_counter()
+    got = f(*inputs)
+    got = list(got) if isinstance(got, tuple) else [got]
+    if not simulated:
+        import cupy
+
+        got = [cupy.asnumpy(g) for g in got]
+    once = time.perf_counter() - start
+    for g, want in zip(got, expected):
+        atol = rtol * max(float(np.max(np.abs(want))) if want.size else 1.0, 1.0)
+        close = np.isclose(g, want, rtol=rtol, atol=atol)
+        if not close.all():
+            return ("error", f"wrong: {int((~close).sum())} of {want.size} elements differ from the numpy reference")
+    if simulated:
+        return ("ok", ((once * 1e3,) * repeats, once))
+    number = max(1, int(min_repeat_ms / 1e3 / max(once, 1e-6)))
+    latencies = tuple(f.time_ms(*inputs, number=number, repeat=repeats))
+    return ("ok", (latencies, once + sum(latencies) * number / 1e3))
+
+
+class GpuRunner:
+    """Runs built GPU candidates one at a time in a separate process (like LocalRunner)."""
+
+    def __init__(self, timeout: float = 30.0, repeats: int = 5, min_repeat_ms: float = 20.0, target: str = "cuda"):
+        self.timeout, self.repeats, self.min_repeat_ms, self.target = timeout, repeats, min_repeat_ms, target
+        self._worker = Worker()
+        self._task = None
+
+    def fresh(self, repeats: int) -> GpuRunner:
+        return GpuRunner(self.timeout, repeats, self.min_repeat_ms, self.target)
+
+    def run(self, task, built: list) -> list:
+        results = []
+        for b in built:
+            if b.error is not None:
+                results.append(MeasureResult(b.trace, error=b.error, build_s=b.seconds))
+                continue
+            start = time.perf_counter()
+            try:
+                if self._task is not task or self._worker.proc is None:
+                    self._worker.call("gpu_setup", task.inputs, task.expected, task.rtol, self.target, timeout=120)
+                    self._task = task
+                status, value = self._worker.call(
+                    "gpu_run", task.outputs, task.args, b.trace, self.repeats, self.min_repeat_ms, timeout=self.timeout
+                )
+            except WorkerTimeout:
+                status, value = "error", f"timeout: no result within {self.timeout:.1f} s"
+                self._task = None
+            except (WorkerCrashed, MinitcError) as e:
+                status, value = "error", f"crash: the kernel killed the measurement process: {e}"
+                self._task = None
+            run_s = time.perf_counter() - start
+            if status == "ok":
+                latencies, kernel_s = value
+                results.append(MeasureResult(b.trace, latencies, None, b.seconds, run_s, kernel_s))
+            else:
+                results.append(MeasureResult(b.trace, error=value, build_s=b.seconds, run_s=run_s))
+        return results
+
+    def close(self) -> None:
+        self._worker.close()
+        self._task = None
