@@ -196,3 +196,17 @@ def test_tuning_pipeline_runs_on_the_simulator(tmp_path):
     assert r.trials == 4 and r.errors == 0 and r.best_ms is not None
     a, b = _rand(16, 16), _rand(16, 16, seed=1)
     np.testing.assert_allclose(r.kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_a_local_tile_written_by_several_threads_is_rejected():
+    _, _, C = _matmul(16, 16, 16)
+    s = tc.Schedule(C)
+    CL = s.cache_write(C, "local")
+    i, j = s.loops(C)
+    s.bind(i, "blockIdx.x")
+    s.compute_at(CL, i)
+    ci, cj, _ = s.loops(CL)
+    s.bind(cj, "threadIdx.x")
+    s.bind(j, "threadIdx.x")
+    with pytest.raises(ScheduleError, match="every thread would get its own copy"):
+        lower_gpu(s, "cuda-sim")

@@ -130,6 +130,7 @@ class _RaceRules:
         self.extents = extents  # tag -> launch extent
         self.allocated = []
         self.used = []  # buffers loaded or stored, in first-use order
+        self.local_tags = {}  # local buffer -> the thread tags bound where it is allocated
 
     def stmt(self, s, bound: dict, divergent: bool) -> None:
         """`bound`: tag -> (Var, loop extent) of the enclosing bound loops; `divergent`: whether
@@ -154,6 +155,8 @@ class _RaceRules:
                 self.stmt(s.orelse, bound, divergent)
         elif isinstance(s, ir.Allocate):
             self.allocated.append(s.buffer)
+            if s.buffer.scope == "local":
+                self.local_tags[s.buffer] = {t for t in bound if t in ir.THREAD_TAGS}
             self.stmt(s.body, bound, divergent)
         elif isinstance(s, ir.Barrier):
             if divergent:
@@ -180,6 +183,14 @@ class _RaceRules:
 
     def _check_store(self, s: ir.Store, bound: dict) -> None:
         if s.buffer.scope == "local":
+            inside = {t for t in bound if t in ir.THREAD_TAGS and self.extents.get(t, 1) > 1}
+            extra = inside - self.local_tags.get(s.buffer, inside)
+            if extra:
+                raise ScheduleError(
+                    f"kernel {self.name}: local buffer {s.buffer.name} is allocated outside the loops bound to "
+                    f"{', '.join(sorted(extra))} but written inside them, so every thread would get its own copy "
+                    "of the whole tile; compute it at a loop inside the thread loops, or use scope 'shared'"
+                )
             return
         tags = ir.THREAD_TAGS if s.buffer.scope == "shared" else ir.BLOCK_TAGS + ir.THREAD_TAGS
         for tag in tags:
