@@ -8,11 +8,14 @@ import time
 
 import click
 
+from .gpu_core import GPU_SUITES
 from .tuning import STRATEGIES, TUNE_SUITES
 from .workloads import SUITES
 
 DEFAULT_SUITE = "cpu-core"
 TUNE_ONLY = ("trials", "strategies", "db", "seed", "cost_model")  # options of the tuning suites
+CPU_ONLY = ("threads", "wait_quiet_s", "no_machine")  # options the GPU suites have no use for
+GPU_REPEATS = 100  # the GPU suites' default --repeats (samples are cheap there)
 
 
 def _threads(ctx, param, value: str) -> list:
@@ -71,7 +74,8 @@ def _dist_version(name: str):
 
 @click.command("bench", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--suite", default=DEFAULT_SUITE, show_default=True,
-              help=f"Suite to run: {', '.join(SUITES)}; tuning: {', '.join(TUNE_SUITES)}; tlm-eval.")  # fmt: skip
+              help=f"Suite to run: {', '.join(SUITES)}; tuning: {', '.join(TUNE_SUITES)}; "
+                   f"GPU: {', '.join(GPU_SUITES)}; tlm-eval.")  # fmt: skip
 @click.option("--workloads", default="", help="Comma-separated workload names of the suite (default: all).")
 @click.option("--threads", default="1,2", show_default=True, callback=_threads, help="Thread counts to run.")
 @click.option("--repeats", default=10, show_default=True, type=click.IntRange(min=1),
@@ -95,13 +99,15 @@ def _dist_version(name: str):
 @click.option("--seed", default=0, show_default=True, type=int, help="Tuning suites: search seed.")
 @click.option("--cost-model", type=click.Choice(("default", "random")), default="default", show_default=True,
               help="Tuning suites: the evolutionary search's cost model (default_cost_model() or random scores).")  # fmt: skip
+@click.option("--tune", "tune_trials", default=0, show_default=True, type=click.IntRange(min=0),
+              help="GPU suites: tune each minitc kernel with this many trials (tc.tune, target cuda) first.")  # fmt: skip
 @click.option("--tlm-k", default="1,10,32,64", show_default=True, help="tlm-eval: measured programs of TLM to report.")
 @click.option("--evo-trials", default="64,256,1000", show_default=True, help="tlm-eval: evolutionary budgets to compare with.")
 @click.option("--lm", "lm_path", type=click.Path(exists=True, dir_okay=False), help="tlm-eval: the model (default: the shipped one).")
 @click.option("--evo-from", type=click.Path(exists=True, dir_okay=False),
               help="tlm-eval: reuse the evolutionary runs of an earlier --json file; run only TLM again.")
 def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine, quiet,
-          trials, strategies, db, seed, cost_model, tlm_k, evo_trials, lm_path, evo_from):  # fmt: skip
+          trials, strategies, db, seed, cost_model, tune_trials, tlm_k, evo_trials, lm_path, evo_from):  # fmt: skip
     """Benchmark minitc against numpy and torch (CPU) on a suite of workloads.
 
     Each workload runs minitc's default schedule (`tc.build(tensor)`), numpy and torch in the
@@ -112,6 +118,11 @@ def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, wa
     --trials candidates per strategy of --strategies, then time the tuned kernels, the hand
     template, numpy and torch; --plot draws best-so-far curves. Their thread count defaults
     to all CPUs.
+
+    GPU suites (gpu-core, gpu-smoke; see benchmarks/gpu_core.py) time minitc's CUDA kernels
+    against torch (cuBLAS/cuDNN) and Triton in float32 without TF32 (--repeats defaults to 100
+    there; --tune N tunes the minitc kernels first). They need an NVIDIA GPU, CuPy and torch's
+    CUDA build, and stop with a message saying what is missing otherwise.
     """
     from . import report
     from .workloads import select
@@ -119,6 +130,10 @@ def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, wa
     ctx = click.get_current_context()
     if suite == "tlm-eval":
         return bench_tlm_eval(workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_path, quiet, evo_from)
+    if suite in GPU_SUITES:
+        return bench_gpu(ctx, suite, workloads, repeats, budget_s, tune_trials, json_path, plot_path, quiet)
+    if ctx.get_parameter_source("tune_trials") == click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError(f"--tune only applies to the GPU suites ({', '.join(GPU_SUITES)})")
     tuning = suite in TUNE_SUITES
     if not tuning:
         given = [o for o in TUNE_ONLY if ctx.get_parameter_source(o) == click.core.ParameterSource.COMMANDLINE]
@@ -155,6 +170,34 @@ def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, wa
     if plot_path:
         report.plot(records, plot_path)
         say(f"wrote {plot_path}")
+
+
+def bench_gpu(ctx, suite, workloads, repeats, budget_s, tune_trials, json_path, plot_path, quiet) -> None:
+    """`--suite gpu-core` and `gpu-smoke` (benchmarks/gpu_core.py); without a usable GPU: one
+    line naming what is missing, exit status 1."""
+    from . import gpu_core, report
+
+    source = ctx.get_parameter_source
+    given = [o for o in CPU_ONLY + TUNE_ONLY if source(o) == click.core.ParameterSource.COMMANDLINE]
+    if given:
+        opts = {p.name: max(p.opts, key=len) for p in ctx.command.params}
+        flags = ", ".join(opts[o] for o in given)
+        raise click.UsageError(f"{flags}: not used by the GPU suites ({', '.join(GPU_SUITES)})")
+    if source("repeats") != click.core.ParameterSource.COMMANDLINE:
+        repeats = GPU_REPEATS
+    names = [n.strip() for n in workloads.split(",") if n.strip()]
+    try:
+        gpu_core.select(suite, names)
+        if plot_path:
+            report.require_matplotlib()
+    except (KeyError, RuntimeError) as e:
+        raise click.UsageError(e.args[0]) from None
+    say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))
+    try:
+        gpu_core.bench(suite, names, repeats, budget_s, tune_trials, json_path, plot_path, say, command_line(ctx),
+                       echo=click.echo)  # fmt: skip
+    except gpu_core.GpuUnavailable as e:
+        raise click.ClickException(str(e)) from None
 
 
 def bench_tlm_eval(workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_path, quiet, evo_from=None) -> None:

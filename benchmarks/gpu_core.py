@@ -1,0 +1,662 @@
+"""The GPU suites: minitc's CUDA kernels against torch (cuBLAS/cuDNN) and Triton, float32.
+
+    python -m benchmarks --suite gpu-core [--workloads matmul-4096,...] [--repeats 100]
+                         [--budget 2] [--tune N] [--json out.json] [--plot out.png]
+
+For each workload, in one process: minitc's kernel (`tc.build(out, target="cuda", db=False)`,
+the operator's GPU template; with `--tune N` the kernel `tc.tune(out, trials=N,
+strategy="evolutionary", target="cuda")` finds, the template then timed beside it), torch on
+the GPU and a straightforward Triton kernel (triton_kernels.py). Everything is float32 without
+TF32: torch's `allow_tf32` flags are off (cuBLAS SGEMM, cuDNN FP32 algorithms) and Triton's
+`tl.dot` uses `input_precision="ieee"`. Every result is checked against torch in float64 on
+the GPU before timing; a wrong or failing minitc kernel is an error row, a wrong or failing
+library a note. Timing is `triton.testing.do_bench`'s method, interleaved: each sample flushes
+L2 (zeroing 512 MiB), then times one call between two CUDA events; the flush also keeps the GPU
+busy while Python enqueues the call, so the samples measure GPU time, not launch overhead (a
+call whose enqueueing takes as long as the flush is flagged). Rounds rotate who goes first.
+
+`gpu-smoke` is the same at tiny shapes (tests/test_benchmarks_gpu.py runs its minitc kernels in
+the GPU simulator). Without torch's CUDA build, CuPy or a GPU, the suite stops with one line
+saying what is missing; without Triton only its column is empty.
+
+JSON (`--json`): one self-contained record per workload:
+
+    {"suite": "gpu-core", "workload": "matmul-4096", "description": ..., "kind": "compute",
+     "minitc_ms": 3.1, "torch_ms": 2.4, "triton_ms": 2.9,   # medians; null: error / unavailable
+     "minitc_template_ms": null,     # with --tune: the untuned template, timed alongside
+     "unit": "GFLOP/s", "rates": {"minitc": 44000.0, ...},  # GFLOP/s (compute) or GB/s (memory)
+     "flops": 137438953472,          # "bytes" for memory-bound workloads
+     "peak_pct": 65.1,               # minitc's rate / the GPU's nominal FP32 peak or bandwidth
+     "vs_torch": 0.77, "vs_triton": 0.94,   # library ms / minitc ms (> 1: minitc is faster)
+     "max_rel_err": {"minitc": 1e-6, ...},  # max |x - float64 torch| / max(1, max |ref|)
+     "spread_pct": {...}, "samples": {...}, "launch_bound": [],   # IQR/median %, count, flags
+     "compile_s": 0.8, "launches": [["matmul_kernel", [64, 64, 1], [16, 16, 1]]],
+     "tune": null | {"trials": 64, "seconds": 80.1, "best_ms": 2.9, "error": null},
+     "error": null, "notes": [], "device": {...}, "run": {...}}
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import math
+import platform
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+import minitc as tc
+
+from .runner import _r, _short, _sig
+
+IMPLS = ("minitc", "minitc_template", "torch", "triton")
+TARGET = "cuda"  # minitc's target; DEVICE: torch's (the tests run the suite on "cuda-sim" and "cpu")
+DEVICE = "cuda"
+FLUSH_MIB = 512  # L2 flush per sample; zeroing it (~0.2 ms on an H100) hides the enqueueing
+LAUNCH_BOUND = 0.8  # host enqueue time / flush time above which a sample may include launch gaps
+MAX_SAMPLES = 1000
+FP32_LANES = {"sm_70": 64, "sm_75": 64, "sm_80": 64}  # FP32 FMA units per SM; 128 on sm_86 and later
+PRECISION = ("float32 without TF32: torch allow_tf32=False (cuBLAS SGEMM, cuDNN FP32), "
+             "Triton tl.dot input_precision='ieee', minitc scalar FMA")  # fmt: skip
+
+
+class GpuUnavailable(RuntimeError):
+    """What the GPU suites need and this machine lacks (one line)."""
+
+
+@dataclass(frozen=True)
+class GpuWorkload:
+    """One operator at one shape, run by minitc, torch and Triton on the GPU.
+
+    make_minitc() -> output tensor (placeholders created in input order); make_torch(torch, F)
+    and make_triton(triton_kernels) -> fn(*tensors) -> tensor (make_triton None: `no_triton`
+    says why); reference(*arrays) -> the numpy result (minitc.ops.reference, for the tests);
+    inputs are standard normal float32, input i multiplied by scales[i]."""
+
+    name: str
+    description: str
+    kind: str  # "compute" (GFLOP/s) or "memory" (GB/s)
+    work: float  # FLOPs or bytes per call
+    shapes: tuple
+    make_minitc: Callable
+    make_torch: Callable
+    reference: Callable
+    make_triton: Callable | None = None
+    no_triton: str = ""
+    scales: tuple = ()
+    rtol: float = 1e-3  # |x - ref| <= atol * max(1, max|ref|) + rtol * |ref|
+    atol: float = 1e-4
+
+    @property
+    def unit(self) -> str:
+        return "GFLOP/s" if self.kind == "compute" else "GB/s"
+
+    def make_inputs(self, rng) -> tuple:
+        arrays = []
+        for i, shape in enumerate(self.shapes):
+            a = rng.standard_normal(shape, dtype=np.float32)
+            arrays.append(a * np.float32(self.scales[i]) if i < len(self.scales) else a)
+        return tuple(arrays)
+
+
+def _placeholders(*shapes):
+    return [tc.placeholder(s, "float32", name=n) for s, n in zip(shapes, "ABCDEFGH")]
+
+
+def matmul(name: str, m: int, n: int, k: int) -> GpuWorkload:
+    return GpuWorkload(
+        name, f"matmul {m}x{k} @ {k}x{n}", "compute", 2.0 * m * n * k, ((m, k), (k, n)),
+        make_minitc=lambda: tc.ops.matmul(*_placeholders((m, k), (k, n))),
+        make_torch=lambda torch, F: torch.matmul,
+        reference=tc.ops.reference.matmul,
+        make_triton=lambda tk: tk.matmul,
+    )  # fmt: skip
+
+
+def conv2d(name: str, layer: str, n: int, c: int, hw: int, k: int, rs: int, stride: int = 1, pad: int = 0):
+    oh = (hw + 2 * pad - rs) // stride + 1
+    shapes = ((n, c, hw, hw), (k, c, rs, rs))
+    return GpuWorkload(
+        name, f"conv2d {layer}: N={n} C={c} {hw}x{hw} K={k} {rs}x{rs} s{stride} p{pad}", "compute",
+        2.0 * n * k * oh * oh * c * rs * rs, shapes,
+        make_minitc=lambda: tc.ops.conv2d(*_placeholders(*shapes), stride=stride, padding=pad),
+        make_torch=lambda torch, F: lambda x, w: F.conv2d(x, w, stride=stride, padding=pad),
+        reference=lambda x, w: tc.ops.reference.conv2d(x, w, stride, pad),
+        make_triton=lambda tk: lambda x, w: tk.conv2d(x, w, stride, pad),
+        scales=(1.0, 1.0 / math.sqrt(c * rs * rs)),
+    )  # fmt: skip
+
+
+def dense(name: str, what: str, tokens: int, d_in: int, d_out: int, activation: str = "gelu") -> GpuWorkload:
+    shapes = ((tokens, d_in), (d_out, d_in), (d_out,))
+    return GpuWorkload(
+        name, f"dense {what}: X[{tokens},{d_in}] @ W[{d_out},{d_in}].T + bias, {activation} (fused)", "compute",
+        2.0 * tokens * d_out * d_in, shapes,
+        make_minitc=lambda: tc.ops.dense(*_placeholders(*shapes), activation=activation),
+        make_torch=lambda torch, F: lambda x, w, b: getattr(F, activation)(F.linear(x, w, b)),
+        reference=lambda x, w, b: tc.ops.reference.dense(x, w, b, activation=activation),
+        make_triton=lambda tk: lambda x, w, b: tk.linear(x, w, b, activation),
+        scales=(1.0, 1.0 / math.sqrt(d_in), 1.0),  # pre-activations ~ N(0, 2): gelu's curved part
+    )  # fmt: skip
+
+
+def softmax(name: str, what: str, rows: int, cols: int) -> GpuWorkload:
+    return GpuWorkload(
+        name, f"softmax {what}: last axis of {rows}x{cols}", "memory", 4.0 * 2 * rows * cols, ((rows, cols),),
+        make_minitc=lambda: tc.ops.softmax(*_placeholders((rows, cols)), axis=-1),
+        make_torch=lambda torch, F: lambda x: torch.softmax(x, -1),
+        reference=lambda x: tc.ops.reference.softmax(x, axis=-1),
+        make_triton=lambda tk: tk.softmax,
+        scales=(2.0,),
+    )  # fmt: skip
+
+
+GPU_CORE = [
+    matmul("matmul-4096", 4096, 4096, 4096),
+    # ResNet-50 stage conv4_x (layer3), the 3x3 convolution of each bottleneck block, batch 8
+    conv2d("conv-resnet50-l3", "ResNet-50 layer3 3x3", 8, 256, 14, 256, 3, 1, 1),
+    # BERT-base FFN up-projection (768 -> 3072, GELU) over batch 8 x sequence 512 tokens
+    dense("dense-bert-ffn", "BERT-base FFN up (8x512 tokens)", 4096, 768, 3072, "gelu"),
+    # BERT-base attention probabilities: batch 8 x 12 heads x 512 queries, 512 keys
+    softmax("softmax-bert-attn", "BERT-base attention (8x12x512 rows)", 8 * 12 * 512, 512),
+]
+GPU_SMOKE = [
+    matmul("matmul-small", 64, 40, 48),
+    conv2d("conv-small", "tiny 3x3", 2, 8, 6, 8, 3, 1, 1),
+    dense("dense-small", "tiny", 16, 24, 40, "gelu"),
+    softmax("softmax-small", "tiny", 12, 32),
+]
+GPU_SUITES: dict = {"gpu-core": GPU_CORE, "gpu-smoke": GPU_SMOKE}
+
+
+def select(suite: str, names=None) -> list:
+    """The workloads of a GPU suite, or those named (KeyError listing what exists)."""
+    by_name = {w.name: w for w in GPU_SUITES[suite]}
+    unknown = [n for n in names or () if n not in by_name]
+    if unknown:
+        raise KeyError(f"unknown workload(s) {', '.join(map(repr, unknown))} in suite {suite!r}; "
+                       f"available: {', '.join(by_name)}")  # fmt: skip
+    return [by_name[n] for n in names] if names else list(by_name.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# what the suite needs
+
+
+def requirements(suite: str = "gpu-core"):
+    """(torch, cupy, minitc Device) or GpuUnavailable naming everything missing, in one line."""
+    missing, torch, cupy, device = [], None, None, None
+    try:
+        import torch
+    except ImportError:
+        missing.append("torch is not installed")
+    if torch is not None and not torch.cuda.is_available():
+        missing.append(f"torch {torch.__version__} is a CPU-only build" if torch.version.cuda is None
+                       else f"torch {torch.__version__} sees no CUDA GPU")  # fmt: skip
+    try:
+        import cupy
+    except ImportError:
+        missing.append("CuPy is not installed (pip install 'minitc[cuda]')")
+    if cupy is not None:
+        from backends.cuda.device import current_device
+
+        try:
+            device = current_device()
+        except tc.BuildError as e:
+            missing.append(str(e).splitlines()[0])
+    if missing:
+        raise GpuUnavailable(f"{suite} needs an NVIDIA GPU with torch's CUDA build and CuPy: {'; '.join(missing)}")
+    return torch, cupy, device
+
+
+def triton_module():
+    """(benchmarks.triton_kernels, triton version) or (None, why not)."""
+    try:
+        import triton
+
+        from . import triton_kernels
+    except ImportError as e:
+        return None, f"Triton is not installed ({e}); pip install triton: the Triton column is skipped"
+    except Exception as e:  # noqa: BLE001 - a broken Triton install costs only its column
+        return None, f"Triton failed to import ({_short(e)}): the Triton column is skipped"
+    return triton_kernels, triton.__version__
+
+
+def fp32_mode(torch) -> dict:
+    """Turn TF32 off for cuBLAS and cuDNN (old and new torch flags), let cuDNN pick its fastest
+    FP32 algorithm, and return the settings as read back."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch >= 2.9 deprecates allow_tf32 for fp32_precision
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        for owner in (torch.backends.cuda.matmul, getattr(torch.backends.cudnn, "conv", None)):
+            try:
+                if owner is not None and hasattr(owner, "fp32_precision"):
+                    owner.fp32_precision = "ieee"
+            except (AttributeError, RuntimeError, ValueError):
+                pass  # a torch without the new flags: allow_tf32 above is what counts
+        torch.backends.cudnn.benchmark = True
+        return {"torch_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+                "torch_cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+                "cudnn_benchmark": True, "triton_input_precision": "ieee"}  # fmt: skip
+
+
+def device_info(torch, cupy, device) -> dict:
+    """Name, architecture and the nominal FP32 peak and DRAM bandwidth from the attributes."""
+    try:
+        attrs = dict(cupy.cuda.Device(device.id).attributes)
+    except Exception:  # noqa: BLE001 - the peaks are informative only
+        attrs = {}
+    clock_khz, mem_khz, bus_bits = (attrs.get(k) for k in ("ClockRate", "MemoryClockRate", "GlobalMemoryBusWidth"))
+    lanes = FP32_LANES.get(device.arch, 128)
+    return {
+        "name": device.name, "arch": device.arch, "sm_count": device.sm_count,
+        "memory_gib": _r(torch.cuda.get_device_properties(device.id).total_memory / 2**30, 1),
+        "fp32_peak_gflops": _sig(2 * lanes * device.sm_count * clock_khz * 1e-6, 4) if clock_khz else None,
+        "bandwidth_gbps": _sig(2 * mem_khz * 1e3 * bus_bits / 8 / 1e9, 4) if mem_khz and bus_bits else None,
+        "driver": cupy.cuda.runtime.driverGetVersion(), "torch_cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+    }  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# checking and timing
+
+
+def check(torch, actual, ref, w: GpuWorkload):
+    """(why `actual` is wrong or None, max |actual - ref| / max(1, max|ref|)); works on any
+    device; `ref` is float64."""
+    if tuple(actual.shape) != tuple(ref.shape):
+        return f"wrong result: shape {tuple(actual.shape)}, expected {tuple(ref.shape)}", None
+    a = actual.double()
+    bad_values = int((~torch.isfinite(a)).sum())
+    if bad_values:
+        return f"wrong result: {bad_values} non-finite element(s)", None
+    scale = max(1.0, float(ref.abs().max()))
+    err = (a - ref).abs()
+    excess = err - (w.atol * scale + w.rtol * ref.abs())
+    rel = float(err.max()) / scale
+    n_bad = int((excess > 0).sum())
+    if n_bad:
+        at = np.unravel_index(int(excess.argmax()), tuple(ref.shape))
+        return (f"wrong result: {n_bad} of {err.numel()} elements off, worst at {tuple(map(int, at))}: "
+                f"{float(a[at]):.6g} vs {float(ref[at]):.6g}"), rel  # fmt: skip
+    return None, rel
+
+
+@dataclass
+class GpuTiming:
+    samples: list  # ms per call, one per round
+    host: list  # ms Python took to enqueue each call
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.samples))
+
+    @property
+    def spread(self) -> float:
+        q1, q3 = np.percentile(self.samples, [25, 75])
+        return float((q3 - q1) / self.median) if self.median > 0 else 0.0
+
+
+class Timer:
+    """do_bench-style samples: flush L2, then one call between two CUDA events."""
+
+    def __init__(self, torch, flush_mib: int | None = None):
+        self.torch = torch
+        self.cache = torch.empty((flush_mib or FLUSH_MIB) * 2**20 // 4, dtype=torch.int32, device=DEVICE)
+        self.flush_ms = float(np.median(self._flush_times(5)))
+
+    def _flush_times(self, n: int) -> list:
+        ev = [(self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+        for start, end in ev:
+            start.record()
+            self.cache.zero_()
+            end.record()
+        self.torch.cuda.synchronize()
+        return [start.elapsed_time(end) for start, end in ev]
+
+    def _sample(self, fn):
+        start, end = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
+        self.cache.zero_()
+        t0 = time.perf_counter()
+        start.record()
+        fn()
+        end.record()
+        return start, end, (time.perf_counter() - t0) * 1e3
+
+    @staticmethod
+    def _resolve(sample):
+        start, end, host = sample
+        return start.elapsed_time(end), host
+
+    def estimate(self, fn, warmup_s: float = 0.025) -> float:
+        """Warm `fn` up (at least 3 calls, until `warmup_s` has passed), then the median ms of
+        3 samples."""
+        start = time.perf_counter()
+        for i in range(1000):
+            fn()
+            self.torch.cuda.synchronize()  # wall time, not enqueue time, decides when to stop
+            if i >= 2 and time.perf_counter() - start >= warmup_s:
+                break
+        samples = [self._sample(fn) for _ in range(3)]
+        self.torch.cuda.synchronize()
+        return float(np.median([self._resolve(s)[0] for s in samples]))
+
+    def measure(self, fns: dict, repeats: int = 100, budget_s: float = 2.0, min_repeats: int = 3) -> dict:
+        """Interleaved samples of every callable: up to `repeats` each, fewer when that would
+        take more than `budget_s` of GPU time, never fewer than `min_repeats`."""
+        rounds = {}
+        for name, fn in fns.items():
+            est = self.estimate(fn)
+            fit = int(budget_s * 1e3 / max(est + self.flush_ms, 1e-3))
+            rounds[name] = max(min(min_repeats, repeats), min(repeats, fit, MAX_SAMPLES))
+        out = {name: GpuTiming([], []) for name in fns}
+        names = list(fns)
+        for r in range(max(rounds.values(), default=0)):
+            order = names[r % len(names):] + names[: r % len(names)]
+            pending = [(name, self._sample(fns[name])) for name in order if r < rounds[name]]
+            self.torch.cuda.synchronize()
+            for name, sample in pending:
+                gpu_ms, host_ms = self._resolve(sample)
+                out[name].samples.append(gpu_ms)
+                out[name].host.append(host_ms)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# running a workload
+
+
+@dataclass
+class Prepared:
+    """A workload on the GPU: inputs, the float64 reference and the checked callables."""
+
+    workload: GpuWorkload
+    inputs: tuple
+    ref: object = None  # float64 torch result
+    fns: dict = field(default_factory=dict)  # impl -> zero-argument callable, for results that passed
+    rel_err: dict = field(default_factory=dict)
+    compile_s: float | None = None
+    launches: list | None = None
+    tune: dict | None = None
+    error: str | None = None  # why minitc is not timed
+    notes: list = field(default_factory=list)
+
+
+def _on_torch_stream(torch, cupy):
+    """Make CuPy (minitc's kernels) launch on torch's current stream, where the events are."""
+    ptr = torch.cuda.current_stream().cuda_stream
+    return cupy.cuda.ExternalStream(ptr) if ptr else contextlib.nullcontext()
+
+
+def _add(torch, p: Prepared, impl: str, fn, label: str | None = None) -> str | None:
+    """Run `fn` once, check it; keep it for timing if right. Returns why not, or None."""
+    try:
+        got = fn()
+        torch.cuda.synchronize()
+        why, rel = check(torch, got, p.ref, p.workload)
+    except Exception as e:  # noqa: BLE001 - a failing implementation is reported, not raised
+        why, rel = f"run failed: {_short(e)}", None
+    if why is None:
+        p.fns[impl], p.rel_err[impl] = fn, _sig(rel, 3)
+    elif label:
+        p.notes.append(f"{label} disagrees with float64 torch or failed ({why}); not timed")
+    return why
+
+
+def _minitc_callable(torch, cupy, f, p: Prepared):
+    """The GpuFunction on zero-copy CuPy views of the inputs and a NaN-filled output."""
+    out = torch.full(tuple(p.ref.shape), float("nan"), dtype=torch.float32, device=DEVICE)
+    views = [cupy.from_dlpack(x) for x in p.inputs]
+    out_view = cupy.from_dlpack(out)
+
+    def run():
+        f(*views, out=out_view)
+        return out
+
+    return run
+
+
+def _build_minitc(torch, cupy, p: Prepared, tune_trials: int, db_path, say) -> None:
+    w = p.workload
+    try:
+        start = time.perf_counter()
+        template = tc.build(w.make_minitc(), target=TARGET, db=False)
+        p.compile_s = time.perf_counter() - start
+    except Exception as e:  # noqa: BLE001 - a kernel that does not build is an error row
+        p.error = f"build failed: {_short(e)}"
+        return
+    kernel = template
+    if tune_trials:
+        kernel = _tuned(w, tune_trials, db_path, p, say) or template
+    p.launches = [[ln.name, list(ln.grid), list(ln.block)] for ln in kernel.program.launches]
+    why = _add(torch, p, "minitc", _minitc_callable(torch, cupy, kernel, p))
+    if why:
+        p.error = why
+    if kernel is not template:
+        _add(torch, p, "minitc_template", _minitc_callable(torch, cupy, template, p), "the minitc template")
+
+
+def _tuned(w: GpuWorkload, trials: int, db_path, p: Prepared, say):
+    """The kernel `tc.tune(..., target="cuda")` finds, or None (the reason goes to p.tune)."""
+    say(f"{w.name}: tuning with {trials} trials")
+    start = time.perf_counter()
+    p.tune = {"trials": trials, "seconds": None, "best_ms": None, "error": None}
+    try:
+        result = tc.tune(w.make_minitc(), trials=trials, strategy="evolutionary", target=TARGET, db=db_path)
+        kernel = result.kernel
+        if kernel is None:
+            raise tc.BuildError(f"none of the {result.trials} programs measured ran")
+        if not hasattr(kernel, "program"):  # not a GpuFunction: build the recorded best
+            kernel = tc.build(w.make_minitc(), target=TARGET, db=db_path)
+        p.tune.update(trials=result.trials, best_ms=_sig(result.best_ms, 5) if result.best_ms else None)
+    except Exception as e:  # noqa: BLE001 - e.g. tc.tune does not take the cuda target yet
+        p.tune["error"] = _short(e)
+        p.notes.append(f"tuning failed ({_short(e)}); timing the template")
+        say(f"{w.name}: tuning failed: {_short(e)}; continuing with the template")
+        kernel = None
+    p.tune["seconds"] = _r(time.perf_counter() - start, 1)
+    return kernel
+
+
+def prepare(w: GpuWorkload, torch, cupy, tk, tune_trials: int = 0, db_path=None, say=None, seed: int = 0):
+    """Inputs on the GPU, the float64 torch reference, and every implementation checked."""
+    import torch.nn.functional as F
+
+    say = say or (lambda msg: None)
+    arrays = w.make_inputs(np.random.default_rng(seed))
+    p = Prepared(w, tuple(torch.from_numpy(a).to(DEVICE) for a in arrays))
+    torch_fn = w.make_torch(torch, F)
+    with torch.inference_mode():
+        p.ref = torch_fn(*(x.double() for x in p.inputs))
+    _add(torch, p, "torch", lambda: torch_fn(*p.inputs), "torch (float32)")
+    if tk is not None and w.make_triton is not None:
+        _add(torch, p, "triton", lambda fn=w.make_triton(tk): fn(*p.inputs), "triton")
+    elif tk is not None:
+        p.notes.append(f"no Triton kernel: {w.no_triton}")
+    _build_minitc(torch, cupy, p, tune_trials, db_path, say)
+    return p
+
+
+def record(p: Prepared, timings: dict, flush_ms: float, device: dict, suite: str) -> dict:
+    w = p.workload
+    ms = {impl: timings[impl].median if impl in timings else None for impl in IMPLS}
+    rates = {impl: w.work / (t * 1e-3) / 1e9 for impl, t in ms.items() if t}
+    peak = device.get("fp32_peak_gflops" if w.kind == "compute" else "bandwidth_gbps")
+    mine = ms["minitc"]
+    return {
+        "suite": suite, "workload": w.name, "description": w.description, "kind": w.kind,
+        **{f"{impl}_ms": _sig(ms[impl], 5) for impl in IMPLS},
+        "unit": w.unit, "rates": {impl: _sig(v, 4) for impl, v in rates.items()},
+        ("flops" if w.kind == "compute" else "bytes"): int(w.work),
+        "peak_pct": _r(100 * rates["minitc"] / peak, 1) if mine and peak else None,
+        "vs_torch": _sig(ms["torch"] / mine, 4) if mine and ms["torch"] else None,
+        "vs_triton": _sig(ms["triton"] / mine, 4) if mine and ms["triton"] else None,
+        "max_rel_err": dict(p.rel_err),
+        "spread_pct": {impl: _r(100 * t.spread, 1) for impl, t in timings.items()},
+        "samples": {impl: len(t.samples) for impl, t in timings.items()},
+        "launch_bound": [impl for impl, t in timings.items() if np.median(t.host) >= LAUNCH_BOUND * flush_ms],
+        "compile_s": _r(p.compile_s, 3), "launches": p.launches, "tune": p.tune,
+        "error": p.error, "notes": list(p.notes),
+    }  # fmt: skip
+
+
+def run_suite(workloads, suite: str, repeats: int = 100, budget_s: float = 2.0, tune_trials: int = 0,
+              progress=None, command: str | None = None) -> list:
+    """Records of every workload (GpuUnavailable first if the GPU stack is missing)."""
+    torch, cupy, device = requirements(suite)
+    say = progress or (lambda msg: None)
+    precision = fp32_mode(torch)
+    tk, triton_version = triton_module()
+    if tk is None:
+        say(triton_version)
+    info = device_info(torch, cupy, device)
+    timer = Timer(torch)
+    context = {
+        "device": info,
+        "run": {
+            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "command": command,
+            "suite": suite, "repeats": repeats, "budget_s": budget_s, "tune_trials": tune_trials or None,
+            "precision": PRECISION, "settings": precision, "flush_mib": FLUSH_MIB, "flush_ms": _r(timer.flush_ms, 4),
+            "timing": "median of interleaved samples; each: L2 flushed, one call between CUDA events",
+            "triton_note": None if tk else triton_version, "versions": _versions(torch, cupy, tk and triton_version),
+        },
+    }  # fmt: skip
+    records = []
+    with tempfile_db(tune_trials) as db_path, _on_torch_stream(torch, cupy):
+        for i, w in enumerate(workloads):
+            tell = (lambda msg, i=i: say(f"[{i + 1}/{len(workloads)}] {msg}"))  # noqa: E731
+            tell(f"{w.name}: building and checking")
+            p = prepare(w, torch, cupy, tk, tune_trials, db_path, tell)
+            tell(f"{w.name}: timing {', '.join(p.fns) or 'nothing'}")
+            timings = timer.measure(p.fns, repeats=repeats, budget_s=budget_s) if p.fns else {}
+            rec = record(p, timings, timer.flush_ms, info, suite)
+            tell(f"{w.name}: " + ", ".join(f"{impl} {rec[impl + '_ms']:.4g} ms" for impl in IMPLS if rec[impl + "_ms"])
+                 + (f"  ERROR {rec['error']}" if rec["error"] else ""))  # fmt: skip
+            records.append({**rec, **context})
+            del p
+            torch.cuda.empty_cache()
+    return records
+
+
+@contextlib.contextmanager
+def tempfile_db(tune_trials: int):
+    """A fresh records database for --tune (None otherwise), so the user's records and earlier
+    runs neither feed nor receive this run's tuning."""
+    if not tune_trials:
+        yield None
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="minitc-gpu-core-") as d:
+        yield f"{d}/records.db"
+
+
+def _versions(torch, cupy, triton_version) -> dict:
+    from .cli import _dist_version
+
+    return {"python": platform.python_version(), "minitc": _dist_version("minitc"), "numpy": np.__version__,
+            "torch": torch.__version__, "cupy": cupy.__version__, "triton": triton_version or None}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+
+
+def _ms(rec: dict, impl: str) -> str:
+    ms = rec.get(f"{impl}_ms")
+    if ms is None:
+        return "error" if impl == "minitc" and rec.get("error") else "-"
+    spread = (rec.get("spread_pct") or {}).get(impl)
+    return f"{ms:.4g}" + (f" ±{spread / 2:.0f}%" if spread is not None else "")
+
+
+def format_table(records: list) -> str:
+    """The device line, a table (one row per workload), then errors and notes."""
+    tuned = any(r.get("minitc_template_ms") for r in records)
+    impls = ["minitc"] + (["minitc_template"] if tuned else []) + ["torch", "triton"]
+    head = ["workload"] + [f"{i.replace('_', ' ')} ms" for i in impls] + ["minitc rate", "torch rate",
+            "triton rate", "%peak", "vs torch", "vs triton", "compile s"]  # fmt: skip
+    rows = []
+    for r in records:
+        rate = r.get("rates") or {}
+        cell = (lambda x, f, s="": "-" if x is None else format(x, f) + s)  # noqa: E731
+        rows.append([r["workload"]] + [_ms(r, i) for i in impls]
+                    + [cell(rate.get(i), ".5g", " " + r["unit"]) for i in ("minitc", "torch", "triton")]
+                    + [cell(r.get("peak_pct"), ".1f", "%"), cell(r.get("vs_torch"), ".2f", "x"),
+                       cell(r.get("vs_triton"), ".2f", "x"), cell(r.get("compile_s"), ".2f")])  # fmt: skip
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
+
+    def line(cells):
+        return "  ".join(c.ljust(wd) if i == 0 else c.rjust(wd) for i, (c, wd) in enumerate(zip(cells, widths)))
+
+    out = []
+    if records:
+        d, run = records[0]["device"], records[0]["run"]
+        peak, dram = d.get("fp32_peak_gflops") or "?", d.get("bandwidth_gbps") or "?"
+        out.append(f"device: {d['name']} ({d['arch']}, {d['sm_count']} SMs), nominal FP32 peak {peak} GFLOP/s, "
+                   f"DRAM {dram} GB/s")  # fmt: skip
+        out.append(f"precision: {run['precision']}")
+        out.append(f"timing: {run['timing']} ({run['flush_mib']} MiB flush = {run['flush_ms']} ms)")
+    out += [line(head), "  ".join("-" * wd for wd in widths)] + [line(row) for row in rows]
+    out.append("vs torch / vs triton = library ms / minitc ms (> 1: minitc is faster); ms = median ± half the IQR; "
+               "%peak: minitc vs the nominal FP32 peak (compute) or DRAM bandwidth (memory)")  # fmt: skip
+    if records and records[0]["run"].get("triton_note"):
+        out.append(f"note: {records[0]['run']['triton_note']}")
+    for r in records:
+        if r.get("error"):
+            out.append(f"ERROR {r['workload']}: {r['error']}")
+        for note in r.get("notes") or []:
+            out.append(f"note {r['workload']}: {note}")
+        if r.get("launch_bound"):
+            out.append(f"note {r['workload']}: enqueueing {', '.join(r['launch_bound'])} took about as long as the "
+                       "L2 flush that hides it; those times may include launch overhead")  # fmt: skip
+    return "\n".join(out)
+
+
+def plot(records: list, path: str) -> None:
+    """Bars of speed relative to torch (torch = 1) per workload: minitc, its template, Triton."""
+    from .report import require_matplotlib
+
+    plt = require_matplotlib()
+    impls = [i for i in IMPLS if i != "torch" and any(r.get(f"{i}_ms") for r in records)]
+    names = [r["workload"] for r in records]
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(names) + 2), 3.6))
+    width = 0.8 / max(1, len(impls))
+    for k, impl in enumerate(impls):
+        values = [(r["torch_ms"] / r[f"{impl}_ms"]) if r.get("torch_ms") and r.get(f"{impl}_ms") else 0.0
+                  for r in records]  # fmt: skip
+        ax.bar([i + (k - (len(impls) - 1) / 2) * width for i in range(len(names))], values, width,
+               label=impl.replace("_", " "))  # fmt: skip
+    ax.axhline(1.0, color="black", linewidth=0.8, label="torch (cuBLAS/cuDNN)")
+    ax.set_xticks(range(len(names)), names, rotation=15, ha="right", fontsize=8)
+    ax.set_ylabel("speed vs torch (torch ms / ms)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    if records:
+        ax.set_title(f"{records[0]['suite']} on {records[0]['device']['name']} (float32, no TF32)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def bench(suite: str, names, repeats: int, budget_s: float, tune_trials: int, json_path, plot_path, say,
+          command: str | None, echo=print) -> list:
+    """`python -m benchmarks --suite gpu-core ...`: run, print the table, write JSON and plot."""
+    from . import report
+
+    workloads = select(suite, names)
+    start = time.perf_counter()
+    records = run_suite(workloads, suite, repeats, budget_s, tune_trials, say, command)
+    say(f"suite {suite} done in {time.perf_counter() - start:.1f} s")
+    echo(format_table(records))
+    if json_path:
+        report.write_json(records, json_path)
+        say(f"wrote {json_path}")
+    if plot_path:
+        plot(records, plot_path)
+        say(f"wrote {plot_path}")
+    return records
