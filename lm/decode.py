@@ -26,7 +26,7 @@ from minitc.tune.sampler import Decision, Sampler
 
 from .describe import decision_label
 from .language import Loc, SentenceWriter
-from .model import expand_cache
+from .model import LMError, expand_cache
 
 
 @dataclass
@@ -101,7 +101,15 @@ class Decoder:
     def __init__(self, model, tok, space, hardware, *, temperature: float = 1.0, top_k: int = 0):
         self.model, self.tok, self.space = model, tok, space
         self.write = SentenceWriter(space, hardware)
-        self.prompt = tok.prompt_ids(self.write())
+        prompt = self.write()
+        if getattr(space, "gpu", False):
+            # fed `<unk>` for the GPU words, a CPU model would write plausible-looking nonsense
+            missing = tok.missing_tokens(prompt.prompt())
+            if missing or not tok.writes_gpu():
+                raise LMError(f"this language model's vocabulary ({len(tok)} tokens) cannot write GPU sentences "
+                              f"(no tokens for {' '.join(missing) or 'the GPU decision slots'}): it was made for CPU "
+                              "targets; tune a GPU target with strategy='evolutionary', or train a model on GPU sentences")  # fmt: skip
+        self.prompt = tok.prompt_ids(prompt)
         self.temperature, self.top_k = temperature, top_k
 
     def generate(self, n: int, rng=None) -> tuple:

@@ -1,13 +1,26 @@
 """Hardware tokens: what the machine is (CPU, cores, SIMD width, caches) and what it measures
 (peak FMA rate, STREAM-triad bandwidth). The measurement takes about a second and is cached
 once per hardware fingerprint in the user's cache directory ($XDG_CACHE_HOME/minitc, else
-~/.cache/minitc): the tokens of a machine must not change from run to run with the load."""
+~/.cache/minitc): the tokens of a machine must not change from run to run with the load.
+
+A GPU's tokens (`hardware cuda sm_90 sms 132 warp 32 smem 48 regs 64 threads 1024 gflops 0
+gbps 0`) come from the CUDA target alone, without touching a GPU: its architecture, its limits
+and the SM count it was queried with, else the architecture's usual part (an H100 for sm_90).
+Its peak rates are only written when measurements are given; 0 means "not measured"."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from .language import Hardware
+from .language import GpuHardware, Hardware
+
+# SM count of the usual data-center part of an architecture, for a target that was not queried
+# from a device (0: the architecture has no single usual part).
+ARCH_SMS = {"sm_60": 56, "sm_70": 80, "sm_75": 40, "sm_80": 108, "sm_90": 132, "sm_90a": 132, "sm_100": 148, "sm_100a": 148}
+# 32-bit registers per thread block, in units of 1024 (64 K on every architecture since Maxwell
+# but the Tegra ones: sm_53, sm_62 and sm_72 have 32 K).
+ARCH_REGS_K = {"sm_53": 32, "sm_62": 32, "sm_72": 32}
+WARP = 32
 
 
 def cache_dir() -> Path:
@@ -50,8 +63,33 @@ def _measure(threads: int) -> dict:
     return {"gflops": fma[0], "gbps": triad[0]}
 
 
-def hardware(target="llvm", measured: dict | None = None) -> Hardware:
-    """The Hardware of the host for `target` (an LLVM target string or Target)."""
+def gpu_hardware(target="cuda", measured: dict | None = None) -> GpuHardware:
+    """The GpuHardware of a CUDA target (a CudaTarget, or a "cuda"/"cuda -arch=sm_XX"/"cuda-sim"
+    string) from what the target says; no GPU is queried. `measured`: {"gflops": ..., "gbps": ...}
+    of the device, else both are 0 (not measured). The simulator's line is that of the GPU it
+    simulates, so it reads `hardware cuda ...` too."""
+    from backends.cuda.target import parse_cuda_target
+
+    t = parse_cuda_target(target) if isinstance(target, str) else target
+    arch = t.arch
+    sms = t.sm_count or ARCH_SMS.get(arch, 0)
+    measured = measured or {}
+    return GpuHardware("cuda", arch, sms, WARP, t.limits.max_shared_bytes // 1024, ARCH_REGS_K.get(arch, 64),
+                       t.limits.max_threads_per_block, two_digits(measured.get("gflops", 0)),
+                       two_digits(measured.get("gbps", 0)))  # fmt: skip
+
+
+def _is_gpu(target) -> bool:
+    if isinstance(target, str):
+        return target.split()[0] in ("cuda", "cuda-sim") if target.split() else False
+    return getattr(target, "kind", "llvm") in ("cuda", "cuda-sim")
+
+
+def hardware(target="llvm", measured: dict | None = None) -> Hardware | GpuHardware:
+    """The Hardware of the host for `target` (an LLVM target string or Target), or the
+    GpuHardware of a CUDA target (see gpu_hardware)."""
+    if _is_gpu(target):
+        return gpu_hardware(target, measured)
     from backends.llvm.target import parse_target, simd_width
     from minitc.tune.tuner import hardware_fingerprint
 

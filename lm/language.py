@@ -77,9 +77,29 @@ class Hardware:
 
 
 @dataclass(frozen=True)
+class GpuHardware:
+    """The hardware line of a GPU: `hardware cuda sm_90 sms 132 warp 32 smem 48 regs 64
+    threads 1024 gflops 0 gbps 0` (gflops and gbps 0: not measured)."""
+
+    target: str  # "cuda"
+    arch: str  # "sm_90"
+    sms: int  # streaming multiprocessors (0: unknown)
+    warp: int  # threads per warp
+    smem: int  # shared memory per block, KiB
+    regs: int  # 32-bit registers per block, in units of 1024
+    threads: int  # max threads per block
+    gflops: int = 0  # measured peak float32 FMA rate, 2 significant digits; 0: not measured
+    gbps: int = 0  # measured device-memory bandwidth; 0: not measured
+
+    def __str__(self) -> str:
+        return (f"hardware {self.target} {self.arch} sms {self.sms} warp {self.warp} smem {self.smem} regs {self.regs} "
+                f"threads {self.threads} gflops {self.gflops} gbps {self.gbps}")  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Sentence:
     stages: tuple  # Stage, producers first
-    hardware: Hardware
+    hardware: Hardware | GpuHardware
     sketches: tuple  # (sketch name, (its slot names, ...)) per sketch of the space
     decisions: tuple = ()  # (label, value) per decision, in the order the space takes them
 
@@ -119,7 +139,11 @@ class SentenceWriter:
     """Writes programs of one space on one machine as sentences. The workload, hardware and
     skeleton parts are the same for every program, so they are computed once."""
 
-    def __init__(self, space, hardware: Hardware):
+    def __init__(self, space, hardware: Hardware | GpuHardware):
+        gpu = bool(getattr(space, "gpu", False))
+        if gpu != isinstance(hardware, GpuHardware):
+            raise SentenceError(f"a {'GPU' if gpu else 'CPU'} design space ({space.target}) needs a "
+                                f"{'GPU' if gpu else 'CPU'} hardware line, got `{hardware}` (lm.hardware.hardware(space.target))")  # fmt: skip
         self.stages = tuple(Stage(**d) for d in describe_stages(space.outputs))
         self.names = space_names(space)
         self.skeleton = space_skeleton(space)
@@ -131,7 +155,7 @@ class SentenceWriter:
         return Sentence(self.stages, self.hardware, self.skeleton, tuple(sentence_decision(d, self.names) for d in decisions))
 
 
-def sentence(space, hardware: Hardware, decisions=()) -> Sentence:
+def sentence(space, hardware: Hardware | GpuHardware, decisions=()) -> Sentence:
     """One sentence of `space` (see SentenceWriter, for writing many)."""
     return SentenceWriter(space, hardware)(decisions)
 
@@ -238,6 +262,9 @@ class _ToSentence(Transformer):
 
     def hardware(self, c):
         return Hardware(str(c[0]), str(c[1]), *(int(t) for t in c[2:]))
+
+    def gpu_hardware(self, c):
+        return GpuHardware(str(c[0]), str(c[1]), *(int(t) for t in c[2:]))
 
     def space(self, c):
         return tuple(c)

@@ -93,6 +93,13 @@ class TLMSearch(RandomSearch):
         self.model.eval()
 
 
+def trained_on_gpu(meta: dict) -> bool:
+    """Whether a checkpoint's meta (or the meta of a stage it was trained from) names a GPU's
+    hardware line."""
+    lines = [meta.get("hardware")] + [h.get("hardware") for h in meta.get("history", []) if isinstance(h, dict)]
+    return any(isinstance(line, str) and line.startswith("hardware cuda ") for line in lines)
+
+
 def tlm_search(space, rng, cost_model=None, lm=None, learn: bool = False) -> TLMSearch:
     """The strategy `tc.tune(..., strategy="tlm")` uses: the model at `lm` (a checkpoint path)
     or the default one (pipeline.load_model), this machine's hardware tokens, the cost model."""
@@ -106,6 +113,12 @@ def tlm_search(space, rng, cost_model=None, lm=None, learn: bool = False) -> TLM
     torch.set_num_threads(1)  # decoding is latency-bound; a second thread mostly waits
     model, tok, meta = load_model(lm)
     hw = hardware(space.target)
+    if getattr(space, "gpu", False) and not trained_on_gpu(meta):
+        from .model import LMError
+
+        raise LMError(f"the language model {str(lm) + ' ' if lm else ''}was trained on `{meta.get('hardware', 'CPU sentences')}` and never on a GPU's "
+                      "sentences, so it cannot propose GPU programs: tune a GPU target with strategy='evolutionary' "
+                      "(what `tc.tune` does on GPU targets), or train a model on GPU sentences")  # fmt: skip
     trained_on = meta.get("hardware")
     if trained_on and trained_on != str(hw):
         warnings.warn(f"the language model was trained on `{trained_on}`; this machine is `{hw}`. It still runs, "

@@ -9,6 +9,13 @@ how the model says a number is complete.
     tok = Tokenizer.default()
     ids, mask = tok.encode(sentence)       # mask: the decision-value tokens (trained on)
     tok.value_ids(value)                   # one value, as the decoder writes it
+
+The vocabulary only grows at its end: the CPU vocabulary of the first shipped model (441
+tokens: lm/checkpoints/cpu.pt stores it) comes first, in its order, then the GPU tokens (the GPU
+hardware line, CUDA architectures, GPU template parameters and GPU rule slots). A checkpoint
+always decodes with the vocabulary it stores, so its token ids never move; a checkpoint whose
+vocabulary lacks the GPU tokens cannot write GPU sentences (`missing_tokens` says which), and
+the decoder refuses GPU spaces for it.
 """
 from __future__ import annotations
 
@@ -33,26 +40,49 @@ TARGETS = ["llvm", "cuda"]
 # Slot names of the generic rules (tune/rules.py) and label pieces (describe.decision_label).
 RULE_SLOTS = ["sketch", "inline", "cache_write", "parallel", "unroll", "location", "cache", "local"]
 
+# -- GPU tokens (appended after the CPU vocabulary) ------------------------------------------------
+GPU_KEYWORDS = ["sms", "warp", "smem", "regs", "threads"]  # the GPU hardware line
+# CUDA architectures, Maxwell to Blackwell; another `sm_<N>` is written `sm_ N` (digits), `a` suffix `##a`.
+CUDA_ARCHS = [f"sm_{n}" for n in (50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90, 100, 101, 103, 110, 120, 121)]
+CUDA_ARCHS += ["sm_90a", "sm_100a", "sm_101a", "sm_103a", "sm_120a", "sm_121a", "sm_", "##a"]
+# Slot names of the GPU rules (tune/gpu_rules.py): `s2.a0.threads`, `s2.local.a2.step`, `s4.block`, ...
+GPU_RULE_SLOTS = ["threads", "tile", "step", "inner", "unroll", "shared", "block", "inline"]
+
 
 class TokenizerError(MinitcError):
     """A value or sentence that the vocabulary cannot write."""
 
 
-def _design_space_words() -> list:
-    """Template parameter names, categorical string values and sketch names of the design spaces."""
+def _params(templates: dict) -> list:
+    """Keyword parameters of the templates, module by module in name order (the order in which
+    _load_templates imports them, whatever imported some of them first), each module's in its
+    order of registration."""
     import inspect
 
+    fns = sorted(templates.values(), key=lambda fn: fn.__module__)  # stable: registration order within a module
+    return [p.name for fn in fns for p in list(inspect.signature(fn).parameters.values())[3:]]
+
+
+def _design_space_words() -> list:
+    """Template parameter names, categorical string values and sketch names of the CPU design
+    spaces (in the order of the first vocabulary: candidate lists, then parameters)."""
     from minitc.schedules import TEMPLATES, _load_templates
     from minitc.tune import space
 
-    if not TEMPLATES:
-        _load_templates()
-    words = ["template", "generic"] + list(space.CANDIDATES)
-    for fn in TEMPLATES.values():
-        words += [p.name for p in list(inspect.signature(fn).parameters.values())[3:]]
+    _load_templates()
+    params = _params(TEMPLATES)
+    words = ["template", "generic"] + [name for name in space.CANDIDATES if name in params] + params
     for name in ("parallel", "pad"):
         words += [v for v in space._domain(name, "") if v]
     return words
+
+
+def _gpu_design_space_words() -> list:
+    """Parameter names of the GPU templates (minitc/schedules/gpu)."""
+    from minitc.schedules.gpu import GPU_TEMPLATES, _load
+
+    _load()
+    return _params(GPU_TEMPLATES)
 
 
 def _cpu_names() -> list:
@@ -61,7 +91,8 @@ def _cpu_names() -> list:
     return sorted(_CPU_FEATURES)
 
 
-def default_vocab() -> list:
+def cpu_vocab() -> list:
+    """The vocabulary of CPU sentences (that of the shipped lm/checkpoints/cpu.pt), in its order."""
     from minitc.expr import BINARY_OPS, COMPARE_OPS, INTRINSICS
 
     words = SPECIAL + KEYWORDS + DTYPES + DIGITS + INDEX + ["sum", "max", "min"]
@@ -70,6 +101,19 @@ def default_vocab() -> list:
     words += TAGS + TARGETS + RULE_SLOTS + _design_space_words() + _cpu_names()
     words += list(BINARY_OPS) + list(COMPARE_OPS) + list(INTRINSICS) + ["select", "cast", "not"]
     return list(dict.fromkeys(words))  # unique, in a fixed order
+
+
+def gpu_tokens() -> list:
+    """The tokens GPU sentences need beyond the CPU vocabulary."""
+    cpu = set(cpu_vocab())
+    words = GPU_KEYWORDS + CUDA_ARCHS + _gpu_design_space_words() + GPU_RULE_SLOTS
+    return [w for w in dict.fromkeys(words) if w not in cpu]
+
+
+def default_vocab() -> list:
+    """The vocabulary of new models: the CPU vocabulary, then the GPU tokens (appended, so a CPU
+    token has the same id in both)."""
+    return cpu_vocab() + gpu_tokens()
 
 
 _INDEX_PIECES = re.compile(r"a\d+|\d+|[-+*?]")
@@ -105,6 +149,9 @@ class Tokenizer:
             return self.number(int(word))
         if word in self.ids:
             return [word]
+        arch = re.fullmatch(r"sm_(\d+)(a?)", word)
+        if arch and "sm_" in self.ids:  # a CUDA architecture the list does not name
+            return ["sm_"] + self.number(int(arch.group(1))) + (["##a"] if arch.group(2) else [])
         if re.fullmatch(r"[-+*?a0-9]+", word):  # an access index like a2*2+a5-1
             pieces = []
             for p in _INDEX_PIECES.findall(word):
@@ -137,6 +184,15 @@ class Tokenizer:
         if missing:
             raise TokenizerError(f"decision value {value!r} needs tokens outside the vocabulary: {missing}")
         return out + [";"]
+
+    def missing_tokens(self, text: str) -> list:
+        """The words of `text` this vocabulary cannot write (each would be `<unk>`), in order."""
+        return list(dict.fromkeys(w for w in _WORDS.findall(text) if "<unk>" in self._word(w)))
+
+    def writes_gpu(self) -> bool:
+        """Whether this vocabulary has the tokens of GPU sentences (a model trained with it
+        may still never have seen one: see the checkpoint's meta)."""
+        return all(t in self.ids for t in GPU_KEYWORDS + GPU_RULE_SLOTS)
 
     # -- to ids ------------------------------------------------------------------------------------
     def to_ids(self, tokens: list) -> list:

@@ -33,6 +33,10 @@ MAX_THREADS = 1024
 MAX_REGISTER_TILE = 64
 
 
+def _within(values: tuple, budget: int) -> tuple:
+    return tuple(v for v in values if v <= budget)
+
+
 def _divisors_in(extent: int, values: tuple) -> tuple:
     return tuple(v for v in values if extent % v == 0) or (1,)
 
@@ -47,8 +51,9 @@ def multi_level_tiling_gpu(s, out: str, anchor: str, sampler: Sampler) -> None:
     levels, threads, regs = [], 1, 1
     for ref, lp in zip(loops, st.loops):
         n = lp.extent
-        t = sampler.categorical(f"{out}.{lp.name}.threads", _divisors_in(n, THREAD_FACTORS))
-        tile = sampler.categorical(f"{out}.{lp.name}.tile", _divisors_in(n // t, REGISTER_FACTORS))
+        # only values within what is left of the thread and register budgets: legal by construction
+        t = sampler.categorical(f"{out}.{lp.name}.threads", _divisors_in(n, _within(THREAD_FACTORS, MAX_THREADS // threads)))
+        tile = sampler.categorical(f"{out}.{lp.name}.tile", _divisors_in(n // t, _within(REGISTER_FACTORS, MAX_REGISTER_TILE // regs)))
         threads, regs = threads * t, regs * tile
         levels.append(split_levels(s, ref, (n // (t * tile), t, tile)))
     if threads > MAX_THREADS or regs > MAX_REGISTER_TILE:
@@ -99,14 +104,14 @@ def _anchor(s, out: str) -> str:
 def gpu_generic_sketch(s, out: str, target, sampler: Sampler) -> None:
     """The rule-based GPU design space for any single-output computation."""
     inline_producers(s, out)
-    for st in list(s.state.stages):  # padding: a select in the loads, or its own launch
-        if st.tag == "pad" and not st.output and sampler.categorical(f"{st.name}.inline", (True, False)):
-            s.compute_inline(st.name)
     anchor = _anchor(s, out)
     if s.state.stage(anchor).reduce_axes:
         multi_level_tiling_gpu(s, out, anchor, sampler)
     else:
         bind_flat(s, out, sampler.categorical(f"{out}.block", BLOCK_SIZES))
+    for st in list(s.state.stages):  # padding: a select in the loads (or shared fill), or its own launch
+        if st.tag == "pad" and not st.output and sampler.categorical(f"{st.name}.inline", (True, False)):
+            s.compute_inline(st.name)
     for st in s.state.stages:  # the other stages (softmax's statistics, padding, ...): flat
         if st.is_placeholder or st.inline or st.attach is not None or st.name == out:
             continue

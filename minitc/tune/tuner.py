@@ -121,8 +121,6 @@ def _strategy(name: str, space: Space, rng, cost_model, lm=None, learn=False):
 def _sentence_writer(space):
     """A function writing a candidate as a tensor-language sentence (stored with each record),
     or None without the language package."""
-    if space.gpu:
-        return None  # GPU sentences: see lm/ (not written for records yet)
     try:
         from lm.hardware import hardware
         from lm.language import SentenceWriter
