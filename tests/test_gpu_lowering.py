@@ -210,3 +210,38 @@ def test_a_local_tile_written_by_several_threads_is_rejected():
     s.bind(j, "threadIdx.x")
     with pytest.raises(ScheduleError, match="every thread would get its own copy"):
         lower_gpu(s, "cuda-sim")
+
+
+def test_minitc_tune_on_the_simulator_and_without_a_gpu(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from minitc.cli import main
+
+    db, out = str(tmp_path / "r.db"), str(tmp_path / "r.json")
+    res = CliRunner().invoke(main, ["tune", "matmul", "--shape", "16,16,16", "--target", "cuda-sim", "--trials", "2",
+                                    "--strategy", "random", "--db", db, "--json", out, "-q"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "template (measured first)" in res.output and "cuda-sim times the numpy simulator" in res.output
+    data = json.load(open(out))
+    assert data["trials"] == 2 and data["errors"] == 0 and data["best_ms"] > 0
+    try:
+        import cupy  # noqa: F401
+
+        return  # a GPU machine: the no-GPU message cannot be seen here
+    except ImportError:
+        pass
+    res = CliRunner().invoke(main, ["tune", "matmul", "--shape", "16,16,16", "--target", "cuda", "--trials", "1", "--db", db])
+    assert res.exit_code != 0 and "needs CuPy" in res.output
+
+
+def test_gemm_tiles_fill_the_gpu_and_respect_the_thread_tile():
+    from minitc.schedules.gpu.gemm import pick_gpu_tiles
+
+    assert pick_gpu_tiles(4096, 4096, 4096) == {"bm": 64, "bn": 64, "tm": 4, "tn": 4, "bk": 16}
+    for shape in [(64, 64, 64), (50, 70, 40), (100, 100, 100), (4096, 3072, 768), (7, 9, 5)]:
+        t = pick_gpu_tiles(*shape)
+        assert t["bm"] % t["tm"] == 0 and t["bn"] % t["tn"] == 0, (shape, t)
+    small = pick_gpu_tiles(512, 512, 512)
+    assert (512 // small["bm"]) * (512 // small["bn"]) >= 132  # enough blocks for every SM of an H100

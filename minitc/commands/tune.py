@@ -103,7 +103,8 @@ def format_result(rec: dict, key: str, target: str) -> str:
 @click.option("--lm", "lm_path", type=click.Path(dir_okay=False, exists=True),
               help="Language-model checkpoint for tlm (default: $MINITC_LM, your --learn model, the shipped one).")
 @click.option("--learn", is_flag=True, help="tlm: fine-tune the model on this run's measurements and keep it as your default.")
-@click.option("--target", default="llvm", show_default=True, help="'llvm' (host CPU) or 'llvm -mcpu=...'.")
+@click.option("--target", default="llvm", show_default=True,
+              help="'llvm' (host CPU), 'llvm -mcpu=...', 'cuda' (an NVIDIA GPU) or 'cuda-sim' (the numpy simulator).")
 @click.option("--db", type=click.Path(dir_okay=False),
               help="Records database (default: $MINITC_DB, else ~/.cache/minitc/records.db).")  # fmt: skip
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), help="Write the result as JSON.")
@@ -139,6 +140,8 @@ def tune(op, trials, strategy, lm_path, learn, target, db, json_path, plot_path,
         except RuntimeError as e:
             raise click.UsageError(str(e)) from None
     args = command_args(call)
+    if target.split()[0] in ("cuda", "cuda-sim"):
+        return _tune_gpu(call, " ".join(args), trials, strategy, target, db, json_path, seed, batch, quiet)
     w = workload_for(call, name=" ".join(args))
     key = workload_key(w.make_minitc())
     db_path = str(db or default_path())
@@ -168,10 +171,48 @@ def tune(op, trials, strategy, lm_path, learn, target, db, json_path, plot_path,
         raise click.ClickException(rec["error"] or "no tuned kernel")
 
 
+def _tune_gpu(call, name, trials, strategy, target, db, json_path, seed, batch, quiet) -> None:
+    """Tune on the GPU: the tuner's own CUDA-event timings of the template (measured first) and
+    of the best program; torch's kernels are compared by `python -m benchmarks --suite gpu-core`."""
+    import minitc as tc
+
+    from ..errors import MinitcError
+    from ..tune.database import default_path
+
+    out = call.build()
+    db_path = str(db or default_path())
+    progress = None if quiet else (lambda done, total, errors, best: click.echo(
+        f"\r{done}/{total} trials, {errors} errors, best {best if best is None else f'{best:.4f} ms'}", err=True, nl=done == total))
+    try:
+        r = tc.tune(out, trials=trials, strategy=strategy, target=target, db=db_path, seed=seed, batch=batch,
+                    progress=progress)  # fmt: skip
+    except MinitcError as e:
+        raise click.ClickException(str(e)) from None
+    template_ms = r.history[0] if r.history else None
+    lines = [f"{name} on {target}: {r.trials} trials, {r.errors} errors, {r.seconds:.1f} s; records in {db_path}",
+             f"template (measured first): {template_ms if template_ms is None else f'{template_ms:.4f} ms'}",
+             f"tuned (re-measured best):  {r.best_ms if r.best_ms is None else f'{r.best_ms:.4f} ms'}"]  # fmt: skip
+    if target.startswith("cuda-sim"):
+        lines.append("note: cuda-sim times the numpy simulator, not a GPU; the numbers only show the pipeline works")
+    click.echo("\n".join(lines))
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"name": name, "target": target, "strategy": strategy, "trials": r.trials, "errors": r.errors,
+                       "seconds": r.seconds, "template_ms": template_ms, "best_ms": r.best_ms, "history": r.history,
+                       "run": _run_info()}, f, indent=1)  # fmt: skip
+            f.write("\n")
+    if r.best_ms is None:
+        raise click.ClickException("no candidate ran correctly")
+
+
 def _check_target(target: str) -> None:
     from backends.llvm.target import parse_target
 
+    from ..driver import GPU_TARGETS, target_kind
+
     try:
+        if target_kind(target) in GPU_TARGETS:
+            return
         parse_target(target)
     except Exception as e:  # noqa: BLE001 - any target error is the user's to fix
         raise click.BadParameter(str(e), param_hint="--target") from None

@@ -86,9 +86,10 @@ def _gemm_shape(s, acc: str) -> tuple:
     return st.shape[-2], st.shape[-1], k.extent
 
 
-def pick_gpu_tiles(M: int, N: int, K: int) -> dict:
+def pick_gpu_tiles(M: int, N: int, K: int, sms: int = 132, batch: int = 1) -> dict:
     """64x64 block tiles of 4x4 per thread (256 threads, 16 FMAs per 8 shared loads) and k
-    steps of 16; halved when that divides the matrix, shrunk to cover a small one."""
+    steps of 16; halved when that divides the matrix, shrunk to cover a small one, and halved
+    again (down to 32) while there are fewer blocks than SMs to run them."""
 
     def fit(n: int, tile: int, step: int) -> int:
         for t in (tile, tile // 2):
@@ -97,6 +98,11 @@ def pick_gpu_tiles(M: int, N: int, K: int) -> dict:
         return min(tile, -(-n // step) * step)  # guarded partial tiles
 
     bm, bn = fit(M, 64, 4), fit(N, 64, 4)
+    while batch * -(-M // bm) * -(-N // bn) < sms and max(bm, bn) > 32:
+        if bm >= bn:
+            bm = fit(M, max(32, bm // 8 * 4), 4)
+        else:
+            bn = fit(N, max(32, bn // 8 * 4), 4)
     return {"bm": bm, "bn": bn, "tm": 4, "tn": 4, "bk": fit(K, 16, 16)}
 
 
@@ -127,7 +133,8 @@ def schedule_dense_epilogue(s, out, target, bm=64, bn=64, tm=4, tn=4, bk=16, sha
 def _defaults(s, out, target) -> dict:
     st = s.state.stage(out)
     acc = _producer(s, out) if st.tag == "dense_epilogue" else out
-    return pick_gpu_tiles(*_gemm_shape(s, acc))
+    batch = st.shape[0] if len(st.shape) == 3 else 1
+    return pick_gpu_tiles(*_gemm_shape(s, acc), sms=getattr(target, "sm_count", 0) or 132, batch=batch)
 
 
 for _tag in ("matmul", "batch_matmul", "dense", "dense_epilogue"):
