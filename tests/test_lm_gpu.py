@@ -294,7 +294,7 @@ def test_every_legal_gpu_value_and_label_has_tokens(op_samples, workload_samples
         domains.setdefault(tuple(values), None)
     for name in ("bm", "bn", "tm", "tn", "bk", "kt", "vk", "wt", "vw", "bc"):
         domains.setdefault(tuple(CANDIDATES[name]), None)
-    assert len(domains) > 20 and sum(_check_domain(tok, domain) for domain in domains) >= 100
+    assert len(domains) > 20 and sum(_check_domain(tok, domain) for domain in domains) >= 80
 
 
 def test_gpu_tokens_are_appended_after_the_cpu_vocabulary(tok):
@@ -357,10 +357,9 @@ def test_shipped_model_refuses_gpu_spaces(shipped, hw):
 
 def test_a_gpu_vocabulary_model_decodes_legal_gpu_programs(workload_samples, tok, hw):
     """Constrained decoding over the GPU design space (an untrained model of the extended
-    vocabulary): every program it returns is legal, replays, and writes a sentence that parses
-    back. Unlike the CPU space, the GPU space checks some limits only after the last draw (threads
-    per block of a template, a shared copy of an inlined padding), so a few samples are
-    rejected, as a few random draws are."""
+    vocabulary): every program is legal by construction (the GPU rules draw within the thread and
+    register budgets, the templates make every combination legal), replays, and writes a
+    sentence that parses back."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -370,7 +369,7 @@ def test_a_gpu_vocabulary_model_decodes_legal_gpu_programs(workload_samples, tok
         for name in ("matmul", "conv2d-pad", "softmax"):
             space, _ = workload_samples[name]
             candidates, failures = Decoder(model, tok, space, hw).generate(16, rng)
-            assert len(candidates) + failures == 16 and failures <= 8, (name, failures)
+            assert len(candidates) == 16 and failures == 0, (name, failures)
             for c in candidates:
                 assert space.replay(c.values).key == c.key
                 _check_round_trip(space, c, hw)

@@ -28,8 +28,11 @@ def schedule_conv2d(s, out, target, kt=8, vk=4, wt=16, vw=1, bc=8, shared=True):
             raise ScheduleError(f"GPU conv2d template: {name} must be a positive int, got {v!r}")
     _, K, _, OW = s.state.stage(out).shape
     kt, wt = min(kt, -(-K // vk)), min(wt, -(-OW // vw))  # no thread without work
-    if kt * wt > MAX_THREADS:
-        raise ScheduleError(f"GPU conv2d template: {kt} x {wt} threads per block is over {MAX_THREADS}")
+    while kt * wt > MAX_THREADS:  # every combination is a legal program: fewer, busier threads
+        if kt >= wt:
+            kt, vk = kt // 2, vk * 2
+        else:
+            wt, vw = wt // 2, vw * 2
     pad = _pad_stage(s, out)
     acc = s.stage_name(s.cache_write(out, "local"))
     n, k, oh, ow = s.loops(out)

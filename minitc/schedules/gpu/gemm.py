@@ -29,12 +29,17 @@ def gemm_gpu(s, out: str, acc: str, target, *, bm, bn, tm, tn, bk, shared=True):
     for name, v in (("bm", bm), ("bn", bn), ("tm", tm), ("tn", tn), ("bk", bk)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ScheduleError(f"GPU gemm template: {name} must be a positive int, got {v!r}")
-    if bm % tm or bn % tn:
-        raise ScheduleError(f"GPU gemm template: the thread tile {tm}x{tn} must divide the block tile {bm}x{bn}")
-    if (bm // tm) * (bn // tn) > MAX_THREADS:
-        raise ScheduleError(f"GPU gemm template: {bm // tm} x {bn // tn} threads per block is over {MAX_THREADS}")
+    # every combination is made legal (so every point of the design space is a program): block
+    # tiles are whole thread tiles, no larger than the matrix, with at most MAX_THREADS threads
     M, N, _ = _gemm_shape(s, acc)
-    bm, bn = min(bm, _round_up(M, tm)), min(bn, _round_up(N, tn))  # the block's threads all exist
+    bm, bn = min(_round_up(bm, tm), _round_up(M, tm)), min(_round_up(bn, tn), _round_up(N, tn))
+    while (bm // tm) * (bn // tn) > MAX_THREADS:
+        if bm // tm >= bn // tn:
+            tm *= 2
+            bm = _round_up(bm, tm)
+        else:
+            tn *= 2
+            bn = _round_up(bn, tn)
     a_role, b_role = _operands(s, acc)
     loops = s.loops(out)
     batch, (i, j) = loops[:-2], loops[-2:]
