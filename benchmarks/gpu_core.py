@@ -14,6 +14,7 @@ library a note. Timing is `triton.testing.do_bench`'s method, interleaved: each 
 L2 (zeroing 512 MiB), then times one call between two CUDA events; the flush also keeps the GPU
 busy while Python enqueues the call, so the samples measure GPU time, not launch overhead (a
 call whose enqueueing takes as long as the flush is flagged). Rounds rotate who goes first.
+The timer is in gpu_timing.py, the table and the plot in gpu_report.py.
 
 `gpu-smoke` is the same at tiny shapes (tests/test_benchmarks_gpu.py runs its minitc kernels in
 the GPU simulator). Without torch's CUDA build, CuPy or a GPU, the suite stops with one line
@@ -49,14 +50,13 @@ import numpy as np
 
 import minitc as tc
 
+from .gpu_timing import FLUSH_MIB, Timer
 from .runner import _r, _short, _sig
 
 IMPLS = ("minitc", "minitc_template", "torch", "triton")
 TARGET = "cuda"  # minitc's target; DEVICE: torch's (the tests run the suite on "cuda-sim" and "cpu")
 DEVICE = "cuda"
-FLUSH_MIB = 512  # L2 flush per sample; zeroing it (~0.2 ms on an H100) hides the enqueueing
 LAUNCH_BOUND = 0.8  # host enqueue time / flush time above which a sample may include launch gaps
-MAX_SAMPLES = 1000
 FP32_LANES = {"sm_70": 64, "sm_75": 64, "sm_80": 64}  # FP32 FMA units per SM; 128 on sm_86 and later
 PRECISION = ("float32 without TF32: torch allow_tf32=False (cuBLAS SGEMM, cuDNN FP32), "
              "Triton tl.dot input_precision='ieee', minitc scalar FMA")  # fmt: skip
@@ -262,7 +262,7 @@ def device_info(torch, cupy, device) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# checking and timing
+# checking
 
 
 def check(torch, actual, ref, w: GpuWorkload):
@@ -284,86 +284,6 @@ def check(torch, actual, ref, w: GpuWorkload):
         return (f"wrong result: {n_bad} of {err.numel()} elements off, worst at {tuple(map(int, at))}: "
                 f"{float(a[at]):.6g} vs {float(ref[at]):.6g}"), rel  # fmt: skip
     return None, rel
-
-
-@dataclass
-class GpuTiming:
-    samples: list  # ms per call, one per round
-    host: list  # ms Python took to enqueue each call
-
-    @property
-    def median(self) -> float:
-        return float(np.median(self.samples))
-
-    @property
-    def spread(self) -> float:
-        q1, q3 = np.percentile(self.samples, [25, 75])
-        return float((q3 - q1) / self.median) if self.median > 0 else 0.0
-
-
-class Timer:
-    """do_bench-style samples: flush L2, then one call between two CUDA events."""
-
-    def __init__(self, torch, flush_mib: int | None = None):
-        self.torch = torch
-        self.cache = torch.empty((flush_mib or FLUSH_MIB) * 2**20 // 4, dtype=torch.int32, device=DEVICE)
-        self.flush_ms = float(np.median(self._flush_times(5)))
-
-    def _flush_times(self, n: int) -> list:
-        ev = [(self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)) for _ in range(n)]
-        for start, end in ev:
-            start.record()
-            self.cache.zero_()
-            end.record()
-        self.torch.cuda.synchronize()
-        return [start.elapsed_time(end) for start, end in ev]
-
-    def _sample(self, fn):
-        start, end = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
-        self.cache.zero_()
-        t0 = time.perf_counter()
-        start.record()
-        fn()
-        end.record()
-        return start, end, (time.perf_counter() - t0) * 1e3
-
-    @staticmethod
-    def _resolve(sample):
-        start, end, host = sample
-        return start.elapsed_time(end), host
-
-    def estimate(self, fn, warmup_s: float = 0.025) -> float:
-        """Warm `fn` up (at least 3 calls, until `warmup_s` has passed), then the median ms of
-        3 samples."""
-        start = time.perf_counter()
-        for i in range(1000):
-            fn()
-            self.torch.cuda.synchronize()  # wall time, not enqueue time, decides when to stop
-            if i >= 2 and time.perf_counter() - start >= warmup_s:
-                break
-        samples = [self._sample(fn) for _ in range(3)]
-        self.torch.cuda.synchronize()
-        return float(np.median([self._resolve(s)[0] for s in samples]))
-
-    def measure(self, fns: dict, repeats: int = 100, budget_s: float = 2.0, min_repeats: int = 3) -> dict:
-        """Interleaved samples of every callable: up to `repeats` each, fewer when that would
-        take more than `budget_s` of GPU time, never fewer than `min_repeats`."""
-        rounds = {}
-        for name, fn in fns.items():
-            est = self.estimate(fn)
-            fit = int(budget_s * 1e3 / max(est + self.flush_ms, 1e-3))
-            rounds[name] = max(min(min_repeats, repeats), min(repeats, fit, MAX_SAMPLES))
-        out = {name: GpuTiming([], []) for name in fns}
-        names = list(fns)
-        for r in range(max(rounds.values(), default=0)):
-            order = names[r % len(names):] + names[: r % len(names)]
-            pending = [(name, self._sample(fns[name])) for name in order if r < rounds[name]]
-            self.torch.cuda.synchronize()
-            for name, sample in pending:
-                gpu_ms, host_ms = self._resolve(sample)
-                out[name].samples.append(gpu_ms)
-                out[name].host.append(host_ms)
-        return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -514,7 +434,7 @@ def run_suite(workloads, suite: str, repeats: int = 100, budget_s: float = 2.0, 
     if tk is None:
         say(triton_version)
     info = device_info(torch, cupy, device)
-    timer = Timer(torch)
+    timer = Timer(torch, FLUSH_MIB, DEVICE)
     context = {
         "device": info,
         "run": {
@@ -562,91 +482,11 @@ def _versions(torch, cupy, triton_version) -> dict:
             "torch": torch.__version__, "cupy": cupy.__version__, "triton": triton_version or None}  # fmt: skip
 
 
-# ---------------------------------------------------------------------------------------------
-# report
-
-
-def _ms(rec: dict, impl: str) -> str:
-    ms = rec.get(f"{impl}_ms")
-    if ms is None:
-        return "error" if impl == "minitc" and rec.get("error") else "-"
-    spread = (rec.get("spread_pct") or {}).get(impl)
-    return f"{ms:.4g}" + (f" ±{spread / 2:.0f}%" if spread is not None else "")
-
-
-def format_table(records: list) -> str:
-    """The device line, a table (one row per workload), then errors and notes."""
-    tuned = any(r.get("minitc_template_ms") for r in records)
-    impls = ["minitc"] + (["minitc_template"] if tuned else []) + ["torch", "triton"]
-    head = ["workload"] + [f"{i.replace('_', ' ')} ms" for i in impls] + ["minitc rate", "torch rate",
-            "triton rate", "%peak", "vs torch", "vs triton", "compile s"]  # fmt: skip
-    rows = []
-    for r in records:
-        rate = r.get("rates") or {}
-        cell = (lambda x, f, s="": "-" if x is None else format(x, f) + s)  # noqa: E731
-        rows.append([r["workload"]] + [_ms(r, i) for i in impls]
-                    + [cell(rate.get(i), ".5g", " " + r["unit"]) for i in ("minitc", "torch", "triton")]
-                    + [cell(r.get("peak_pct"), ".1f", "%"), cell(r.get("vs_torch"), ".2f", "x"),
-                       cell(r.get("vs_triton"), ".2f", "x"), cell(r.get("compile_s"), ".2f")])  # fmt: skip
-    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
-
-    def line(cells):
-        return "  ".join(c.ljust(wd) if i == 0 else c.rjust(wd) for i, (c, wd) in enumerate(zip(cells, widths)))
-
-    out = []
-    if records:
-        d, run = records[0]["device"], records[0]["run"]
-        peak, dram = d.get("fp32_peak_gflops") or "?", d.get("bandwidth_gbps") or "?"
-        out.append(f"device: {d['name']} ({d['arch']}, {d['sm_count']} SMs), nominal FP32 peak {peak} GFLOP/s, "
-                   f"DRAM {dram} GB/s")  # fmt: skip
-        out.append(f"precision: {run['precision']}")
-        out.append(f"timing: {run['timing']} ({run['flush_mib']} MiB flush = {run['flush_ms']} ms)")
-    out += [line(head), "  ".join("-" * wd for wd in widths)] + [line(row) for row in rows]
-    out.append("vs torch / vs triton = library ms / minitc ms (> 1: minitc is faster); ms = median ± half the IQR; "
-               "%peak: minitc vs the nominal FP32 peak (compute) or DRAM bandwidth (memory)")  # fmt: skip
-    if records and records[0]["run"].get("triton_note"):
-        out.append(f"note: {records[0]['run']['triton_note']}")
-    for r in records:
-        if r.get("error"):
-            out.append(f"ERROR {r['workload']}: {r['error']}")
-        for note in r.get("notes") or []:
-            out.append(f"note {r['workload']}: {note}")
-        if r.get("launch_bound"):
-            out.append(f"note {r['workload']}: enqueueing {', '.join(r['launch_bound'])} took about as long as the "
-                       "L2 flush that hides it; those times may include launch overhead")  # fmt: skip
-    return "\n".join(out)
-
-
-def plot(records: list, path: str) -> None:
-    """Bars of speed relative to torch (torch = 1) per workload: minitc, its template, Triton."""
-    from .report import require_matplotlib
-
-    plt = require_matplotlib()
-    impls = [i for i in IMPLS if i != "torch" and any(r.get(f"{i}_ms") for r in records)]
-    names = [r["workload"] for r in records]
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(names) + 2), 3.6))
-    width = 0.8 / max(1, len(impls))
-    for k, impl in enumerate(impls):
-        values = [(r["torch_ms"] / r[f"{impl}_ms"]) if r.get("torch_ms") and r.get(f"{impl}_ms") else 0.0
-                  for r in records]  # fmt: skip
-        ax.bar([i + (k - (len(impls) - 1) / 2) * width for i in range(len(names))], values, width,
-               label=impl.replace("_", " "))  # fmt: skip
-    ax.axhline(1.0, color="black", linewidth=0.8, label="torch (cuBLAS/cuDNN)")
-    ax.set_xticks(range(len(names)), names, rotation=15, ha="right", fontsize=8)
-    ax.set_ylabel("speed vs torch (torch ms / ms)")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
-    if records:
-        ax.set_title(f"{records[0]['suite']} on {records[0]['device']['name']} (float32, no TF32)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def bench(suite: str, names, repeats: int, budget_s: float, tune_trials: int, json_path, plot_path, say,
           command: str | None, echo=print) -> list:
     """`python -m benchmarks --suite gpu-core ...`: run, print the table, write JSON and plot."""
     from . import report
+    from .gpu_report import format_table, plot
 
     workloads = select(suite, names)
     start = time.perf_counter()

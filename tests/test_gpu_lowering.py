@@ -242,3 +242,18 @@ def test_gemm_tiles_fill_the_gpu_and_respect_the_thread_tile():
         assert t["bm"] % t["tm"] == 0 and t["bn"] % t["tn"] == 0, (shape, t)
     small = pick_gpu_tiles(512, 512, 512)
     assert (512 // small["bm"]) * (512 // small["bn"]) >= 132  # enough blocks for every SM of an H100
+
+
+def test_full_size_gpu_spaces_lower_and_render_without_rejections():
+    """At the gpu-core shapes every sampled program fits the launch limits (threads, shared
+    memory, per-thread tiles) and renders; before the region fix for repeated reads through
+    fused loops, half the dense + gelu programs got whole-matrix per-thread tiles."""
+    from backends.cuda.codegen import render_program
+
+    X, W, b = tc.placeholder((4096, 768), name="X"), tc.placeholder((3072, 768), name="W"), tc.placeholder((3072,), name="b")
+    Xc, Wc = tc.placeholder((8, 256, 14, 14), name="X"), tc.placeholder((256, 256, 3, 3), name="W")
+    for out in (tc.ops.dense(X, W, b, activation="gelu"), tc.ops.conv2d(Xc, Wc, padding=1)):
+        space, rng = Space(out, "cuda"), np.random.default_rng(1)
+        for _ in range(20):
+            program = lower_gpu(space.sample(rng).schedule, "cuda")
+            assert "__global__" in render_program(program)

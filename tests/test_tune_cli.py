@@ -95,7 +95,7 @@ def test_show_without_records(tmp_path):
     (["tune", "conv2d", "--shape", "1,3,4,4,8,7,7"], "ShapeError"),
     (["tune", "max_pool2d", "--shape", "1,2,8,8"], "needs --kernel"),
     (["tune", "sum", "--shape", "4,4", "--axis", "x"], "--axis"),
-    (["tune", "matmul", "--shape", "8,8,8", "--target", "cuda"], "--target"),
+    (["tune", "matmul", "--shape", "8,8,8", "--target", "opencl"], "--target"),
     (["bench", "--suite", "cpu-core", "--trials", "3"], "only apply to the tuning suites"),
     (["bench", "--suite", "smoke-tune", "--strategies", "greedy"], "random, evolutionary"),
 ])  # fmt: skip

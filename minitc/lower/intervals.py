@@ -92,16 +92,37 @@ def exact_box(values: list, varying: dict):
     return box
 
 
+def _key(e):
+    """A structural key: equal for two separately built copies of `x // 12` (variables by identity)."""
+    if isinstance(e, Var):
+        return ("var", id(e))
+    if isinstance(e, Const):
+        return ("const", e.value, e.dtype)
+    return (type(e).__name__, getattr(e, "op", None), tuple(_key(c) for c in e.children()))
+
+
+def _constant_difference(a: Expr, b: Expr):
+    """a - b if it is a constant (opaque parts like `x // 12` matched by structure), else None."""
+    fa, fb = affine(a), affine(b)
+    if fa is None or fb is None:
+        return None
+    coef: dict = {}
+    for form, sign in ((fa, 1), (fb, -1)):
+        for term, c in form.coef.items():
+            k = _key(term)
+            coef[k] = coef.get(k, 0) + sign * c
+    return fa.offset - fb.offset if not any(coef.values()) else None
+
+
 def union(intervals: list):
     """Union of (lo, width) intervals whose lower bounds differ by constants: (lo, width), or
     None when two lower bounds differ by a non-constant amount."""
     base, _ = intervals[0]
     rel_lo, rel_hi = None, None
     for lo, w in intervals:
-        diff = affine(binary("sub", lo, base))
-        if diff is None or not diff.is_const():
+        d = _constant_difference(lo, base)
+        if d is None:
             return None
-        d = diff.offset
         rel_lo = d if rel_lo is None else min(rel_lo, d)
         rel_hi = d + w if rel_hi is None else max(rel_hi, d + w)
     return simplify(binary("add", base, const(rel_lo))), rel_hi - rel_lo

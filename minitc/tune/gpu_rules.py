@@ -31,6 +31,7 @@ BLOCK_SIZES = (64, 128, 256, 512, 1024)
 REDUCE_STEPS = (1, 2, 4, 8, 16, 32)
 MAX_THREADS = 1024
 MAX_REGISTER_TILE = 64
+SHARED_BYTES = 48 * 1024  # static shared memory per block
 
 
 def _within(values: tuple, budget: int) -> tuple:
@@ -48,13 +49,14 @@ def multi_level_tiling_gpu(s, out: str, anchor: str, sampler: Sampler) -> None:
     st = s.state.stage(out)
     loops = s.loops(out)
     # the output's loops: per spatial axis (block, thread, rest); the rest holds S2 x S3
-    levels, threads, regs = [], 1, 1
+    levels, threads, regs, block_extent = [], 1, 1, []
     for ref, lp in zip(loops, st.loops):
         n = lp.extent
         # only values within what is left of the thread and register budgets: legal by construction
         t = sampler.categorical(f"{out}.{lp.name}.threads", _divisors_in(n, _within(THREAD_FACTORS, MAX_THREADS // threads)))
         tile = sampler.categorical(f"{out}.{lp.name}.tile", _divisors_in(n // t, _within(REGISTER_FACTORS, MAX_REGISTER_TILE // regs)))
         threads, regs = threads * t, regs * tile
+        block_extent.append(t * tile)
         levels.append(split_levels(s, ref, (n // (t * tile), t, tile)))
     if threads > MAX_THREADS or regs > MAX_REGISTER_TILE:
         raise ScheduleError(f"GPU tiling of {out}: {threads} threads per block, {regs} accumulators per thread")
@@ -71,8 +73,10 @@ def multi_level_tiling_gpu(s, out: str, anchor: str, sampler: Sampler) -> None:
     if not reduce:
         return
     r_levels = []
-    for ref, lp in zip(reduce, [lp for lp in acc.loops if lp.reduce]):
+    extents = dict(zip(acc.axes, block_extent))  # what one block covers, per axis of the anchor
+    for ref, lp, axis in zip(reduce, [lp for lp in acc.loops if lp.reduce], acc.reduce_axes):
         step = sampler.categorical(f"{anchor}.{lp.name}.step", _divisors_in(lp.extent, REDUCE_STEPS))
+        extents[axis] = step
         inner = sampler.categorical(f"{anchor}.{lp.name}.inner", _divisors_in(step, REGISTER_FACTORS))
         r_levels.append(split_levels(s, ref, (lp.extent // step, step // inner, inner)))
     r0, r1, r2 = ([lv[k] for lv in r_levels] for k in range(3))
@@ -80,12 +84,37 @@ def multi_level_tiling_gpu(s, out: str, anchor: str, sampler: Sampler) -> None:
     if sampler.categorical(f"{anchor}.unroll", (True, False)):
         for ref in spatial:
             s.unroll(ref)
+    budget = SHARED_BYTES
     for name in list(s.state.stage(anchor).read_stages()):
-        if sampler.categorical(f"{anchor}.{name}.shared", (True, False)):
+        need = _tile_bytes(s.state.stage(anchor), name, extents)
+        fits = need is not None and need <= budget  # offer shared memory only while it fits
+        if sampler.categorical(f"{anchor}.{name}.shared", (True, False) if fits else (False,)):
+            budget -= need
             cache = s.cache_read(name, "shared", [anchor])
             s.compute_at(cache, r0[-1])
             cooperative_fetch(s, cache, (1, threads))
 
+
+
+def _tile_bytes(stage, name: str, extents: dict):
+    """Bytes of the part of `name` one block reads per reduction step, when every index of
+    every read is affine in the stage's axes (else None): per dimension, the span of the
+    index as each axis runs over `extents[axis]` values."""
+    from ..arith import affine
+    from ..dtypes import bits
+
+    reads = [r for r in stage.reads() if r.stage == name]
+    size = 1
+    for d in range(len(reads[0].indices)):
+        lo_hi = []
+        for r in reads:
+            form = affine(r.indices[d], atoms=False)
+            if form is None or any(v not in extents for v in form.coef):
+                return None
+            span = sum(abs(c) * (extents[v] - 1) for v, c in form.coef.items())
+            lo_hi.append((form.offset, form.offset + span))
+        size *= max(h for _, h in lo_hi) - min(lo for lo, _ in lo_hi) + 1
+    return size * max(1, bits(reads[0].dtype) // 8)
 
 
 def _anchor(s, out: str) -> str:

@@ -33,6 +33,7 @@ def schedule_conv2d(s, out, target, kt=8, vk=4, wt=16, vw=1, bc=8, shared=True):
             kt, vk = kt // 2, vk * 2
         else:
             wt, vw = wt // 2, vw * 2
+    bc = _fit_shared(s, out, kt * vk, wt * vw, bc) if shared else bc
     pad = _pad_stage(s, out)
     acc = s.stage_name(s.cache_write(out, "local"))
     n, k, oh, ow = s.loops(out)
@@ -58,6 +59,30 @@ def schedule_conv2d(s, out, target, kt=8, vk=4, wt=16, vw=1, bc=8, shared=True):
             cooperative_fetch(s, cache, (kt, wt))
     if pad is not None:
         s.compute_inline(pad)  # padding becomes a select in the loads (of the shared fill)
+
+
+SHARED_BYTES = 48 * 1024
+
+
+def _fit_shared(s, out: str, k_tile: int, w_tile: int, bc: int) -> int:
+    """Halve the channel step until the two shared tiles (the input window of one output row
+    segment, the weights of the block's channels) fit in a block's shared memory."""
+    attrs = s.tensor(out).op.attrs
+    (sh, sw), (dh, dw) = attrs["stride"], attrs["dilation"]
+    _, _, R, S = _weight_shape(s, out)
+    rows, cols = (R - 1) * dh + 1, (w_tile - 1) * sw + (S - 1) * dw + 1
+    while bc > 1 and 4 * bc * (rows * cols + k_tile * R * S) > SHARED_BYTES:
+        bc //= 2
+    return bc
+
+
+def _weight_shape(s, out: str) -> tuple:
+    """[K, C, R, S] of the weight: the read indexed first by the output-channel axis."""
+    st = s.state.stage(out)
+    for r in st.reads():
+        if r.indices and r.indices[0] is st.axes[1]:
+            return s.state.stage(r.stage).shape
+    raise ScheduleError(f"GPU conv2d template: {out} reads no [K, C, R, S] weight")
 
 
 @defaults("conv2d")
