@@ -403,6 +403,14 @@ static std::barrier<>* mtc_bar;
 #define __syncthreads() mtc_bar->arrive_and_wait()
 static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 static inline double __longlong_as_double(long long i) { double d; memcpy(&d, &i, 8); return d; }
+// CUDA's vector types (backends/cuda/vector.py), with their alignment; may_alias as in CUDA
+#define __align__(n) __attribute__((aligned(n)))
+struct __attribute__((may_alias, aligned(8))) float2 { float x, y; };
+struct __attribute__((may_alias, aligned(16))) float4 { float x, y, z, w; };
+struct __attribute__((may_alias, aligned(16))) double2 { double x, y; };
+static inline float2 make_float2(float x, float y) { return {x, y}; }
+static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+static inline double2 make_double2(double x, double y) { return {x, y}; }
 // every block in turn; its threads one after another, or as std::threads when there are barriers
 template <class F> static void mtc_run(const unsigned* g, const unsigned* b, int threads, F kernel) {
     unsigned n = b[0] * b[1] * b[2];
@@ -436,12 +444,12 @@ def host_source(cuda_source: str) -> str:
     return HOST_PRELUDE + cuda_source + "\n" + "\n".join(wrappers) + "\n"
 
 
-def build_host_library(cuda_source: str, directory, opt: str = "-O1"):
+def build_host_library(cuda_source: str, directory, opt: str = "-O1", flags: tuple = ()):
     cxx = shutil.which("g++") or shutil.which("clang++")
     if cxx is None:
         pytest.skip("no C++ compiler to run the generated code on the host")
     (directory / "all.cpp").write_text(host_source(cuda_source))
-    cmd = [cxx, "-std=c++20", opt, "-shared", "-fPIC", "-pthread", "-w", "-o", "all.so", "all.cpp"]
+    cmd = [cxx, "-std=c++20", opt, *flags, "-shared", "-fPIC", "-pthread", "-w", "-o", "all.so", "all.cpp"]
     done = subprocess.run(cmd, cwd=directory, capture_output=True, text=True, timeout=300)
     if done.returncode != 0 and "barrier" in done.stderr and "No such file" in done.stderr:
         pytest.skip("the host C++ library has no <barrier> (C++20)")

@@ -14,10 +14,13 @@ literals, C types and the `HELPERS` prelude are in exprs.py (the `ExprWriter` mi
 Statements (one method each, `STMT_EMITTERS`):
   bound loop   not a loop: `const int v = threadIdx.x;`, plus `if (v < extent)` only when the
                loop is shorter than the launch dimension
-  serial       `for (int v = 0; v < n; ++v)`; unrolled and vthread loops get `#pragma unroll`,
-               vectorized loops are plain loops (nvcc vectorizes nothing; they are rare on GPUs)
+  serial       `for (int v = 0; v < n; ++v)`; unrolled and vthread loops get `#pragma unroll`
+  vectorized   one float2/float4/double2 store (and vector loads) where the loop is a single
+               contiguous, aligned store (vector.py); otherwise a plain loop (nvcc vectorizes
+               nothing itself)
   Allocate     shared: one `__shared__` array at the top of the kernel, however often the
-               Allocate runs; local: a per-thread array declared where it is allocated
+               Allocate runs (`__align__(16)` if accessed as vectors); local: a per-thread
+               array declared where it is allocated
   Barrier      `__syncthreads();`
 """
 from __future__ import annotations
@@ -34,6 +37,7 @@ from minitc.lower.gpu import GpuProgram, Launch
 
 from .exprs import C_TYPES, HELPERS, INT32, ExprWriter, int_literal
 from .exprs import float_literal  # noqa: F401  (re-exported: tests import it from here)
+from .vector import VectorWriter
 
 MAX_UNROLL = 64  # beyond this, `#pragma unroll 8` (as the LLVM backend does)
 INDENT = "    "
@@ -83,9 +87,10 @@ def sanitize(name: str) -> str:
     return s
 
 
-class _LaunchWriter(ExprWriter):
+class _LaunchWriter(ExprWriter, VectorWriter):
     """Emission state for one launch: C names, loop-variable ranges and types, output lines;
-    statements here, expressions from `ExprWriter` (exprs.py)."""
+    statements here, expressions from `ExprWriter` (exprs.py), vector accesses from
+    `VectorWriter` (vector.py)."""
 
     def __init__(self, launch: Launch):
         self.launch = launch
@@ -97,6 +102,7 @@ class _LaunchWriter(ExprWriter):
         self.lines, self.depth = [], 1
         self.index_ctx = False  # emitting an address: overflow would be out of bounds anyway
         self._narrow_memo = {}
+        self.vector_shared = set()  # shared buffers read or written as float2/float4/double2
 
     # -- names and scopes ------------------------------------------------------------------------
 
@@ -167,17 +173,21 @@ class _LaunchWriter(ExprWriter):
                     )
                 if s.buffer.scope == "shared" and s.buffer not in shared:
                     shared.append(s.buffer)
-        for b in shared:  # one declaration, however often (and wherever) the Allocate runs
-            self.line(f"__shared__ {C_TYPES[b.dtype]} {self.name(b)}[{max(1, b.size)}];")
+        for b in shared:
+            self.name(b)  # named before the body, in this order
             self.buffers.add(b)
         self.emit_stmt(body)
+        decls = []  # one declaration, however often (and wherever) the Allocate runs
+        for b in shared:
+            align = "__align__(16) " if b in self.vector_shared else ""
+            decls.append(f"{INDENT}__shared__ {align}{C_TYPES[b.dtype]} {self.name(b)}[{max(1, b.size)}];")
         threads = launch.threads_per_block
         head = [
             f"// {fname}: grid {tuple(launch.grid)} x block {tuple(launch.block)} ({threads} threads), "
             f"{launch.shared_bytes} bytes of shared memory",
             f'extern "C" __global__ void __launch_bounds__({threads}) {fname}({", ".join(params)}) {{',
         ]
-        return "\n".join(head + self.lines + ["}"]) + "\n"
+        return "\n".join(head + decls + self.lines + ["}"]) + "\n"
 
     def _check_buffer(self, b):
         if b.dtype not in C_TYPES:
@@ -212,6 +222,8 @@ class _LaunchWriter(ExprWriter):
             return
         if s.kind in self.dims:
             return self.emit_bound(s)
+        if s.kind == "vectorized" and self.emit_vector(s):
+            return
         self.emit_loop(s)
 
     def emit_bound(self, s: For):

@@ -168,6 +168,11 @@ class ExprWriter:
 
     def element(self, buffer, indices, what: str) -> str:
         """`name[flat offset]`, the offset row-major and simplified (like terms merged)."""
+        return f"{self.name(buffer)}[{self.offset_text(self.flat_offset(buffer, indices, what))}]"
+
+    def flat_offset(self, buffer, indices, what: str):
+        """The row-major element offset of `buffer[indices]`, unsimplified (None for a 0-d
+        buffer), after checking that the buffer is in scope and the indices match its shape."""
         if buffer not in self.buffers:
             raise BuildError(
                 f"{what} buffer {buffer.name!r} in launch {self.launch.name!r}: it is neither a parameter of "
@@ -180,15 +185,20 @@ class ExprWriter:
             term = binary("mul", index, const(stride, index.dtype))
             flat = term if flat is None else binary("add", term, flat)
             stride *= extent
-        form = arith.affine(flat) if flat is not None else None
+        return flat
+
+    def offset_text(self, flat) -> str:
+        """C text of an offset, like terms merged, in index context (no overflow checks)."""
+        if flat is None:
+            flat = const(0)
+        form = arith.affine(flat)
         if form is not None:
             flat = form.to_expr([n for n in walk(flat) if isinstance(n, Var)])
         saved, self.index_ctx = self.index_ctx, True
         try:
-            offset = self.ev(flat if flat is not None else const(0)).text
+            return self.ev(flat).text
         finally:
             self.index_ctx = saved
-        return f"{self.name(buffer)}[{offset}]"
 
     def ev_binary(self, e: Binary) -> Code:
         op = e.op

@@ -89,6 +89,9 @@ def _np_dtype(name: str) -> np.dtype:
     return np.dtype(name)
 
 
+ALIGNMENT = 16  # bytes: a float4; CuPy and torch allocations are 256-byte aligned
+
+
 class GpuFunction:
     """A compiled GPU program, called like `minitc.Function`: `f(*inputs)` returns new outputs,
     `f(*inputs, out=...)` or `f(*inputs, *outputs)` writes into given ones. Arrays may be CuPy
@@ -237,6 +240,11 @@ class GpuFunction:
             if role == "output" and not x.flags.writeable:
                 raise LayoutError(f"output {buf.name} is read-only")
             x = cupy.asarray(x) if role == "input" else cupy.empty(x.shape, x.dtype)  # results copied back
+        elif x.data.ptr % ALIGNMENT:  # vectorized (float4) accesses assume aligned buffers
+            raise LayoutError(
+                f"{role} {buf.name} starts at an address that is not {ALIGNMENT}-byte aligned (a view into another "
+                "array?); pass a fresh copy (.copy())"
+            )
         return x, on_device
 
     def _check_overlap(self, inputs: list, outputs: list) -> None:

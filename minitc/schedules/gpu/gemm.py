@@ -9,7 +9,7 @@
                 barrier()
                 for ki in range(bk): for i in unrolled(tm): for j in unrolled(tn):
                     acc[i, j] += A_shared[ty*tm + i, ki] * B_shared[ki, tx*tn + j]
-            for i, j: out[...] = epilogue(acc[i, j])        # copy-out / bias + activation
+            for i: for j in vectorized(tn): out[...] = epilogue(acc[i, j])   # float4 stores
 
 Each block reads a bm x bk and a bk x bn tile once from global memory and each thread reuses
 every value it loads from shared memory tn (or tm) times from registers, which is what moves a
@@ -54,6 +54,8 @@ def gemm_gpu(s, out: str, acc: str, target, *, bm, bn, tm, tn, bk, shared=True):
     s.bind(jo, "blockIdx.x")
     s.bind(ty, "threadIdx.y")
     s.bind(tx, "threadIdx.x")
+    if tn in (2, 4):
+        s.vectorize(j_reg)  # the copy-out writes float2/float4 rows where they are aligned
     s.compute_at(acc, tx)
     *_, ai, aj, ak = s.loops(acc)
     ko, ki = s.split(ak, factor=bk)
