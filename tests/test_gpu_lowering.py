@@ -257,3 +257,12 @@ def test_full_size_gpu_spaces_lower_and_render_without_rejections():
         for _ in range(20):
             program = lower_gpu(space.sample(rng).schedule, "cuda")
             assert "__global__" in render_program(program)
+
+
+def test_the_gpu_example_runs(capsys):
+    import runpy
+    from pathlib import Path
+
+    runpy.run_path(str(Path(__file__).parent.parent / "examples" / "gpu_matmul.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "__syncthreads()" in out and "float4" in out and "the simulator agrees with numpy" in out
