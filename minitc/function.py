@@ -43,10 +43,70 @@ def _as_array(x, buf, role: str) -> np.ndarray:
     return x
 
 
-class Function:
-    """A compiled kernel. Call it as `f(*inputs)` (outputs are allocated and returned) or
-    `f(*inputs, out=...)` / `f(*inputs, *outputs)` to write into existing arrays. Inputs may be
-    numpy arrays or contiguous CPU torch tensors; torch inputs give torch outputs."""
+def split_arguments(kernel: Kernel, args: tuple, out) -> tuple:
+    """(inputs, given outputs or None) of a call written `f(*inputs)`, `f(*inputs, *outputs)`
+    or `f(*inputs, out=...)`, after checking how many arrays there are."""
+    n_in, n_out = kernel.num_inputs, len(kernel.outputs)
+    if out is None and len(args) == n_in + n_out:
+        args, out = args[:n_in], args[n_in:]
+    if len(args) != n_in:
+        names = ", ".join(b.name for b in kernel.inputs)
+        raise ShapeError(f"{kernel.name} takes {n_in} input(s) ({names}), got {len(args)}")
+    if out is None:
+        return args, None
+    given = list(out) if isinstance(out, (list, tuple)) else [out]
+    if len(given) != n_out:
+        raise ShapeError(f"{kernel.name} has {n_out} output(s), got {len(given)} in out=")
+    return args, given
+
+
+class HostCallable:
+    """The calling conventions of a kernel run on host arrays: `f(*inputs)` allocates and
+    returns the outputs, `f(*inputs, out=...)` / `f(*inputs, *outputs)` writes into existing
+    arrays. Inputs may be numpy arrays or contiguous CPU torch tensors; torch inputs give torch
+    outputs. Subclasses set `self.kernel` and define `_run(arrays)`."""
+
+    kernel: Kernel
+
+    def _new_output(self, buf):
+        return np.empty(buf.shape, buf.dtype)
+
+    def _run(self, arrays: list) -> None:
+        raise NotImplementedError
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name
+
+    def __call__(self, *args, out=None):
+        k = self.kernel
+        args, given = split_arguments(k, args, out)
+        use_torch = any(_is_torch(a) for a in args)
+        inputs = [_as_array(a, b, "input") for a, b in zip(args, k.inputs)]
+        if given is None:
+            outputs = [self._new_output(b) for b in k.outputs]
+        else:
+            outputs = [_as_array(o, b, "output") for o, b in zip(given, k.outputs)]
+            for o, b in zip(outputs, k.outputs):
+                if not o.flags.writeable:
+                    raise LayoutError(f"output {b.name} is read-only")
+                for i, ib in zip(inputs, k.inputs):
+                    if np.may_share_memory(o, i):
+                        raise LayoutError(f"output {b.name} overlaps input {ib.name}; kernels assume no aliasing")
+        self._run(inputs + outputs)
+        if given is not None:
+            result = given
+        elif use_torch:
+            import torch
+
+            result = [torch.from_numpy(o) for o in outputs]
+        else:
+            result = outputs
+        return result[0] if len(result) == 1 else tuple(result)
+
+
+class Function(HostCallable):
+    """A kernel compiled for the CPU (see HostCallable for how to call it)."""
 
     def __init__(self, kernel: Kernel, compiled):
         self.kernel = kernel
@@ -62,44 +122,8 @@ class Function:
     def asm(self) -> str:
         return self.compiled.asm
 
-    @property
-    def name(self) -> str:
-        return self.kernel.name
-
-    def __call__(self, *args, out=None):
-        k = self.kernel
-        n_in, n_out = k.num_inputs, len(k.outputs)
-        if out is None and len(args) == n_in + n_out:
-            args, out = args[:n_in], args[n_in:]
-        if len(args) != n_in:
-            names = ", ".join(b.name for b in k.inputs)
-            raise ShapeError(f"{k.name} takes {n_in} input(s) ({names}), got {len(args)}")
-        use_torch = any(_is_torch(a) for a in args)
-        inputs = [_as_array(a, b, "input") for a, b in zip(args, k.inputs)]
-        if out is None:
-            outputs = [np.empty(b.shape, b.dtype) for b in k.outputs]
-            given = None
-        else:
-            given = list(out) if isinstance(out, (list, tuple)) else [out]
-            if len(given) != n_out:
-                raise ShapeError(f"{k.name} has {n_out} output(s), got {len(given)} in out=")
-            outputs = [_as_array(o, b, "output") for o, b in zip(given, k.outputs)]
-            for o, b in zip(outputs, k.outputs):
-                if not o.flags.writeable:
-                    raise LayoutError(f"output {b.name} is read-only")
-                for i, ib in zip(inputs, k.inputs):
-                    if np.may_share_memory(o, i):
-                        raise LayoutError(f"output {b.name} overlaps input {ib.name}; kernels assume no aliasing")
-        self._cfunc(*[a.__array_interface__["data"][0] for a in inputs + outputs])
-        if given is not None:
-            result = given
-        elif use_torch:
-            import torch
-
-            result = [torch.from_numpy(o) for o in outputs]
-        else:
-            result = outputs
-        return result[0] if len(result) == 1 else tuple(result)
+    def _run(self, arrays: list) -> None:
+        self._cfunc(*[a.__array_interface__["data"][0] for a in arrays])
 
     def __repr__(self):
         return f"<minitc.Function {self.kernel.name}({', '.join(b.name for b in self.kernel.params)})>"

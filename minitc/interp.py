@@ -380,7 +380,9 @@ def _sigmoid(x):
 
 
 def _erf(x):
-    return x.dtype.type(math.erf(x))
+    if np.ndim(x) == 0:
+        return x.dtype.type(math.erf(x))
+    return np.array([math.erf(v) for v in x.tolist()], np.float64).astype(x.dtype)  # lanes of the GPU simulator
 
 
 INTRINSIC_FNS = {

@@ -13,9 +13,10 @@ from lm.language import GpuHardware, Hardware, Sentence, SentenceError, Sentence
 from lm.model import LMError, ModelConfig, TensorLM
 from lm.pipeline import SHIPPED, load_model
 from lm.tokenizer import CUDA_ARCHS, GPU_KEYWORDS, Tokenizer, cpu_vocab, default_vocab, gpu_tokens
-from minitc.errors import ScheduleError
 from minitc.tune import gpu_rules
 from minitc.tune.space import CANDIDATES, Space
+
+from lm_helpers import check_domain, check_round_trip, draw, where
 
 OPS = sorted(tc.ops.OPS)
 SPACES_PER_OP, SAMPLES_PER_OP_SPACE = 2, 10  # 500 programs over every op
@@ -47,22 +48,6 @@ WORKLOADS = {
 }
 
 
-def _typed(values) -> list:
-    return [(type(v).__name__, v) for v in values]
-
-
-def _draw(space, rng, n, sketch=None) -> list:
-    out, tries = [], 0
-    while len(out) < n:
-        tries += 1
-        assert tries < 10 * n, f"{space.out}: too many illegal draws"
-        try:
-            out.append(space.sample(rng, sketch=sketch) if sketch else space.sample(rng))
-        except ScheduleError:
-            continue
-    return out
-
-
 @pytest.fixture(scope="module")
 def hw():
     return hardware("cuda")
@@ -79,7 +64,7 @@ def workload_samples():
     out = {}
     for name, make in WORKLOADS.items():
         space = Space(make(), "cuda")
-        out[name] = (space, _draw(space, rng, SAMPLES_PER_WORKLOAD))
+        out[name] = (space, draw(space, rng, SAMPLES_PER_WORKLOAD))
     return out
 
 
@@ -90,7 +75,7 @@ def op_samples():
     for name in OPS:
         for _ in range(SPACES_PER_OP):
             space = Space(tc.ops.OPS[name].instantiate("small", rng).output, "cuda-sim")
-            out.append((space, _draw(space, rng, SAMPLES_PER_OP_SPACE)))
+            out.append((space, draw(space, rng, SAMPLES_PER_OP_SPACE)))
     return out
 
 
@@ -145,18 +130,6 @@ def test_writer_needs_the_line_of_its_space(hw):
 # -- 2. round trips --------------------------------------------------------------------------------
 
 
-def _check_round_trip(space, c, hw) -> None:
-    s = sentence(space, hw, c.decisions)
-    text = str(s)
-    again = parse(text)
-    assert again == s, text
-    assert str(again) == text
-    assert [type(v) for v in again.values] == [type(v) for v in s.values], text
-    values = space_values(space, again)
-    assert _typed(values) == _typed(c.values), text
-    assert space.replay(values).key == c.key, text
-
-
 @pytest.mark.parametrize("name", list(WORKLOADS))
 def test_gpu_sentences_round_trip(workload_samples, hw, name):
     space, candidates = workload_samples[name]
@@ -165,7 +138,7 @@ def test_gpu_sentences_round_trip(workload_samples, hw, name):
     assert prompt.hardware == hw and prompt.prompt().endswith("\n=>")
     assert parse(str(prompt)) == prompt
     for c in candidates:
-        _check_round_trip(space, c, hw)
+        check_round_trip(space, c, hw)
         assert sentence(space, hw, c.decisions).prompt() == prompt.prompt()
     sketches = {c.sketch for c in candidates}
     assert sketches == set(space.sketches), sketches  # the GPU templates and the GPU rules
@@ -187,7 +160,7 @@ def test_gpu_skeletons_and_labels(workload_samples, hw):
 def test_op_gpu_sentences_round_trip(op_samples, hw):
     for space, candidates in op_samples:
         for c in candidates:
-            _check_round_trip(space, c, hw)
+            check_round_trip(space, c, hw)
 
 
 def test_gpu_sentence_is_not_a_cpu_program(workload_samples, hw):
@@ -198,7 +171,7 @@ def test_gpu_sentence_is_not_a_cpu_program(workload_samples, hw):
     for c in candidates[:10]:
         with pytest.raises(SentenceError):
             space_values(cpu_space, parse(str(sentence(gpu_space, hw, c.decisions))))
-    for c in _draw(cpu_space, np.random.default_rng(0), 10):
+    for c in draw(cpu_space, np.random.default_rng(0), 10):
         with pytest.raises(SentenceError):
             space_values(gpu_space, parse(str(sentence(cpu_space, cpu_hw, c.decisions))))
 
@@ -211,11 +184,6 @@ def generic_text(workload_samples, hw):
     space, candidates = workload_samples["matmul"]
     c = next(c for c in candidates if c.sketch == "generic")
     return str(sentence(space, hw, c.decisions))
-
-
-def _where(text: str, index: int) -> str:
-    line = text.count("\n", 0, index) + 1
-    return f"line {line}, column {index - text.rfind(chr(10), 0, index)}"
 
 
 @pytest.mark.parametrize(
@@ -237,7 +205,7 @@ def test_malformed_gpu_sentences_name_position_and_expected_tokens(generic_text,
     if at is None:
         assert f"malformed sentence at line {bad.count(chr(10)) + 1}, column" in message, message
     else:
-        assert f"malformed sentence at {_where(bad, at(bad))}" in message, message
+        assert f"malformed sentence at {where(bad, at(bad))}" in message, message
     assert f"got {got}," in message, message
     listed = message.split("expected one of: ")[1].split(", ")
     assert all(e in listed for e in expected), message
@@ -259,22 +227,6 @@ def test_out_of_range_gpu_values_are_rejected(workload_samples, hw):
 # -- 4. the vocabulary -----------------------------------------------------------------------------
 
 
-def _detokenize(tokens: list) -> str:
-    return " ".join(tokens).replace(" ##", "")
-
-
-def _check_domain(tok, domain) -> int:
-    values = list(domain)
-    sequences = [tuple(tok.value_ids(v)) for v in values]
-    assert len(set(sequences)) == len(sequences), f"two values of {domain} share tokens"
-    for v, seq in zip(values, sequences):
-        assert tok.unk not in seq, v
-        assert seq[-1] == tok.end and tok.end not in seq[:-1], v
-    text = _TINY_PROMPT + " ".join(f"v = {_detokenize(tok.decode(seq))}" for seq in sequences)
-    assert _typed(parse(text).values) == _typed(values)
-    return len(values)
-
-
 def test_every_legal_gpu_value_and_label_has_tokens(op_samples, workload_samples, tok, hw):
     domains, checked = {}, 0
     for space, candidates in op_samples + list(workload_samples.values()):
@@ -294,7 +246,7 @@ def test_every_legal_gpu_value_and_label_has_tokens(op_samples, workload_samples
         domains.setdefault(tuple(values), None)
     for name in ("bm", "bn", "tm", "tn", "bk", "kt", "vk", "wt", "vw", "bc"):
         domains.setdefault(tuple(CANDIDATES[name]), None)
-    assert len(domains) > 20 and sum(_check_domain(tok, domain) for domain in domains) >= 80
+    assert len(domains) > 20 and sum(check_domain(tok, "categorical", domain, _TINY_PROMPT) for domain in domains) >= 80
 
 
 def test_gpu_tokens_are_appended_after_the_cpu_vocabulary(tok):
@@ -321,7 +273,7 @@ def test_shipped_checkpoint_keeps_its_token_ids(shipped, tok):
     # a CPU sentence has the same ids under the shipped and the extended vocabulary
     space = Space(WORKLOADS["conv2d-pad"](), "llvm")
     cpu_hw = hardware("llvm", measured={"gflops": 200.0, "gbps": 30.0})
-    for c in _draw(space, np.random.default_rng(4), 8):
+    for c in draw(space, np.random.default_rng(4), 8):
         s = sentence(space, cpu_hw, c.decisions)
         assert shipped_tok.encode(s) == tok.encode(s)
         assert shipped_tok.unk not in shipped_tok.encode(s)[0]
@@ -372,6 +324,6 @@ def test_a_gpu_vocabulary_model_decodes_legal_gpu_programs(workload_samples, tok
             assert len(candidates) == 16 and failures == 0, (name, failures)
             for c in candidates:
                 assert space.replay(c.values).key == c.key
-                _check_round_trip(space, c, hw)
+                check_round_trip(space, c, hw)
     finally:
         torch.set_num_threads(threads)

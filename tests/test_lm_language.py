@@ -16,30 +16,14 @@ from minitc.errors import ScheduleError
 from minitc.tune.space import Space
 from minitc.tune.workload import workload_key
 
+from lm_helpers import check_domain, check_round_trip, draw, where
+
 OPS = sorted(tc.ops.OPS)
 WORKLOADS = {**TRAINING, **HELD_OUT}
 SPACES_PER_OP, SAMPLES_PER_OP_SPACE, SAMPLES_PER_WORKLOAD = 3, 16, 20  # 1200 + 860 programs
 DECODE_OPS = ["matmul", "batch_matmul", "dense", "conv2d", "depthwise_conv2d", "max_pool2d", "avg_pool2d",
               "softmax", "layer_norm", "sum", "add", "bias_add"]  # fmt: skip
 DECODE_PER_OP = 90  # ~1000 decoded programs in all
-
-
-def _typed(values) -> list:
-    """Values with their types: `True == 1` must not hide a bool/int mix-up."""
-    return [(type(v).__name__, v) for v in values]
-
-
-def _draw(space, rng, n) -> list:
-    """n random legal candidates of `space` (an illegal draw is drawn again, as the tuner does)."""
-    out, tries = [], 0
-    while len(out) < n:
-        tries += 1
-        assert tries < 10 * n, f"{space.out}: too many illegal draws"
-        try:
-            out.append(space.sample(rng))
-        except ScheduleError:
-            continue
-    return out
 
 
 # -- shared set-up ---------------------------------------------------------------------------------
@@ -65,7 +49,7 @@ def op_samples():
         out[name] = []
         for _ in range(SPACES_PER_OP):
             space = Space(tc.ops.OPS[name].instantiate("small", rng).output, "llvm")
-            out[name].append((space, _draw(space, rng, SAMPLES_PER_OP_SPACE)))
+            out[name].append((space, draw(space, rng, SAMPLES_PER_OP_SPACE)))
     return out
 
 
@@ -76,7 +60,7 @@ def workload_samples():
     out = {}
     for name, make in WORKLOADS.items():
         space = Space(make(), "llvm")
-        out[name] = (space, _draw(space, rng, SAMPLES_PER_WORKLOAD))
+        out[name] = (space, draw(space, rng, SAMPLES_PER_WORKLOAD))
     return out
 
 
@@ -89,18 +73,6 @@ def _all_samples(op_samples, workload_samples):
 # -- 1. grammar round trip -------------------------------------------------------------------------
 
 
-def _check_round_trip(space, c, hw) -> None:
-    s = sentence(space, hw, c.decisions)
-    text = str(s)
-    again = parse(text)
-    assert again == s, text
-    assert str(again) == text
-    assert [type(v) for v in again.values] == [type(v) for v in s.values], text
-    values = space_values(space, again)
-    assert _typed(values) == _typed(c.values), text
-    assert space.replay(values).key == c.key, text
-
-
 def test_op_sentences_round_trip(op_samples, hw):
     checked = 0
     for name in OPS:
@@ -110,7 +82,7 @@ def test_op_sentences_round_trip(op_samples, hw):
             assert str(prompt).strip() == prompt.prompt()
             assert parse(str(prompt)) == prompt  # a prompt alone is a sentence with no decisions
             for c in candidates:
-                _check_round_trip(space, c, hw)
+                check_round_trip(space, c, hw)
                 assert sentence(space, hw, c.decisions).prompt() == prompt.prompt()
                 checked += 1
     assert checked == len(OPS) * SPACES_PER_OP * SAMPLES_PER_OP_SPACE
@@ -125,7 +97,7 @@ def test_workload_sentences_round_trip(workload_samples, hw, group):
     for name in names:
         space, candidates = workload_samples[name]
         for c in candidates:
-            _check_round_trip(space, c, hw)
+            check_round_trip(space, c, hw)
 
 
 def test_sentences_do_not_depend_on_user_names(hw):
@@ -145,7 +117,7 @@ def test_sentences_do_not_depend_on_user_names(hw):
 
     first, second = one(), two()
     rng = np.random.default_rng(1)
-    for c in _draw(first, rng, 40):
+    for c in draw(first, rng, 40):
         text = str(sentence(first, hw, c.decisions))
         again = second.replay(space_values(second, parse(text)))
         assert str(sentence(second, hw, again.decisions)) == text
@@ -171,11 +143,6 @@ def matmul_text(workload_samples, hw):
     return str(sentence(space, hw, c.decisions))
 
 
-def _where(text: str, index: int) -> str:
-    line = text.count("\n", 0, index) + 1
-    return f"line {line}, column {index - text.rfind(chr(10), 0, index)}"
-
-
 @pytest.mark.parametrize(
     "case, edit, at, got, expected",
     [
@@ -195,7 +162,7 @@ def test_malformed_sentences_name_line_column_and_expected_tokens(matmul_text, c
     if at is None:  # at the end of the text: lark names the last token's line
         assert f"malformed sentence at line {bad.count(chr(10)) + 1}, column" in message, message
     else:  # at the first character where the text stops being a sentence
-        assert f"malformed sentence at {_where(bad, at(bad))}" in message, message
+        assert f"malformed sentence at {where(bad, at(bad))}" in message, message
     assert f"got {got}," in message, message
     listed = message.split("expected one of: ")[1].split(", ")
     assert all(e in listed for e in expected), message
@@ -270,29 +237,8 @@ def test_bool_is_not_an_int_decision(workload_samples, hw):
 # -- 3. tokenizer coverage -------------------------------------------------------------------------
 
 
-def _detokenize(tokens: list) -> str:
-    return " ".join(tokens).replace(" ##", "")
-
-
 _TINY_PROMPT = ("workload stage input float32 [1] hardware llvm znver2 cores 1 simd 8 l1 1 l2 1 l3 1 "
                 "gflops 1 gbps 1 space generic =>\n")  # fmt: skip
-
-
-def _check_domain(tok, kind, domain) -> int:
-    """Every value of a slot's domain: tokens with no <unk>, back to the same value through the
-    grammar, and a token sequence no other value of the slot shares."""
-    values = [Loc(i) for i in range(len(domain))] if kind == "location" else list(domain)
-    sequences = [tuple(tok.value_ids(v)) for v in values]
-    assert len(set(sequences)) == len(sequences), f"two values of {kind} domain {domain[:8]}... share tokens"
-    for v, seq in zip(values, sequences):
-        assert tok.unk not in seq, v
-        assert seq[-1] == tok.end and tok.end not in seq[:-1], v
-        assert tok.decode(seq) == tok.value_tokens(v)
-    # the decoder's inverse: written tokens -> text -> parsed value
-    text = _TINY_PROMPT + " ".join(f"v = {_detokenize(tok.decode(seq))}" for seq in sequences)
-    parsed = parse(text).values
-    assert _typed(parsed) == _typed(values)
-    return len(values)
 
 
 def test_every_legal_value_of_every_slot_has_tokens(op_samples, workload_samples, tok):
@@ -302,7 +248,7 @@ def test_every_legal_value_of_every_slot_has_tokens(op_samples, workload_samples
             for d in c.decisions:
                 domains.setdefault((d.kind, d.domain), None)
     assert {kind for kind, _ in domains} == {"tile", "categorical", "location"}
-    checked = sum(_check_domain(tok, kind, domain) for kind, domain in domains)
+    checked = sum(check_domain(tok, kind, domain, _TINY_PROMPT) for kind, domain in domains)
     assert checked > 1000
 
 

@@ -14,13 +14,13 @@ Kernels are launched on CuPy's current stream, or torch's current stream for tor
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import re
 
 import numpy as np
 
 from minitc.errors import BuildError, DTypeError, LayoutError, ShapeError
+from minitc.function import _is_torch, _np_dtype, split_arguments
 from minitc.lower.gpu import GpuProgram
 
 from .codegen import render_program, sanitize
@@ -78,15 +78,6 @@ def _compile_error(e: Exception, source: str, program) -> BuildError:
     if quoted:
         text += "\nat:\n" + "\n".join(quoted[:5])
     return BuildError(text)
-
-
-def _is_torch(x) -> bool:
-    return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
-
-
-@functools.lru_cache(maxsize=None)
-def _np_dtype(name: str) -> np.dtype:
-    return np.dtype(name)
 
 
 ALIGNMENT = 16  # bytes: a float4; CuPy and torch allocations are 256-byte aligned
@@ -190,17 +181,7 @@ class GpuFunction:
 
     def _arguments(self, cupy, args, out):
         k = self.kernel
-        n_in, n_out = k.num_inputs, len(k.outputs)
-        if out is None and len(args) == n_in + n_out:
-            args, out = args[:n_in], args[n_in:]
-        if len(args) != n_in:
-            names = ", ".join(b.name for b in k.inputs)
-            raise ShapeError(f"{k.name} takes {n_in} input(s) ({names}), got {len(args)}")
-        given = None
-        if out is not None:
-            given = list(out) if isinstance(out, (list, tuple)) else [out]
-            if len(given) != n_out:
-                raise ShapeError(f"{k.name} has {n_out} output(s), got {len(given)} in out=")
+        args, given = split_arguments(k, args, out)
         self._current = cupy.cuda.Device().id  # arrays must live on the device the kernels run on
         converted = [self._device_array(cupy, a, b, "input") for a, b in zip(args, k.inputs)]
         inputs = [c[0] for c in converted]

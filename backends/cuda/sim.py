@@ -24,8 +24,8 @@ from __future__ import annotations
 import numpy as np
 
 from minitc import dtypes
-from minitc.errors import IRError, LayoutError, RaceError, ShapeError
-from minitc.function import _as_array, _is_torch
+from minitc.errors import IRError, RaceError
+from minitc.function import HostCallable
 from minitc.interp import BOOL_SENTINEL, INT_SENTINEL
 from minitc.ir import GPU_TAGS, Allocate, Barrier, For, IfThenElse, Seq, Store, walk_stmts
 
@@ -40,11 +40,12 @@ def _fill(dtype: str):
     return np.nan if dtypes.is_float(dtype) else BOOL_SENTINEL if dtype == dtypes.BOOL else INT_SENTINEL
 
 
-class SimFunction:
+class SimFunction(HostCallable):
     """A GpuProgram as a callable, run by the simulator. Call it like a `tc.Function`:
-    `f(*inputs)` returns new outputs, `f(*inputs, out=...)` or `f(*inputs, *outputs)` writes in
-    place; numpy arrays or contiguous CPU torch tensors. `check_races=False` skips the race
-    detector (2-3x faster); bounds and barriers are always checked."""
+    `f(*inputs)` returns new outputs (nan-filled before the run, so elements nobody writes show),
+    `f(*inputs, out=...)` or `f(*inputs, *outputs)` writes in place; numpy arrays or contiguous
+    CPU torch tensors. `check_races=False` skips the race detector (2-3x faster); bounds and
+    barriers are always checked."""
 
     def __init__(self, program, check_races: bool = True):
         self.program = program
@@ -52,44 +53,11 @@ class SimFunction:
         self.check_races = check_races
         self._launches = [_Launch(launch, program.buffers, check_races) for launch in program.launches]
 
-    @property
-    def name(self) -> str:
-        return self.kernel.name
+    def _new_output(self, buf):
+        return np.full(buf.shape, _fill(buf.dtype), buf.dtype)
 
-    def __call__(self, *args, out=None):
-        k = self.kernel
-        n_in, n_out = k.num_inputs, len(k.outputs)
-        if out is None and len(args) == n_in + n_out:
-            args, out = args[:n_in], args[n_in:]
-        if len(args) != n_in:
-            names = ", ".join(b.name for b in k.inputs)
-            raise ShapeError(f"{k.name} takes {n_in} input(s) ({names}), got {len(args)}")
-        use_torch = any(_is_torch(a) for a in args)
-        inputs = [_as_array(a, b, "input") for a, b in zip(args, k.inputs)]
-        if out is None:
-            outputs = [np.full(b.shape, _fill(b.dtype), b.dtype) for b in k.outputs]  # unwritten: nan
-            given = None
-        else:
-            given = list(out) if isinstance(out, (list, tuple)) else [out]
-            if len(given) != n_out:
-                raise ShapeError(f"{k.name} has {n_out} output(s), got {len(given)} in out=")
-            outputs = [_as_array(o, b, "output") for o, b in zip(given, k.outputs)]
-            for o, b in zip(outputs, k.outputs):
-                if not o.flags.writeable:
-                    raise LayoutError(f"output {b.name} is read-only")
-                for i, ib in zip(inputs, k.inputs):
-                    if np.may_share_memory(o, i):
-                        raise LayoutError(f"output {b.name} overlaps input {ib.name}; kernels assume no aliasing")
-        self.run(inputs + outputs)
-        if given is not None:
-            result = given
-        elif use_torch:
-            import torch
-
-            result = [torch.from_numpy(o) for o in outputs]
-        else:
-            result = outputs
-        return result[0] if len(result) == 1 else tuple(result)
+    def _run(self, arrays: list) -> None:
+        self.run(arrays)
 
     def run(self, arrays: list) -> None:
         """Run every launch on checked, C-contiguous arrays (kernel params in order)."""

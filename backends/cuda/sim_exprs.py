@@ -7,7 +7,6 @@ only on the lanes that take it.
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
@@ -174,14 +173,8 @@ def _compile_cast(e: Cast, ctx: Context):
     return cast
 
 
-def _erf(x):
-    if np.ndim(x) == 0:
-        return x.dtype.type(math.erf(x))
-    return np.array([math.erf(v) for v in x.tolist()], np.float64).astype(x.dtype)  # as interp does
-
-
 def _compile_call(e: Call, ctx: Context):
-    fn = _erf if e.name == "erf" else INTRINSIC_FNS.get(e.name)
+    fn = INTRINSIC_FNS.get(e.name)
     if fn is None:
         raise IRError(f"unknown intrinsic {e.name!r}")
     if len(e.args) != 1:

@@ -211,6 +211,8 @@ class LocalRunner:
     """Runs built candidates one at a time in a separate process. A candidate that crashes the
     process or runs past `timeout` seconds is recorded as an error and the process restarted."""
 
+    CRASHES: tuple = (WorkerCrashed,)  # worker failures recorded as the candidate's error
+
     def __init__(self, timeout: float = 10.0, repeats: int = 5, min_repeat_ms: float = 20.0, threads: int | None = None):
         self.timeout, self.repeats, self.min_repeat_ms = timeout, repeats, min_repeat_ms
         self.threads = threads
@@ -220,6 +222,12 @@ class LocalRunner:
     def fresh(self, repeats: int) -> LocalRunner:
         """A new runner like this one, for the final re-measurement."""
         return LocalRunner(self.timeout, repeats, self.min_repeat_ms, self.threads)
+
+    def _call(self, b: BuildResult):
+        """Measure one built candidate in the worker: ("ok", (latencies, kernel s)) or ("error", why)."""
+        return self._worker.call(
+            "run", b.symbol, b.object_code, b.num_params, self.repeats, self.min_repeat_ms, timeout=self.timeout
+        )
 
     def _setup(self, task: Task) -> None:
         from backends.llvm.runtime import get_num_threads
@@ -238,13 +246,11 @@ class LocalRunner:
             try:
                 if self._task is not task or self._worker.proc is None:
                     self._setup(task)
-                status, value = self._worker.call(
-                    "run", b.symbol, b.object_code, b.num_params, self.repeats, self.min_repeat_ms, timeout=self.timeout
-                )
+                status, value = self._call(b)
             except WorkerTimeout:
                 status, value = "error", f"timeout: no result within {self.timeout:.1f} s"
                 self._task = None
-            except WorkerCrashed as e:
+            except self.CRASHES as e:
                 status, value = "error", f"crash: the kernel killed the measurement process: {e}"
                 self._task = None
             run_s = time.perf_counter() - start

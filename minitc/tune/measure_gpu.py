@@ -13,8 +13,8 @@ import time
 import numpy as np
 
 from ..errors import MinitcError
-from .measure import BuildResult, MeasureResult
-from .worker import Worker, WorkerCrashed, WorkerTimeout
+from .measure import BuildResult, LocalRunner
+from .worker import WorkerCrashed
 
 
 def build_gpu_candidate(outputs, args, target: str, trace: str) -> BuildResult:
@@ -81,45 +81,24 @@ def gpu_runner_run(outputs, args, trace: str, repeats: int, min_repeat_ms: float
     return ("ok", (latencies, once + sum(latencies) * number / 1e3))
 
 
-class GpuRunner:
-    """Runs built GPU candidates one at a time in a separate process (like LocalRunner)."""
+class GpuRunner(LocalRunner):
+    """Runs built GPU candidates one at a time in a separate process (see LocalRunner). A
+    failure inside the worker (a CUDA error, a missing CuPy) is recorded as the candidate's."""
+
+    CRASHES = (WorkerCrashed, MinitcError)
 
     def __init__(self, timeout: float = 30.0, repeats: int = 5, min_repeat_ms: float = 20.0, target: str = "cuda"):
-        self.timeout, self.repeats, self.min_repeat_ms, self.target = timeout, repeats, min_repeat_ms, target
-        self._worker = Worker()
-        self._task = None
+        super().__init__(timeout, repeats, min_repeat_ms)
+        self.target = target
 
     def fresh(self, repeats: int) -> GpuRunner:
         return GpuRunner(self.timeout, repeats, self.min_repeat_ms, self.target)
 
-    def run(self, task, built: list) -> list:
-        results = []
-        for b in built:
-            if b.error is not None:
-                results.append(MeasureResult(b.trace, error=b.error, build_s=b.seconds))
-                continue
-            start = time.perf_counter()
-            try:
-                if self._task is not task or self._worker.proc is None:
-                    self._worker.call("gpu_setup", task.inputs, task.expected, task.rtol, self.target, timeout=120)
-                    self._task = task
-                status, value = self._worker.call(
-                    "gpu_run", task.outputs, task.args, b.trace, self.repeats, self.min_repeat_ms, timeout=self.timeout
-                )
-            except WorkerTimeout:
-                status, value = "error", f"timeout: no result within {self.timeout:.1f} s"
-                self._task = None
-            except (WorkerCrashed, MinitcError) as e:
-                status, value = "error", f"crash: the kernel killed the measurement process: {e}"
-                self._task = None
-            run_s = time.perf_counter() - start
-            if status == "ok":
-                latencies, kernel_s = value
-                results.append(MeasureResult(b.trace, latencies, None, b.seconds, run_s, kernel_s))
-            else:
-                results.append(MeasureResult(b.trace, error=value, build_s=b.seconds, run_s=run_s))
-        return results
+    def _setup(self, task) -> None:
+        self._worker.call("gpu_setup", task.inputs, task.expected, task.rtol, self.target, timeout=120)
+        self._task = task
 
-    def close(self) -> None:
-        self._worker.close()
-        self._task = None
+    def _call(self, b):
+        return self._worker.call(
+            "gpu_run", self._task.outputs, self._task.args, b.trace, self.repeats, self.min_repeat_ms, timeout=self.timeout
+        )
