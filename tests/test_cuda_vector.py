@@ -24,7 +24,7 @@ from minitc.driver import lower_gpu
 from minitc.expr import Var, const
 from minitc.ir import Allocate, Barrier, Buffer, For, Kernel, Load, Store, seq
 from minitc.lower.gpu import GpuProgram, plan_launches
-from test_cuda_codegen import _cupy_usable, build_host_library, find_nvcc, find_nvrtc, nvrtc_compile, run_on_host
+from cuda_tools import build_host_library, cupy_usable, find_nvcc, find_nvrtc, nvrtc_compile, run_on_host
 
 RNG = np.random.default_rng(7)
 
@@ -398,7 +398,7 @@ def test_simulator_matches_numpy(name):
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not _cupy_usable(), reason="needs CuPy and a CUDA GPU")
+@pytest.mark.skipif(not cupy_usable(), reason="needs CuPy and a CUDA GPU")
 @pytest.mark.parametrize("name", sorted(ALL))
 def test_runs_on_the_gpu(cases, name):
     import cupy
