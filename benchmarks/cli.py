@@ -8,7 +8,7 @@ import time
 
 import click
 
-from .gpu_core import GPU_SUITES
+from .gpu_workloads import GPU_SUITES
 from .tuning import STRATEGIES, TUNE_SUITES
 from .workloads import SUITES
 
@@ -175,7 +175,7 @@ def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, wa
 def bench_gpu(ctx, suite, workloads, repeats, budget_s, tune_trials, json_path, plot_path, quiet) -> None:
     """`--suite gpu-core` and `gpu-smoke` (benchmarks/gpu_core.py); without a usable GPU: one
     line naming what is missing, exit status 1."""
-    from . import gpu_core, report
+    from . import gpu_core, gpu_workloads, report
 
     source = ctx.get_parameter_source
     given = [o for o in CPU_ONLY + TUNE_ONLY if source(o) == click.core.ParameterSource.COMMANDLINE]
@@ -187,7 +187,7 @@ def bench_gpu(ctx, suite, workloads, repeats, budget_s, tune_trials, json_path, 
         repeats = GPU_REPEATS
     names = [n.strip() for n in workloads.split(",") if n.strip()]
     try:
-        gpu_core.select(suite, names)
+        gpu_workloads.select(suite, names)
         if plot_path:
             report.require_matplotlib()
     except (KeyError, RuntimeError) as e:

@@ -36,17 +36,23 @@ def rand(*shape, dtype="float32"):
 # -- schedules: (schedule or GpuProgram, numpy reference, inputs) ------------------------------------
 
 
-def elementwise(lanes=4, dtype="float32", rows=16, cols=64):
-    """Y = X*2 + B[j] + X[i, 0] + j/10: the last axis split by `lanes`, the outer part bound to
-    threads, the inner vectorized. X and B are read as vectors, X[i, 0] is a broadcast."""
-    X, B = tc.placeholder((rows, cols), dtype, name="X"), tc.placeholder((cols,), dtype, name="B")
-    Y = tc.compute((rows, cols), lambda i, j: X[i, j] * 2.0 + B[j] + X[i, 0] + tc.cast(j, dtype) * 0.1, name="Y")
+def rows_by_vectors(Y, lanes: int) -> tc.Schedule:
+    """A block per row, a thread per `lanes` columns, those lanes one vectorized loop."""
     s = tc.Schedule(Y)
     i, j = s.loops(Y)
     jo, ji = s.split(j, factor=lanes)
     s.bind(i, "blockIdx.x")
     s.bind(jo, "threadIdx.x")
     s.vectorize(ji)
+    return s
+
+
+def elementwise(lanes=4, dtype="float32", rows=16, cols=64):
+    """Y = X*2 + B[j] + X[i, 0] + j/10: the last axis split by `lanes`, the outer part bound to
+    threads, the inner vectorized. X and B are read as vectors, X[i, 0] is a broadcast."""
+    X, B = tc.placeholder((rows, cols), dtype, name="X"), tc.placeholder((cols,), dtype, name="B")
+    Y = tc.compute((rows, cols), lambda i, j: X[i, j] * 2.0 + B[j] + X[i, 0] + tc.cast(j, dtype) * 0.1, name="Y")
+    s = rows_by_vectors(Y, lanes)
     ref = lambda x, b: (x * 2 + b + x[:, :1] + np.arange(cols).astype(dtype) * np.asarray(0.1, dtype)).astype(dtype)  # noqa: E731
     return s, ref, [rand(rows, cols, dtype=dtype), rand(cols, dtype=dtype)]
 
@@ -80,12 +86,7 @@ def misaligned_loads(rows=16, cols=64):
     (the row stride is odd), so the loads run per lane."""
     X = tc.placeholder((rows, cols + 1), name="X")
     Y = tc.compute((rows, cols), lambda i, j: X[i, j + 1] - X[i, j], name="Y")
-    s = tc.Schedule(Y)
-    i, j = s.loops(Y)
-    jo, ji = s.split(j, factor=4)
-    s.bind(i, "blockIdx.x")
-    s.bind(jo, "threadIdx.x")
-    s.vectorize(ji)
+    s = rows_by_vectors(Y, 4)
     return s, (lambda x: x[:, 1:] - x[:, :-1]), [rand(rows, cols + 1)]
 
 
@@ -159,12 +160,7 @@ def guarded(rows=16, cols=62):
     """The last axis (62) split by 4: a guard inside the vectorized loop."""
     X = tc.placeholder((rows, cols), name="X")
     Y = tc.compute((rows, cols), lambda i, j: X[i, j] + 1.0, name="Y")
-    s = tc.Schedule(Y)
-    i, j = s.loops(Y)
-    jo, ji = s.split(j, factor=4)
-    s.bind(i, "blockIdx.x")
-    s.bind(jo, "threadIdx.x")
-    s.vectorize(ji)
+    s = rows_by_vectors(Y, 4)
     return s, (lambda x: x + 1), [rand(rows, cols)]
 
 
@@ -186,12 +182,7 @@ def padded(rows=16, cols=64):
     """Y[i, j] = X[i, j + 1] where j + 1 < cols, else 0: the load sits in a select branch."""
     X = tc.placeholder((rows, cols), name="X")
     Y = tc.compute((rows, cols), lambda i, j: tc.select(j + 1 < cols, X[i, tc.minimum(j + 1, cols - 1)], 0.0), name="Y")
-    s = tc.Schedule(Y)
-    i, j = s.loops(Y)
-    jo, ji = s.split(j, factor=4)
-    s.bind(i, "blockIdx.x")
-    s.bind(jo, "threadIdx.x")
-    s.vectorize(ji)
+    s = rows_by_vectors(Y, 4)
     return s, (lambda x: np.concatenate([x[:, 1:], np.zeros((rows, 1), "float32")], axis=1)), [rand(rows, cols)]
 
 
@@ -199,12 +190,7 @@ def other_types(lanes, dtype, rows=8, cols=64):
     """float64 x 4 (no double4) and int32 x 4: not vectorized."""
     X = tc.placeholder((rows, cols), dtype, name="X")
     Y = tc.compute((rows, cols), lambda i, j: X[i, j] + X[i, j], name="Y")
-    s = tc.Schedule(Y)
-    i, j = s.loops(Y)
-    jo, ji = s.split(j, factor=lanes)
-    s.bind(i, "blockIdx.x")
-    s.bind(jo, "threadIdx.x")
-    s.vectorize(ji)
+    s = rows_by_vectors(Y, lanes)
     x = RNG.integers(-100, 100, (rows, cols)).astype(dtype)
     return s, (lambda x: x + x), [x]
 
