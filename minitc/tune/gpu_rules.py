@@ -18,6 +18,8 @@ before anything is lowered) and nearly every draw is a legal program.
 """
 from __future__ import annotations
 
+from ..arith import affine
+from ..dtypes import bits
 from ..errors import ScheduleError
 from ..schedules.elementwise import inline_producers
 from ..schedules.gpu import bind_flat, bind_unbound
@@ -100,9 +102,6 @@ def _tile_bytes(stage, name: str, extents: dict):
     """Bytes of the part of `name` one block reads per reduction step, when every index of
     every read is affine in the stage's axes (else None): per dimension, the span of the
     index as each axis runs over `extents[axis]` values."""
-    from ..arith import affine
-    from ..dtypes import bits
-
     reads = [r for r in stage.reads() if r.stage == name]
     size = 1
     for d in range(len(reads[0].indices)):

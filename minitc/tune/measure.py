@@ -175,6 +175,16 @@ def runner_setup(inputs, expected, rtol, threads) -> bool:
     return True
 
 
+def mismatch(outputs, expected, rtol: float) -> str | None:
+    """Why a candidate's outputs are wrong, or None when all are close to the reference."""
+    for got, want in zip(outputs, expected):
+        atol = rtol * max(float(np.max(np.abs(want))) if want.size else 1.0, 1.0)
+        close = np.isclose(got, want, rtol=rtol, atol=atol)
+        if not close.all():
+            return f"wrong: {int((~close).sum())} of {want.size} elements differ from the numpy reference"
+    return None
+
+
 def runner_run(symbol, obj, num_params, repeats, min_repeat_ms):
     """Load a candidate, check it against the expected outputs, then time it."""
     import ctypes
@@ -192,11 +202,9 @@ def runner_run(symbol, obj, num_params, repeats, min_repeat_ms):
     start = time.perf_counter()
     fn(*ptrs)
     once = time.perf_counter() - start
-    for got, want in zip(outs, expected):
-        atol = rtol * max(float(np.max(np.abs(want))) if want.size else 1.0, 1.0)
-        close = np.isclose(got, want, rtol=rtol, atol=atol)
-        if not close.all():
-            return ("error", f"wrong: {int((~close).sum())} of {want.size} elements differ from the numpy reference")
+    wrong = mismatch(outs, expected, rtol)
+    if wrong:
+        return ("error", wrong)
     number = max(1, int(min_repeat_ms / 1e3 / max(once, 1e-7)))
     latencies = []
     for _ in range(repeats):

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 
 from ..errors import MinitcError
-from .measure import BuildResult, LocalRunner
+from .measure import BuildResult, LocalRunner, mismatch
 from .worker import WorkerCrashed
 
 
@@ -69,11 +68,9 @@ def gpu_runner_run(outputs, args, trace: str, repeats: int, min_repeat_ms: float
 
         got = [cupy.asnumpy(g) for g in got]
     once = time.perf_counter() - start
-    for g, want in zip(got, expected):
-        atol = rtol * max(float(np.max(np.abs(want))) if want.size else 1.0, 1.0)
-        close = np.isclose(g, want, rtol=rtol, atol=atol)
-        if not close.all():
-            return ("error", f"wrong: {int((~close).sum())} of {want.size} elements differ from the numpy reference")
+    wrong = mismatch(got, expected, rtol)
+    if wrong:
+        return ("error", wrong)
     if simulated:
         return ("ok", ((once * 1e3,) * repeats, once))
     number = max(1, int(min_repeat_ms / 1e3 / max(once, 1e-6)))
