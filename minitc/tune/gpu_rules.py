@@ -22,7 +22,7 @@ from ..arith import affine
 from ..dtypes import bits
 from ..errors import ScheduleError
 from ..schedules.elementwise import inline_producers
-from ..schedules.gpu import bind_flat, bind_unbound
+from ..schedules.gpu import MAX_THREADS, SHARED_BYTES, bind_flat, bind_unbound
 from ..schedules.gpu.gemm import cooperative_fetch
 from .rules import split_levels
 from .sampler import Sampler
@@ -31,9 +31,7 @@ THREAD_FACTORS = (1, 2, 4, 8, 16, 32, 64)
 REGISTER_FACTORS = (1, 2, 4, 8)
 BLOCK_SIZES = (64, 128, 256, 512, 1024)
 REDUCE_STEPS = (1, 2, 4, 8, 16, 32)
-MAX_THREADS = 1024
 MAX_REGISTER_TILE = 64
-SHARED_BYTES = 48 * 1024  # static shared memory per block
 
 
 def _within(values: tuple, budget: int) -> tuple:

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from ...errors import ScheduleError
 from ...ir import GPU_TAGS
+from ...lower.gpu import GpuLimits
 from ...schedule.schedule import Schedule
 
 GPU_TEMPLATES: dict = {}  # tag -> fn(s, out_stage_name, target, **params)
 GPU_DEFAULTS: dict = {}  # tag -> fn(s, out_stage_name, target) -> params
-MAX_THREADS = 1024  # per block, on every NVIDIA GPU since Kepler
+MAX_THREADS = GpuLimits().max_threads_per_block  # the limits every NVIDIA GPU since Volta has
+SHARED_BYTES = GpuLimits().max_shared_bytes
 THREADS = 256  # threads per block of the flat binding: enough warps to hide latency, many blocks
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ...errors import ScheduleError
 from ..conv import _pad_stage
-from . import MAX_THREADS, defaults, template
+from . import MAX_THREADS, SHARED_BYTES, defaults, template
 from .gemm import cooperative_fetch
 
 
@@ -61,14 +61,11 @@ def schedule_conv2d(s, out, target, kt=8, vk=4, wt=16, vw=1, bc=8, shared=True):
         s.compute_inline(pad)  # padding becomes a select in the loads (of the shared fill)
 
 
-SHARED_BYTES = 48 * 1024
-
-
 def _fit_shared(s, out: str, k_tile: int, w_tile: int, bc: int) -> int:
     """Halve the channel step until the two shared tiles (the input window of one output row
     segment, the weights of the block's channels) fit in a block's shared memory."""
     attrs = s.tensor(out).op.attrs
-    (sh, sw), (dh, dw) = attrs["stride"], attrs["dilation"]
+    (_, sw), (dh, dw) = attrs["stride"], attrs["dilation"]  # a block covers one output row
     _, _, R, S = _weight_shape(s, out)
     rows, cols = (R - 1) * dh + 1, (w_tile - 1) * sw + (S - 1) * dw + 1
     while bc > 1 and 4 * bc * (rows * cols + k_tile * R * S) > SHARED_BYTES:
