@@ -40,9 +40,38 @@ def _time_to(history: list, times: list, target: float | None):
     return None
 
 
-def evaluate_workload(name: str, make, ks, evo_trials, seed: int = 0, say=None, lm=None, evo_from=None) -> dict:
+def _best_traces(db_path: str, workload: str, budgets) -> dict:
+    """{k: trace JSON of the fastest of the first k measured programs} of one tuning run's
+    records (the re-measurements of its finalists come after its trials)."""
+    from minitc.tune.database import Database
+    from minitc.tune.tuner import decode_trace
+
+    with Database(db_path) as db:
+        records = db.records(workload)
+    out = {}
+    for k in budgets:
+        ok = [r for r in records[:k] if r.ok]
+        if ok:
+            out[k] = decode_trace(min(ok, key=lambda r: r.median_ms).trace)[1].to_json()
+    return out
+
+
+def retime(out, rows_traces: dict, rounds: int) -> dict:
+    """{label: median ms}: each distinct winner (TLM@k, Evo@t) built once and timed side by side."""
+    from .tuning import kernels_ms
+
+    by_trace = {}
+    for label, trace in rows_traces.items():
+        by_trace.setdefault(trace, []).append(label)
+    timed = kernels_ms(out, {str(n): t for n, t in enumerate(by_trace)}, rounds=rounds)
+    return {label: timed[str(n)] for n, labels in enumerate(by_trace.values()) for label in labels}
+
+
+def evaluate_workload(name: str, make, ks, evo_trials, seed: int = 0, say=None, lm=None, evo_from=None,
+                      retime_rounds: int = 5) -> dict:  # fmt: skip
     """One row of the table. `evo_from`: a row of an earlier run whose evolutionary search is
-    reused (its budget must cover `evo_trials`): only TLM is run again."""
+    reused (its budget must cover `evo_trials`): only TLM is run again. The winners at each
+    budget are then timed again side by side (`retime_rounds`; 0 skips it)."""
     from minitc.tune.cost_model import default_cost_model
     from minitc.tune.tuner import tune
 
@@ -50,14 +79,19 @@ def evaluate_workload(name: str, make, ks, evo_trials, seed: int = 0, say=None, 
 
     say = say or (lambda msg: None)
     out = make()
-    runs = {}
+    runs, winners = {}, {}
     plan = [("tlm", max(ks))] + ([] if evo_from else [("evolutionary", max(evo_trials))])
     for strategy, trials in plan:
         say(f"{name}: {strategy}, {trials} trials")
         with tempfile.TemporaryDirectory(prefix="minitc-tlm-eval-") as tmp:
             r = tune(out, trials=trials, strategy=strategy, db=os.path.join(tmp, "r.db"), seed=seed,
                      cost_model=default_cost_model(), template_first=False, lm=lm)  # fmt: skip
+            budgets = ks if strategy == "tlm" else evo_trials
+            label = "TLM" if strategy == "tlm" else "Evo"
+            winners.update({f"{label}@{k}": t for k, t in _best_traces(os.path.join(tmp, "r.db"), r.workload, budgets).items()})
         runs[strategy] = r
+    if evo_from:
+        winners.update(evo_from.get("winners", {}))
     tlm = runs["tlm"]
     evo = runs.get("evolutionary") or SimpleNamespace(
         history=evo_from["evo_history"], times=evo_from["evo_times"], errors=evo_from["evo_errors"])
@@ -71,14 +105,19 @@ def evaluate_workload(name: str, make, ks, evo_trials, seed: int = 0, say=None, 
         "valid_rate": tlm.search_stats.get("valid_rate"), "tlm_stats": tlm.search_stats,
         "tlm_errors": tlm.errors, "evo_errors": evo.errors,
     }  # fmt: skip
+    row["winners"] = winners
+    if retime_rounds and winners:
+        say(f"{name}: timing the {len(set(winners.values()))} winners again, side by side")
+        row["retimed_ms"] = retime(out, winners, retime_rounds)
     top = max(evo_trials)
     row["evo_best_s"] = _time_to(evo.history, evo.times, row["evo_ms"][top])
     row["tlm_time_to_evo_best_s"] = _time_to(tlm.history, tlm.times, row["evo_ms"][top])
     return row
 
 
-def table(rows: list, ks, evo_trials) -> str:
-    """Speedup of TLM@k over Evo@t (Evo ms / TLM ms) per workload and the geometric mean."""
+def _ratios(rows: list, ks, evo_trials, ms) -> list:
+    """Table lines of Evo@t ms / TLM@k ms per workload and their geometric mean; `ms(row, label)`
+    gives a row's latency for "TLM@k" / "Evo@t" (None: unknown)."""
     head = ["workload"] + [f"TLM@{k}/Evo@{t}" for k in ks for t in evo_trials]
     lines = []
     ratios = {(k, t): [] for k in ks for t in evo_trials}
@@ -86,7 +125,7 @@ def table(rows: list, ks, evo_trials) -> str:
         cells = [row["workload"]]
         for k in ks:
             for t in evo_trials:
-                a, b = row["tlm_ms"][k], row["evo_ms"][t]
+                a, b = ms(row, f"TLM@{k}"), ms(row, f"Evo@{t}")
                 r = b / a if a and b else None
                 if r:
                     ratios[(k, t)].append(r)
@@ -95,7 +134,22 @@ def table(rows: list, ks, evo_trials) -> str:
     lines.append(["geomean"] + [f"{geomean(ratios[(k, t)]):.2f}" if ratios[(k, t)] else "-" for k in ks for t in evo_trials])
     widths = [max(len(h), *(len(c[i]) for c in lines)) for i, h in enumerate(head)]
     fmt = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
-    out = [fmt(head), "  ".join("-" * w for w in widths)] + [fmt(c) for c in lines]
+    return [fmt(head), "  ".join("-" * w for w in widths)] + [fmt(c) for c in lines]
+
+
+def _as_measured(row: dict, label: str):
+    strategy, budget = label.split("@")
+    values = row["tlm_ms" if strategy == "TLM" else "evo_ms"]
+    return values.get(int(budget), values.get(budget))
+
+
+def table(rows: list, ks, evo_trials) -> str:
+    """Speedup of TLM@k over Evo@t (Evo ms / TLM ms) per workload and the geometric mean: as
+    the searches measured them, then (where the winners were timed again) side by side."""
+    out = _ratios(rows, ks, evo_trials, _as_measured)
+    if any(label.startswith("Evo@") for row in rows for label in row.get("retimed_ms", {})):
+        out += ["", "the same winners timed again, side by side:"]
+        out += _ratios(rows, ks, evo_trials, lambda row, label: row.get("retimed_ms", {}).get(label))
     out.append("")
     out.append("workload          template ms  " + "  ".join(f"TLM@{k} ms" for k in ks) + "  " +
                "  ".join(f"Evo@{t} ms" for t in evo_trials) + "  TLM s  Evo s  valid")  # fmt: skip

@@ -7,8 +7,18 @@ best few are measured.
 Each `ask` samples `oversample * n` programs with constrained decoding (every one legal),
 drops those measured before and duplicates (structural hash), ranks the rest — by the model's
 own log-likelihood until the cost model has seen enough of this workload's measurements, then
-by the cost model — and returns the top n. With `learn`, `tell` fine-tunes the model on
-this workload's measurements so far (throughput-weighted) before the next round.
+by the cost model — and returns the top n.
+
+Once something has been measured, a share `refine` of each round instead polishes the best
+programs found so far: one- or two-decision edits (MetaSchedule's mutators), in random order
+until the cost model is trusted, then ranked by it. The model finds a good region in a few
+samples, but its later samples mostly repeat that region's likeliest programs; the edits
+reach the neighbours it rates lower (on conv-resnet, the three parameter changes between its
+favourite and the best program). Ranking the edits by the model's own likelihood instead was
+tried and did worse there (1.31-1.66 ms against 1.17-1.30 over three seeds).
+
+With `learn`, `tell` fine-tunes the model on this workload's measurements so far
+(throughput-weighted) before the next round.
 """
 from __future__ import annotations
 
@@ -16,6 +26,8 @@ import math
 
 import numpy as np
 
+from minitc.errors import ScheduleError
+from minitc.tune.mutators import mutate
 from minitc.tune.search import RandomSearch
 
 from .decode import Decoder
@@ -23,21 +35,42 @@ from .decode import Decoder
 
 class TLMSearch(RandomSearch):
     def __init__(self, space, model, tok, hardware, rng=None, *, cost_model=None, oversample: int = 4,
-                 temperature: float = 1.0, top_k: int = 0, learn: bool = False, batch: int = 64):  # fmt: skip
+                 temperature: float = 1.0, top_k: int = 0, learn: bool = False, batch: int = 64,
+                 refine: float = 0.5, parents: int = 4):  # fmt: skip
         super().__init__(space, rng)
         self.model, self.tok, self.hardware = model, tok, hardware
         self.decoder = Decoder(model, tok, space, hardware, temperature=temperature, top_k=top_k)
         self.cost_model, self.oversample, self.learn, self.batch = cost_model, oversample, learn, batch
+        self.refine, self.parents = refine, parents  # share of a round spent on edits; of how many best
         self.generated = self.invalid = self.fallback = 0  # programs sampled / rejected / random top-ups
+        self.edits = 0  # edits of measured programs picked for measurement
         self.demos: list = []  # (sentence, latency ms) measured in this session, for `learn`
         # Until the cost model has seen this many of this workload's measurements, its ranking
         # is noise: rank by the model's likelihood (trained throughput-weighted) instead.
         self.told, self.trust_cost_model_after = 0, 32
 
     def ask(self, n: int) -> list:
-        first = self._queued(n)
-        need = n - len(first)
-        pool = {c.key: c for c in first}
+        picked = self._queued(n)
+        taken = {c.key for c in picked}
+        edits = self._edits((n - len(picked)) * self.oversample, taken) if self.best and self.refine > 0 else []
+        if self._trust_cost_model():
+            edits = self._rank(edits)
+        else:  # in random order: the model's likelihood would favour the region it already sampled
+            edits = [edits[i] for i in self.rng.permutation(len(edits))]
+        edits = edits[: round((n - len(picked)) * self.refine)]
+        self.edits += len(edits)
+        picked += edits
+        taken |= {c.key for c in edits}
+        samples = sorted(self._samples(n - len(picked), taken), key=lambda c: -c.logprob)  # the model's preference
+        picked += self._rank(samples)[: n - len(picked)]
+        if len(picked) < n:  # the model only proposes programs already measured
+            extra = self.random_candidates(n - len(picked), {c.key for c in picked})
+            self.fallback += len(extra)
+            picked += extra
+        return picked
+
+    def _samples(self, need: int, taken: set) -> list:
+        """Up to `oversample * need` new programs written by the model."""
         fresh: dict = {}
         for _ in range(4):  # a confident model repeats itself: a few more draws, then stop
             if len(fresh) >= need * self.oversample or need <= 0:
@@ -46,18 +79,45 @@ class TLMSearch(RandomSearch):
             self.generated += len(cands) + failures
             self.invalid += failures
             for c in cands:
-                if c.key not in self.measured and c.key not in pool:
+                if c.key not in self.measured and c.key not in taken:
                     fresh.setdefault(c.key, c)
-        ranked = sorted(fresh.values(), key=lambda c: -c.logprob)  # the model's own preference
-        if self.cost_model is not None and len(ranked) > need and self.told >= self.trust_cost_model_after:
+        return list(fresh.values())
+
+    def _edits(self, count: int, taken: set) -> list:
+        """Up to `count` new programs one or two decisions away from the best measured ones
+        (the better a parent, the more of its edits)."""
+        parents = []
+        for _, values in self.best[: self.parents]:
+            try:
+                parents.append(self.space.replay(values, self.rng, strict=False))
+            except ScheduleError:
+                continue
+        out: dict = {}
+        for _ in range(count * 4):
+            if len(out) >= count or not parents:
+                break
+            child = parents[min(int(self.rng.geometric(0.5)) - 1, len(parents) - 1)]
+            for _ in range(1 + int(self.rng.random() < 0.3)):
+                values = mutate(child.decisions, self.rng)
+                try:
+                    child = self.space.replay(values, self.rng, strict=False) if values is not None else child
+                except ScheduleError:
+                    break
+            if child.key not in self.measured and child.key not in taken:
+                out.setdefault(child.key, child)
+        return list(out.values())
+
+    def _trust_cost_model(self) -> bool:
+        return self.cost_model is not None and self.told >= self.trust_cost_model_after
+
+    def _rank(self, candidates: list) -> list:
+        """Best first by the cost model once it has seen enough of this workload's
+        measurements; until then as given."""
+        ranked = list(candidates)
+        if self._trust_cost_model() and len(ranked) > 1:
             scores = np.asarray(self.cost_model.predict(self.workload, [c.trace for c in ranked]), dtype=float)
             ranked = [ranked[i] for i in np.argsort(-np.nan_to_num(scores, nan=-1e9), kind="stable")]
-        picked = first + ranked[:need]
-        if len(picked) < n:  # the model only proposes programs already measured
-            extra = self.random_candidates(n - len(picked), {c.key for c in picked})
-            self.fallback += len(extra)
-            picked += extra
-        return picked
+        return ranked
 
     def tell(self, candidates: list, latencies_ms: list) -> None:
         super().tell(candidates, latencies_ms)
@@ -70,7 +130,8 @@ class TLMSearch(RandomSearch):
 
     def stats(self) -> dict:
         valid = 1.0 - self.invalid / self.generated if self.generated else None
-        return {"generated": self.generated, "invalid": self.invalid, "valid_rate": valid, "random_top_ups": self.fallback}
+        return {"generated": self.generated, "invalid": self.invalid, "valid_rate": valid, "random_top_ups": self.fallback,
+                "edits": self.edits}
 
     def finish(self) -> None:
         """With `learn`, keep what was learned: the user's own model, used by default from now on."""

@@ -76,6 +76,25 @@ def test_tlm_tuning_records_sentences_and_finetuning_uses_them(tmp_path, tiny_ch
     load_checkpoint(tmp_path / "ft.pt")
 
 
+def test_tlm_search_spends_half_of_later_rounds_on_edits_of_the_best_programs(tiny_checkpoint):
+    from lm.strategy import tlm_search
+    from minitc.tune.space import Space
+
+    space = Space(_matmul(), "llvm")
+    search = tlm_search(space, np.random.default_rng(0), lm=tiny_checkpoint)
+    first = search.ask(8)
+    assert search.stats()["edits"] == 0  # nothing measured yet: every program is the model's
+    search.tell(first, [float(n + 1) for n in range(8)])  # first[0] is the fastest
+    second = search.ask(8)
+    assert search.stats()["edits"] == 4 and len({c.key for c in second}) == 8
+    assert not {c.key for c in first} & {c.key for c in second}
+    parents = first[: search.parents]
+    for edit in second[:4]:
+        assert space.replay(edit.values).key == edit.key  # legal: it replays exactly
+        distance = min(sum(a != b for a, b in zip(edit.values, p.values)) for p in parents if p.sketch == edit.sketch)
+        assert 1 <= distance <= 2, (edit.values, [p.values for p in parents])
+
+
 def test_learn_keeps_the_users_model_and_it_becomes_the_default(tmp_path, tiny_checkpoint, monkeypatch):
     monkeypatch.setenv("MINITC_DB", str(tmp_path / "records.db"))
     monkeypatch.delenv("MINITC_LM", raising=False)
@@ -130,5 +149,8 @@ def test_tlm_eval_suite_runs_and_tabulates(tmp_path, tiny_checkpoint):
     assert row["workload"] == "softmax-bert" and row["valid_rate"] == 1.0
     assert len(row["tlm_history"]) == 2 and len(row["evo_history"]) == 2
     assert row["tlm_ms"]["2"] <= row["tlm_ms"]["1"]
+    # the winners at each budget, timed again side by side
+    assert set(row["winners"]) == {"TLM@1", "TLM@2", "Evo@2"} == set(row["retimed_ms"])
+    assert all(ms > 0 for ms in row["retimed_ms"].values()) and "side by side" in result.output
     bad = CliRunner().invoke(main, ["bench", "--suite", "tlm-eval", "--workloads", "matmul-1024"])
     assert bad.exit_code != 0 and "held-out workloads only" in bad.output
