@@ -10,6 +10,12 @@ max(trials), each from a fresh records database and without the hand template me
 Evo@t the best of the first t. A cell of the table is Evo@t ms / TLM@k ms (> 1: TLM@k is
 faster). Both runs use the same cost model class (TLP, trained online) and the same measuring
 setup; wall times are the tuning calls' own.
+
+Each history entry is a program's first measurement, and the best of many noisy measurements
+is optimistic by the noise (more so for 1000 than for 64), so the winners at every budget are
+then built again and timed side by side, in rotated order (`retime`); the second table gives
+the same ratios from those timings. The winners' traces are kept in the JSON (`winners`), so
+`--evo-from` reuses them too.
 """
 from __future__ import annotations
 

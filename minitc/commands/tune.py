@@ -99,7 +99,7 @@ def format_result(rec: dict, key: str, target: str) -> str:
 @op_options
 @click.option("--trials", default=64, show_default=True, type=click.IntRange(min=1), help="Candidates to measure.")
 @click.option("--strategy", type=click.Choice(STRATEGIES), default="tlm", show_default=True,
-              help="tlm: the language model proposes, the cost model re-ranks; evolutionary: MetaSchedule's search.")
+              help="tlm: the language model proposes, the cost model re-ranks, edits polish the best; evolutionary: MetaSchedule's search.")
 @click.option("--lm", "lm_path", type=click.Path(dir_okay=False, exists=True),
               help="Language-model checkpoint for tlm (default: $MINITC_LM, your --learn model, the shipped one).")
 @click.option("--learn", is_flag=True, help="tlm: fine-tune the model on this run's measurements and keep it as your default.")

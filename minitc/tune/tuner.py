@@ -5,7 +5,7 @@ result in the tuning database, then build the best program.
     r.kernel(a, b); r.best_ms; r.trials; r.errors; r.history
 
 Strategies: "tlm" (default: the shipped language model proposes, the cost model re-ranks,
-see lm/strategy.py), "evolutionary" (MetaSchedule's, with the TLP cost model) and "random".
+and from the second round half of each round edits the best programs; see lm/strategy.py), "evolutionary" (MetaSchedule's, with the TLP cost model) and "random".
 Running the same call again resumes: candidates already in the database are not measured
 again, and the evolutionary search starts from the best of them.
 """
