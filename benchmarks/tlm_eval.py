@@ -145,8 +145,7 @@ def _ratios(rows: list, ks, evo_trials, ms) -> list:
 
 def _as_measured(row: dict, label: str):
     strategy, budget = label.split("@")
-    values = row["tlm_ms" if strategy == "TLM" else "evo_ms"]
-    return values.get(int(budget), values.get(budget))
+    return row["tlm_ms" if strategy == "TLM" else "evo_ms"][int(budget)]
 
 
 def table(rows: list, ks, evo_trials) -> str:
