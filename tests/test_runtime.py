@@ -1,4 +1,4 @@
-"""Tests of the LLVM-IR thread pool in backends/llvm/runtime.py.
+"""Tests of the LLVM-IR thread pool (backends/llvm/thread_pool_ir.py, run by runtime.py).
 
 Kernels are written with llvmlite.ir here, JIT-compiled with MCJIT, and only *declare*
 ``minitc_parallel_launch`` / ``minitc_num_threads``: that exercises the add_symbol linking the
