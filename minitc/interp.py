@@ -26,6 +26,7 @@ no tree is walked per iteration.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -36,6 +37,11 @@ from .ir import Allocate, Barrier, For, IfThenElse, Kernel, Load, Seq, Store
 
 INT_SENTINEL = -999999
 BOOL_SENTINEL = True
+
+
+def fill_value(dtype: str):
+    """What a fresh allocation holds: nan, or a sentinel, so uninitialised reads show."""
+    return np.nan if dtypes.is_float(dtype) else BOOL_SENTINEL if dtype == dtypes.BOOL else INT_SENTINEL
 
 
 def interpret(kernel: Kernel, args: list) -> None:
@@ -104,17 +110,33 @@ def compile_stmt(s, ctx: _Context):
     return compile_fn(s, ctx)
 
 
-def _compile_for(s: For, ctx: _Context):
+def loop_extent(s: For) -> int:
+    """The loop's extent, which the IR requires to be a static integer."""
     if not isinstance(s.extent, (int, np.integer)) or isinstance(s.extent, bool):
         raise IRError(f"loop {s.var.name} has a non-integer extent {s.extent!r}")
+    return int(s.extent)
+
+
+@contextmanager
+def binding(scope: dict, key, slot):
+    """Bind `key` (a loop variable or buffer) to `slot` in `scope` while its body compiles,
+    shadowing an outer binding of the same key and restoring it afterwards."""
+    outer = scope.pop(key, None)
+    scope[key] = slot
+    try:
+        yield
+    finally:
+        del scope[key]
+        if outer is not None:
+            scope[key] = outer
+
+
+def _compile_for(s: For, ctx: _Context):
+    extent = loop_extent(s)
     slot = ctx.new_slot(s.var.name)
-    outer = ctx.vars.pop(s.var, None)
-    ctx.vars[s.var] = slot
-    body = compile_stmt(s.body, ctx)
-    del ctx.vars[s.var]
-    if outer is not None:
-        ctx.vars[s.var] = outer
-    values = [np.int64(v) for v in range(int(s.extent))]
+    with binding(ctx.vars, s.var, slot):
+        body = compile_stmt(s.body, ctx)
+    values = [np.int64(v) for v in range(extent)]
 
     def run_for(env):
         for v in values:
@@ -158,14 +180,9 @@ def _compile_if(s: IfThenElse, ctx: _Context):
 def _compile_allocate(s: Allocate, ctx: _Context):
     b = s.buffer
     slot = ctx.new_slot(b.name)
-    outer = ctx.buffers.pop(b, None)
-    ctx.buffers[b] = slot
-    body = compile_stmt(s.body, ctx)
-    del ctx.buffers[b]
-    if outer is not None:
-        ctx.buffers[b] = outer
-    fill = np.nan if dtypes.is_float(b.dtype) else BOOL_SENTINEL if b.dtype == dtypes.BOOL else INT_SENTINEL
-    shape, dtype = b.shape, np.dtype(b.dtype)
+    with binding(ctx.buffers, b, slot):
+        body = compile_stmt(s.body, ctx)
+    fill, shape, dtype = fill_value(b.dtype), b.shape, np.dtype(b.dtype)
 
     def run_allocate(env):
         env[slot] = np.full(shape, fill, dtype=dtype)
@@ -350,10 +367,16 @@ def _compile_binary(e: Binary, ctx: _Context):
     return lambda env: fn(a(env), b(env))
 
 
-def _compile_compare(e: Compare, ctx: _Context):
+def compare_fn(e: Compare):
+    """The comparison's implementation; it works on scalars and on arrays alike."""
     fn = COMPARE_FNS.get(e.op)
     if fn is None:
         raise IRError(f"unknown comparison {e.op!r}")
+    return fn
+
+
+def _compile_compare(e: Compare, ctx: _Context):
+    fn = compare_fn(e)
     a, b = compile_expr(e.a, ctx), compile_expr(e.b, ctx)
     return lambda env: fn(a(env), b(env))
 
@@ -398,12 +421,19 @@ INTRINSIC_FNS = {
 }
 
 
-def _compile_call(e: Call, ctx: _Context):
+def intrinsic_fn(e: Call):
+    """The intrinsic's implementation, after checking its one argument; it works on scalars
+    and on arrays alike."""
     fn = INTRINSIC_FNS.get(e.name)
     if fn is None:
         raise IRError(f"unknown intrinsic {e.name!r}")
     if len(e.args) != 1:
         raise IRError(f"intrinsic {e.name} takes one argument, got {len(e.args)}")
+    return fn
+
+
+def _compile_call(e: Call, ctx: _Context):
+    fn = intrinsic_fn(e)
     x = compile_expr(e.args[0], ctx)
     return lambda env: fn(x(env))
 

@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from minitc import dtypes
 from minitc.errors import IRError, RaceError
 from minitc.function import HostCallable
-from minitc.interp import BOOL_SENTINEL, INT_SENTINEL
+from minitc.interp import binding, fill_value, loop_extent
 from minitc.ir import GPU_TAGS, Allocate, Barrier, For, IfThenElse, Seq, Store, walk_stmts
 
 from .sim_exprs import Context, compile_access, compile_expr
@@ -34,10 +33,6 @@ from .sim_memory import Chunk, Env, Mem, Tracker
 
 MAX_LANES = 1 << 17  # lanes simulated at once; bigger launches run in chunks of whole blocks
 MAX_LOCAL_BYTES = 1 << 28  # per-lane (local) buffers of a chunk, all together
-
-
-def _fill(dtype: str):
-    return np.nan if dtypes.is_float(dtype) else BOOL_SENTINEL if dtype == dtypes.BOOL else INT_SENTINEL
 
 
 class SimFunction(HostCallable):
@@ -54,14 +49,14 @@ class SimFunction(HostCallable):
         self._launches = [_Launch(launch, program.buffers, check_races) for launch in program.launches]
 
     def _new_output(self, buf):
-        return np.full(buf.shape, _fill(buf.dtype), buf.dtype)
+        return np.full(buf.shape, fill_value(buf.dtype), buf.dtype)
 
     def _run(self, arrays: list) -> None:
         self.run(arrays)
 
     def run(self, arrays: list) -> None:
         """Run every launch on checked, C-contiguous arrays (kernel params in order)."""
-        temps = [np.full(b.shape, _fill(b.dtype), b.dtype) for b in self.program.temporaries]
+        temps = [np.full(b.shape, fill_value(b.dtype), b.dtype) for b in self.program.temporaries]
         flat = [a.reshape(-1) for a in list(arrays) + temps]
         with np.errstate(all="ignore"):
             for launch in self._launches:
@@ -120,17 +115,11 @@ def compile_stmt(s, ctx: Context):
 
 
 def _compile_for(s: For, ctx: Context):
-    if not isinstance(s.extent, (int, np.integer)) or isinstance(s.extent, bool):
-        raise IRError(f"loop {s.var.name} has a non-integer extent {s.extent!r}")
-    bound = s.kind in GPU_TAGS and s.kind != "vthread"  # a vthread runs as a serial loop
+    tag, extent = s.kind, loop_extent(s)
+    bound = tag in GPU_TAGS and tag != "vthread"  # a vthread runs as a serial loop
     slot = ctx.new_slot(s.var.name)
-    outer = ctx.vars.pop(s.var, None)
-    ctx.vars[s.var] = (slot, bound)
-    body = compile_stmt(s.body, ctx)
-    del ctx.vars[s.var]
-    if outer is not None:
-        ctx.vars[s.var] = outer
-    tag, extent = s.kind, int(s.extent)
+    with binding(ctx.vars, s.var, (slot, bound)):
+        body = compile_stmt(s.body, ctx)
     if bound:
 
         def run_bound(env):
@@ -203,13 +192,9 @@ def _compile_allocate(s: Allocate, ctx: Context):
             "belong at the root of the kernel, where plan_launches makes them program temporaries"
         )
     slot = ctx.new_slot(b.name)
-    outer = ctx.buffers.pop(b, None)
-    ctx.buffers[b] = slot
-    body = compile_stmt(s.body, ctx)
-    del ctx.buffers[b]
-    if outer is not None:
-        ctx.buffers[b] = outer
-    fill, dtype, shared = _fill(b.dtype), np.dtype(b.dtype), b.scope == "shared"
+    with binding(ctx.buffers, b, slot):
+        body = compile_stmt(s.body, ctx)
+    fill, dtype, shared = fill_value(b.dtype), np.dtype(b.dtype), b.scope == "shared"
 
     def run_allocate(env):
         c = env.chunk

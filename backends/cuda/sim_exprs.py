@@ -7,12 +7,11 @@ only on the lanes that take it.
 """
 from __future__ import annotations
 
-
 import numpy as np
 
 from minitc.errors import IRError
 from minitc.expr import Binary, Call, Cast, Compare, Const, Not, Select, Var
-from minitc.interp import COMPARE_FNS, INTRINSIC_FNS
+from minitc.interp import compare_fn, intrinsic_fn
 from minitc.ir import Load
 
 from .sim_memory import compile_flat
@@ -126,9 +125,7 @@ def _compile_binary(e: Binary, ctx: Context):
 
 
 def _compile_compare(e: Compare, ctx: Context):
-    fn = COMPARE_FNS.get(e.op)
-    if fn is None:
-        raise IRError(f"unknown comparison {e.op!r}")
+    fn = compare_fn(e)
     a, b = compile_expr(e.a, ctx), compile_expr(e.b, ctx)
     return lambda env: fn(a(env), b(env))
 
@@ -174,11 +171,7 @@ def _compile_cast(e: Cast, ctx: Context):
 
 
 def _compile_call(e: Call, ctx: Context):
-    fn = INTRINSIC_FNS.get(e.name)
-    if fn is None:
-        raise IRError(f"unknown intrinsic {e.name!r}")
-    if len(e.args) != 1:
-        raise IRError(f"intrinsic {e.name} takes one argument, got {len(e.args)}")
+    fn = intrinsic_fn(e)
     x = compile_expr(e.args[0], ctx)
     return lambda env: fn(x(env))
 
