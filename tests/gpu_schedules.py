@@ -1,42 +1,22 @@
 """Hand-written GPU schedules shared by the CUDA tests (renderer, simulator, nvcc): each
 function returns (schedule, numpy reference function of the inputs, input shapes)."""
+import runpy
+from pathlib import Path
+
 import numpy as np
 
 import minitc as tc
 
+# examples/ is no package: take the function from the script (run_path does not run its main)
+_EXAMPLE = Path(__file__).parent.parent / "examples" / "gpu_matmul.py"
+_example_matmul_schedule = runpy.run_path(str(_EXAMPLE))["matmul_schedule"]
+
 
 def matmul_shared(M=64, N=48, K=32, tile=16, reg=4, kstep=8):
-    """The classic: a block computes a tile x tile block of C, each thread a reg x reg register
-    tile, A and B tiles staged in shared memory by all threads of the block."""
-    A = tc.placeholder((M, K), name="A")
-    B = tc.placeholder((K, N), name="B")
-    C = tc.ops.matmul(A, B, name="C")
-    s = tc.Schedule(C)
-    CL = s.cache_write(C, "local")
-    i, j = s.loops(C)
-    io, ii = s.split(i, factor=tile)
-    jo, ji = s.split(j, factor=tile)
-    ty, iii = s.split(ii, factor=reg)
-    tx, jii = s.split(ji, factor=reg)
-    s.reorder(io, jo, ty, tx, iii, jii)
-    s.bind(io, "blockIdx.y")
-    s.bind(jo, "blockIdx.x")
-    s.bind(ty, "threadIdx.y")
-    s.bind(tx, "threadIdx.x")
-    s.compute_at(CL, tx)
-    ci, cj, ck = s.loops(CL)
-    ko, ki = s.split(ck, factor=kstep)
-    s.reorder(ko, ki, ci, cj)
-    s.unroll(ci)
-    s.unroll(cj)
-    nt = tile // reg
-    for cache in (s.cache_read(A, "shared", [CL]), s.cache_read(B, "shared", [CL])):
-        s.compute_at(cache, ko)
-        fused = s.fuse(*s.loops(cache))
-        rest, fx = s.split(fused, factor=nt)
-        _, fy = s.split(rest, factor=nt)
-        s.bind(fx, "threadIdx.x")
-        s.bind(fy, "threadIdx.y")
+    """The classic, examples/gpu_matmul.py's schedule: a block computes a tile x tile block of
+    C, each thread a reg x reg register tile (float4 stores), A and B tiles staged in shared
+    memory by all threads of the block."""
+    s = _example_matmul_schedule(M, N, K, tile, reg, kstep)
     return s, (lambda a, b: a @ b), [(M, K), (K, N)]
 
 
