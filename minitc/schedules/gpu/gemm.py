@@ -113,22 +113,17 @@ def pick_gpu_tiles(M: int, N: int, K: int, sms: int = 132, batch: int = 1) -> di
     return {"bm": bm, "bn": bn, "tm": 4, "tn": 4, "bk": fit(K, 16, 16)}
 
 
-@template("matmul")
-def schedule_matmul(s, out, target, bm=64, bn=64, tm=4, tn=4, bk=16, shared=True):
+def schedule_product(s, out, target, bm=64, bn=64, tm=4, tn=4, bk=16, shared=True):
+    """matmul, batch_matmul and dense: the output is the product, so each thread's register
+    tile is a local cache of it."""
     acc = s.stage_name(s.cache_write(out, "local"))
     gemm_gpu(s, out, acc, target, bm=bm, bn=bn, tm=tm, tn=tn, bk=bk, shared=shared)
 
 
-@template("batch_matmul")
-def schedule_batch_matmul(s, out, target, bm=64, bn=64, tm=4, tn=4, bk=16, shared=True):
-    acc = s.stage_name(s.cache_write(out, "local"))
-    gemm_gpu(s, out, acc, target, bm=bm, bn=bn, tm=tm, tn=tn, bk=bk, shared=shared)
-
-
-@template("dense")
-def schedule_dense(s, out, target, bm=64, bn=64, tm=4, tn=4, bk=16, shared=True):
-    acc = s.stage_name(s.cache_write(out, "local"))
-    gemm_gpu(s, out, acc, target, bm=bm, bn=bn, tm=tm, tn=tn, bk=bk, shared=shared)
+# in this order, before dense_epilogue: the language model lists template parameters in
+# registration order (lm/tokenizer.py)
+for _tag in ("matmul", "batch_matmul", "dense"):
+    template(_tag)(schedule_product)
 
 
 @template("dense_epilogue")
