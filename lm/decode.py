@@ -104,7 +104,7 @@ class Decoder:
         prompt = self.write()
         if getattr(space, "gpu", False):
             # fed `<unk>` for the GPU words, a CPU model would write plausible-looking nonsense
-            missing = tok.missing_tokens(prompt.prompt())
+            missing = tok.missing_tokens(tok.prompt_text(prompt))
             if missing or not tok.writes_gpu():
                 raise LMError(f"this language model's vocabulary ({len(tok)} tokens) cannot write GPU sentences "
                               f"(no tokens for {' '.join(missing) or 'the GPU decision slots'}): it was made for CPU "

@@ -1,6 +1,7 @@
-"""The tensor language: sentences that describe a workload, the machine, the design space and
-the decisions of one program, printed as text and parsed back with the lark grammar
-(grammar.lark). Printing and parsing are exact inverses.
+"""The tensor language: sentences that describe a workload, the machine, the design space (and
+the hand template's own program, when it has a template) and the decisions of one program,
+printed as text and parsed back with the lark grammar (grammar.lark). Printing and parsing are
+exact inverses.
 
     s = sentence(space, hardware, candidate.decisions)   # a Sentence
     text = str(s)                                        # what the records database stores
@@ -102,20 +103,27 @@ class Sentence:
     hardware: Hardware | GpuHardware
     sketches: tuple  # (sketch name, (its slot names, ...)) per sketch of the space
     decisions: tuple = ()  # (label, value) per decision, in the order the space takes them
+    defaults: tuple = ()  # (label, value) per decision of the hand template's own program, if any
 
     def __str__(self) -> str:
-        decisions = " ".join(f"{label} = {_value(v)} ;" for label, v in self.decisions)
-        return self.prompt() + ("\n" + decisions if decisions else "")
+        return self.prompt() + ("\n" + _decisions(self.decisions) if self.decisions else "")
 
-    def prompt(self) -> str:
-        """Everything before the decisions (what the model is conditioned on), ending in `=>`."""
+    def prompt(self, defaults: bool = True) -> str:
+        """Everything before the decisions (what the model is conditioned on), ending in `=>`;
+        with `defaults=False` without the `default` line (for models trained before it)."""
         lines = ["workload"] + [f"  {st}" for st in self.stages] + [str(self.hardware)]
         lines.append("space " + " | ".join(name + (" : " + " ".join(slots) if slots else "") for name, slots in self.sketches))
+        if defaults and self.defaults:
+            lines.append("default " + _decisions(self.defaults))
         return "\n".join(lines) + "\n=>"
 
     @property
     def values(self) -> list:
         return [v for _, v in self.decisions]
+
+
+def _decisions(pairs) -> str:
+    return " ".join(f"{label} = {_value(v)} ;" for label, v in pairs)
 
 
 def _dims(values) -> str:
@@ -147,12 +155,14 @@ class SentenceWriter:
         self.stages = tuple(Stage(**d) for d in describe_stages(space.outputs))
         self.names = space_names(space)
         self.skeleton = space_skeleton(space)
+        self.defaults = template_program(space, self.names)
         self.hardware = hardware
 
     def __call__(self, decisions=()) -> Sentence:
         """The sentence of a program (decisions: sampler Decision objects) or, with no
         decisions, the prompt that the model completes."""
-        return Sentence(self.stages, self.hardware, self.skeleton, tuple(sentence_decision(d, self.names) for d in decisions))
+        decisions = tuple(sentence_decision(d, self.names) for d in decisions)
+        return Sentence(self.stages, self.hardware, self.skeleton, decisions, self.defaults)
 
 
 def sentence(space, hardware: Hardware | GpuHardware, decisions=()) -> Sentence:
@@ -166,6 +176,20 @@ def space_names(space) -> dict:
 
     state, _ = from_tensors(space.outputs)
     return {st.name: (f"s{n}", {a.name: f"a{k}" for k, a in enumerate(st.all_axes)}) for n, st in enumerate(state.stages)}
+
+
+def template_program(space, names: dict) -> tuple:
+    """The decisions of the hand template's program with its shape-derived defaults (what
+    `tc.build` runs), as (label, value) pairs; () for a space without a template. The model
+    sees them in the prompt, so it can learn what to change relative to the hand heuristics
+    rather than the whole mapping from shapes to good decisions."""
+    if "template" not in space.sketches:
+        return ()
+    try:
+        candidate = space.replay(space.default_values())
+    except ScheduleError:  # defaults the space cannot take (clamped away): no hint
+        return ()
+    return tuple(sentence_decision(d, names) for d in candidate.decisions)
 
 
 def sentence_decision(decision, names: dict) -> tuple:
@@ -229,8 +253,11 @@ def _parser() -> Lark:
 
 class _ToSentence(Transformer):
     def start(self, c):
-        stages, hardware, sketches, decisions = c
-        return Sentence(stages, hardware, sketches, decisions)
+        stages, hardware, sketches, *defaults, decisions = c
+        return Sentence(stages, hardware, sketches, decisions, defaults[0] if defaults else ())
+
+    def default(self, c):
+        return tuple(c)
 
     def workload(self, c):
         return tuple(c)

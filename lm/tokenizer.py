@@ -15,7 +15,9 @@ tokens: lm/checkpoints/cpu.pt stores it) comes first, in its order, then the GPU
 hardware line, CUDA architectures, GPU template parameters and GPU rule slots). A checkpoint
 always decodes with the vocabulary it stores, so its token ids never move; a checkpoint whose
 vocabulary lacks the GPU tokens cannot write GPU sentences (`missing_tokens` says which), and
-the decoder refuses GPU spaces for it.
+the decoder refuses GPU spaces for it. Then `default`, the keyword of the prompt line that
+shows the hand template's own program: a vocabulary without it (the first models') is given
+prompts without that line, as those models were trained.
 """
 from __future__ import annotations
 
@@ -47,6 +49,8 @@ CUDA_ARCHS = [f"sm_{n}" for n in (50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87
 CUDA_ARCHS += ["sm_90a", "sm_100a", "sm_101a", "sm_103a", "sm_120a", "sm_121a", "sm_", "##a"]
 # Slot names of the GPU rules (tune/gpu_rules.py): `s2.a0.threads`, `s2.local.a2.step`, `s4.block`, ...
 GPU_RULE_SLOTS = ["threads", "tile", "step", "inner", "unroll", "shared", "block", "inline"]
+# Tokens added after the GPU ones: the keyword of the template-defaults line of a prompt.
+LATER_KEYWORDS = ["default"]
 
 
 class TokenizerError(MinitcError):
@@ -111,9 +115,9 @@ def gpu_tokens() -> list:
 
 
 def default_vocab() -> list:
-    """The vocabulary of new models: the CPU vocabulary, then the GPU tokens (appended, so a CPU
-    token has the same id in both)."""
-    return cpu_vocab() + gpu_tokens()
+    """The vocabulary of new models: the CPU vocabulary, then the GPU tokens, then the later
+    keywords (appended, so a token keeps its id in every vocabulary that has it)."""
+    return cpu_vocab() + gpu_tokens() + LATER_KEYWORDS
 
 
 _INDEX_PIECES = re.compile(r"a\d+|\d+|[-+*?]")
@@ -198,8 +202,16 @@ class Tokenizer:
     def to_ids(self, tokens: list) -> list:
         return [self.ids.get(t, self.unk) for t in tokens]
 
+    def reads_defaults(self) -> bool:
+        """Whether prompts show the hand template's program (the `default` line) to this
+        vocabulary's models."""
+        return "default" in self.ids
+
+    def prompt_text(self, s: Sentence) -> str:
+        return s.prompt(defaults=self.reads_defaults())
+
     def prompt_ids(self, s: Sentence) -> list:
-        return [self.bos] + self.to_ids(self.text_tokens(s.prompt()))
+        return [self.bos] + self.to_ids(self.text_tokens(self.prompt_text(s)))
 
     def label_ids(self, label: str) -> list:
         return self.to_ids(self._word(label) + ["="])

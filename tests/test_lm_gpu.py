@@ -2,6 +2,8 @@
 space (GPU templates and GPU rules) that print, parse and replay exactly, a vocabulary that
 writes every legal GPU decision with no `<unk>`, and a shipped CPU model that still loads with
 the same token ids and refuses GPU spaces instead of writing nonsense. No GPU is needed."""
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -12,7 +14,7 @@ from lm.hardware import ARCH_SMS, gpu_hardware, hardware
 from lm.language import GpuHardware, Hardware, Sentence, SentenceError, SentenceWriter, Stage, parse, sentence, space_values
 from lm.model import LMError, ModelConfig, TensorLM
 from lm.pipeline import SHIPPED, load_model
-from lm.tokenizer import CUDA_ARCHS, GPU_KEYWORDS, Tokenizer, cpu_vocab, default_vocab, gpu_tokens
+from lm.tokenizer import CUDA_ARCHS, GPU_KEYWORDS, LATER_KEYWORDS, Tokenizer, cpu_vocab, default_vocab, gpu_tokens
 from minitc.tune import gpu_rules
 from minitc.tune.space import CANDIDATES, Space
 
@@ -251,7 +253,8 @@ def test_every_legal_gpu_value_and_label_has_tokens(op_samples, workload_samples
 
 def test_gpu_tokens_are_appended_after_the_cpu_vocabulary(tok):
     cpu = cpu_vocab()
-    assert tok.vocab == default_vocab() == cpu + gpu_tokens()
+    assert tok.vocab == default_vocab() == cpu + gpu_tokens() + LATER_KEYWORDS
+    assert tok.reads_defaults() and not Tokenizer(cpu + gpu_tokens()).reads_defaults()
     assert len(cpu) == 441 and not set(gpu_tokens()) & set(cpu)
     assert tok.writes_gpu() and not Tokenizer(cpu).writes_gpu()
     assert {"sms", "warp", "smem", "regs", "threads", "sm_90", "bm", "kt", "shared", "step", "inner", "block"} <= set(gpu_tokens())
@@ -270,12 +273,13 @@ def test_shipped_checkpoint_keeps_its_token_ids(shipped, tok):
     assert shipped_tok.vocab == cpu_vocab() == tok.vocab[: len(shipped_tok)]
     assert model.cfg.vocab_size == len(shipped_tok) == 441
     assert not shipped_tok.writes_gpu()
-    # a CPU sentence has the same ids under the shipped and the extended vocabulary
+    # a CPU sentence has the same ids under the shipped and the extended vocabulary, but for the
+    # `default` line, which the shipped vocabulary's prompts leave out
     space = Space(WORKLOADS["conv2d-pad"](), "llvm")
     cpu_hw = hardware("llvm", measured={"gflops": 200.0, "gbps": 30.0})
     for c in draw(space, np.random.default_rng(4), 8):
         s = sentence(space, cpu_hw, c.decisions)
-        assert shipped_tok.encode(s) == tok.encode(s)
+        assert s.defaults and shipped_tok.encode(s) == tok.encode(dataclasses.replace(s, defaults=()))
         assert shipped_tok.unk not in shipped_tok.encode(s)[0]
 
 

@@ -100,6 +100,25 @@ def test_workload_sentences_round_trip(workload_samples, hw, group):
             check_round_trip(space, c, hw)
 
 
+def test_prompt_shows_the_hand_templates_program(workload_samples, hw, tok):
+    with_template = 0
+    for name, (space, _) in workload_samples.items():
+        prompt = sentence(space, hw)
+        if "template" not in space.sketches:
+            assert prompt.defaults == () and "\ndefault " not in prompt.prompt()
+            continue
+        with_template += 1
+        template = sentence(space, hw, space.replay(space.default_values()).decisions)
+        assert prompt.defaults == template.decisions, name  # what tc.build runs, as decisions
+        assert f"\ndefault sketch = template ; " in prompt.prompt()
+        assert space_values(space, Sentence(prompt.stages, hw, prompt.sketches, prompt.defaults)) == space.default_values()
+        # a vocabulary from before the `default` keyword gets the prompt it was trained on
+        old = Tokenizer([t for t in tok.vocab if t != "default"])
+        assert "default" not in old.prompt_text(prompt) and old.unk not in old.prompt_ids(prompt)
+        assert tok.prompt_text(prompt) == prompt.prompt() and tok.unk not in tok.prompt_ids(prompt)
+    assert with_template >= len(workload_samples) // 2
+
+
 def test_sentences_do_not_depend_on_user_names(hw):
     """The same computation with other tensor and axis names writes the same sentences."""
 
@@ -151,6 +170,7 @@ def matmul_text(workload_samples, hw):
         ("bad keyword", lambda t: t.replace(" cores ", " kores "), lambda t: t.index("kores"), "'kores'", ["'cores'"]),
         ("missing ;", lambda t: t.rstrip(" ;"), None, "end of text", ["';'"]),
         ("bad dtype", lambda t: t.replace("input float32", "input float16", 1), lambda t: t.index("float16"), "'float16'", ["dtype"]),
+        ("empty default", lambda t: t[: t.index("default ") + 7] + t[t.index("\n=>"):], lambda t: t.index("=>"), "'=>'", ["label"]),
     ],
 )  # fmt: skip
 def test_malformed_sentences_name_line_column_and_expected_tokens(matmul_text, case, edit, at, got, expected):
