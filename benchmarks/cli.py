@@ -103,11 +103,13 @@ def _dist_version(name: str):
               help="GPU suites: tune each minitc kernel with this many trials (tc.tune, target cuda) first.")  # fmt: skip
 @click.option("--tlm-k", default="1,10,32,64", show_default=True, help="tlm-eval: measured programs of TLM to report.")
 @click.option("--evo-trials", default="64,256,1000", show_default=True, help="tlm-eval: evolutionary budgets to compare with.")
+@click.option("--tlm-seeds", default="", help="tlm-eval: run TLM with each of these comma-separated seeds (evolutionary "
+              "search once, with --seed) and add a table of the geomeans per seed and their median.")
 @click.option("--lm", "lm_path", type=click.Path(exists=True, dir_okay=False), help="tlm-eval: the model (default: the shipped one).")
 @click.option("--evo-from", type=click.Path(exists=True, dir_okay=False),
               help="tlm-eval: reuse the evolutionary runs of an earlier --json file; run only TLM again.")
 def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine, quiet,
-          trials, strategies, db, seed, cost_model, tune_trials, tlm_k, evo_trials, lm_path, evo_from):  # fmt: skip
+          trials, strategies, db, seed, cost_model, tune_trials, tlm_k, evo_trials, tlm_seeds, lm_path, evo_from):  # fmt: skip
     """Benchmark minitc against numpy and torch (CPU) on a suite of workloads.
 
     Each workload runs minitc's default schedule (`tc.build(tensor)`), numpy and torch in the
@@ -129,7 +131,7 @@ def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, wa
 
     ctx = click.get_current_context()
     if suite == "tlm-eval":
-        return bench_tlm_eval(workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_path, quiet, evo_from)
+        return bench_tlm_eval(workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_path, quiet, evo_from, tlm_seeds)
     if suite in GPU_SUITES:
         return bench_gpu(ctx, suite, workloads, repeats, budget_s, tune_trials, json_path, plot_path, quiet)
     if ctx.get_parameter_source("tune_trials") == click.core.ParameterSource.COMMANDLINE:
@@ -200,7 +202,7 @@ def bench_gpu(ctx, suite, workloads, repeats, budget_s, tune_trials, json_path, 
         raise click.ClickException(str(e)) from None
 
 
-def bench_tlm_eval(workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_path, quiet, evo_from=None) -> None:
+def bench_tlm_eval(workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_path, quiet, evo_from=None, tlm_seeds="") -> None:
     """`--suite tlm-eval`: the language model against evolutionary search on held-out workloads."""
     import json
 
@@ -210,21 +212,28 @@ def bench_tlm_eval(workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_
     try:
         ks = [int(x) for x in tlm_k.split(",") if x.strip()]
         budgets = [int(x) for x in evo_trials.split(",") if x.strip()]
+        seeds = [int(x) for x in tlm_seeds.split(",") if x.strip()] or [seed]
     except ValueError:
-        raise click.UsageError("--tlm-k and --evo-trials take comma-separated integers") from None
+        raise click.UsageError("--tlm-k, --evo-trials and --tlm-seeds take comma-separated integers") from None
     names = [n.strip() for n in workloads.split(",") if n.strip()]
     start = time.perf_counter()
     try:
-        rows = tlm_eval.run(names, ks, budgets, seed, say, lm_path, evo_from)
+        by_seed = tlm_eval.run_seeds(names, ks, budgets, seeds, say, lm_path, evo_from)
     except KeyError as e:
         raise click.UsageError(e.args[0]) from None
+    rows = by_seed[seeds[0]]
     click.echo(tlm_eval.table(rows, ks, budgets))
+    if len(seeds) > 1:
+        click.echo(f"\nTLM with {len(seeds)} seeds (the tables above: seed {seeds[0]}):")
+        click.echo(tlm_eval.seeds_table(by_seed, ks, budgets))
     say(f"tlm-eval done in {time.perf_counter() - start:.0f} s")
     if json_path:
         run = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
                "command": command_line(click.get_current_context()), "versions": _versions()}  # fmt: skip
+        shared = ("evo_history", "evo_times")  # the later seeds' rows share the first's evolutionary run
+        more = {str(s): [{k: v for k, v in row.items() if k not in shared} for row in r] for s, r in by_seed.items() if s != seeds[0]}
         with open(json_path, "w") as f:
-            json.dump({"run": run, "rows": rows}, f, indent=1)
+            json.dump({"run": run, "rows": rows, **({"more_seeds": more} if more else {})}, f, indent=1)
         say(f"wrote {json_path}")
     if plot_path:
         tlm_eval.plot(rows, plot_path)

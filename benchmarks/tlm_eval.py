@@ -3,6 +3,7 @@ saw in training (lm/workloads.py HELD_OUT), in the form of the TLM paper's Table
 
     python -m benchmarks --suite tlm-eval [--tlm-k 1,10,32,64] [--evo-trials 64,256,1000]
                          [--workloads matmul-512,...] [--json out.json] [--plot curves.png]
+                         [--evo-from earlier.json] [--tlm-seeds 0,1,2]
 
 For each workload, one `tlm` run measures max(k) programs and one `evolutionary` run measures
 max(trials), each from a fresh records database and without the hand template measured first
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -138,6 +140,11 @@ def _ratios(rows: list, ks, evo_trials, ms) -> list:
                 cells.append(f"{r:.2f}" if r else "-")
         lines.append(cells)
     lines.append(["geomean"] + [f"{geomean(ratios[(k, t)]):.2f}" if ratios[(k, t)] else "-" for k in ks for t in evo_trials])
+    return _aligned(head, lines)
+
+
+def _aligned(head: list, lines: list) -> list:
+    """A text table: the first column left-aligned, the others right-aligned."""
     widths = [max(len(h), *(len(c[i]) for c in lines)) for i, h in enumerate(head)]
     fmt = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
     return [fmt(head), "  ".join("-" * w for w in widths)] + [fmt(c) for c in lines]
@@ -191,15 +198,51 @@ def plot(rows: list, path: str) -> None:
 
 
 def run(names=None, ks=(1, 10, 32, 64), evo_trials=(64, 256, 1000), seed=0, say=None, lm=None, evo_from=None) -> list:
-    """Rows of the table; `evo_from` (the JSON of an earlier run) reuses its evolutionary runs."""
+    """Rows of the table; `evo_from` (the JSON path of an earlier run, or its rows) reuses its
+    evolutionary runs."""
     from lm.workloads import HELD_OUT
 
     names = list(names or HELD_OUT)
     unknown = [n for n in names if n not in HELD_OUT]
     if unknown:
         raise KeyError(f"tlm-eval runs held-out workloads only ({', '.join(HELD_OUT)}); unknown: {', '.join(unknown)}")
-    earlier = {r["workload"]: r for r in json.loads(Path(evo_from).read_text())["rows"]} if evo_from else {}
+    if isinstance(evo_from, (str, os.PathLike)):
+        evo_from_rows = json.loads(Path(evo_from).read_text())["rows"]
+    else:
+        evo_from_rows = evo_from or []
+    earlier = {r["workload"]: r for r in evo_from_rows}
     short = [n for n in names if evo_from and (n not in earlier or len(earlier[n]["evo_history"]) < max(evo_trials))]
     if short:
-        raise KeyError(f"{evo_from} has no evolutionary run of {max(evo_trials)} trials for {', '.join(short)}")
+        raise KeyError(f"{evo_from if isinstance(evo_from, (str, os.PathLike)) else 'the earlier run'} has no evolutionary run of "
+                       f"{max(evo_trials)} trials for {', '.join(short)}")  # fmt: skip
     return [evaluate_workload(n, HELD_OUT[n], list(ks), list(evo_trials), seed, say, lm, earlier.get(n)) for n in names]
+
+
+def run_seeds(names, ks, evo_trials, seeds, say=None, lm=None, evo_from=None) -> dict:
+    """{seed: rows}: TLM once per seed, against one evolutionary run (that of `evo_from`, else
+    the first seed's). The model's first samples decide much of a workload's result, so one
+    seed's geomean moves by several percent; the seeds table shows how much."""
+    by_seed = {}
+    for seed in seeds:
+        by_seed[seed] = run(names, ks, evo_trials, seed, say, lm, evo_from)
+        evo_from = evo_from or by_seed[seed]
+    return by_seed
+
+
+def seeds_table(by_seed: dict, ks, evo_trials) -> str:
+    """Geomean of Evo@max(trials) ms / TLM@k ms per seed, as measured and side by side, and
+    the median over the seeds."""
+    top = f"Evo@{max(evo_trials)}"
+    columns = [(f"TLM@{k}/{top}", f"TLM@{k}", _as_measured) for k in ks]
+    columns += [(f"side by side @{k}", f"TLM@{k}", lambda row, label: row.get("retimed_ms", {}).get(label)) for k in ks]
+    lines = []
+    for seed, rows in by_seed.items():
+        cells = []
+        for _, label, ms in columns:
+            ratios = [ms(row, top) / ms(row, label) for row in rows if ms(row, label) and ms(row, top)]
+            cells.append(geomean(ratios) if len(ratios) == len(rows) else None)
+        lines.append((f"seed {seed}", cells))
+    known = [[cells[i] for _, cells in lines if cells[i]] for i in range(len(columns))]
+    lines.append(("median", [statistics.median(v) if v else None for v in known]))
+    head = ["geomean over workloads"] + [name for name, _, _ in columns]
+    return "\n".join(_aligned(head, [[name] + [f"{c:.2f}" if c else "-" for c in cells] for name, cells in lines]))

@@ -142,10 +142,16 @@ def test_tlm_eval_suite_runs_and_tabulates(tmp_path, tiny_checkpoint):
 
     out = tmp_path / "eval.json"
     result = CliRunner().invoke(main, ["bench", "--suite", "tlm-eval", "--workloads", "softmax-bert", "--tlm-k", "1,2",
-                                       "--evo-trials", "2", "--lm", str(tiny_checkpoint), "--json", str(out), "-q"])  # fmt: skip
+                                       "--evo-trials", "2", "--lm", str(tiny_checkpoint), "--json", str(out), "-q",
+                                       "--tlm-seeds", "3,4"])  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "TLM@1/Evo@2" in result.output and "geomean" in result.output
-    (row,) = json.loads(out.read_text())["rows"]
+    # a second seed runs TLM again against the same evolutionary run
+    data = json.loads(out.read_text())
+    (row,), (again,) = data["rows"], data["more_seeds"]["4"]
+    assert again["evo_ms"] == row["evo_ms"] and "evo_history" not in again and len(again["tlm_history"]) == 2
+    seeds = result.output.split("TLM with 2 seeds")[1]
+    assert "seed 3" in seeds and "seed 4" in seeds and "median" in seeds and "side by side @2" in seeds
     assert row["workload"] == "softmax-bert" and row["valid_rate"] == 1.0
     assert len(row["tlm_history"]) == 2 and len(row["evo_history"]) == 2
     assert row["tlm_ms"]["2"] <= row["tlm_ms"]["1"]
