@@ -1,10 +1,13 @@
-"""Shared test helpers: golden files, trace round trips and interpreter checks."""
+"""Shared test helpers: golden files, trace round trips, interpreter checks and a hand-built
+kernel for the LLVM backend tests."""
 from pathlib import Path
 
 import numpy as np
 
 import minitc as tc
+from minitc.expr import Var, maximum
 from minitc.interp import interpret
+from minitc.ir import Buffer, For, Kernel, Load, Store
 from minitc.verify import verify
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -44,3 +47,16 @@ def interpret_outputs(kernel, inputs):
     outputs = [np.zeros(b.shape, b.dtype) for b in kernel.outputs]
     interpret(kernel, list(inputs) + outputs)
     return outputs
+
+
+def relu_kernel(rows=16, cols=64, lanes=8):
+    """Y = max(X * A + B, 0) over a rows x cols float32 matrix, columns in vectorized chunks of
+    `lanes` (the LLVM backend tests, test_llvm_codegen.py and test_llvm_jit.py)."""
+    X, Y = Buffer("X", (rows, cols), "float32"), Buffer("Y", (rows, cols), "float32")
+    A, B = Buffer("A", (cols,), "float32"), Buffer("B", (cols,), "float32")
+    i, jo, ji = Var("i"), Var("jo"), Var("ji")
+    j = jo * lanes + ji
+    value = maximum(Load(X, (i, j)) * Load(A, (j,)) + Load(B, (j,)), 0.0)
+    inner = For(ji, lanes, "vectorized", Store(Y, (i, j), value))
+    body = For(i, rows, "serial", For(jo, cols // lanes, "serial", inner))
+    return Kernel("relu-affine", [X, A, B, Y], 3, body)

@@ -6,7 +6,7 @@ float4/float2/double2 accesses; everything else stays the plain loop, byte for b
   accessed as vectors, and the cases that must stay loops (misaligned or strided store, guard,
   load under a select, other dtypes and extents, a lane reading another lane's element);
 - nvcc compiles them, warnings as errors, for sm_75 (PTX) and sm_90 (cubin) (skipped without nvcc);
-- the host build of test_cuda_codegen.py runs them on 256-byte aligned arrays (as CuPy's) with
+- the host build of test_cuda_runtime.py runs them on 256-byte aligned arrays (as CuPy's) with
   UBSan checking the alignment of every vector access, and the simulator (target cuda-sim) runs
   the same kernels; both match numpy;
 - marked `cuda` (skipped without CuPy and a GPU): tc.build(target="cuda") matches numpy.
