@@ -155,13 +155,17 @@ def _as_measured(row: dict, label: str):
     return row["tlm_ms" if strategy == "TLM" else "evo_ms"][int(budget)]
 
 
+def _side_by_side(row: dict, label: str):
+    return row.get("retimed_ms", {}).get(label)
+
+
 def table(rows: list, ks, evo_trials) -> str:
     """Speedup of TLM@k over Evo@t (Evo ms / TLM ms) per workload and the geometric mean: as
     the searches measured them, then (where the winners were timed again) side by side."""
     out = _ratios(rows, ks, evo_trials, _as_measured)
     if any(label.startswith("Evo@") for row in rows for label in row.get("retimed_ms", {})):
         out += ["", "the same winners timed again, side by side:"]
-        out += _ratios(rows, ks, evo_trials, lambda row, label: row.get("retimed_ms", {}).get(label))
+        out += _ratios(rows, ks, evo_trials, _side_by_side)
     out.append("")
     out.append("workload          template ms  " + "  ".join(f"TLM@{k} ms" for k in ks) + "  " +
                "  ".join(f"Evo@{t} ms" for t in evo_trials) + "  TLM s  Evo s  valid")  # fmt: skip
@@ -234,7 +238,7 @@ def seeds_table(by_seed: dict, ks, evo_trials) -> str:
     the median over the seeds."""
     top = f"Evo@{max(evo_trials)}"
     columns = [(f"TLM@{k}/{top}", f"TLM@{k}", _as_measured) for k in ks]
-    columns += [(f"side by side @{k}", f"TLM@{k}", lambda row, label: row.get("retimed_ms", {}).get(label)) for k in ks]
+    columns += [(f"side by side @{k}", f"TLM@{k}", _side_by_side) for k in ks]
     lines = []
     for seed, rows in by_seed.items():
         cells = []
