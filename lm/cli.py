@@ -55,13 +55,17 @@ def workloads_cmd():
 @click.option("--per-workload", default=512, show_default=True, type=click.IntRange(min=1))
 @click.option("--workloads", help="Comma-separated names (default: the training set).")
 @click.option("--seed", default=0, show_default=True)
-def gen_data_cmd(out, per_workload, workloads, seed):
+@click.option("--near-template", default=0.0, show_default=True, type=click.FloatRange(0.0, 1.0),
+              help="Share of each templated workload's programs drawn near the template's default program "
+                   "(the prompt's `default` line) rather than uniformly.")  # fmt: skip
+def gen_data_cmd(out, per_workload, workloads, seed, near_template):
     """Append random legal programs of each workload, as sentences, to OUT (JSON lines)."""
     from .data import gen_data
     from .workloads import TRAINING
 
     start = time.perf_counter()
-    n = gen_data(out, _names(workloads, TRAINING), per_workload, seed, progress=lambda i, t, name: _say(f"[{i}/{t}] {name}"))
+    n = gen_data(out, _names(workloads, TRAINING), per_workload, seed, near_template=near_template,
+                 progress=lambda i, t, name: _say(f"[{i}/{t}] {name}"))  # fmt: skip
     click.echo(f"wrote {n} sentences to {out} in {time.perf_counter() - start:.1f} s")
 
 

@@ -23,9 +23,15 @@ from .train import Example
 from .workloads import TRAINING, workload
 
 
-def gen_data(path, names=None, per_workload: int = 256, seed: int = 0, hardware=None, progress=None) -> int:
+def gen_data(path, names=None, per_workload: int = 256, seed: int = 0, hardware=None, progress=None,
+             near_template: float = 0.0) -> int:  # fmt: skip
     """Append `per_workload` random programs of each workload to the JSONL file `path`; returns
-    how many sentences were written."""
+    how many sentences were written.
+
+    With `near_template`, that share of each workload with a hand template is instead drawn
+    from the template's neighbourhood: its default program (the prompt's `default` line) after
+    1-4 mutations. Uniform samples bear no relation to that line, so a model pretrained only on
+    them learns to ignore it."""
     from minitc.tune.space import Space
 
     from .hardware import hardware as host_hardware
@@ -38,14 +44,8 @@ def gen_data(path, names=None, per_workload: int = 256, seed: int = 0, hardware=
             space = Space(workload(name), "llvm")
             write = SentenceWriter(space, hardware or host_hardware(space.target))
             seen = set()
-            for _ in range(per_workload * 3):
-                if len(seen) >= per_workload:
-                    break
-                try:
-                    c = space.sample(rng)
-                except ScheduleError:
-                    continue
-                if c.key in seen:
+            for c in _template_neighbours(space, round(per_workload * near_template), rng) + _random_programs(space, per_workload, rng):
+                if len(seen) >= per_workload or c.key in seen:
                     continue
                 seen.add(c.key)
                 f.write(json.dumps({"workload": name, "sentence": str(write(c.decisions))}) + "\n")
@@ -53,6 +53,40 @@ def gen_data(path, names=None, per_workload: int = 256, seed: int = 0, hardware=
             if progress:
                 progress(n + 1, len(names), name)
     return written
+
+
+def _random_programs(space, count: int, rng) -> list:
+    out, keys = [], set()
+    for _ in range(count * 3):
+        if len(out) >= count:
+            break
+        try:
+            c = space.sample(rng)
+        except ScheduleError:
+            continue
+        if c.key not in keys:
+            keys.add(c.key)
+            out.append(c)
+    return out
+
+
+def _template_neighbours(space, count: int, rng) -> list:
+    """Up to `count` distinct programs a few mutations away from the template's default one."""
+    from minitc.tune.mutators import edit
+
+    if count <= 0 or "template" not in space.sketches:
+        return []
+    try:
+        default = space.replay(space.default_values())
+    except ScheduleError:
+        return []
+    out = {}
+    for _ in range(count * 4):
+        if len(out) >= count:
+            break
+        c = edit(space, default, rng, steps=min(int(rng.geometric(0.5)), 4))
+        out.setdefault(c.key, c)
+    return list(out.values())
 
 
 def read_sentences(path) -> list:

@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from minitc.errors import ScheduleError
-from minitc.tune.mutators import mutate
+from minitc.tune.mutators import edit
 from minitc.tune.search import RandomSearch
 
 from .decode import Decoder
@@ -97,12 +97,7 @@ class TLMSearch(RandomSearch):
             if len(out) >= count or not parents:
                 break
             child = parents[min(int(self.rng.geometric(0.5)) - 1, len(parents) - 1)]
-            for _ in range(1 + int(self.rng.random() < 0.3)):
-                values = mutate(child.decisions, self.rng)
-                try:
-                    child = self.space.replay(values, self.rng, strict=False) if values is not None else child
-                except ScheduleError:
-                    break
+            child = edit(self.space, child, self.rng, steps=1 + int(self.rng.random() < 0.3))
             if child.key not in self.measured and child.key not in taken:
                 out.setdefault(child.key, child)
         return list(out.values())

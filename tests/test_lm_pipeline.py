@@ -48,6 +48,27 @@ def test_gen_data_then_pretrain_a_tiny_model(tmp_path):
     assert vocab == Tokenizer.default().vocab and model.num_parameters() == saved["parameters"]
 
 
+def _decision_distance(sentence) -> int:
+    """How many decisions differ from the sentence's own `default` line."""
+    return sum(a != b for a, b in zip(sentence.decisions, sentence.defaults)) + abs(len(sentence.decisions) - len(sentence.defaults))
+
+
+def test_gen_data_near_template_draws_from_the_default_programs_neighbourhood(tmp_path):
+    uniform, near = tmp_path / "u.jsonl", tmp_path / "n.jsonl"
+    assert gen_data(uniform, ["matmul-256"], per_workload=16, seed=3) == 16
+    assert gen_data(near, ["matmul-256"], per_workload=16, seed=3, near_template=0.5) == 16
+    far = [_decision_distance(s) for _, s in read_sentences(uniform)]
+    close = [_decision_distance(s) for _, s in read_sentences(near)]
+    # Mutations of the default: 8 programs within 4 edits of it (a mutation can re-draw a
+    # decision it made illegal, so allow one more); the other 8 are the uniform draws.
+    assert sum(d <= 5 for d in close) >= 8 and sum(d <= 5 for d in far) < 8
+    assert len({str(s) for _, s in read_sentences(near)}) == 16
+    # softmax's template has few neighbours: uniform draws make up the count.
+    softmax = tmp_path / "s.jsonl"
+    assert gen_data(softmax, ["gpt2-softmax"], per_workload=64, seed=3, near_template=1.0) == 64
+    assert max(_decision_distance(s) for _, s in read_sentences(softmax)) > 5
+
+
 def test_malformed_data_line_names_file_and_line(tmp_path):
     data = tmp_path / "d.jsonl"
     gen_data(data, ["matmul-256"], per_workload=2)
@@ -130,7 +151,7 @@ def test_lm_commands(tmp_path):
     listed = runner.invoke(lm_cli, ["workloads"])
     assert listed.exit_code == 0 and "held out" in listed.output and "matmul-512" in listed.output
     out = tmp_path / "d.jsonl"
-    made = runner.invoke(lm_cli, ["gen-data", str(out), "--per-workload", "3", "--workloads", "gpt2-softmax"])
+    made = runner.invoke(lm_cli, ["gen-data", str(out), "--per-workload", "3", "--workloads", "gpt2-softmax", "--near-template", "0.5"])
     assert made.exit_code == 0, made.output
     assert len(read_sentences(out)) == 3
     bad = runner.invoke(lm_cli, ["gen-data", str(out), "--workloads", "nope"])

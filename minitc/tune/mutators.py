@@ -3,6 +3,8 @@
 when it finds nothing to change."""
 from __future__ import annotations
 
+from minitc.errors import ScheduleError
+
 from .sampler import Decision
 
 
@@ -95,3 +97,17 @@ def mutate(decisions: list, rng, attempts: int = 10):
         if values is not None:
             return values
     return None
+
+
+def edit(space, candidate, rng, steps: int = 1):
+    """`candidate` after `steps` mutations, each replayed in `space` (values a change makes
+    illegal are re-drawn); it stops at the first edit the space rejects."""
+    for _ in range(steps):
+        values = mutate(candidate.decisions, rng)
+        if values is None:
+            continue
+        try:
+            candidate = space.replay(values, rng, strict=False)
+        except ScheduleError:
+            break
+    return candidate
