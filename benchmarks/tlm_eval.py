@@ -14,8 +14,9 @@ setup; wall times are the tuning calls' own.
 
 Each history entry is a program's first measurement, and the best of many noisy measurements
 is optimistic by the noise (more so for 1000 than for 64), so the winners at every budget are
-then built again and timed side by side, in rotated order (`retime`); the second table gives
-the same ratios from those timings. The winners' traces are kept in the JSON (`winners`), so
+then built again and timed side by side, in rotated order (`retime`), with the hand template's
+program; the second table gives the same ratios from those timings, and a last line how each
+winner compares with the template neither search was given. The winners' traces are kept in the JSON (`winners`), so
 `--evo-from` reuses them too.
 """
 from __future__ import annotations
@@ -83,7 +84,7 @@ def evaluate_workload(name: str, make, ks, evo_trials, seed: int = 0, say=None, 
     from minitc.tune.cost_model import default_cost_model
     from minitc.tune.tuner import tune
 
-    from .tuning import template_kernel_ms
+    from .tuning import template_kernel_ms, template_trace
 
     say = say or (lambda msg: None)
     out = make()
@@ -116,7 +117,9 @@ def evaluate_workload(name: str, make, ks, evo_trials, seed: int = 0, say=None, 
     row["winners"] = winners
     if retime_rounds and winners:
         say(f"{name}: timing the {len(set(winners.values()))} winners again, side by side")
-        row["retimed_ms"] = retime(out, winners, retime_rounds)
+        template = template_trace(out)  # timed with them: what the searches add to the hand schedule
+        extra = {"template": template} if template is not None else {}
+        row["retimed_ms"] = retime(out, {**winners, **extra}, retime_rounds)
     top = max(evo_trials)
     row["evo_best_s"] = _time_to(evo.history, evo.times, row["evo_ms"][top])
     row["tlm_time_to_evo_best_s"] = _time_to(tlm.history, tlm.times, row["evo_ms"][top])
@@ -159,6 +162,17 @@ def _side_by_side(row: dict, label: str):
     return row.get("retimed_ms", {}).get(label)
 
 
+def _against_template(rows: list, labels: list) -> list:
+    """One line: the geometric mean of template ms / winner ms, side by side, per budget (> 1:
+    the search beat the hand schedule, which neither search was given)."""
+    cells = []
+    for label in labels:
+        pairs = [(_side_by_side(r, "template"), _side_by_side(r, label)) for r in rows]
+        ratios = [t / ms for t, ms in pairs if t and ms]
+        cells.append(f"{label} {geomean(ratios):.2f}" if ratios else f"{label} -")
+    return [] if all(c.endswith(" -") for c in cells) else ["", "against the hand template (template ms / ms): " + "  ".join(cells)]
+
+
 def table(rows: list, ks, evo_trials) -> str:
     """Speedup of TLM@k over Evo@t (Evo ms / TLM ms) per workload and the geometric mean: as
     the searches measured them, then (where the winners were timed again) side by side."""
@@ -166,6 +180,7 @@ def table(rows: list, ks, evo_trials) -> str:
     if any(label.startswith("Evo@") for row in rows for label in row.get("retimed_ms", {})):
         out += ["", "the same winners timed again, side by side:"]
         out += _ratios(rows, ks, evo_trials, _side_by_side)
+        out += _against_template(rows, [f"TLM@{k}" for k in ks] + [f"Evo@{t}" for t in evo_trials])
     out.append("")
     out.append("workload          template ms  " + "  ".join(f"TLM@{k} ms" for k in ks) + "  " +
                "  ".join(f"Evo@{t} ms" for t in evo_trials) + "  TLM s  Evo s  valid")  # fmt: skip

@@ -120,18 +120,26 @@ def tune_one(w: Workload, out, strategy: str, trials: int, *, db=None, target="l
     return info
 
 
-def template_kernel_ms(out, target="llvm", builder=None, runner=None):
-    """The hand template's latency measured the way the tuner measures candidates (bare kernel
-    in the runner process), so it compares with `best_ms` and the history; None without a
-    template or when it fails."""
+def template_trace(out, target="llvm"):
+    """The trace of the hand template's program with its default parameters (what `tc.build`
+    runs); None without a template."""
     from minitc.tune.space import Space
 
     try:
         space = Space(out, target)
-        cand = space.replay(space.default_values())
+        return space.replay(space.default_values()).trace
     except Exception:  # noqa: BLE001 - no template for this computation
         return None
-    return kernels_ms(out, {"template": cand.trace}, target, rounds=1, builder=builder, runner=runner)["template"]
+
+
+def template_kernel_ms(out, target="llvm", builder=None, runner=None):
+    """The hand template's latency measured the way the tuner measures candidates (bare kernel
+    in the runner process), so it compares with `best_ms` and the history; None without a
+    template or when it fails."""
+    trace = template_trace(out, target)
+    if trace is None:
+        return None
+    return kernels_ms(out, {"template": trace}, target, rounds=1, builder=builder, runner=runner)["template"]
 
 
 def kernels_ms(out, traces: dict, target="llvm", rounds: int = 5, builder=None, runner=None) -> dict:

@@ -176,8 +176,9 @@ def test_tlm_eval_suite_runs_and_tabulates(tmp_path, tiny_checkpoint):
     assert row["workload"] == "softmax-bert" and row["valid_rate"] == 1.0
     assert len(row["tlm_history"]) == 2 and len(row["evo_history"]) == 2
     assert row["tlm_ms"]["2"] <= row["tlm_ms"]["1"]
-    # the winners at each budget, timed again side by side
-    assert set(row["winners"]) == {"TLM@1", "TLM@2", "Evo@2"} == set(row["retimed_ms"])
+    # the winners at each budget, and the hand template, timed again side by side
+    assert set(row["winners"]) == {"TLM@1", "TLM@2", "Evo@2"} and set(row["retimed_ms"]) == set(row["winners"]) | {"template"}
     assert all(ms > 0 for ms in row["retimed_ms"].values()) and "side by side" in result.output
+    assert "against the hand template (template ms / ms): TLM@1 " in result.output
     bad = CliRunner().invoke(main, ["bench", "--suite", "tlm-eval", "--workloads", "matmul-1024"])
     assert bad.exit_code != 0 and "held-out workloads only" in bad.output
