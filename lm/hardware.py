@@ -2,6 +2,10 @@
 (peak FMA rate, STREAM-triad bandwidth). The measurement takes about a second and is cached
 once per hardware fingerprint in the user's cache directory ($XDG_CACHE_HOME/minitc, else
 ~/.cache/minitc): the tokens of a machine must not change from run to run with the load.
+They still differ between two machines of one kind, or one machine with a fresh cache: on this
+2-core development machine the FMA peak measured 190-214 GFLOP/s idle and 100 with another
+process on one core, the triad 24-44 GB/s as other tenants' traffic came and went. So
+`same_machine` compares only what the machine is, not what it measured.
 
 A GPU's tokens (`hardware cuda sm_90 sms 132 warp 32 smem 48 regs 64 threads 1024 gflops 0
 gbps 0`) come from the CUDA target alone, without touching a GPU: its architecture, its limits
@@ -105,3 +109,9 @@ def hardware(target="llvm", measured: dict | None = None) -> Hardware | GpuHardw
     simd = simd_width(t, "float32")
     return Hardware("llvm", t.cpu, t.num_cores, simd, _cache_kib(1), _cache_kib(2), _cache_kib(3),
                     two_digits(measured["gflops"]), two_digits(measured["gbps"]))  # fmt: skip
+
+
+def same_machine(line_a: str, line_b: str) -> bool:
+    """Whether two hardware lines name the same kind of machine (target, CPU or GPU
+    architecture, cores, SIMD width, caches), whatever their measured rates."""
+    return str(line_a).split(" gflops ")[0] == str(line_b).split(" gflops ")[0]

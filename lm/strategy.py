@@ -163,7 +163,7 @@ def tlm_search(space, rng, cost_model=None, lm=None, learn: bool = False) -> TLM
 
     import torch
 
-    from .hardware import hardware
+    from .hardware import hardware, same_machine
     from .pipeline import load_model
 
     torch.set_num_threads(1)  # decoding is latency-bound; a second thread mostly waits
@@ -176,7 +176,7 @@ def tlm_search(space, rng, cost_model=None, lm=None, learn: bool = False) -> TLM
                       "sentences, so it cannot propose GPU programs: tune a GPU target with strategy='evolutionary' "
                       "(what `tc.tune` does on GPU targets), or train a model on GPU sentences")  # fmt: skip
     trained_on = meta.get("hardware")
-    if trained_on and trained_on != str(hw):
+    if trained_on and not same_machine(trained_on, hw):  # measured rates alone differ with the load
         warnings.warn(f"the language model was trained on `{trained_on}`; this machine is `{hw}`. It still runs, "
                       "conditioned on this machine's hardware tokens, but its proposals may be weaker here "
                       "(tune with --learn to adapt it to your measurements)", stacklevel=3)  # fmt: skip

@@ -116,6 +116,28 @@ def test_tlm_search_spends_half_of_later_rounds_on_edits_of_the_best_programs(ti
         assert 1 <= distance <= 2, (edit.values, [p.values for p in parents])
 
 
+def test_tlm_search_warns_about_another_machine_not_another_measurement(tmp_path, tiny_checkpoint):
+    import warnings
+
+    from lm.hardware import hardware
+    from lm.strategy import tlm_search
+    from minitc.tune.space import Space
+
+    space = Space(_matmul(), "llvm")
+    model, vocab, _ = load_checkpoint(tiny_checkpoint)
+    here = hardware("llvm")
+    same_kind = str(here).replace(f" gflops {here.gflops} ", f" gflops {here.gflops // 2 + 1} ")  # a busy day
+    other_kind = str(here).replace(f" cores {here.cores} ", f" cores {here.cores + 62} ")
+    assert same_kind != str(here) and other_kind != str(here)
+    for line, warns in ((same_kind, False), (other_kind, True)):
+        path = tmp_path / "m.pt"
+        save_checkpoint(path, model, vocab, {"stage": "test", "hardware": line})
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            tlm_search(space, np.random.default_rng(0), lm=path)
+        assert any("was trained on" in str(w.message) for w in caught) == warns, line
+
+
 def test_learn_keeps_the_users_model_and_it_becomes_the_default(tmp_path, tiny_checkpoint, monkeypatch):
     monkeypatch.setenv("MINITC_DB", str(tmp_path / "records.db"))
     monkeypatch.delenv("MINITC_LM", raising=False)
