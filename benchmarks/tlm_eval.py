@@ -16,8 +16,8 @@ Each history entry is a program's first measurement, and the best of many noisy 
 is optimistic by the noise (more so for 1000 than for 64), so the winners at every budget are
 then built again and timed side by side, in rotated order (`retime`), with the hand template's
 program; the second table gives the same ratios from those timings, and a last line how each
-winner compares with the template neither search was given. The winners' traces are kept in the JSON (`winners`), so
-`--evo-from` reuses them too.
+winner compares with the template neither search was given. The winners' traces are kept in
+the JSON (`winners`), so `--evo-from` reuses them too.
 """
 from __future__ import annotations
 
