@@ -165,12 +165,14 @@ def _side_by_side(row: dict, label: str):
 def _against_template(rows: list, labels: list) -> list:
     """One line: the geometric mean of template ms / winner ms, side by side, per budget (> 1:
     the search beat the hand schedule, which neither search was given)."""
+    if not any(_side_by_side(r, "template") for r in rows):
+        return []
     cells = []
     for label in labels:
         pairs = [(_side_by_side(r, "template"), _side_by_side(r, label)) for r in rows]
         ratios = [t / ms for t, ms in pairs if t and ms]
         cells.append(f"{label} {geomean(ratios):.2f}" if ratios else f"{label} -")
-    return [] if all(c.endswith(" -") for c in cells) else ["", "against the hand template (template ms / ms): " + "  ".join(cells)]
+    return ["", "against the hand template (template ms / ms): " + "  ".join(cells)]
 
 
 def table(rows: list, ks, evo_trials) -> str:
@@ -225,14 +227,12 @@ def run(names=None, ks=(1, 10, 32, 64), evo_trials=(64, 256, 1000), seed=0, say=
     unknown = [n for n in names if n not in HELD_OUT]
     if unknown:
         raise KeyError(f"tlm-eval runs held-out workloads only ({', '.join(HELD_OUT)}); unknown: {', '.join(unknown)}")
-    if isinstance(evo_from, (str, os.PathLike)):
-        evo_from_rows = json.loads(Path(evo_from).read_text())["rows"]
-    else:
-        evo_from_rows = evo_from or []
+    from_file = isinstance(evo_from, (str, os.PathLike))
+    evo_from_rows = json.loads(Path(evo_from).read_text())["rows"] if from_file else evo_from or []
     earlier = {r["workload"]: r for r in evo_from_rows}
     short = [n for n in names if evo_from and (n not in earlier or len(earlier[n]["evo_history"]) < max(evo_trials))]
     if short:
-        raise KeyError(f"{evo_from if isinstance(evo_from, (str, os.PathLike)) else 'the earlier run'} has no evolutionary run of "
+        raise KeyError(f"{evo_from if from_file else 'the earlier run'} has no evolutionary run of "
                        f"{max(evo_trials)} trials for {', '.join(short)}")  # fmt: skip
     return [evaluate_workload(n, HELD_OUT[n], list(ks), list(evo_trials), seed, say, lm, earlier.get(n)) for n in names]
 
