@@ -7,17 +7,23 @@ saw in training (lm/workloads.py HELD_OUT), in the form of the TLM paper's Table
 
 For each workload, one `tlm` run measures max(k) programs and one `evolutionary` run measures
 max(trials), each from a fresh records database and without the hand template measured first
-(this evaluates the searches, not the template); TLM@k is the best of the first k programs,
-Evo@t the best of the first t. A cell of the table is Evo@t ms / TLM@k ms (> 1: TLM@k is
-faster). Both runs use the same cost model class (TLP, trained online) and the same measuring
-setup; wall times are the tuning calls' own.
+(this evaluates the searches, not the template). TLM@k is what tuning with a budget of k
+programs returns, Evo@t likewise: the tuner does not answer with the fastest first
+measurement but re-measures the few fastest programs and answers with the best of those
+(tuner._remeasure_best), since on a shared machine a single first measurement often crowns a
+lucky program. At the full budget that is the run's own answer; at a smaller one the same
+re-measurement is done on a copy of the run's first k records (`_confirmed_winners`), and its
+seconds are added to that budget's tuning time. A cell of the table is Evo@t ms / TLM@k ms
+(> 1: TLM@k is faster). Both runs use the same cost model class (TLP, trained online) and the
+same measuring setup; wall times are the tuning calls' own.
 
-Each history entry is a program's first measurement, and the best of many noisy measurements
-is optimistic by the noise (more so for 1000 than for 64), so the winners at every budget are
-then built again and timed side by side, in rotated order (`retime`), with the hand template's
-program; the second table gives the same ratios from those timings, and a last line how each
-winner compares with the template neither search was given. The winners' traces are kept in
-the JSON (`winners`), so `--evo-from` reuses them too.
+The re-measurements of each budget are still taken at different times for the two searches,
+so the winners at every budget are then built again and timed side by side, in rotated order
+(`retime`), with the hand template's program and the winners by first measurement alone; the
+second table gives the same ratios from those timings, a line what confirming the finalists
+changed, a line how each winner compares with the template neither search was given, and the
+tuning time TLM needed to match Evo's largest budget side by side. The winners' traces are
+kept in the JSON (`winners`, `first_winners`), so `--evo-from` reuses them too.
 """
 from __future__ import annotations
 
@@ -26,6 +32,8 @@ import math
 import os
 import statistics
 import tempfile
+import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -49,20 +57,46 @@ def _time_to(history: list, times: list, target: float | None):
     return None
 
 
-def _best_traces(db_path: str, workload: str, budgets) -> dict:
-    """{k: trace JSON of the fastest of the first k measured programs} of one tuning run's
-    records (the re-measurements of its finalists come after its trials)."""
-    from minitc.tune.database import Database
+def _first_winners(records: list, budgets) -> dict:
+    """{k: trace JSON of the fastest first measurement among the first k records}."""
     from minitc.tune.tuner import decode_trace
 
-    with Database(db_path) as db:
-        records = db.records(workload)
     out = {}
     for k in budgets:
         ok = [r for r in records[:k] if r.ok]
         if ok:
             out[k] = decode_trace(min(ok, key=lambda r: r.median_ms).trace)[1].to_json()
     return out
+
+
+def _confirmed_winners(out, records: list, result, budgets) -> dict:
+    """{k: (trace JSON, ms, seconds)}: what tuning with a budget of k returns, its re-measured
+    latency and the tuning time to get there, from the run's `records` (its trials, in order).
+    The full budget's answer is the run's own; a smaller budget's comes from re-measuring, as
+    the tuner does, a copy of the first k records."""
+    from minitc.tune.database import Database
+    from minitc.tune.measure import LocalRunner, Task
+    from minitc.tune.space import Space
+    from minitc.tune.tuner import _remeasure_best, decode_trace
+
+    answers = {}
+    if result.best_trace:
+        answers[len(records)] = (decode_trace(result.best_trace)[1].to_json(), result.best_ms, result.seconds)
+    smaller = [k for k in budgets if k < len(records) and any(r.ok for r in records[:k])]
+    if smaller:
+        space = Space(out, records[0].target)
+        task, runner = Task.from_outputs(space.outputs, space.target.string), LocalRunner()
+        try:
+            for k in smaller:
+                start = time.perf_counter()
+                with tempfile.TemporaryDirectory(prefix="minitc-budget-") as tmp, Database(os.path.join(tmp, "r.db")) as copy:
+                    for r in records[:k]:
+                        copy.add(replace(r, id=None))
+                    ms, trace = _remeasure_best(copy, result.workload, space, records[0].hardware, task, runner)
+                answers[k] = (decode_trace(trace)[1].to_json(), ms, result.times[k - 1] + time.perf_counter() - start)
+        finally:
+            runner.close()
+    return {k: answers[min(k, len(records))] for k in budgets if min(k, len(records)) in answers}
 
 
 def retime(out, rows_traces: dict, rounds: int) -> dict:
@@ -82,48 +116,73 @@ def evaluate_workload(name: str, make, ks, evo_trials, seed: int = 0, say=None, 
     reused (its budget must cover `evo_trials`): only TLM is run again. The winners at each
     budget are then timed again side by side (`retime_rounds`; 0 skips it)."""
     from minitc.tune.cost_model import default_cost_model
+    from minitc.tune.database import Database
     from minitc.tune.tuner import tune
 
     from .tuning import template_kernel_ms, template_trace
 
     say = say or (lambda msg: None)
     out = make()
-    runs, winners = {}, {}
+    runs, winners, first, measured, seconds = {}, {}, {}, {}, {}
     plan = [("tlm", max(ks))] + ([] if evo_from else [("evolutionary", max(evo_trials))])
     for strategy, trials in plan:
         say(f"{name}: {strategy}, {trials} trials")
+        label, budgets = ("TLM", ks) if strategy == "tlm" else ("Evo", evo_trials)
         with tempfile.TemporaryDirectory(prefix="minitc-tlm-eval-") as tmp:
             r = tune(out, trials=trials, strategy=strategy, db=os.path.join(tmp, "r.db"), seed=seed,
                      cost_model=default_cost_model(), template_first=False, lm=lm)  # fmt: skip
-            budgets = ks if strategy == "tlm" else evo_trials
-            label = "TLM" if strategy == "tlm" else "Evo"
-            winners.update({f"{label}@{k}": t for k, t in _best_traces(os.path.join(tmp, "r.db"), r.workload, budgets).items()})
+            with Database(os.path.join(tmp, "r.db")) as db:
+                records = db.records(r.workload)[: len(r.history)]  # the trials, not the re-measurements
+        first.update({f"{label}@{k}": t for k, t in _first_winners(records, budgets).items()})
+        for k, (trace, ms, s) in _confirmed_winners(out, records, r, budgets).items():
+            winners[f"{label}@{k}"], measured[f"{label}@{k}"], seconds[f"{label}@{k}"] = trace, ms, s
         runs[strategy] = r
     if evo_from:
         winners.update(evo_from.get("winners", {}))
+        first.update(evo_from.get("first_winners", {}))
+        for t in evo_trials:
+            measured[f"Evo@{t}"], seconds[f"Evo@{t}"] = _at(evo_from["evo_ms"], t), _at(evo_from["evo_seconds"], t)
     tlm = runs["tlm"]
     evo = runs.get("evolutionary") or SimpleNamespace(
         history=evo_from["evo_history"], times=evo_from["evo_times"], errors=evo_from["evo_errors"])
     row = {
         "workload": name, "template_ms": template_kernel_ms(out),
-        "tlm_ms": {k: _best_after(tlm.history, k) for k in ks},
-        "evo_ms": {t: _best_after(evo.history, t) for t in evo_trials},
-        "tlm_seconds": {k: tlm.times[min(k, len(tlm.times)) - 1] if tlm.times else None for k in ks},
-        "evo_seconds": {t: evo.times[min(t, len(evo.times)) - 1] if evo.times else None for t in evo_trials},
+        "tlm_ms": {k: measured.get(f"TLM@{k}") for k in ks}, "evo_ms": {t: measured.get(f"Evo@{t}") for t in evo_trials},
+        "tlm_seconds": {k: seconds.get(f"TLM@{k}") for k in ks}, "evo_seconds": {t: seconds.get(f"Evo@{t}") for t in evo_trials},
         "tlm_history": tlm.history, "evo_history": evo.history, "tlm_times": tlm.times, "evo_times": evo.times,
         "valid_rate": tlm.search_stats.get("valid_rate"), "tlm_stats": tlm.search_stats,
         "tlm_errors": tlm.errors, "evo_errors": evo.errors,
+        # an --evo-from run older than the finalists' confirmation has first-measurement winners only
+        "evo_confirmed": not evo_from or "first_winners" in evo_from,
     }  # fmt: skip
-    row["winners"] = winners
+    row["winners"], row["first_winners"] = winners, first
     if retime_rounds and winners:
-        say(f"{name}: timing the {len(set(winners.values()))} winners again, side by side")
         template = template_trace(out)  # timed with them: what the searches add to the hand schedule
         extra = {"template": template} if template is not None else {}
-        row["retimed_ms"] = retime(out, {**winners, **extra}, retime_rounds)
+        timed = {**winners, **{f"{label} first": t for label, t in first.items()}, **extra}
+        say(f"{name}: timing the {len(set(timed.values()))} winners again, side by side")
+        row["retimed_ms"] = retime(out, timed, retime_rounds)
     top = max(evo_trials)
     row["evo_best_s"] = _time_to(evo.history, evo.times, row["evo_ms"][top])
     row["tlm_time_to_evo_best_s"] = _time_to(tlm.history, tlm.times, row["evo_ms"][top])
+    row["tlm_matches_evo"] = _first_match(row, ks, top)
     return row
+
+
+def _at(by_budget: dict, budget: int):
+    """A per-budget value of a row read back from JSON (string keys) or still in memory."""
+    return by_budget.get(budget, by_budget.get(str(budget)))
+
+
+def _first_match(row: dict, ks, top: int) -> dict | None:
+    """{"k", "seconds"} of the smallest budget whose TLM winner, timed side by side, is at
+    least as fast as Evo@top's; None if none is (or nothing was timed side by side)."""
+    evo = _side_by_side(row, f"Evo@{top}")
+    for k in sorted(ks):
+        ms = _side_by_side(row, f"TLM@{k}")
+        if evo and ms and ms <= evo:
+            return {"k": k, "seconds": row["tlm_seconds"][k]}
+    return None
 
 
 def _ratios(rows: list, ks, evo_trials, ms) -> list:
@@ -175,6 +234,35 @@ def _against_template(rows: list, labels: list) -> list:
     return ["", "against the hand template (template ms / ms): " + "  ".join(cells)]
 
 
+def _unconfirmed(rows: list, ks, top: int) -> list:
+    """One line: the side-by-side geomeans had each search answered with its fastest first
+    measurement instead of re-measuring its finalists."""
+    cells = []
+    for k in ks:
+        pairs = [(_side_by_side(r, f"Evo@{top} first"), _side_by_side(r, f"TLM@{k} first")) for r in rows]
+        ratios = [e / t for e, t in pairs if e and t]
+        cells.append(f"TLM@{k}/Evo@{top} {geomean(ratios):.2f}" if len(ratios) == len(rows) else f"TLM@{k}/Evo@{top} -")
+    return ["", "had each search kept its fastest first measurement (side by side): " + "  ".join(cells)]
+
+
+def _matches(rows: list, top: int) -> list:
+    """Lines: per workload, the tuning seconds TLM needed to match Evo@top side by side,
+    against the seconds of Evo's whole run."""
+    out = ["", f"tuning time until TLM's winner is at least as fast as Evo@{top}'s, side by side:"]
+    tlm_s = evo_s = 0.0
+    for r in rows:
+        match, evo = r.get("tlm_matches_evo"), _at(r["evo_seconds"], top)
+        if match and match["seconds"] and evo:
+            tlm_s, evo_s = tlm_s + match["seconds"], evo_s + evo
+            out.append(f"  {r['workload']:16s} TLM@{match['k']} after {match['seconds']:.0f} s; Evo@{top} took {evo:.0f} s "
+                       f"(Evo s / TLM s = {evo / match['seconds']:.2g})")  # fmt: skip
+        else:
+            out.append(f"  {r['workload']:16s} not within TLM's budget")
+    if tlm_s:
+        out.append(f"  the matched workloads together: TLM {tlm_s:.0f} s, Evo {evo_s:.0f} s (Evo s / TLM s = {evo_s / tlm_s:.2g})")
+    return out
+
+
 def table(rows: list, ks, evo_trials) -> str:
     """Speedup of TLM@k over Evo@t (Evo ms / TLM ms) per workload and the geometric mean: as
     the searches measured them, then (where the winners were timed again) side by side."""
@@ -182,7 +270,9 @@ def table(rows: list, ks, evo_trials) -> str:
     if any(label.startswith("Evo@") for row in rows for label in row.get("retimed_ms", {})):
         out += ["", "the same winners timed again, side by side:"]
         out += _ratios(rows, ks, evo_trials, _side_by_side)
+        out += _unconfirmed(rows, ks, max(evo_trials))
         out += _against_template(rows, [f"TLM@{k}" for k in ks] + [f"Evo@{t}" for t in evo_trials])
+        out += _matches(rows, max(evo_trials))
     out.append("")
     out.append("workload          template ms  " + "  ".join(f"TLM@{k} ms" for k in ks) + "  " +
                "  ".join(f"Evo@{t} ms" for t in evo_trials) + "  TLM s  Evo s  valid")  # fmt: skip
@@ -230,6 +320,9 @@ def run(names=None, ks=(1, 10, 32, 64), evo_trials=(64, 256, 1000), seed=0, say=
     from_file = isinstance(evo_from, (str, os.PathLike))
     evo_from_rows = json.loads(Path(evo_from).read_text())["rows"] if from_file else evo_from or []
     earlier = {r["workload"]: r for r in evo_from_rows}
+    if say and evo_from_rows and not all("first_winners" in r for r in evo_from_rows):
+        say(f"note: {evo_from if from_file else 'the earlier run'} predates the finalists' re-measurement: "
+            "its evolutionary winners are its fastest first measurements")  # fmt: skip
     short = [n for n in names if evo_from and (n not in earlier or len(earlier[n]["evo_history"]) < max(evo_trials))]
     if short:
         raise KeyError(f"{evo_from if from_file else 'the earlier run'} has no evolutionary run of "
