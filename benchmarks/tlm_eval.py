@@ -165,7 +165,8 @@ def evaluate_workload(name: str, make, ks, evo_trials, seed: int = 0, say=None, 
     top = max(evo_trials)
     row["evo_best_s"] = _time_to(evo.history, evo.times, row["evo_ms"][top])
     row["tlm_time_to_evo_best_s"] = _time_to(tlm.history, tlm.times, row["evo_ms"][top])
-    row["tlm_matches_evo"] = _first_match(row, ks, top)
+    row["tlm_matches_evo"] = _first_match(row, "TLM", ks, top)
+    row["evo_matches_evo"] = _first_match(row, "Evo", evo_trials, top)
     return row
 
 
@@ -174,14 +175,17 @@ def _at(by_budget: dict, budget: int):
     return by_budget.get(budget, by_budget.get(str(budget)))
 
 
-def _first_match(row: dict, ks, top: int) -> dict | None:
-    """{"k", "seconds"} of the smallest budget whose TLM winner, timed side by side, is at
-    least as fast as Evo@top's; None if none is (or nothing was timed side by side)."""
+def _first_match(row: dict, label: str, budgets, top: int) -> dict | None:
+    """{"k", "seconds"} of the smallest budget whose winner of search `label` ("TLM", "Evo"),
+    timed side by side, is at least as fast as Evo@top's; None if none is (or nothing was
+    timed side by side). The same rule for both searches: Evo often has its final quality
+    long before its last trial."""
     evo = _side_by_side(row, f"Evo@{top}")
-    for k in sorted(ks):
-        ms = _side_by_side(row, f"TLM@{k}")
+    times = row["tlm_seconds" if label == "TLM" else "evo_seconds"]
+    for k in sorted(budgets):
+        ms = _side_by_side(row, f"{label}@{k}")
         if evo and ms and ms <= evo:
-            return {"k": k, "seconds": row["tlm_seconds"][k]}
+            return {"k": k, "seconds": _at(times, k)}
     return None
 
 
@@ -246,18 +250,18 @@ def _unconfirmed(rows: list, ks, top: int) -> list:
 
 
 def _matches(rows: list, top: int) -> list:
-    """Lines: per workload, the tuning seconds TLM needed to match Evo@top side by side,
-    against the seconds of Evo's whole run."""
-    out = ["", f"tuning time until TLM's winner is at least as fast as Evo@{top}'s, side by side:"]
+    """Lines: per workload, the tuning seconds each search needed until its winner, timed side
+    by side, was at least as fast as Evo@top's (at the budgets of the table)."""
+    out = ["", f"tuning time until a search's winner is at least as fast as Evo@{top}'s, side by side:"]
     tlm_s = evo_s = 0.0
     for r in rows:
-        match, evo = r.get("tlm_matches_evo"), _at(r["evo_seconds"], top)
-        if match and match["seconds"] and evo:
-            tlm_s, evo_s = tlm_s + match["seconds"], evo_s + evo
-            out.append(f"  {r['workload']:16s} TLM@{match['k']} after {match['seconds']:.0f} s; Evo@{top} took {evo:.0f} s "
-                       f"(Evo s / TLM s = {evo / match['seconds']:.2g})")  # fmt: skip
+        tlm, evo = r.get("tlm_matches_evo"), r.get("evo_matches_evo")
+        if tlm and evo and tlm["seconds"] and evo["seconds"]:
+            tlm_s, evo_s = tlm_s + tlm["seconds"], evo_s + evo["seconds"]
+            out.append(f"  {r['workload']:16s} TLM@{tlm['k']} after {tlm['seconds']:.0f} s, Evo@{evo['k']} after "
+                       f"{evo['seconds']:.0f} s (Evo s / TLM s = {evo['seconds'] / tlm['seconds']:.2g})")  # fmt: skip
         else:
-            out.append(f"  {r['workload']:16s} not within TLM's budget")
+            out.append(f"  {r['workload']:16s} TLM: not within its budget")
     if tlm_s:
         out.append(f"  the matched workloads together: TLM {tlm_s:.0f} s, Evo {evo_s:.0f} s (Evo s / TLM s = {evo_s / tlm_s:.2g})")
     return out

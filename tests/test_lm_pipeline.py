@@ -209,9 +209,21 @@ def test_tlm_eval_suite_runs_and_tabulates(tmp_path, tiny_checkpoint):
     assert all(ms > 0 for ms in row["retimed_ms"].values()) and "side by side" in result.output
     assert "against the hand template (template ms / ms): TLM@1 " in result.output
     assert "had each search kept its fastest first measurement (side by side): TLM@1/Evo@2 " in result.output
-    assert "tuning time until TLM's winner is at least as fast as Evo@2's" in result.output
+    assert "tuning time until a search's winner is at least as fast as Evo@2's" in result.output
+    assert row["evo_matches_evo"]["k"] == 2 and row["evo_matches_evo"]["seconds"] > 0
     bad = CliRunner().invoke(main, ["bench", "--suite", "tlm-eval", "--workloads", "matmul-1024"])
     assert bad.exit_code != 0 and "held-out workloads only" in bad.output
+
+
+def test_time_to_match_uses_the_same_rule_for_both_searches():
+    from benchmarks.tlm_eval import _first_match
+
+    row = {"retimed_ms": {"TLM@1": 2.0, "TLM@10": 1.0, "Evo@64": 0.99, "Evo@256": 1.2, "Evo@1000": 1.0},
+           "tlm_seconds": {1: 5.0, 10: 8.0}, "evo_seconds": {"64": 20.0, "256": 80.0, "1000": 300.0}}  # as read from JSON
+    assert _first_match(row, "TLM", [1, 10], 1000) == {"k": 10, "seconds": 8.0}
+    assert _first_match(row, "Evo", [64, 256, 1000], 1000) == {"k": 64, "seconds": 20.0}
+    row["retimed_ms"]["TLM@10"] = 1.01
+    assert _first_match(row, "TLM", [1, 10], 1000) is None
 
 
 def test_a_smaller_budget_answers_as_the_tuner_would():
