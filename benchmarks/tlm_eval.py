@@ -22,8 +22,9 @@ so the winners at every budget are then built again and timed side by side, in r
 (`retime`), with the hand template's program and the winners by first measurement alone; the
 second table gives the same ratios from those timings, a line what confirming the finalists
 changed, a line how each winner compares with the template neither search was given, and the
-tuning time TLM needed to match Evo's largest budget side by side. The winners' traces are
-kept in the JSON (`winners`, `first_winners`), so `--evo-from` reuses them too.
+tuning time each search needed to match Evo's largest budget side by side (the same rule for
+both). The winners' traces are kept in the JSON (`winners`, `first_winners`), so `--evo-from`
+reuses them too.
 """
 from __future__ import annotations
 
@@ -40,11 +41,6 @@ from types import SimpleNamespace
 
 def geomean(values) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
-def _best_after(history: list, k: int):
-    values = [h for h in history[:k] if h is not None]
-    return min(values) if values else None
 
 
 def _time_to(history: list, times: list, target: float | None):
