@@ -228,10 +228,16 @@ def _against_template(rows: list, labels: list) -> list:
         return []
     cells = []
     for label in labels:
-        pairs = [(_side_by_side(r, "template"), _side_by_side(r, label)) for r in rows]
-        ratios = [t / ms for t, ms in pairs if t and ms]
-        cells.append(f"{label} {geomean(ratios):.2f}" if ratios else f"{label} -")
+        g = _geomean_ratio(rows, "template", label, every_row=False)
+        cells.append(f"{label} {g:.2f}" if g else f"{label} -")
     return ["", "against the hand template (template ms / ms): " + "  ".join(cells)]
+
+
+def _geomean_ratio(rows: list, over: str, under: str, ms=_side_by_side, every_row: bool = True):
+    """Geometric mean over the rows of ms(row, over) / ms(row, under); None if no row has
+    both, or (every_row) if any row lacks one."""
+    ratios = [ms(r, over) / ms(r, under) for r in rows if ms(r, over) and ms(r, under)]
+    return geomean(ratios) if ratios and (len(ratios) == len(rows) or not every_row) else None
 
 
 def _unconfirmed(rows: list, ks, top: int) -> list:
@@ -239,9 +245,8 @@ def _unconfirmed(rows: list, ks, top: int) -> list:
     measurement instead of re-measuring its finalists."""
     cells = []
     for k in ks:
-        pairs = [(_side_by_side(r, f"Evo@{top} first"), _side_by_side(r, f"TLM@{k} first")) for r in rows]
-        ratios = [e / t for e, t in pairs if e and t]
-        cells.append(f"TLM@{k}/Evo@{top} {geomean(ratios):.2f}" if len(ratios) == len(rows) else f"TLM@{k}/Evo@{top} -")
+        g = _geomean_ratio(rows, f"Evo@{top} first", f"TLM@{k} first")
+        cells.append(f"TLM@{k}/Evo@{top} {g:.2f}" if g else f"TLM@{k}/Evo@{top} -")
     return ["", "had each search kept its fastest first measurement (side by side): " + "  ".join(cells)]
 
 
@@ -349,11 +354,7 @@ def seeds_table(by_seed: dict, ks, evo_trials) -> str:
     columns += [(f"side by side @{k}", f"TLM@{k}", _side_by_side) for k in ks]
     lines = []
     for seed, rows in by_seed.items():
-        cells = []
-        for _, label, ms in columns:
-            ratios = [ms(row, top) / ms(row, label) for row in rows if ms(row, label) and ms(row, top)]
-            cells.append(geomean(ratios) if len(ratios) == len(rows) else None)
-        lines.append((f"seed {seed}", cells))
+        lines.append((f"seed {seed}", [_geomean_ratio(rows, top, label, ms) for _, label, ms in columns]))
     known = [[cells[i] for _, cells in lines if cells[i]] for i in range(len(columns))]
     lines.append(("median", [statistics.median(v) if v else None for v in known]))
     head = ["geomean over workloads"] + [name for name, _, _ in columns]
