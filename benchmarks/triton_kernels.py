@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-SQRT1_2 = 0.7071067811865476
+SQRT1_2 = tl.constexpr(0.7071067811865476)  # a jitted function may read only constexpr globals
 
 
 def _config(bm, bn, bk, warps, stages, group=8):

@@ -86,6 +86,10 @@ def _blocks(extents: list, limit: int):
 
 def _compute(t: Tensor, values: dict, limit: int) -> np.ndarray:
     op: ComputeOp = t.op
+    contraction = _contraction(op)
+    if contraction is not None:  # a matmul-like product: BLAS, not index grids of M*N*K points
+        subscripts, a, b = contraction
+        return np.asarray(np.einsum(subscripts, values[a], values[b], optimize=True), dtype=t.dtype)
     body = op.body
     reduce_axes = op.reduce_axes
     source = body.source if isinstance(body, Reduce) else body
@@ -112,6 +116,36 @@ def _compute(t: Tensor, values: dict, limit: int) -> np.ndarray:
             partial = reduce_fn(value, axis=tuple(range(ns, ns + nr)), dtype=t.dtype) if nr else value
             out[where] = combine_fn(out[where], partial)
     return out
+
+
+def _contraction(op: ComputeOp):
+    """(einsum subscripts, A, B) when the compute is `sum(A[...] * B[...])` over reads indexed
+    by plain axes (matmul, batch_matmul, dense, any tensor contraction) in one float dtype; else
+    None. Such a product is evaluated by einsum in a few BLAS calls instead of point by point."""
+    body = op.body
+    if not (isinstance(body, Reduce) and body.combiner == "sum" and body.init.value == 0):
+        return None
+    product = body.source
+    if not (isinstance(product, Binary) and product.op == "mul"):
+        return None
+    reads = (product.a, product.b)
+    axes = list(op.axes) + list(op.reduce_axes)
+    letters = {axis: chr(ord("a") + n) for n, axis in enumerate(axes)}
+    if len(axes) > 26 or not all(_plain_read(r, letters) for r in reads):
+        return None
+    if not all(r.tensor.dtype == product.dtype and product.dtype.startswith("float") for r in reads):
+        return None
+    used = {ix for r in reads for ix in r.indices}
+    if not set(op.axes) <= used:  # an output axis no operand reads: a broadcast, not a contraction
+        return None
+    subscripts = ",".join("".join(letters[ix] for ix in r.indices) for r in reads)
+    return f"{subscripts}->{''.join(letters[a] for a in op.axes)}", reads[0].tensor, reads[1].tensor
+
+
+def _plain_read(read, letters: dict) -> bool:
+    """A tensor read whose indices are distinct axes of the compute."""
+    return (isinstance(read, TensorRead) and all(ix in letters for ix in read.indices)
+            and len(set(read.indices)) == len(read.indices))  # fmt: skip
 
 
 def _reduce_max(v, axis, dtype):

@@ -85,8 +85,20 @@ def test_triton_kernels_parse_and_use_ieee_products():
 
 
 TRITON_CHECK = """
-import torch, torch.nn.functional as F
+import torch, torch.nn.functional as F, triton, triton.language as tl
 from benchmarks import triton_kernels as tk
+
+@triton.jit
+def loop_to_an_argument(x_ptr, n):
+    acc = 0.0
+    for i in range(0, n):
+        acc += 1.0
+    tl.store(x_ptr, acc)
+
+try:  # Triton 3.6's interpreter with numpy 2 cannot loop to a scalar argument (int() of a 1-element array)
+    loop_to_an_argument[(1,)](torch.zeros(1), 3)
+except Exception as e:
+    raise SystemExit("skip: this Triton's interpreter cannot run a loop over a scalar argument: " + repr(e)[:200])
 cfg = tk._config(32, 32, 16, 2, 1)
 g = torch.Generator().manual_seed(0)
 r = lambda *s: torch.randn(*s, generator=g)
@@ -110,6 +122,8 @@ def test_triton_kernels_in_the_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(TRITON_CHECK)], capture_output=True, text=True,
                           env=env, cwd=Path(gpu_core.__file__).parents[1], timeout=120)  # fmt: skip
+    if proc.stderr.startswith("skip: "):
+        pytest.skip(proc.stderr.strip())
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
 
 
@@ -167,7 +181,8 @@ def _fake_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: SimpleNamespace(cuda_stream=0))
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=2**34))
+    props = SimpleNamespace(total_memory=2**34, name="Simulated GPU", major=9, minor=0, multi_processor_count=2)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: props)
     monkeypatch.setitem(sys.modules, "triton", None)  # Triton missing: only its column is empty
 
 

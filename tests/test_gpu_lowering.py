@@ -1,6 +1,7 @@
 """GPU lowering: the bind primitive, shared tiles and barriers, the launch rules that make a
 schedule race-free (minitc/lower/gpu.py), the GPU templates of every op and the GPU design
-space, all checked against numpy in the GPU simulator (target "cuda-sim")."""
+space, all checked against numpy in the GPU simulator (target "cuda-sim"); the tests marked
+`cuda` run design-space samples and the tuner on a real GPU."""
 import numpy as np
 import pytest
 
@@ -11,7 +12,10 @@ from minitc.errors import ScheduleError
 from minitc.lower.gpu import GpuLimits, plan_launches
 from minitc.tune.space import Space
 
+from cuda_tools import cupy_usable
 from gpu_schedules import matmul_shared
+
+needs_gpu = pytest.mark.skipif(not cupy_usable(), reason="needs CuPy and a CUDA GPU")
 
 
 def _matmul(M=32, N=32, K=16):
@@ -64,9 +68,34 @@ def test_shared_tile_spans_the_block_and_matches_numpy():
     program = lower_gpu(s, "cuda-sim")
     (launch,) = program.launches
     assert launch.grid == (3, 4, 1) and launch.block == (4, 4, 1)
-    assert launch.shared_bytes == (16 * 8 + 8 * 16) * 4  # one tile for the whole block, not per thread
+    # one tile for the whole block, not per thread; A's rows (along k) get a word of padding
+    assert launch.shared_bytes == (16 * (8 + 1) + 8 * 16) * 4
     a, b = (_rand(*sh, seed=n) for n, sh in enumerate(shapes))
     np.testing.assert_allclose(tc.build(s, target="cuda-sim")(a, b), ref(a, b), rtol=1e-5, atol=1e-5)
+
+
+def test_tiles_read_down_their_columns_get_a_padded_row():
+    """At each k step the threads of dense's template read W_shared[n, k] down a column: rows of
+    16 words would put 16 threads on one memory bank, so rows are padded to 17. B_shared[k, n]
+    of a matmul is read along its rows and keeps its aligned rows (float4 loads)."""
+    X, W = tc.placeholder((128, 64), name="X"), tc.placeholder((96, 64), name="W")
+    A, B = tc.placeholder((128, 64), name="A"), tc.placeholder((64, 96), name="B")
+    shapes = {}
+    for out in (ops.dense(X, W), ops.matmul(A, B)):
+        program = lower_gpu(tc.schedules.gpu.default_gpu_schedule([out], None), "cuda-sim")
+        shapes.update({b.name: b.shape for b in _shared_buffers(program)})
+    assert shapes == {"X_shared": (32, 17), "W_shared": (32, 17), "A_shared": (32, 17), "B_shared": (16, 32)}
+    x, w = _rand(128, 64), _rand(96, 64, seed=1)
+    np.testing.assert_allclose(tc.build(ops.dense(X, W), target="cuda-sim", db=False)(x, w), x @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def _shared_buffers(program):
+    from minitc import ir
+
+    for launch in program.launches:
+        for node in ir.walk_stmts(launch.body):
+            if isinstance(node, ir.Allocate) and node.buffer.scope == "shared":
+                yield node.buffer
 
 
 def test_too_many_threads_or_too_much_shared_memory():
@@ -160,12 +189,17 @@ def _workloads():
     }
 
 
-@pytest.mark.parametrize("name", ["matmul", "conv2d", "dense_gelu", "softmax"])
-def test_gpu_space_samples_are_legal_and_correct(name):
+SPACE_CASES = [(name, "cuda-sim", 4) for name in ("matmul", "conv2d", "dense_gelu", "softmax")]
+# on a real GPU every drawn program is built and run (the simulator is too slow for that)
+SPACE_CASES += [pytest.param(name, "cuda", 40, marks=[pytest.mark.cuda, needs_gpu]) for name, _, _ in SPACE_CASES]
+
+
+@pytest.mark.parametrize("name,target,runs", SPACE_CASES)
+def test_gpu_space_samples_are_legal_and_correct(name, target, runs):
     from minitc.te_eval import evaluate
 
     out = _workloads()[name]
-    space = Space(out, "cuda-sim")
+    space = Space(out, target)
     assert space.gpu
     rng = np.random.default_rng(0)
     drawn, ran = 0, 0
@@ -178,20 +212,21 @@ def test_gpu_space_samples_are_legal_and_correct(name):
         cand = space.sample(rng)  # legal by construction: no draw is rejected
         drawn += 1
         sketches.add(cand.sketch)
-        program = lower_gpu(cand.schedule, "cuda-sim")  # every drawn program lowers legally
+        program = lower_gpu(cand.schedule, target)  # every drawn program lowers legally
         assert program.launches
-        if ran < 4:  # and the first few compute the right thing
-            f = tc.build(cand.schedule, target="cuda-sim")
+        if ran < runs:  # and the first few compute the right thing
+            f = tc.build(cand.schedule, target=target)
             np.testing.assert_allclose(f(*arrays), expected, rtol=1e-4, atol=1e-4, err_msg=str(cand.values))
             ran += 1
     assert sketches == set(space.sketches)
 
 
-def test_tuning_pipeline_runs_on_the_simulator(tmp_path):
-    _, _, C = _matmul(16, 16, 16)
-    r = tc.tune(C, trials=4, strategy="random", target="cuda-sim", db=tmp_path / "r.db")
-    assert r.trials == 4 and r.errors == 0 and r.best_ms is not None
-    a, b = _rand(16, 16), _rand(16, 16, seed=1)
+@pytest.mark.parametrize("target,n,trials", [("cuda-sim", 16, 4), pytest.param("cuda", 256, 16, marks=[pytest.mark.cuda, needs_gpu])])
+def test_tuning_pipeline_runs(tmp_path, target, n, trials):
+    _, _, C = _matmul(n, n, n)
+    r = tc.tune(C, trials=trials, strategy="random", target=target, db=tmp_path / "r.db")
+    assert r.trials == trials and r.errors == 0 and r.best_ms is not None
+    a, b = _rand(n, n), _rand(n, n, seed=1)
     np.testing.assert_allclose(r.kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
 
 

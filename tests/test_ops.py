@@ -376,13 +376,55 @@ def test_te_eval_integer_semantics_and_dtypes():
 def test_te_eval_chunking_matches_unchunked():
     a, b = _rand(9, 13), _rand(13, 7, seed=1)
     A, B = tc.placeholder(a.shape, name="A"), tc.placeholder(b.shape, name="B")
-    C = ops.matmul(A, B)
+    k = tc.reduce_axis(13, name="k")  # (a plain matmul would take the einsum path below)
+    C = tc.compute((9, 7), lambda i, j: tc.sum(A[i, k] * B[k, j] * 1.0, axis=k), name="C")
+    assert te_eval._contraction(C.op) is None
     S = ops.sum(ops.mul(A, 2.0), axis=None)
     full = te_eval.evaluate([C, S], {A: a, B: b})
     for limit in (1, 5, 40, 100):  # forces chunked spatial axes and chunked reductions
         for got, want in zip(te_eval.evaluate([C, S], {A: a, B: b}, chunk_elements=limit), full):
             np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(full[0], a @ b, rtol=RTOL, atol=ATOL)
+
+
+def _point_by_point(out, inputs):
+    original = te_eval._contraction
+    te_eval._contraction = lambda op: None
+    try:
+        return te_eval.evaluate(out, inputs)
+    finally:
+        te_eval._contraction = original
+
+
+@pytest.mark.parametrize("case", ["matmul", "matmul_tt", "batch_matmul", "dense_gelu"])
+def test_te_eval_contractions_use_einsum_and_agree_point_by_point(case):
+    rng = np.random.default_rng(1)
+    shapes = {"matmul": [(9, 13), (13, 7)], "matmul_tt": [(13, 9), (7, 13)], "batch_matmul": [(3, 5, 4), (3, 4, 6)],
+              "dense_gelu": [(6, 8), (5, 8), (5,)]}[case]  # fmt: skip
+    phs = [tc.placeholder(sh, name=f"in{n}") for n, sh in enumerate(shapes)]
+    out = {"matmul": lambda: ops.matmul(*phs), "matmul_tt": lambda: ops.matmul(*phs, transpose_a=True, transpose_b=True),
+           "batch_matmul": lambda: ops.batch_matmul(*phs), "dense_gelu": lambda: ops.dense(*phs, activation="gelu")}[case]()  # fmt: skip
+    product = [t for t in te.graph([out]) if isinstance(t.op, te.ComputeOp) and t.op.reduce_axes]
+    assert len(product) == 1 and te_eval._contraction(product[0].op) is not None
+    inputs = {p: rng.standard_normal(p.shape).astype("float32") for p in phs}
+    (fast,), (slow,) = te_eval.evaluate(out, inputs), _point_by_point(out, inputs)
+    assert fast.dtype == slow.dtype == np.float32
+    np.testing.assert_allclose(fast, slow, rtol=RTOL, atol=ATOL)
+
+
+def test_te_eval_other_reductions_are_not_contractions():
+    X, W = tc.placeholder((1, 2, 5, 5), name="X"), tc.placeholder((3, 2, 3, 3), name="W")
+    A, B = tc.placeholder((4, 3), "int32", name="A"), tc.placeholder((3, 2), "int32", name="B")
+    F = tc.placeholder((4, 3), name="F")
+    k = tc.reduce_axis(3, name="k")
+    not_contractions = [
+        ops.conv2d(X, W),  # shifted window indices
+        ops.matmul(A, B),  # integers keep te_eval's exact int64 path
+        tc.compute((4, 4), lambda i, j: tc.sum(F[i, k] * F[i, k], axis=k), name="j_unread"),  # a broadcast axis
+        tc.compute((4,), lambda i: tc.max(F[i, k] * F[i, k], axis=k), name="max_of_products"),
+    ]
+    for out in not_contractions:
+        assert te_eval._contraction(out.op) is None, out.name
 
 
 def test_te_eval_input_errors():

@@ -9,6 +9,7 @@ import sys
 
 from .. import ir
 from ..errors import IRError, ScheduleError
+from ..expr import IterVar, free_vars
 from ..schedule.state import State
 from .bounds import BoundInference
 from .nest import NestBuilder
@@ -26,7 +27,8 @@ def _make_buffers(state: State, info: dict, params: dict, gpu: bool) -> tuple[di
     """A buffer per stage: kernel params for inputs/outputs, region-sized tiles for compute_at
     stages, full-size temporaries (allocated at the top) for the rest. On a GPU a tile is
     `shared` by a block or `local` to a thread, and a full-size temporary is always `global`:
-    it is written and read by different kernel launches."""
+    it is written and read by different kernel launches. Shared tiles read along a reduction
+    get a padded row (`_rows_run_along_a_reduction`)."""
     buffers, temporaries = dict(params), []
     for st in state.stages:
         if st.name in buffers:
@@ -36,12 +38,32 @@ def _make_buffers(state: State, info: dict, params: dict, gpu: bool) -> tuple[di
         si = info[st.name]
         if si.local:
             scope = "shared" if gpu and st.scope == "shared" else "local"
-            buffers[st.name] = ir.Buffer(st.name, tuple(e for _, e in si.region), st.dtype, scope)
+            shape = tuple(e for _, e in si.region)
+            if scope == "shared" and shape[-1] % 2 == 0 and _rows_run_along_a_reduction(state, st.name):
+                shape = shape[:-1] + (shape[-1] + 1,)
+            buffers[st.name] = ir.Buffer(st.name, shape, st.dtype, scope)
         else:
             scope = "global" if st.scope == "global" or gpu else "local"
             buffers[st.name] = ir.Buffer(st.name, st.shape, st.dtype, scope)
             temporaries.append(buffers[st.name])
     return buffers, temporaries
+
+
+def _rows_run_along_a_reduction(state: State, name: str) -> bool:
+    """Whether a reader indexes the tile's last dimension by its reduction axes alone (dense's
+    W[n, k] tile: at each k step the threads read down a column). Rows of an even number of
+    words then put the threads on few memory banks (16 words a row: all on one bank), so the
+    buffer gets one word of padding per row; the indices stay the same. Not when the fill is
+    vectorized: that asks for aligned rows."""
+    if any(lp.kind == "vectorized" for lp in state.stage(name).loops):
+        return False
+    for st in state.stages:
+        for read in st.reads() if st.body is not None else ():
+            if read.stage == name:
+                used = free_vars(read.indices[-1])
+                if used and all(isinstance(v, IterVar) and v.kind == "reduce" for v in used):
+                    return True
+    return False
 
 
 def _build(state: State, params: dict, gpu: bool):
