@@ -11,7 +11,7 @@ TF32: torch's `allow_tf32` flags are off (cuBLAS SGEMM, cuDNN FP32 algorithms) a
 `tl.dot` uses `input_precision="ieee"`. Every result is checked against torch in float64 on
 the GPU before timing; a wrong or failing minitc kernel is an error row, a wrong or failing
 library a note. Timing is `triton.testing.do_bench`'s method, interleaved: each sample flushes
-L2 (zeroing 512 MiB), then times one call between two CUDA events; the flush also keeps the GPU
+L2 (zeroing 2 GiB), then times one call between two CUDA events; the flush also keeps the GPU
 busy while Python enqueues the call, so the samples measure GPU time, not launch overhead (a
 call whose enqueueing takes as long as the flush is flagged). Rounds rotate who goes first.
 The workloads are in gpu_workloads.py, the timer in gpu_timing.py, the table and the plot in
