@@ -56,7 +56,8 @@ def test_structure(programs, name):
         shared = {st.buffer for st in ir.walk_stmts(launch.body) if isinstance(st, ir.Allocate) and st.buffer.scope == "shared"}
         assert text.count("__shared__") == len(shared)
         for b in shared:  # declared once, before any loop
-            assert text.index(f"__shared__ float {b.name}[{b.size}];") < text.find("for (") or "for (" not in text
+            decl = re.search(rf"__shared__ (__align__\(16\) )?float {b.name}\[{b.size}\];", text)
+            assert decl and (decl.start() < text.find("for (") or "for (" not in text)
         barriers = sum(isinstance(st, ir.Barrier) for st in ir.walk_stmts(launch.body))
         assert text.count("__syncthreads();") == barriers
         assert f"grid {tuple(launch.grid)} x block {tuple(launch.block)}" in text

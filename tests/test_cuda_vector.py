@@ -11,6 +11,7 @@ float4/float2/double2 accesses; everything else stays the plain loop, byte for b
   the same kernels; both match numpy;
 - marked `cuda` (skipped without CuPy and a GPU): tc.build(target="cuda") matches numpy.
 """
+import re
 import subprocess
 
 import numpy as np
@@ -116,6 +117,15 @@ def accumulate(n=64):
     return plan_launches(kernel), (lambda x: x * 0.5 + x), [rand(n)]
 
 
+def register_tile(M=64, N=48, K=32):
+    """The GPU GEMM template: each thread's 4x4 register tile (a local array) reads rows of
+    B_shared as float4 and stores the lanes as scalars."""
+    from minitc.schedules.gpu import default_gpu_schedule
+
+    A, B = tc.placeholder((M, K), name="A"), tc.placeholder((K, N), name="B")
+    return default_gpu_schedule([tc.ops.matmul(A, B, name="C")], None), (lambda a, b: a @ b), [rand(M, K), rand(K, N)]
+
+
 VECTOR = {
     "elementwise_f4": lambda: elementwise(4),
     "elementwise_f2": lambda: elementwise(2),
@@ -124,6 +134,7 @@ VECTOR = {
     "misaligned_loads": misaligned_loads,
     "shared_reverse": shared_reverse,
     "accumulate": accumulate,
+    "register_tile": register_tile,
 }
 
 
@@ -280,6 +291,16 @@ def test_shared_load_and_same_element_read(cases):
     src = body_of(render_program(cases["accumulate"][0]))
     assert "const float4 Y_v = *reinterpret_cast<const float4*>(&Y[t * 4]);" in src
     assert "make_float4(Y_v.x * 0.5f + X_v.x, " in src
+
+
+def test_a_register_tile_reads_shared_rows_as_float4(cases):
+    src = body_of(render_program(cases["register_tile"][0]))
+    assert "__shared__ __align__(16) float B_shared[" in src and "__shared__ float A_shared[" in src
+    load = "const float4 B_shared_v = *reinterpret_cast<const float4*>(&B_shared["
+    assert src.count(load) == 1  # in the k loop; A_shared (rows along k, padded) stays scalar
+    for lane, c in enumerate("xyzw"):  # the register array keeps scalar stores
+        assert re.search(rf"C_local\[[^\]]*\] = C_local\[[^\]]*\] \+ A_shared\[[^\]]*\] \* B_shared_v\.{c};", src)
+    assert "reinterpret_cast<float4*>(&C_local" not in src
 
 
 @pytest.mark.parametrize("name", sorted(PLAIN))

@@ -272,6 +272,9 @@ def test_gemm_tiles_fill_the_gpu_and_respect_the_thread_tile():
     from minitc.schedules.gpu.gemm import pick_gpu_tiles
 
     assert pick_gpu_tiles(4096, 4096, 4096) == {"bm": 64, "bn": 64, "tm": 4, "tn": 4, "bk": 16}
+    # B read along its rows (float4 loads): 8x8 per thread where 128x128 tiles fill the GPU
+    assert pick_gpu_tiles(4096, 4096, 4096, rows_of_b=True) == {"bm": 128, "bn": 128, "tm": 8, "tn": 8, "bk": 16}
+    assert pick_gpu_tiles(1024, 1024, 1024, rows_of_b=True)["tm"] == 4  # 64 blocks: too few for 132 SMs
     for shape in [(64, 64, 64), (50, 70, 40), (100, 100, 100), (4096, 3072, 768), (7, 9, 5)]:
         t = pick_gpu_tiles(*shape)
         assert t["bm"] % t["tm"] == 0 and t["bn"] % t["tn"] == 0, (shape, t)

@@ -5,8 +5,10 @@ A loop of kind `vectorized` (from `s.vectorize(loop)`) becomes one float2/float4
 and a vector load per qualifying load, when all of this holds (`plan_vector`):
 
 - its extent is 2 or 4 over float32 (float2, float4), or 2 over float64 (double2);
-- its body is a single Store, with no guard, into a global or shared buffer (local arrays stay
-  scalar: a vector access through a pointer would push them out of registers);
+- its body is a single Store, with no guard, into a global or shared buffer, or into a local
+  (register) array when some load qualifies below: the lanes then stay scalar stores (a vector
+  access through a pointer would push the array out of registers) fed by vector loads, as in
+  a GEMM's register tile reading a row of its shared-memory tile;
 - the store is contiguous and provably aligned: its row-major offset, in the affine form of
   minitc.arith, has coefficient exactly 1 for the loop variable, no other term mentions it, and
   every other coefficient and the constant are multiples of the extent. CuPy and torch
@@ -65,13 +67,14 @@ def plan_vector(loop: For, flat_offset):
     if loop.kind != "vectorized" or not isinstance(body, Store):
         return None
     vtype = VECTOR_TYPES.get((body.buffer.dtype, lanes))
-    if vtype is None or body.buffer.scope not in VECTOR_SCOPES or _conditional_loads(body.value):
+    local = body.buffer.scope == "local"
+    if vtype is None or not (local or body.buffer.scope in VECTOR_SCOPES) or _conditional_loads(body.value):
         return None
     if any(isinstance(n, Load) and n.buffer is body.buffer for i in body.indices for n in walk(i)):
         return None  # the address itself reads the stored buffer
     store_flat = flat_offset(body.buffer, body.indices, "store to")
-    store_base = contiguous_base(store_flat, loop.var, lanes)
-    if store_base is None:
+    store_base = None if local else contiguous_base(store_flat, loop.var, lanes)
+    if store_base is None and not local:
         return None
     loads = {}
     for n in walk(body.value):
@@ -84,6 +87,8 @@ def plan_vector(loop: For, flat_offset):
             base = contiguous_base(flat, loop.var, lanes)
             if base is not None:
                 loads[id(n)] = (n, base)
+    if local and not loads:
+        return None  # nothing to gain: the lanes are scalar register updates either way
     return VectorPlan(vtype, store_base, loads)
 
 
@@ -158,12 +163,19 @@ class VectorWriter:
             if b.scope == "shared":
                 self.vector_shared.add(b)
         values = [self._lane_value(s, lane, lanes) for lane in range(n)]
-        target = f"*reinterpret_cast<{plan.vtype}*>(&{self.name(store.buffer)}[{self.offset_text(plan.store_base)}])"
         if decls:
             self.open()
             for d in decls:
                 self.line(d)
-        self.line(f"{target} = make_{plan.vtype}({', '.join(values)});")
+        if plan.store_base is None:  # a local (register) array: one scalar store per lane
+            for lane, value in enumerate(values):
+                number = const(lane, s.var.dtype)
+                indices = [transform(i, lambda node: number if node is s.var else None) for i in store.indices]
+                offset = self.offset_text(self.flat_offset(store.buffer, indices, "store to"))
+                self.line(f"{self.name(store.buffer)}[{offset}] = {value};")
+        else:
+            target = f"*reinterpret_cast<{plan.vtype}*>(&{self.name(store.buffer)}[{self.offset_text(plan.store_base)}])"
+            self.line(f"{target} = make_{plan.vtype}({', '.join(values)});")
         if decls:
             self.close()
         return True
