@@ -118,12 +118,14 @@ def accumulate(n=64):
 
 
 def register_tile(M=64, N=48, K=32):
-    """The GPU GEMM template: each thread's 4x4 register tile (a local array) reads rows of
-    B_shared as float4 and stores the lanes as scalars."""
-    from minitc.schedules.gpu import default_gpu_schedule
+    """The GPU GEMM template with 8x4 register tiles: each thread's tile (a local array) reads
+    rows of B_shared as float4 and stores the lanes as scalars."""
+    from minitc.schedules.gpu import GPU_TEMPLATES
 
     A, B = tc.placeholder((M, K), name="A"), tc.placeholder((K, N), name="B")
-    return default_gpu_schedule([tc.ops.matmul(A, B, name="C")], None), (lambda a, b: a @ b), [rand(M, K), rand(K, N)]
+    s = tc.Schedule(tc.ops.matmul(A, B, name="C"))
+    GPU_TEMPLATES["matmul"](s, "C", None, bm=32, bn=16, tm=8, tn=4, bk=8)
+    return s, (lambda a, b: a @ b), [rand(M, K), rand(K, N)]
 
 
 VECTOR = {
