@@ -145,9 +145,11 @@ def _contraction(op: ComputeOp):
 
 
 def _plain_read(read, letters: dict) -> bool:
-    """A tensor read whose indices are distinct axes of the compute."""
+    """A tensor read whose indices are distinct axes of the compute, each spanning its whole
+    dimension (else einsum would quietly compute another shape: the point path checks)."""
     return (isinstance(read, TensorRead) and all(ix in letters for ix in read.indices)
-            and len(set(read.indices)) == len(read.indices))  # fmt: skip
+            and len(set(read.indices)) == len(read.indices)
+            and all(ix.extent == n for ix, n in zip(read.indices, read.tensor.shape)))  # fmt: skip
 
 
 def _reduce_max(v, axis, dtype):

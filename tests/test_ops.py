@@ -422,6 +422,7 @@ def test_te_eval_other_reductions_are_not_contractions():
         ops.matmul(A, B),  # integers keep te_eval's exact int64 path
         tc.compute((4, 4), lambda i, j: tc.sum(F[i, k] * F[i, k], axis=k), name="j_unread"),  # a broadcast axis
         tc.compute((4,), lambda i: tc.max(F[i, k] * F[i, k], axis=k), name="max_of_products"),
+        tc.compute((6,), lambda i: tc.sum(F[i, k] * F[i, k], axis=k), name="past_the_rows"),  # i spans 6 of F's 4 rows
     ]
     for out in not_contractions:
         assert te_eval._contraction(out.op) is None, out.name
