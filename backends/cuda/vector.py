@@ -52,11 +52,12 @@ COMPONENTS = "xyzw"
 
 @dataclass
 class VectorPlan:
-    """How a vectorized loop is emitted: the vector type, the store's offset at lane 0, and
-    the loads read as vectors (`id(load)` -> (load, its offset at lane 0))."""
+    """How a vectorized loop is emitted: the vector type, the store's offset at lane 0 (None
+    for a local array, stored lane by lane), and the loads read as vectors (`id(load)` ->
+    (load, its offset at lane 0))."""
 
     vtype: str
-    store_base: Expr
+    store_base: Expr | None
     loads: dict
 
 
@@ -73,9 +74,11 @@ def plan_vector(loop: For, flat_offset):
     if any(isinstance(n, Load) and n.buffer is body.buffer for i in body.indices for n in walk(i)):
         return None  # the address itself reads the stored buffer
     store_flat = flat_offset(body.buffer, body.indices, "store to")
-    store_base = None if local else contiguous_base(store_flat, loop.var, lanes)
-    if store_base is None and not local:
-        return None
+    store_base = None  # a local array keeps one scalar store per lane
+    if not local:
+        store_base = contiguous_base(store_flat, loop.var, lanes)
+        if store_base is None:
+            return None
     loads = {}
     for n in walk(body.value):
         if not isinstance(n, Load):
@@ -167,7 +170,7 @@ class VectorWriter:
             self.open()
             for d in decls:
                 self.line(d)
-        if plan.store_base is None:  # a local (register) array: one scalar store per lane
+        if store.buffer.scope == "local":  # a register array: one scalar store per lane
             for lane, value in enumerate(values):
                 number = const(lane, s.var.dtype)
                 indices = [transform(i, lambda node: number if node is s.var else None) for i in store.indices]

@@ -62,7 +62,7 @@ def gemm_gpu(s, out: str, acc: str, target, *, bm, bn, tm, tn, bk, shared=True):
     s.reorder(ko, ki, ai, aj)
     s.unroll(ai)
     lanes = 4 if tn % 4 == 0 else 2 if tn % 2 == 0 else 1
-    if lanes > 1 and tm >= 8 and b_role[2] > b_role[1]:
+    if lanes > 1 and tm >= 8 and _rows_of_b(b_role):
         # B's tile is read along its rows: float4/float2 loads of B_shared feed the register
         # tile (backends/cuda/vector.py), a quarter of the shared-memory load instructions. On
         # an H100 (matmul 4096^3) that took 8x8 tiles from 4.94 to 4.10 ms and 8x4 from 7.9 to
@@ -78,6 +78,13 @@ def gemm_gpu(s, out: str, acc: str, target, *, bm, bn, tm, tn, bk, shared=True):
             cache = s.cache_read(name, "shared", [acc])
             s.compute_at(cache, ko)
             cooperative_fetch(s, cache, threads)
+
+
+def _rows_of_b(b_role: tuple) -> bool:
+    """Whether B's tile is read along its rows (its j dimension after its k one; not dense's
+    W[n, k]), so that a thread's tn values of one k are contiguous."""
+    _, k_dim, j_dim = b_role
+    return j_dim > k_dim
 
 
 def _round_up(n: int, step: int) -> int:
@@ -154,7 +161,7 @@ def _defaults(s, out, target) -> dict:
     batch = st.shape[0] if len(st.shape) == 3 else 1
     _, b_role = _operands(s, acc)
     return pick_gpu_tiles(*_gemm_shape(s, acc), sms=getattr(target, "sm_count", 0) or 132, batch=batch,
-                          rows_of_b=b_role[2] > b_role[1])  # fmt: skip
+                          rows_of_b=_rows_of_b(b_role))  # fmt: skip
 
 
 for _tag in ("matmul", "batch_matmul", "dense", "dense_epilogue"):
