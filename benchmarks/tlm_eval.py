@@ -133,9 +133,9 @@ def evaluate_workload(name: str, make, ks, evo_trials, seed: int = 0, say=None, 
         for k, (trace, ms, s) in _confirmed_winners(out, records, r, budgets).items():
             winners[f"{label}@{k}"], measured[f"{label}@{k}"], seconds[f"{label}@{k}"] = trace, ms, s
         runs[strategy] = r
-    if evo_from:
-        winners.update(evo_from.get("winners", {}))
-        first.update(evo_from.get("first_winners", {}))
+    if evo_from:  # its evolutionary winners only: the TLM ones were another run's answers
+        winners.update(_evo_labels(evo_from.get("winners", {})))
+        first.update(_evo_labels(evo_from.get("first_winners", {})))
         for t in evo_trials:
             measured[f"Evo@{t}"], seconds[f"Evo@{t}"] = _at(evo_from["evo_ms"], t), _at(evo_from["evo_seconds"], t)
     tlm = runs["tlm"]
@@ -164,6 +164,10 @@ def evaluate_workload(name: str, make, ks, evo_trials, seed: int = 0, say=None, 
     row["tlm_matches_evo"] = _first_match(row, "TLM", ks, top)
     row["evo_matches_evo"] = _first_match(row, "Evo", evo_trials, top)
     return row
+
+
+def _evo_labels(by_label: dict) -> dict:
+    return {label: v for label, v in by_label.items() if label.startswith("Evo@")}
 
 
 def _at(by_budget: dict, budget: int):

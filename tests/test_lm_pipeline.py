@@ -215,6 +215,22 @@ def test_tlm_eval_suite_runs_and_tabulates(tmp_path, tiny_checkpoint):
     assert bad.exit_code != 0 and "held-out workloads only" in bad.output
 
 
+def test_an_earlier_run_lends_only_its_evolutionary_winners(tiny_checkpoint):
+    """--evo-from reuses the evolutionary search; the TLM winners timed side by side must be
+    this run's (an earlier run's TLM answers once stood in for them, pairing this run's
+    latencies with another run's programs)."""
+    from benchmarks.tlm_eval import evaluate_workload
+    from lm.workloads import HELD_OUT
+
+    earlier = {"evo_ms": {"2": 1.0}, "evo_seconds": {"2": 1.0}, "evo_history": [1.0, 1.0], "evo_times": [0.5, 1.0],
+               "evo_errors": 0, "winners": {"Evo@2": "[]", "TLM@1": "stale"}, "first_winners": {"Evo@2": "[]", "TLM@1": "stale"}}
+    row = evaluate_workload("softmax-bert", HELD_OUT["softmax-bert"], [1], [2], seed=0, lm=str(tiny_checkpoint),
+                            evo_from=earlier, retime_rounds=0)  # fmt: skip
+    assert row["winners"]["Evo@2"] == "[]" and row["first_winners"]["Evo@2"] == "[]"
+    assert row["winners"]["TLM@1"] != "stale" and row["winners"]["TLM@1"] == row["first_winners"]["TLM@1"]
+    assert json.loads(row["winners"]["TLM@1"])  # this run's program: a trace with steps
+
+
 def test_time_to_match_uses_the_same_rule_for_both_searches():
     from benchmarks.tlm_eval import _first_match
 
