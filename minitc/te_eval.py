@@ -242,9 +242,10 @@ class _Evaluator:
         return array[tuple(index)]
 
     def _out_of_bounds(self, node: TensorRead, index: list, live):
-        live = np.asarray(live)
+        # the indices and the mask each span only some of the compute's axes: broadcast all of them
+        *index, live = np.broadcast_arrays(*index, np.asarray(live))
         first = tuple(np.argwhere(live)[0]) if live.ndim else ()
-        at = [int(np.broadcast_to(ix, live.shape)[first]) if live.ndim else int(ix) for ix in index]
+        at = [int(ix[first]) for ix in index]
         raise ShapeError(
             f"compute {self.compute_name} reads {node.tensor.name}{list(at)} outside its shape "
             f"{node.tensor.shape}; guard the read with tc.select(in_bounds, ..., pad_value) or fix the index"

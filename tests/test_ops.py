@@ -355,6 +355,10 @@ def test_te_eval_select_is_lazy_and_loads_are_checked():
     wrong_guard = tc.compute((6,), lambda i: tc.select(i < 5, X[i - 1], 0.0), name="wrong_guard")
     with pytest.raises(ShapeError, match="wrong_guard reads X"):
         te_eval.evaluate(wrong_guard, {X: x})
+    F, k = tc.placeholder((4, 3), name="F"), tc.reduce_axis(3, name="k")  # indices over different axes
+    past_the_rows = tc.compute((6,), lambda i: tc.sum(F[i, k] * F[i, k], axis=k), name="past_the_rows")
+    with pytest.raises(ShapeError, match=r"compute past_the_rows reads F\[4, 0\] outside its shape \(4, 3\)"):
+        te_eval.evaluate(past_the_rows, {F: np.ones((4, 3), "float32")})
 
 
 def test_te_eval_integer_semantics_and_dtypes():
