@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import minitc as tc
-from minitc.tune.mutators import MUTATORS, mutate
+from minitc.tune.mutators import MUTATORS, is_switch, mutate, switch_flips
 from minitc.tune.sampler import Sampler, factorizations
 from minitc.tune.space import Space
 
@@ -91,3 +91,19 @@ def test_mutations_stay_in_the_space():
             assert all(d.value in d.domain for d in child.decisions)
         assert changed > 0
     assert abs(sum(w for _, w in MUTATORS) - 1.0) < 1e-9
+
+
+def test_switch_flips_change_exactly_one_switch_each():
+    X = tc.placeholder((1, 8, 10, 10), name="X")
+    W = tc.placeholder((8, 8, 3, 3), name="W")
+    space = Space(tc.ops.conv2d(X, W, padding=1), "llvm")
+    c = space.replay(space.default_values())
+    switches = {d.name: d for d in c.decisions if is_switch(d)}
+    assert set(switches) == {"conv2d.unroll_window", "conv2d.pad"}  # not the sketch, not the tile sizes
+    flips = switch_flips(space, c)
+    changed = []
+    for f in flips:
+        (n,) = [n for n, (a, b) in enumerate(zip(f.values, c.values)) if a != b]
+        changed.append((f.decisions[n].name, f.values[n]))
+    want = {(name, v) for name, d in switches.items() for v in d.domain if v != d.value}
+    assert sorted(changed, key=str) == sorted(want, key=str) and len({f.key for f in flips} | {c.key}) == len(flips) + 1

@@ -111,3 +111,40 @@ def edit(space, candidate, rng, steps: int = 1):
         except ScheduleError:
             break
     return candidate
+
+
+def is_switch(d: Decision) -> bool:
+    """A template's or sketch's on/off or named option (pack_a, unroll_window, pad, inline...):
+    a categorical whose values are not numbers, other than the sketch itself."""
+    return (d.kind == "categorical" and d.name != "sketch" and len(d.domain) > 1
+            and not all(isinstance(v, int) and not isinstance(v, bool) for v in d.domain))  # fmt: skip
+
+
+def switch_flips(space, candidate, rng=None) -> list:
+    """Every candidate that differs from `candidate` in one switch. The mutators above change a
+    switch in about 1 of 200 edits, though one switch can be worth 10% (conv-resnet's
+    unroll_window), so a search sweeps them all around its best program. A flip that makes
+    later decisions illegal (cache_write adds or drops a stage's tiles) re-draws them with
+    `rng`; without one it is left out."""
+    out, values = [], candidate.values
+    for n, d in enumerate(candidate.decisions):
+        if not is_switch(d):
+            continue
+        for v in d.domain:
+            if v == d.value:
+                continue
+            flipped = _flipped(space, _replace(values, n, v), rng)
+            if flipped is not None:
+                out.append(flipped)
+    return out
+
+
+def _flipped(space, values: list, rng):
+    try:
+        return space.replay(values)
+    except ScheduleError:  # the flip changed which later decisions exist or are legal
+        pass
+    try:
+        return space.replay(values, rng, strict=False) if rng is not None else None
+    except ScheduleError:
+        return None
