@@ -19,8 +19,8 @@ tried and did worse there (1.31-1.66 ms against 1.17-1.30 over three seeds).
 
 The edits begin with a sweep: every one-switch flip of the best program (a template's
 pack_a/unroll_window/pad, the generic sketch's cache_write or inline), in order, before any
-random edit. MetaSchedule's mutators change a switch in about 1 of 200 edits, yet one switch
-is worth ~10% on conv-resnet; with the sweep, TLM@64 there was 1.02-1.03x of Evo@1000 side by
+random edit. MetaSchedule's mutators change a given switch in under 1% of edits, yet one
+switch is worth ~10% on conv-resnet; with the sweep, TLM@64 there was 1.02-1.03x of Evo@1000 side by
 side in all three seeds, against 0.93-1.08 without (tlm-eval, 2026-11-23). So that the sweep
 starts early, the first round (nothing measured yet) is `first_round` = 8 programs, not the
 tuner's batch of 16: conv-resnet's TLM@10 went from 0.70-0.91 to 1.02-1.03.
