@@ -66,8 +66,7 @@ class TLMSearch(RandomSearch):
         picked = self._queued(n)
         taken = {c.key for c in picked}
         share = round((n - len(picked)) * self.refine) if self.best else 0
-        edits = self._swept(taken)[:share] if share else []
-        self.sweep = self.sweep[len(edits):]
+        edits = self._take_flips(share, taken) if share else []
         taken |= {c.key for c in edits}
         more = self._edits((n - len(picked)) * self.oversample, taken) if share > len(edits) else []
         if self._trust_cost_model():
@@ -100,8 +99,9 @@ class TLMSearch(RandomSearch):
                     fresh.setdefault(c.key, c)
         return list(fresh.values())
 
-    def _swept(self, taken: set) -> list:
-        """The queue of one-switch flips, refilled when a new program becomes the best."""
+    def _take_flips(self, count: int, taken: set) -> list:
+        """Up to `count` one-switch flips of the best program, off the sweep queue (refilled
+        when a new program becomes the best)."""
         try:
             best = self.space.replay(self.best[0][1])
         except ScheduleError:
@@ -110,7 +110,8 @@ class TLMSearch(RandomSearch):
             self.swept.add(best.key)
             self.sweep = switch_flips(self.space, best, self.rng)
         self.sweep = [c for c in self.sweep if c.key not in self.measured and c.key not in taken]
-        return list(self.sweep)
+        out, self.sweep = self.sweep[:count], self.sweep[count:]
+        return out
 
     def _edits(self, count: int, taken: set) -> list:
         """Up to `count` new programs one or two decisions away from the best measured ones

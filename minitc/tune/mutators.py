@@ -39,10 +39,14 @@ def mutate_tile(decisions: list, rng):
         return _replace([e.value for e in decisions], n, _other(d, rng))
     numeric = [
         n for n, d in enumerate(decisions)
-        if d.kind == "categorical" and len(d.domain) > 1 and all(isinstance(v, int) and not isinstance(v, bool) for v in d.domain)
+        if d.kind == "categorical" and len(d.domain) > 1 and _numbers(d.domain)
         and not d.name.endswith((".unroll", ".parallel"))
     ]
     return _change(decisions, numeric, rng)
+
+
+def _numbers(domain) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) for v in domain)
 
 
 def _other(d: Decision, rng):
@@ -116,8 +120,7 @@ def edit(space, candidate, rng, steps: int = 1):
 def is_switch(d: Decision) -> bool:
     """A template's or sketch's on/off or named option (pack_a, unroll_window, pad, inline...):
     a categorical whose values are not numbers, other than the sketch itself."""
-    return (d.kind == "categorical" and d.name != "sketch" and len(d.domain) > 1
-            and not all(isinstance(v, int) and not isinstance(v, bool) for v in d.domain))  # fmt: skip
+    return d.kind == "categorical" and d.name != "sketch" and len(d.domain) > 1 and not _numbers(d.domain)
 
 
 def switch_flips(space, candidate, rng=None) -> list:
