@@ -32,8 +32,8 @@ import numpy as np
 
 import minitc as tc
 from minitc.errors import ScheduleError
-from minitc.tune.database import Database, Record
-from minitc.tune.workload import canonical, describe, workload_key
+from minitc.autotune.database import Database, Record
+from minitc.autotune.workload import canonical, describe, workload_key
 
 TARGET = "llvm"
 
@@ -73,7 +73,7 @@ def hardware() -> str:
 
 def sample_traces(out, n: int, rng, exclude: set) -> list:
     """Up to n distinct random candidate traces not in `exclude`."""
-    from minitc.tune.space import Space
+    from minitc.autotune.space import Space
 
     space, traces, tries = Space(out, TARGET), [], 0
     while len(traces) < n and tries < 20 * n:
@@ -90,7 +90,7 @@ def sample_traces(out, n: int, rng, exclude: set) -> list:
 
 def generate(db: Database, workloads: dict, n: int, seed: int, log=print) -> None:
     """Measure up to n distinct random candidates of each workload (resuming what is there)."""
-    from minitc.tune.measure import LocalBuilder, LocalRunner, Task
+    from minitc.autotune.measure import LocalBuilder, LocalRunner, Task
 
     hw = hardware()
     builder = runner = None
@@ -177,7 +177,7 @@ def evaluate(model, data: dict, ks=(1, 5), fit_fraction: float = 0.0, seed: int 
 
 def cross_validate(data: dict, epochs: int, seed: int) -> dict:
     """Leave one workload out: pretrain on all the others, score it zero-shot."""
-    from minitc.tune.cost_model import TLPModel
+    from minitc.autotune.cost_model import TLPModel
 
     rows = {}
     for held in data:
@@ -223,7 +223,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--loo", action="store_true", help="also leave-one-workload-out over all workloads (slower)")
     args = ap.parse_args(argv)
 
-    from minitc.tune.cost_model import RandomModel, TLPModel
+    from minitc.autotune.cost_model import RandomModel, TLPModel
 
     train = {n: TRAIN[n] for n in args.train.split(",") if n}
     held = {n: HELD_OUT[n] for n in args.held_out.split(",") if n}

@@ -39,6 +39,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 
+# "Reached Evo@1000's quality" means timed side by side within this of its winner: one
+# program's side-by-side timings in different runs spread by about 1% on the shared machine.
+MATCH_TOLERANCE = 0.01
+
+
 def geomean(values) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
@@ -55,7 +60,7 @@ def _time_to(history: list, times: list, target: float | None):
 
 def _first_winners(records: list, budgets) -> dict:
     """{k: trace JSON of the fastest first measurement among the first k records}."""
-    from minitc.tune.tuner import decode_trace
+    from minitc.autotune.tuner import decode_trace
 
     out = {}
     for k in budgets:
@@ -70,10 +75,10 @@ def _confirmed_winners(out, records: list, result, budgets) -> dict:
     latency and the tuning time to get there, from the run's `records` (its trials, in order).
     The full budget's answer is the run's own; a smaller budget's comes from re-measuring, as
     the tuner does, a copy of the first k records."""
-    from minitc.tune.database import Database
-    from minitc.tune.measure import LocalRunner, Task
-    from minitc.tune.space import Space
-    from minitc.tune.tuner import _remeasure_best, decode_trace
+    from minitc.autotune.database import Database
+    from minitc.autotune.measure import LocalRunner, Task
+    from minitc.autotune.space import Space
+    from minitc.autotune.tuner import _remeasure_best, decode_trace
 
     answers = {}
     if result.best_trace:
@@ -111,9 +116,9 @@ def evaluate_workload(name: str, make, ks, evo_trials, seed: int = 0, say=None, 
     """One row of the table. `evo_from`: a row of an earlier run whose evolutionary search is
     reused (its budget must cover `evo_trials`): only TLM is run again. The winners at each
     budget are then timed again side by side (`retime_rounds`; 0 skips it)."""
-    from minitc.tune.cost_model import default_cost_model
-    from minitc.tune.database import Database
-    from minitc.tune.tuner import tune
+    from minitc.autotune.cost_model import default_cost_model
+    from minitc.autotune.database import Database
+    from minitc.autotune.tuner import tune
 
     from .tuning import template_kernel_ms, template_trace
 
@@ -161,8 +166,7 @@ def evaluate_workload(name: str, make, ks, evo_trials, seed: int = 0, say=None, 
     top = max(evo_trials)
     row["evo_best_s"] = _time_to(evo.history, evo.times, row["evo_ms"][top])
     row["tlm_time_to_evo_best_s"] = _time_to(tlm.history, tlm.times, row["evo_ms"][top])
-    row["tlm_matches_evo"] = _first_match(row, "TLM", ks, top)
-    row["evo_matches_evo"] = _first_match(row, "Evo", evo_trials, top)
+    row["tlm_matches_evo"], row["evo_matches_evo"] = _matched([row], ks, evo_trials)[0]
     return row
 
 
@@ -175,16 +179,16 @@ def _at(by_budget: dict, budget: int):
     return by_budget.get(budget, by_budget.get(str(budget)))
 
 
-def _first_match(row: dict, label: str, budgets, top: int) -> dict | None:
+def _first_match(row: dict, label: str, budgets, top: int, tolerance: float = MATCH_TOLERANCE) -> dict | None:
     """{"k", "seconds"} of the smallest budget whose winner of search `label` ("TLM", "Evo"),
-    timed side by side, is at least as fast as Evo@top's; None if none is (or nothing was
+    timed side by side, is within `tolerance` of Evo@top's; None if none is (or nothing was
     timed side by side). The same rule for both searches: Evo often has its final quality
     long before its last trial."""
     evo = _side_by_side(row, f"Evo@{top}")
     times = row["tlm_seconds" if label == "TLM" else "evo_seconds"]
     for k in sorted(budgets):
         ms = _side_by_side(row, f"{label}@{k}")
-        if evo and ms and ms <= evo:
+        if evo and ms and ms <= evo * (1 + tolerance):
             return {"k": k, "seconds": _at(times, k)}
     return None
 
@@ -218,7 +222,7 @@ def _aligned(head: list, lines: list) -> list:
 
 def _as_measured(row: dict, label: str):
     strategy, budget = label.split("@")
-    return row["tlm_ms" if strategy == "TLM" else "evo_ms"][int(budget)]
+    return _at(row["tlm_ms" if strategy == "TLM" else "evo_ms"], int(budget))
 
 
 def _side_by_side(row: dict, label: str):
@@ -254,13 +258,27 @@ def _unconfirmed(rows: list, ks, top: int) -> list:
     return ["", "had each search kept its fastest first measurement (side by side): " + "  ".join(cells)]
 
 
-def _matches(rows: list, top: int) -> list:
+def _matched(rows: list, ks, evo_trials) -> list:
+    """Per row, (TLM's first match, Evo's first match) of Evo@max(trials)'s quality (see
+    _first_match), under the current rule, so a stored run can be re-read."""
+    top = max(evo_trials)
+    return [(_first_match(r, "TLM", ks, top), _first_match(r, "Evo", evo_trials, top)) for r in rows]
+
+
+def _wall_time_ratio(rows: list, ks, evo_trials) -> tuple:
+    """(Evo s / TLM s summed over the workloads where both matched, how many did)."""
+    both = [(t, e) for t, e in _matched(rows, ks, evo_trials) if t and e and t["seconds"] and e["seconds"]]
+    tlm_s = sum(t["seconds"] for t, _ in both)
+    return (sum(e["seconds"] for _, e in both) / tlm_s if tlm_s else None), len(both)
+
+
+def _matches(rows: list, ks, evo_trials) -> list:
     """Lines: per workload, the tuning seconds each search needed until its winner, timed side
-    by side, was at least as fast as Evo@top's (at the budgets of the table)."""
-    out = ["", f"tuning time until a search's winner is at least as fast as Evo@{top}'s, side by side:"]
+    by side, was within MATCH_TOLERANCE of Evo@max(trials)'s (at the budgets of the table)."""
+    top = max(evo_trials)
+    out = ["", f"tuning time until a search's winner is within {MATCH_TOLERANCE:.0%} of Evo@{top}'s, side by side:"]
     tlm_s = evo_s = 0.0
-    for r in rows:
-        tlm, evo = r.get("tlm_matches_evo"), r.get("evo_matches_evo")
+    for r, (tlm, evo) in zip(rows, _matched(rows, ks, evo_trials)):
         if tlm and evo and tlm["seconds"] and evo["seconds"]:
             tlm_s, evo_s = tlm_s + tlm["seconds"], evo_s + evo["seconds"]
             out.append(f"  {r['workload']:16s} TLM@{tlm['k']} after {tlm['seconds']:.0f} s, Evo@{evo['k']} after "
@@ -281,18 +299,41 @@ def table(rows: list, ks, evo_trials) -> str:
         out += _ratios(rows, ks, evo_trials, _side_by_side)
         out += _unconfirmed(rows, ks, max(evo_trials))
         out += _against_template(rows, [f"TLM@{k}" for k in ks] + [f"Evo@{t}" for t in evo_trials])
-        out += _matches(rows, max(evo_trials))
+        out += _matches(rows, ks, evo_trials)
     out.append("")
     out.append("workload          template ms  " + "  ".join(f"TLM@{k} ms" for k in ks) + "  " +
                "  ".join(f"Evo@{t} ms" for t in evo_trials) + "  TLM s  Evo s  valid")  # fmt: skip
     for row in rows:
         ms = lambda v: f"{v:.4g}" if v else "-"  # noqa: E731
         out.append(f"{row['workload']:16s}  {ms(row['template_ms']):>11s}  " +
-                   "  ".join(f"{ms(row['tlm_ms'][k]):>{len(f'TLM@{k} ms')}}" for k in ks) + "  " +
-                   "  ".join(f"{ms(row['evo_ms'][t]):>{len(f'Evo@{t} ms')}}" for t in evo_trials) +
-                   f"  {row['tlm_seconds'][max(ks)] or 0:5.0f}  {row['evo_seconds'][max(evo_trials)] or 0:5.0f}"
+                   "  ".join(f"{ms(_at(row['tlm_ms'], k)):>{len(f'TLM@{k} ms')}}" for k in ks) + "  " +
+                   "  ".join(f"{ms(_at(row['evo_ms'], t)):>{len(f'Evo@{t} ms')}}" for t in evo_trials) +
+                   f"  {_at(row['tlm_seconds'], max(ks)) or 0:5.0f}  {_at(row['evo_seconds'], max(evo_trials)) or 0:5.0f}"
                    f"  {row['valid_rate'] if row['valid_rate'] is not None else '-'}")  # fmt: skip
     return "\n".join(out)
+
+
+def report(path) -> str:
+    """The tables of a run stored with --json, under this code's rules (MATCH_TOLERANCE):
+    `python -m benchmarks.tlm_eval RESULTS.json`."""
+    data = json.loads(Path(path).read_text())
+    rows = data["rows"]
+    ks, evo_trials = sorted(map(int, rows[0]["tlm_ms"])), sorted(map(int, rows[0]["evo_ms"]))
+    out = table(rows, ks, evo_trials)
+    if data.get("more_seeds"):
+        first = _first_seed(data["run"]["command"])
+        by_seed = {first: rows, **{int(s): r for s, r in data["more_seeds"].items()}}
+        out += f"\n\nTLM with {len(by_seed)} seeds (the tables above: seed {first}):\n" + seeds_table(by_seed, ks, evo_trials)
+    return out
+
+
+def _first_seed(command: str) -> int:
+    """The seed of a stored run's main rows, from its command line."""
+    words = command.split()
+    for flag in ("--tlm-seeds", "--seed"):
+        if flag in words[:-1]:
+            return int(words[words.index(flag) + 1].split(",")[0])
+    return 0
 
 
 def plot(rows: list, path: str) -> None:
@@ -351,15 +392,27 @@ def run_seeds(names, ks, evo_trials, seeds, say=None, lm=None, evo_from=None) ->
 
 
 def seeds_table(by_seed: dict, ks, evo_trials) -> str:
-    """Geomean of Evo@max(trials) ms / TLM@k ms per seed, as measured and side by side, and
-    the median over the seeds."""
+    """Geomean of Evo@max(trials) ms / TLM@k ms per seed, as measured and side by side, the
+    wall-time ratio on the workloads both searches matched (_matches), and the median over
+    the seeds."""
     top = f"Evo@{max(evo_trials)}"
     columns = [(f"TLM@{k}/{top}", f"TLM@{k}", _as_measured) for k in ks]
     columns += [(f"side by side @{k}", f"TLM@{k}", _side_by_side) for k in ks]
     lines = []
     for seed, rows in by_seed.items():
-        lines.append((f"seed {seed}", [_geomean_ratio(rows, top, label, ms) for _, label, ms in columns]))
-    known = [[cells[i] for _, cells in lines if cells[i]] for i in range(len(columns))]
-    lines.append(("median", [statistics.median(v) if v else None for v in known]))
-    head = ["geomean over workloads"] + [name for name, _, _ in columns]
-    return "\n".join(_aligned(head, [[name] + [f"{c:.2f}" if c else "-" for c in cells] for name, cells in lines]))
+        wall, matched = _wall_time_ratio(rows, ks, evo_trials)
+        cells = [_geomean_ratio(rows, top, label, ms) for _, label, ms in columns]
+        lines.append((f"seed {seed}", cells + [wall], f"{matched} of {len(rows)}"))
+    known = [[cells[i] for _, cells, _ in lines if cells[i]] for i in range(len(columns) + 1)]
+    lines.append(("median", [statistics.median(v) if v else None for v in known], ""))
+    head = ["geomean over workloads"] + [name for name, _, _ in columns] + ["Evo s / TLM s", "matched"]
+    text = lambda c: f"{c:.2f}" if c else "-"  # noqa: E731
+    return "\n".join(_aligned(head, [[name] + [text(c) for c in cells[:-1]] + [f"{cells[-1]:.0f}" if cells[-1] else "-", m]
+                                      for name, cells, m in lines]))
+
+
+if __name__ == "__main__":
+    import sys
+
+    for name in sys.argv[1:] or ["-h"]:
+        print(report(name) if name not in ("-h", "--help") else "usage: python -m benchmarks.tlm_eval RESULTS.json ...")

@@ -68,17 +68,17 @@ class RandomScores:
 
 def cost_model_for(strategy: str, choice: str = "default", seed: int = 0) -> tuple:
     """(model or None, label, warning or None) for a strategy. `choice` "default" is
-    `minitc.tune.cost_model.default_cost_model()`, or random scores if that does not exist yet;
+    `minitc.autotune.cost_model.default_cost_model()`, or random scores if that does not exist yet;
     "random" is always random scores. Random search uses no model (None, None, None)."""
     if strategy not in ("evolutionary", "tlm"):
         return None, None, None
     if choice == "random":
         return RandomScores(seed), "random", None
     try:
-        from minitc.tune.cost_model import default_cost_model
+        from minitc.autotune.cost_model import default_cost_model
     except ImportError as e:
         return RandomScores(seed), "random (placeholder)", (
-            f"minitc.tune.cost_model.default_cost_model is not available ({e}); the evolutionary search "
+            f"minitc.autotune.cost_model.default_cost_model is not available ({e}); the evolutionary search "
             "ranks candidates with random scores (a placeholder cost model)")  # fmt: skip
     model = default_cost_model()
     return model, type(model).__name__, None
@@ -94,13 +94,11 @@ def tune_one(w: Workload, out, strategy: str, trials: int, *, db=None, target="l
              cost_model="default", progress=None, builder=None, runner=None, lm=None, learn=False) -> dict:
     """Tune `out` (w's tensors) once; returns {"result": TuneResult or None, "error", "cost_model",
     "warning", "db"}. With db=None the run gets a fresh temporary database."""
-    # tuner.tune is tc.tune; `tc.tune` itself is shadowed by the `minitc.tune` subpackage as
-    # soon as any minitc.tune.* module has been imported (see the report to the lead)
-    from minitc.tune.tuner import tune
+    from minitc.autotune.tuner import tune
 
     model, label, warning = cost_model_for(strategy, cost_model, seed)
     if hasattr(model, "register"):  # the optional part of the protocol: tensors enable replay features
-        from minitc.tune.workload import workload_key
+        from minitc.autotune.workload import workload_key
 
         model.register(workload_key(out), out)
     tmp = tempfile.TemporaryDirectory(prefix="minitc-tune-") if db is None else None
@@ -123,7 +121,7 @@ def tune_one(w: Workload, out, strategy: str, trials: int, *, db=None, target="l
 def template_trace(out, target="llvm"):
     """The trace of the hand template's program with its default parameters (what `tc.build`
     runs); None without a template."""
-    from minitc.tune.space import Space
+    from minitc.autotune.space import Space
 
     try:
         space = Space(out, target)
@@ -148,8 +146,8 @@ def kernels_ms(out, traces: dict, target="llvm", rounds: int = 5, builder=None, 
     and each program's median over all rounds' samples (None where it fails). What a search's
     history shows is each program's first measurement, and the best of many noisy
     measurements is optimistic by its noise; this times the winners again on equal terms."""
-    from minitc.tune.measure import LocalBuilder, LocalRunner, Task
-    from minitc.tune.space import Space
+    from minitc.autotune.measure import LocalBuilder, LocalRunner, Task
+    from minitc.autotune.space import Space
 
     space = Space(out, target)
     task = Task.from_outputs(space.outputs, space.target.string)
@@ -260,7 +258,7 @@ def tune_workload(w: Workload, strategies, trials: int, threads: int, *, db=None
                   suite=None, machine=None, builder=None, runner=None, lm=None, learn=False) -> list:
     """Tune `w` with each strategy (with `threads` threads), then compare; one record per
     strategy. `progress_factory(strategy)` gives the `progress` callback of each tune call."""
-    from minitc.tune.measure import LocalBuilder, LocalRunner
+    from minitc.autotune.measure import LocalBuilder, LocalRunner
 
     say = say or (lambda msg: None)
     out = tensors_of(w)
@@ -302,7 +300,7 @@ def run_tune_suite(workloads, suite: str, threads, strategies, trials: int, *, d
                    wait_quiet_s=0.0) -> list:
     """Records of every workload x thread count x strategy; `context` is attached to each."""
     from minitc.commands.progress import TuneProgress
-    from minitc.tune.measure import LocalBuilder, LocalRunner
+    from minitc.autotune.measure import LocalBuilder, LocalRunner
 
     from .measure import wait_for_quiet
 

@@ -40,7 +40,7 @@ def lm():
 @lm.command("workloads")
 def workloads_cmd():
     """List the training and held-out workloads."""
-    from minitc.tune.workload import describe
+    from minitc.autotune.workload import describe
 
     from .workloads import HELD_OUT, TRAINING
 
@@ -115,9 +115,9 @@ def measure_cmd(db, per_workload, strategy, lm_path, workloads, seed):
 
 def measure(db, names, per_workload, strategy="random", lm_path=None, seed=0, add=False) -> None:
     """Measure each workload up to `per_workload` programs in `db` (with `add`: that many more)."""
-    from minitc.tune.database import Database
-    from minitc.tune.tuner import tune
-    from minitc.tune.workload import workload_key
+    from minitc.autotune.database import Database
+    from minitc.autotune.tuner import tune
+    from minitc.autotune.workload import workload_key
 
     from .workloads import workload
 

@@ -4,7 +4,7 @@
   workload's design space, written as sentences, one JSON line each:
   {"workload": "bert-qkv", "sentence": "..."}. Nothing is measured.
 * Demonstrations (`minitc lm measure`, then fine-tuning): measured programs from the records
-  database; each record holds its sentence (tune/tuner.py writes it), and its weight is its
+  database; each record holds its sentence (autotune/tuner.py writes it), and its weight is its
   throughput relative to the workload's best, so fine-tuning keeps the ranking, not only the
   top-1.
 """
@@ -32,7 +32,7 @@ def gen_data(path, names=None, per_workload: int = 256, seed: int = 0, hardware=
     from the template's neighbourhood: its default program (the prompt's `default` line) after
     1-4 mutations. Uniform samples bear no relation to that line, so a model pretrained only on
     them learns to ignore it."""
-    from minitc.tune.space import Space
+    from minitc.autotune.space import Space
 
     from .hardware import hardware as host_hardware
 
@@ -72,7 +72,7 @@ def _random_programs(space, count: int, rng) -> list:
 
 def _template_neighbours(space, count: int, rng) -> list:
     """Up to `count` distinct programs a few mutations away from the template's default one."""
-    from minitc.tune.mutators import edit
+    from minitc.autotune.mutators import edit
 
     if count <= 0 or "template" not in space.sketches:
         return []
@@ -121,7 +121,7 @@ def throughput_weights(latencies_ms: list, sharpness: float = 4.0) -> list:
 def demonstrations(db, target: str | None = None, sharpness: float = 4.0, workloads=None) -> list:
     """(Sentence, weight) of every measured program with a sentence in the records database,
     weighted by throughput_weights within its workload; failed programs are left out."""
-    from minitc.tune.tuner import trace_sentence
+    from minitc.autotune.tuner import trace_sentence
 
     out = []
     for key, _ in db.workloads():

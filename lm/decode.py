@@ -2,7 +2,7 @@
 decision slot its logits are masked to the values the design space allows there, so every
 generated program is legal by construction.
 
-The design space is ordinary Python (tune/space.py) that asks a Sampler for each decision, and
+The design space is ordinary Python (autotune/space.py) that asks a Sampler for each decision, and
 what it asks next depends on what was answered (a sketch, a cache, a compute location). So each
 sample runs the space in its own thread with a sampler that posts its slot (label and legal
 values) and waits; the decoder advances all samples in lockstep, one token per step, through
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from minitc.errors import ScheduleError
-from minitc.tune.sampler import Decision, Sampler
+from minitc.autotune.sampler import Decision, Sampler
 
 from .describe import decision_label
 from .language import Loc, SentenceWriter

@@ -82,7 +82,7 @@ def space_skeleton(space) -> tuple:
     """(sketch, slot names) per sketch: a template lists its parameters; the generic rules take
     their slots from the computation (tiles per axis, inline, cache, parallel, unroll)."""
     from minitc.schedule.schedule import Schedule
-    from minitc.tune.space import template_defaults
+    from minitc.autotune.space import template_defaults
 
     out = []
     for sketch in space.sketches:

@@ -95,7 +95,7 @@ def hardware(target="llvm", measured: dict | None = None) -> Hardware | GpuHardw
     if _is_gpu(target):
         return gpu_hardware(target, measured)
     from backends.llvm.target import parse_target, simd_width
-    from minitc.tune.tuner import hardware_fingerprint
+    from minitc.autotune.tuner import hardware_fingerprint
 
     t = parse_target(target) if isinstance(target, str) else target
     if measured is None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from lark import Lark, Transformer, UnexpectedInput
 
 from minitc.errors import MinitcError, ScheduleError
-from minitc.tune.sampler import Sampler
+from minitc.autotune.sampler import Sampler
 
 from .describe import decision_label, describe_stages, space_skeleton
 

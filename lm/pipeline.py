@@ -25,7 +25,7 @@ SHIPPED = Path(__file__).with_name("checkpoints") / "cpu.pt"
 
 
 def user_model_path() -> Path:
-    from minitc.tune.database import default_path
+    from minitc.autotune.database import default_path
 
     return default_path().parent / "lm-finetuned.pt"
 
@@ -85,7 +85,7 @@ def finetune(checkpoint, db, out, *, epochs: int = 4, batch_size: int = 32, lr: 
              max_seconds: float | None = None, threads: int | None = None, seed: int = 0, progress=None) -> dict:
     """Continue training `checkpoint` on the measured programs of the records database `db`,
     each weighted by its throughput relative to its workload's best (data.demonstrations)."""
-    from minitc.tune.database import Database
+    from minitc.autotune.database import Database
 
     from .data import demonstrations, examples
 
@@ -107,5 +107,3 @@ def finetune(checkpoint, db, out, *, epochs: int = 4, batch_size: int = 32, lr: 
             "history": history}  # fmt: skip
     save_checkpoint(out, model, tok.vocab, meta)
     return meta
-
-

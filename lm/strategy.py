@@ -35,8 +35,8 @@ import math
 import numpy as np
 
 from minitc.errors import ScheduleError
-from minitc.tune.mutators import edit, switch_flips
-from minitc.tune.search import RandomSearch
+from minitc.autotune.mutators import edit, switch_flips
+from minitc.autotune.search import RandomSearch
 
 from .decode import Decoder
 

@@ -39,7 +39,7 @@ TAGS = ("compute input pad matmul batch_matmul dense dense_epilogue conv2d depth
         "avg_pool2d softmax softmax_max softmax_exp softmax_sum layer_norm layer_norm_mean layer_norm_var "
         "elementwise reduce").split()  # fmt: skip
 TARGETS = ["llvm", "cuda"]
-# Slot names of the generic rules (tune/rules.py) and label pieces (describe.decision_label).
+# Slot names of the generic rules (autotune/rules.py) and label pieces (describe.decision_label).
 RULE_SLOTS = ["sketch", "inline", "cache_write", "parallel", "unroll", "location", "cache", "local"]
 
 # -- GPU tokens (appended after the CPU vocabulary) ------------------------------------------------
@@ -47,7 +47,7 @@ GPU_KEYWORDS = ["sms", "warp", "smem", "regs", "threads"]  # the GPU hardware li
 # CUDA architectures, Maxwell to Blackwell; another `sm_<N>` is written `sm_ N` (digits), `a` suffix `##a`.
 CUDA_ARCHS = [f"sm_{n}" for n in (50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90, 100, 101, 103, 110, 120, 121)]
 CUDA_ARCHS += ["sm_90a", "sm_100a", "sm_101a", "sm_103a", "sm_120a", "sm_121a", "sm_", "##a"]
-# Slot names of the GPU rules (tune/gpu_rules.py): `s2.a0.threads`, `s2.local.a2.step`, `s4.block`, ...
+# Slot names of the GPU rules (autotune/gpu_rules.py): `s2.a0.threads`, `s2.local.a2.step`, `s4.block`, ...
 GPU_RULE_SLOTS = ["threads", "tile", "step", "inner", "unroll", "shared", "block", "inline"]
 # Tokens added after the GPU ones: the keyword of the template-defaults line of a prompt.
 LATER_KEYWORDS = ["default"]
@@ -71,7 +71,7 @@ def _design_space_words() -> list:
     """Template parameter names, categorical string values and sketch names of the CPU design
     spaces (in the order of the first vocabulary: candidate lists, then parameters)."""
     from minitc.schedules import TEMPLATES, _load_templates
-    from minitc.tune import space
+    from minitc.autotune import space
 
     _load_templates()
     params = _params(TEMPLATES)

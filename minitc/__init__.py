@@ -34,16 +34,12 @@ from .driver import build, codegen, lower  # noqa: E402
 from .schedule.schedule import Schedule  # noqa: E402
 from .schedule.trace import Step, Trace  # noqa: E402
 
-# Load the `minitc.tune` package before defining the `tc.tune` function: importing a package
-# binds its name on the parent once, so later imports of minitc.tune.* leave the function alone.
-from . import tune as _tune_package  # noqa: E402,F401
-
 
 def tune(outputs, trials: int = 64, strategy: str = "tlm", target: str = "llvm", db=None, **options):
     """Search for a fast schedule of `outputs` for `target` ("llvm", or "cuda" on an NVIDIA
-    GPU); see minitc/tune/tuner.py. Returns a TuneResult with .kernel, .best_ms, .trials,
+    GPU); see minitc/autotune/tuner.py. Returns a TuneResult with .kernel, .best_ms, .trials,
     .errors and .history."""
-    from .tune.tuner import tune as _tune
+    from .autotune.tuner import tune as _tune
 
     return _tune(outputs, trials=trials, strategy=strategy, target=target, db=db, **options)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .errors import BuildError, ScheduleError
 from .ir import Kernel
-from .lower import lower_state
+from .lowering import lower_state
 from .schedule.schedule import Schedule
 from .te import Tensor
 
@@ -18,7 +18,7 @@ def _as_schedule(what, target: str | None = None, db=None) -> Schedule:
         if target is None:
             return Schedule(what)
         if db is not False:
-            from .tune.tuner import best_schedule
+            from .autotune.tuner import best_schedule
 
             tuned = best_schedule(what, target, db)
             if tuned is not None:
@@ -82,7 +82,7 @@ def lower_gpu(schedule, target: str = "cuda", args=None, name: str | None = None
     """Lower for a GPU and split into checked kernel launches (a GpuProgram)."""
     from backends.cuda.target import parse_cuda_target
 
-    from .lower.gpu import plan_launches
+    from .lowering.gpu import plan_launches
 
     tgt = parse_cuda_target(target)
     return plan_launches(lower(schedule, args, name, target=target, db=db), tgt.limits)

@@ -9,9 +9,9 @@ import pytest
 import minitc as tc
 from minitc.errors import MinitcError
 from minitc.schedule.trace import STEP_KINDS
-from minitc.tune.cost_model import RandomModel, TLPModel, labels_of, lambda_rank_loss
-from minitc.tune.features import COLUMN, NUM_FEATURES, Featurizer, parse_steps
-from minitc.tune.space import Space
+from minitc.autotune.cost_model import RandomModel, TLPModel, labels_of, lambda_rank_loss
+from minitc.autotune.features import COLUMN, NUM_FEATURES, Featurizer, parse_steps
+from minitc.autotune.space import Space
 
 torch = pytest.importorskip("torch")
 

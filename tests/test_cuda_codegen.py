@@ -23,7 +23,7 @@ from minitc import ir
 from minitc.driver import lower_gpu
 from minitc.errors import BuildError
 from minitc.expr import Var, const
-from minitc.lower.gpu import Launch
+from minitc.lowering.gpu import Launch
 
 from cuda_tools import find_nvcc, find_nvrtc, nvrtc_compile
 from gpu_schedules import EXAMPLES, example, lower_examples, trivial_binding

@@ -12,7 +12,7 @@ from minitc.errors import DTypeError, IRError, LayoutError, RaceError, ScheduleE
 from minitc.expr import Var, const, select
 from minitc.interp import interpret
 from minitc.ir import Allocate, Barrier, Buffer, For, IfThenElse, Kernel, Load, Store, seq
-from minitc.lower.gpu import GpuProgram, Launch, plan_launches
+from minitc.lowering.gpu import GpuProgram, Launch, plan_launches
 from minitc.ops import reference as ref_ops
 
 RNG = np.random.default_rng(0)

@@ -24,7 +24,7 @@ from minitc import ir
 from minitc.driver import lower_gpu
 from minitc.expr import Var, const
 from minitc.ir import Allocate, Barrier, Buffer, For, Kernel, Load, Store, seq
-from minitc.lower.gpu import GpuProgram, plan_launches
+from minitc.lowering.gpu import GpuProgram, plan_launches
 from cuda_tools import build_host_library, cupy_usable, find_nvcc, find_nvrtc, nvrtc_compile, run_on_host
 
 RNG = np.random.default_rng(7)

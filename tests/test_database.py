@@ -10,8 +10,8 @@ import time
 import pytest
 
 import minitc as tc
-from minitc.tune.database import Database, DatabaseError, Record
-from minitc.tune.workload import describe, workload_key
+from minitc.autotune.database import Database, DatabaseError, Record
+from minitc.autotune.workload import describe, workload_key
 
 
 def test_records_round_trip_and_best(tmp_path):
@@ -65,7 +65,7 @@ def test_corrupt_and_foreign_files(tmp_path):
 
 WRITER = """
 import sys
-from minitc.tune.database import Database, Record
+from minitc.autotune.database import Database, Record
 db = Database(sys.argv[1])
 db.add_workload("w", "d", [])
 n = 0

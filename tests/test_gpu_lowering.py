@@ -1,5 +1,5 @@
 """GPU lowering: the bind primitive, shared tiles and barriers, the launch rules that make a
-schedule race-free (minitc/lower/gpu.py), the GPU templates of every op and the GPU design
+schedule race-free (minitc/lowering/gpu.py), the GPU templates of every op and the GPU design
 space, all checked against numpy in the GPU simulator (target "cuda-sim"); the tests marked
 `cuda` run design-space samples and the tuner on a real GPU."""
 import numpy as np
@@ -9,8 +9,8 @@ import minitc as tc
 import minitc.ops as ops
 from minitc.driver import lower_gpu
 from minitc.errors import ScheduleError
-from minitc.lower.gpu import GpuLimits, plan_launches
-from minitc.tune.space import Space
+from minitc.lowering.gpu import GpuLimits, plan_launches
+from minitc.autotune.space import Space
 
 from cuda_tools import cupy_usable
 from gpu_schedules import matmul_shared

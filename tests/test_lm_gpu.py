@@ -15,8 +15,8 @@ from lm.language import GpuHardware, Hardware, Sentence, SentenceError, Sentence
 from lm.model import LMError, ModelConfig, TensorLM
 from lm.pipeline import SHIPPED, load_model
 from lm.tokenizer import CUDA_ARCHS, GPU_KEYWORDS, LATER_KEYWORDS, Tokenizer, cpu_vocab, default_vocab, gpu_tokens
-from minitc.tune import gpu_rules
-from minitc.tune.space import CANDIDATES, Space
+from minitc.autotune import gpu_rules
+from minitc.autotune.space import CANDIDATES, Space
 
 from lm_helpers import check_domain, check_round_trip, draw, where
 

@@ -13,8 +13,8 @@ from lm.model import ModelConfig, TensorLM
 from lm.tokenizer import Tokenizer
 from lm.workloads import HELD_OUT, TRAINING
 from minitc.errors import ScheduleError
-from minitc.tune.space import Space
-from minitc.tune.workload import workload_key
+from minitc.autotune.space import Space
+from minitc.autotune.workload import workload_key
 
 from lm_helpers import check_domain, check_round_trip, draw, where
 

@@ -6,7 +6,7 @@ import pytest
 import minitc as tc
 from backends.llvm import jit
 from backends.llvm.target import parse_target
-from minitc.tune.measure import BuildResult, LocalBuilder, LocalRunner, Task
+from minitc.autotune.measure import BuildResult, LocalBuilder, LocalRunner, Task
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Loop partitioning of guarded tails (minitc/lower/partition.py): the partitioned nest means the
+"""Loop partitioning of guarded tails (minitc/lowering/partition.py): the partitioned nest means the
 same as the original (reference interpreter, on random schedules) and its hot loops are
 guard-free."""
 import numpy as np
@@ -7,7 +7,7 @@ import minitc as tc
 from fuzz_schedules import random_schedule
 from helpers import interpret_outputs, random_inputs
 from minitc.ir import For, IfThenElse, Kernel, walk_stmts
-from minitc.lower.partition import partition_tails
+from minitc.lowering.partition import partition_tails
 from minitc.printer import format_stmt
 
 

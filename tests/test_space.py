@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 import minitc as tc
-from minitc.tune.mutators import MUTATORS, is_switch, mutate, switch_flips
-from minitc.tune.sampler import Sampler, factorizations
-from minitc.tune.space import Space
+from minitc.autotune.mutators import MUTATORS, is_switch, mutate, switch_flips
+from minitc.autotune.sampler import Sampler, factorizations
+from minitc.autotune.space import Space
 
 OPS = sorted(tc.ops.OPS)
 

@@ -8,11 +8,11 @@ import pytest
 import minitc as tc
 from backends.llvm import jit
 from backends.llvm.target import parse_target
-from minitc.tune.database import Database
-from minitc.tune.measure import BuildResult, LocalBuilder
-from minitc.tune.scheduler import gradient, tune_tasks
-from minitc.tune.search import EvolutionarySearch, RandomSearch
-from minitc.tune.space import Space
+from minitc.autotune.database import Database
+from minitc.autotune.measure import BuildResult, LocalBuilder
+from minitc.autotune.scheduler import gradient, tune_tasks
+from minitc.autotune.search import EvolutionarySearch, RandomSearch
+from minitc.autotune.space import Space
 
 
 class RandomScores:
@@ -98,7 +98,7 @@ def _object(body, name):
 
 def test_planted_failures_become_error_records_and_tuning_finishes(tmp_path):
     A, B, C = _matmul(32)
-    from minitc.tune.measure import LocalRunner
+    from minitc.autotune.measure import LocalRunner
 
     r = tc.tune(C, trials=6, strategy="random", db=tmp_path / "r.db", batch=6,
                 builder=PlantedBuilder(), runner=LocalRunner(timeout=3, repeats=2, min_repeat_ms=1))
@@ -128,3 +128,20 @@ def test_gradient_scheduler(tmp_path):
     X = tc.placeholder((64, 32), name="X")
     results = tune_tasks([(C, 1.0), (tc.ops.softmax(X), 3.0)], trials=8, strategy="random", db=tmp_path / "t.db", batch=2)
     assert sum(r.trials for r in results) == 8 and all(r.trials >= 2 for r in results)
+
+
+def test_every_module_is_reachable_by_its_dotted_path():
+    """`import minitc.autotune.tuner as t` (or `minitc.x.y` in a REPL) must find the module: no
+    function or object of a package may shadow one of its submodules, as `tc.tune` once did."""
+    import functools
+    import importlib
+    import pkgutil
+
+    import lm
+
+    for package in (tc, lm):
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            module = importlib.import_module(info.name)
+            top, *path = info.name.split(".")
+            assert functools.reduce(getattr, path, importlib.import_module(top)) is module, info.name
+    assert callable(tc.tune) and tc.tune.__module__ == "minitc"

@@ -33,7 +33,7 @@ from minitc import dtypes
 from minitc.errors import BuildError
 from minitc.expr import Const, Var, walk
 from minitc.ir import BLOCK_TAGS, THREAD_TAGS, Allocate, Barrier, For, IfThenElse, Seq, Store, stmt_exprs, walk_stmts
-from minitc.lower.gpu import GpuProgram, Launch
+from minitc.lowering.gpu import GpuProgram, Launch
 
 from .exprs import C_TYPES, HELPERS, INT32, ExprWriter, int_literal
 from .exprs import float_literal  # noqa: F401  (re-exported: tests import it from here)
@@ -55,7 +55,7 @@ STMT_EMITTERS = {For: "emit_for", Store: "emit_store", Seq: "emit_seq", IfThenEl
 def render_program(program: GpuProgram) -> str:
     """The CUDA C translation unit for every launch of `program`, in launch order."""
     if not isinstance(program, GpuProgram):
-        raise BuildError(f"render_program expects a minitc.lower.gpu.GpuProgram, got {type(program).__name__}")
+        raise BuildError(f"render_program expects a minitc.lowering.gpu.GpuProgram, got {type(program).__name__}")
     k = program.kernel
     head = [f"// minitc CUDA C for kernel {k.name!r}: {len(program.launches)} launch(es)"]
     if program.temporaries:

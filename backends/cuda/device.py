@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minitc.errors import BuildError
-from minitc.lower.gpu import GpuLimits
+from minitc.lowering.gpu import GpuLimits
 
 _CACHE: dict = {}
 

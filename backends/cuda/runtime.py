@@ -21,7 +21,7 @@ import numpy as np
 
 from minitc.errors import BuildError, DTypeError, LayoutError, ShapeError
 from minitc.function import _is_torch, _np_dtype, split_arguments
-from minitc.lower.gpu import GpuProgram
+from minitc.lowering.gpu import GpuProgram
 
 from .codegen import render_program, sanitize
 from .device import current_device, import_cupy

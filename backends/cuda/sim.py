@@ -1,6 +1,6 @@
 """A numpy simulator of the GPU: slow but exact, and it checks what a GPU would not.
 
-`SimFunction(program)` runs a GpuProgram (minitc/lower/gpu.py) launch by launch. All threads of
+`SimFunction(program)` runs a GpuProgram (minitc/lowering/gpu.py) launch by launch. All threads of
 a launch run together, one numpy lane per thread (over chunks of whole blocks when there are
 many), in lockstep through the loop nest, compiled once into closures (sim_exprs.py):
 

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 
 from minitc.errors import BuildError
-from minitc.lower.gpu import GpuLimits
+from minitc.lowering.gpu import GpuLimits
 
 DEFAULT_ARCH = "sm_90"
 

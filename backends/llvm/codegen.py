@@ -23,7 +23,7 @@ import re
 from minitc import dtypes
 from minitc.errors import BuildError
 from minitc.ir import Allocate, For, IfThenElse, Kernel, Seq, Store, walk_stmts
-from minitc.lower.partition import partition_tails
+from minitc.lowering.partition import partition_tails
 
 from .builder import Function, Value, const, scalar_type
 from .exprs import ExprEmitter

@@ -133,7 +133,7 @@ def calls_for(description: str) -> list:
 
 def recover(key: str, description: str):
     """The OpCall whose workload key is `key`, or None."""
-    from ..tune.workload import workload_key
+    from ..autotune.workload import workload_key
 
     for call in calls_for(description):
         try:

@@ -68,13 +68,13 @@ def step_line(step) -> str:
 
 
 def _db_path(db) -> Path:
-    from ..tune.database import default_path
+    from ..autotune.database import default_path
 
     return Path(db) if db else default_path()
 
 
 def _open(path: Path):
-    from ..tune.database import Database, DatabaseError
+    from ..autotune.database import Database, DatabaseError
 
     try:
         return Database(path)
@@ -85,7 +85,7 @@ def _open(path: Path):
 def _machine(target: str) -> tuple:
     from backends.llvm.target import parse_target
 
-    from ..tune.tuner import hardware_fingerprint
+    from ..autotune.tuner import hardware_fingerprint
 
     try:
         t = parse_target(target)
@@ -138,7 +138,7 @@ def resolve_key(path: Path, prefix: str) -> tuple:
 
 def _decision_lines(out, values, target) -> list:
     """Named decisions (replayed in the design space), or the bare values if that fails."""
-    from ..tune.space import Space
+    from ..autotune.space import Space
 
     try:
         cand = Space(out, target).replay(values, strict=True)
@@ -170,8 +170,8 @@ def show_workload(path, workload, shape, options, target, show_llvm, show_asm) -
     import minitc as tc
 
     from ..schedule.schedule import Schedule
-    from ..tune.tuner import decode_trace
-    from ..tune.workload import describe, workload_key
+    from ..autotune.tuner import decode_trace
+    from ..autotune.workload import describe, workload_key
     from .recover import recover
     from .spec import command_args, parse_call
 

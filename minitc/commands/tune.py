@@ -125,8 +125,8 @@ def tune(op, trials, strategy, lm_path, learn, target, db, json_path, plot_path,
     from benchmarks.baselines import workload_for
     from benchmarks.tuning import plot_curves, tune_workload
 
-    from ..tune.database import default_path
-    from ..tune.workload import workload_key
+    from ..autotune.database import default_path
+    from ..autotune.workload import workload_key
     from .progress import TuneProgress
     from .spec import command_args, parse_call
 
@@ -177,7 +177,7 @@ def _tune_gpu(call, name, trials, strategy, target, db, json_path, seed, batch, 
     import minitc as tc
 
     from ..errors import MinitcError
-    from ..tune.database import default_path
+    from ..autotune.database import default_path
 
     out = call.build()
     db_path = str(db or default_path())

@@ -23,7 +23,7 @@ epilogue runs per finished nc-column panel.
 Every tile size is a keyword argument, so each call is one point of the tuner's design space;
 the `@defaults` functions pick them for the shape and target (`pick_tiles`: factors that divide
 the extents where possible; other shapes get guarded tails, which the LLVM backend peels off
-the hot loops, minitc/lower/partition.py).
+the hot loops, minitc/lowering/partition.py).
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ...errors import ScheduleError
 from ...ir import GPU_TAGS
-from ...lower.gpu import GpuLimits
+from ...lowering.gpu import GpuLimits
 from ...schedule.schedule import Schedule
 
 GPU_TEMPLATES: dict = {}  # tag -> fn(s, out_stage_name, target, **params)

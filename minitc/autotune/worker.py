@@ -1,6 +1,6 @@
 """Worker processes for building and measuring candidates.
 
-A worker is a plain `python -m minitc.tune.worker` subprocess that answers pickled requests
+A worker is a plain `python -m minitc.autotune.worker` subprocess that answers pickled requests
 framed on its stdin/stdout. Unlike multiprocessing's spawn, it never re-imports the user's main
 script, so `tc.tune(...)` works from any script or notebook. Whatever the kernel or a library
 prints goes to stderr, never into the protocol stream.
@@ -60,7 +60,7 @@ class Worker:
     def start(self) -> None:
         env = dict(os.environ, **(self.env or {}))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "minitc.tune.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+            [sys.executable, "-m", "minitc.autotune.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
         )
 
     def call(self, name: str, *args, timeout: float | None = None):
