@@ -206,7 +206,7 @@ def bench_tlm_eval(workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_
     """`--suite tlm-eval`: the language model against evolutionary search on held-out workloads."""
     import json
 
-    from . import tlm_eval
+    from . import tlm_eval, tlm_report
 
     say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))
     try:
@@ -222,10 +222,10 @@ def bench_tlm_eval(workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_
     except KeyError as e:
         raise click.UsageError(e.args[0]) from None
     rows = by_seed[seeds[0]]
-    click.echo(tlm_eval.table(rows, ks, budgets))
+    click.echo(tlm_report.table(rows, ks, budgets))
     if len(seeds) > 1:
         click.echo(f"\nTLM with {len(seeds)} seeds (the tables above: seed {seeds[0]}):")
-        click.echo(tlm_eval.seeds_table(by_seed, ks, budgets))
+        click.echo(tlm_report.seeds_table(by_seed, ks, budgets))
     say(f"tlm-eval done in {time.perf_counter() - start:.0f} s")
     if json_path:
         run = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -236,7 +236,7 @@ def bench_tlm_eval(workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_
             json.dump({"run": run, "rows": rows, **({"more_seeds": more} if more else {})}, f, indent=1)
         say(f"wrote {json_path}")
     if plot_path:
-        tlm_eval.plot(rows, plot_path)
+        tlm_report.plot(rows, plot_path)
         say(f"wrote {plot_path}")
 
 

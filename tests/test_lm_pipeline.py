@@ -263,7 +263,7 @@ def test_an_earlier_run_lends_only_its_evolutionary_winners(tiny_checkpoint):
 
 
 def test_time_to_match_uses_the_same_rule_for_both_searches():
-    from benchmarks.tlm_eval import _first_match
+    from benchmarks.tlm_report import _first_match
 
     row = {"retimed_ms": {"TLM@1": 2.0, "TLM@10": 1.0, "Evo@64": 0.99, "Evo@256": 1.2, "Evo@1000": 1.0},
            "tlm_seconds": {1: 5.0, 10: 8.0}, "evo_seconds": {"64": 20.0, "256": 80.0, "1000": 300.0}}  # as read from JSON
@@ -277,7 +277,7 @@ def test_time_to_match_uses_the_same_rule_for_both_searches():
 
 
 def test_a_stored_run_is_reported_again_under_the_current_rules(tmp_path):
-    from benchmarks.tlm_eval import report
+    from benchmarks.tlm_report import report
 
     def row(tlm10, evo64):
         return {"workload": "softmax-bert", "template_ms": 1.0, "valid_rate": 1.0,
