@@ -118,8 +118,13 @@ def _matched(rows: list, ks, evo_trials) -> list:
 def _matched_seconds(rows: list, ks, evo_trials) -> tuple:
     """(TLM s, Evo s, workloads): the tuning times summed over the workloads where both
     searches matched Evo@max(trials)'s quality, and how many those are."""
-    both = [(t, e) for t, e in _matched(rows, ks, evo_trials) if t and e and t["seconds"] and e["seconds"]]
+    both = [(t, e) for t, e in _matched(rows, ks, evo_trials) if _timed(t, e)]
     return sum(t["seconds"] for t, _ in both), sum(e["seconds"] for _, e in both), len(both)
+
+
+def _timed(tlm: dict | None, evo: dict | None) -> bool:
+    """Whether both searches matched, each with a known tuning time."""
+    return bool(tlm and evo and tlm["seconds"] and evo["seconds"])
 
 
 def _matches(rows: list, ks, evo_trials) -> list:
@@ -128,7 +133,7 @@ def _matches(rows: list, ks, evo_trials) -> list:
     top = max(evo_trials)
     out = ["", f"tuning time until a search's winner is within {MATCH_TOLERANCE:.0%} of Evo@{top}'s, side by side:"]
     for r, (tlm, evo) in zip(rows, _matched(rows, ks, evo_trials)):
-        if tlm and evo and tlm["seconds"] and evo["seconds"]:
+        if _timed(tlm, evo):
             out.append(f"  {r['workload']:16s} TLM@{tlm['k']} after {tlm['seconds']:.0f} s, Evo@{evo['k']} after "
                        f"{evo['seconds']:.0f} s (Evo s / TLM s = {evo['seconds'] / tlm['seconds']:.2g})")  # fmt: skip
         else:
