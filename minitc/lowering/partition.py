@@ -80,8 +80,8 @@ def _partition(loop: ir.For, ranges: dict, budget: list):
         return None
     live = _live_prefix(loop, ranges)
     if live < ext:  # the guards are false from `live` on: the loop just gets shorter
-        shorter = _simplify_in(ir.For(v, live, loop.kind, loop.body), ranges) if live else None
-        return ir.Seq(()) if shorter is None else _visit(shorter, ranges, budget)
+        shorter = _clean(ir.For(v, live, loop.kind, loop.body), ranges, budget) if live else None
+        return ir.Seq(()) if shorter is None else shorter
     env = {**ranges, **inner}
     cuts = [p for p in (_true_prefix(g, v, ext, env) for g in guards) if 2 * p >= ext and p < ext]
     if not cuts:  # (a short head is not worth a copy)
