@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .workloads import Workload, _torch, softmax_np
+from minitc.benchmarks.suites import Workload, _torch, softmax_np
 
 
 def _pair(v):

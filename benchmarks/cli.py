@@ -8,9 +8,10 @@ import time
 
 import click
 
-from .gpu_workloads import GPU_SUITES
-from .tuning import STRATEGIES, TUNE_SUITES
-from .workloads import SUITES
+from minitc.benchmarks.gpu_suites import GPU_SUITES
+from minitc.autotune.registry import strategy_names
+from minitc.benchmarks.tuning import TUNE_SUITES
+from minitc.benchmarks.suites import SUITES
 
 DEFAULT_SUITE = "cpu-core"
 TUNE_ONLY = ("trials", "strategies", "db", "seed", "cost_model")  # options of the tuning suites
@@ -30,18 +31,18 @@ def _threads(ctx, param, value: str) -> list:
 
 def _strategies(ctx, param, value: str) -> list:
     names = [x.strip() for x in value.split(",") if x.strip()]
-    unknown = [n for n in names if n not in STRATEGIES]
+    unknown = [n for n in names if n not in strategy_names()]
     if not names or unknown:
-        raise click.BadParameter(f"expected a comma-separated list of {', '.join(STRATEGIES)}, got {value!r}")
+        raise click.BadParameter(f"expected a comma-separated list of {', '.join(strategy_names())}, got {value!r}")
     return list(dict.fromkeys(names))
 
 
-def _versions() -> dict:
+def versions() -> dict:
     import llvmlite
     import llvmlite.binding as llvm
     import numpy
 
-    from .measure import torch_module
+    from minitc.benchmarks.timing import torch_module
 
     torch = torch_module()
     versions = {
@@ -92,7 +93,7 @@ def _dist_version(name: str):
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
 @click.option("--trials", default=64, show_default=True, type=click.IntRange(min=1),
               help="Tuning suites: measured candidates per workload and strategy.")  # fmt: skip
-@click.option("--strategies", default=",".join(STRATEGIES), show_default=True, callback=_strategies,
+@click.option("--strategies", default=",".join(strategy_names()), show_default=True, callback=_strategies,
               help="Tuning suites: search strategies to compare.")  # fmt: skip
 @click.option("--db", type=click.Path(dir_okay=False),
               help="Tuning suites: one records database for all runs (default: a fresh temporary one per run).")  # fmt: skip
@@ -126,8 +127,8 @@ def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, wa
     there; --tune N tunes the minitc kernels first). They need an NVIDIA GPU, CuPy and torch's
     CUDA build, and stop with a message saying what is missing otherwise.
     """
-    from . import report
-    from .workloads import select
+    from minitc.benchmarks import report
+    from minitc.benchmarks.suites import select
 
     ctx = click.get_current_context()
     if suite == "tlm-eval":
@@ -177,7 +178,7 @@ def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, wa
 def bench_gpu(ctx, suite, workloads, repeats, budget_s, tune_trials, json_path, plot_path, quiet) -> None:
     """`--suite gpu-core` and `gpu-smoke` (benchmarks/gpu_core.py); without a usable GPU: one
     line naming what is missing, exit status 1."""
-    from . import gpu_core, gpu_workloads, report
+    from minitc.benchmarks import gpu_core, gpu_suites, report
 
     source = ctx.get_parameter_source
     given = [o for o in CPU_ONLY + TUNE_ONLY if source(o) == click.core.ParameterSource.COMMANDLINE]
@@ -189,7 +190,7 @@ def bench_gpu(ctx, suite, workloads, repeats, budget_s, tune_trials, json_path, 
         repeats = GPU_REPEATS
     names = [n.strip() for n in workloads.split(",") if n.strip()]
     try:
-        gpu_workloads.select(suite, names)
+        gpu_suites.select(suite, names)
         if plot_path:
             report.require_matplotlib()
     except (KeyError, RuntimeError) as e:
@@ -206,7 +207,7 @@ def bench_tlm_eval(workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_
     """`--suite tlm-eval`: the language model against evolutionary search on held-out workloads."""
     import json
 
-    from . import tlm_eval, tlm_report
+    from minitc.benchmarks import tlm_eval, tlm_report
 
     say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))
     try:
@@ -229,7 +230,7 @@ def bench_tlm_eval(workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_
     say(f"tlm-eval done in {time.perf_counter() - start:.0f} s")
     if json_path:
         run = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-               "command": command_line(click.get_current_context()), "versions": _versions()}  # fmt: skip
+               "command": command_line(click.get_current_context()), "versions": versions()}  # fmt: skip
         shared = ("evo_history", "evo_times")  # the later seeds' rows share the first's evolutionary run
         more = {str(s): [{k: v for k, v in row.items() if k not in shared} for row in r] for s, r in by_seed.items() if s != seeds[0]}
         with open(json_path, "w") as f:
@@ -253,9 +254,9 @@ def select_tuning(suite: str, names) -> list:
 def bench_tuning(chosen, suite, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine, say,
                  options) -> None:  # fmt: skip
     """`--suite cpu-tune` and friends: tune, compare, print, write JSON and curves."""
-    from . import report
-    from .machine import measure_machine
-    from .tuning import format_table, plot_curves, run_tune_suite
+    from minitc.benchmarks import report
+    from minitc.benchmarks.machine import measure_machine
+    from minitc.benchmarks.tuning import format_table, plot_curves, run_tune_suite
 
     start = time.perf_counter()
     command = command_line(click.get_current_context())
@@ -265,7 +266,7 @@ def bench_tuning(chosen, suite, threads, repeats, budget_s, json_path, plot_path
         "run": {
             "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "command": command, "suite": suite, "threads": list(threads), "repeats": repeats,
-            "wait_quiet_s": wait_quiet_s, "versions": _versions(), **options,
+            "wait_quiet_s": wait_quiet_s, "versions": versions(), **options,
         },
     }  # fmt: skip
     records = run_tune_suite(chosen, suite, threads, options["strategies"], options["trials"], db=options["db"],
@@ -314,9 +315,9 @@ def _command_line(suite, names, threads, repeats, budget_s, json_path, plot_path
 def run(workloads, suite, threads, repeats, budget_s, measure_machine=True, progress=None, command=None,
         wait_quiet_s=0.0) -> list:
     """Measure the machine (optionally), then run the workloads; returns the records."""
-    from .machine import measure_machine as measure
-    from .measure import wait_for_quiet
-    from .runner import run_suite
+    from minitc.benchmarks.machine import measure_machine as measure
+    from minitc.benchmarks.timing import wait_for_quiet
+    from minitc.benchmarks.runner import run_suite
 
     start = time.perf_counter()
     say = progress or (lambda msg: None)
@@ -335,7 +336,7 @@ def run(workloads, suite, threads, repeats, budget_s, measure_machine=True, prog
             "threads": list(threads),
             "repeats": repeats,
             "wait_quiet_s": wait_quiet_s,
-            "versions": _versions(),
+            "versions": versions(),
         },
     }
     records = run_suite(workloads, threads, suite, machine, repeats, budget_s, say, context, wait_quiet_s)

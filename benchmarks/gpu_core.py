@@ -14,7 +14,7 @@ library a note. Timing is `triton.testing.do_bench`'s method, interleaved: each 
 L2 (zeroing 2 GiB), then times one call between two CUDA events; the flush also keeps the GPU
 busy while Python enqueues the call, so the samples measure GPU time, not launch overhead (a
 call whose enqueueing takes as long as the flush is flagged). Rounds rotate who goes first.
-The workloads are in gpu_workloads.py, the timer in gpu_timing.py, the table and the plot in
+The workloads are in gpu_suites.py, the timer in gpu_timing.py, the table and the plot in
 gpu_report.py.
 
 `gpu-smoke` is the same at tiny shapes (tests/test_benchmarks_gpu.py runs its minitc kernels in
@@ -49,9 +49,9 @@ import numpy as np
 
 import minitc as tc
 
-from .gpu_timing import FLUSH_MIB, Timer
-from .gpu_workloads import GpuWorkload, select
-from .runner import _r, _short, _sig
+from minitc.benchmarks.gpu_timing import FLUSH_MIB, Timer
+from minitc.benchmarks.gpu_suites import GpuWorkload, select
+from minitc.benchmarks.runner import _r, _short, _sig
 
 IMPLS = ("minitc", "minitc_template", "torch", "triton")
 TARGET = "cuda"  # minitc's target; DEVICE: torch's (the tests run the suite on "cuda-sim" and "cpu")
@@ -85,7 +85,7 @@ def requirements(suite: str = "gpu-core"):
     except ImportError:
         missing.append("CuPy is not installed (pip install 'minitc[cuda]')")
     if cupy is not None:
-        from backends.cuda.device import current_device
+        from minitc.backends.cuda.device import current_device
 
         try:
             device = current_device()
@@ -101,7 +101,7 @@ def triton_module():
     try:
         import triton
 
-        from . import triton_kernels
+        from minitc.benchmarks import triton_kernels
     except ImportError as e:
         return None, f"Triton is not installed ({e}); pip install triton: the Triton column is skipped"
     except Exception as e:  # noqa: BLE001 - a broken Triton install costs only its column
@@ -327,7 +327,7 @@ def run_suite(workloads, suite: str, repeats: int = 100, budget_s: float = 2.0, 
             "suite": suite, "repeats": repeats, "budget_s": budget_s, "tune_trials": tune_trials or None,
             "precision": PRECISION, "settings": precision, "flush_mib": FLUSH_MIB, "flush_ms": _r(timer.flush_ms, 4),
             "timing": "median of interleaved samples; each: L2 flushed, one call between CUDA events",
-            "triton_note": None if tk else triton_version, "versions": _versions(torch, cupy, tk and triton_version),
+            "triton_note": None if tk else triton_version, "versions": versions(torch, cupy, tk and triton_version),
         },
     }  # fmt: skip
     records = []
@@ -360,8 +360,8 @@ def tempfile_db(tune_trials: int):
         yield f"{d}/records.db"
 
 
-def _versions(torch, cupy, triton_version) -> dict:
-    from .cli import _dist_version
+def versions(torch, cupy, triton_version) -> dict:
+    from minitc.benchmarks.cli import _dist_version
 
     return {"python": platform.python_version(), "minitc": _dist_version("minitc"), "numpy": np.__version__,
             "torch": torch.__version__, "cupy": cupy.__version__, "triton": triton_version or None}  # fmt: skip
@@ -370,8 +370,8 @@ def _versions(torch, cupy, triton_version) -> dict:
 def bench(suite: str, names, repeats: int, budget_s: float, tune_trials: int, json_path, plot_path, say,
           command: str | None, echo=print) -> list:
     """`python -m benchmarks --suite gpu-core ...`: run, print the table, write JSON and plot."""
-    from . import report
-    from .gpu_report import format_table, plot
+    from minitc.benchmarks import report
+    from minitc.benchmarks.gpu_report import format_table, plot
 
     workloads = select(suite, names)
     start = time.perf_counter()

@@ -2,7 +2,7 @@
 of speed relative to torch, both from the JSON records."""
 from __future__ import annotations
 
-from .gpu_core import IMPLS
+from minitc.benchmarks.gpu_core import IMPLS
 
 
 def _ms(rec: dict, impl: str) -> str:
@@ -58,7 +58,7 @@ def format_table(records: list) -> str:
 
 def plot(records: list, path: str) -> None:
     """Bars of speed relative to torch (torch = 1) per workload: minitc, its template, Triton."""
-    from .report import require_matplotlib
+    from minitc.benchmarks.report import require_matplotlib
 
     plt = require_matplotlib()
     impls = [i for i in IMPLS if i != "torch" and any(r.get(f"{i}_ms") for r in records)]

@@ -1,78 +1,25 @@
-"""Measure the machine the benchmarks run on: peak FMA rate, STREAM-triad bandwidth and the
-parallel runtime's launch overhead, each with kernels that minitc itself generates.
+"""Measure the machine the benchmarks run on: peak FMA rate, STREAM-triad bandwidth (the probe
+kernels of minitc/backends/llvm/probe.py) and the parallel runtime's launch overhead.
 
     peak = measure_machine(threads=(1, 2))
     peak.fma_gflops[2], peak.triad_gbps[1], peak.launch_overhead_us[2]
 
-* FMA peak: a loop-nest IR kernel written by hand with `minitc.ir`. Each parallel task keeps
-  ACC_ROWS independent `<8 x float>` accumulators (an unrolled x vectorized local tile that LLVM
-  promotes to registers) and updates each with `acc = acc * x + y` ITERS times: ACC_ROWS
-  independent FMA chains, enough to cover the FMA latency (5 cycles on Zen 2) times its two
-  pipes. The IR flops are 2 * 8 * ACC_ROWS per iteration; no memory traffic in the loop.
-* Bandwidth: STREAM triad `a[i] = b[i] + s * c[i]` over TRIAD_ELEMS floats per array (64 MiB
-  each, several times any L3 of the machines we run on), parallel + vectorized. Bytes counted
-  the STREAM way: 12 per element (read b and c, write a), without write-allocate traffic.
-* Launch overhead: `backends.llvm.runtime.launch_overhead_us`, with empty tasks (what a launch
-  costs when the launcher can do the work itself) and as a full fork/join round trip.
-
-Peaks are the best sample of several (a peak is what the machine *can* do); the medians are
-kept as well, since on a shared machine the clock drifts between runs.
+Launch overhead: `minitc.backends.llvm.runtime.launch_overhead_us`, with empty tasks (what a
+launch costs when the launcher can do the work itself) and as a full fork/join round trip.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import platform
-import statistics
 import time
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
+import llvmlite.binding as llvm
 
-from minitc.expr import Var, const
-from minitc.ir import Allocate, Buffer, For, Kernel, Load, Store, seq
-
-ACC_ROWS = 10  # independent <8 x float> FMA chains per task
-LANES = 8  # AVX2: 8 floats per ymm register
-TRIAD_ELEMS = 16 * 2**20  # 64 MiB per float32 array
-TRIAD_SCALAR = 3.0
-
-
-def fma_kernel(tasks: int, iters: int) -> Kernel:
-    """`out[t] = acc` after `iters` rounds of `acc = acc * x + y` on an ACC_ROWS x 8 register
-    tile, one tile per parallel task. `xy` holds x (row 0) and y (row 1), 8 lanes each."""
-    XY = Buffer("xy", (2, LANES), "float32")
-    out = Buffer("out", (tasks, ACC_ROWS, LANES), "float32")
-    acc = Buffer("acc", (ACC_ROWS, LANES), "float32", scope="local")
-    t, it = Var("t"), Var("it")
-    u0, v0, u1, v1, u2, v2 = (Var(n) for n in ("u", "v", "u", "v", "u", "v"))
-
-    def tile(u, v, stmt):
-        return For(u, ACC_ROWS, "unrolled", For(v, LANES, "vectorized", stmt))
-
-    init = tile(u0, v0, Store(acc, (u0, v0), Load(XY, (const(1), v0))))
-    update = For(it, iters, "serial", tile(u1, v1, Store(
-        acc, (u1, v1), Load(acc, (u1, v1)) * Load(XY, (const(0), v1)) + Load(XY, (const(1), v1))
-    )))
-    copy = tile(u2, v2, Store(out, (t, u2, v2), Load(acc, (u2, v2))))
-    body = For(t, tasks, "parallel", Allocate(acc, seq(init, update, copy)))
-    return Kernel("peak_fma", [XY, out], 1, body)
-
-
-def fma_flops(tasks: int, iters: int) -> int:
-    return 2 * LANES * ACC_ROWS * iters * tasks
-
-
-def triad_kernel(n: int = TRIAD_ELEMS, scalar: float = TRIAD_SCALAR, tasks: int = 64) -> Kernel:
-    """STREAM triad `a[i] = b[i] + scalar * c[i]`: `tasks` parallel chunks, 8-wide vectors."""
-    B, C, A = (Buffer(name, (n,), "float32") for name in "bca")
-    chunk = n // tasks
-    assert chunk * tasks == n and chunk % LANES == 0, (n, tasks)
-    io, ib, iv = Var("i_o"), Var("i_b"), Var("i_v")
-    i = io * chunk + ib * LANES + iv
-    store = Store(A, (i,), Load(B, (i,)) + const(scalar, "float32") * Load(C, (i,)))
-    body = For(io, tasks, "parallel", For(ib, chunk // LANES, "serial", For(iv, LANES, "vectorized", store)))
-    return Kernel("stream_triad", [B, C, A], 2, body)
+from minitc.backends.llvm import runtime
+from minitc.backends.llvm.probe import check_kernels, measure_fma, measure_triad, triad_arrays
+from minitc.backends.llvm.runtime import get_num_threads, set_num_threads
+from minitc.benchmarks.timing import BackgroundLoad
 
 
 @dataclass
@@ -122,94 +69,16 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def _compile(kernel):
-    from backends.llvm.jit import compile_kernel
-
-    return compile_kernel(kernel, "llvm").cfunc
-
-
-def _ptr(a: np.ndarray):
-    return ctypes.c_void_p(a.ctypes.data)
-
-
-def _samples(call, repeats: int) -> list:
-    call()  # warm-up: wakes the pool, faults pages in
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        call()
-        out.append(time.perf_counter() - t0)
-    return out
-
-
-def measure_fma(threads: int, tasks: int, iters: int = 5_000_000, repeats: int = 7) -> tuple:
-    """(best, median) GFLOP/s of the FMA kernel with `threads` threads and `tasks` tasks."""
-    from minitc import set_num_threads
-
-    fn = _compile(fma_kernel(tasks, iters))
-    xy = np.array([[0.999999] * LANES, [1e-6] * LANES], np.float32)  # stays near 1: no denormals
-    out = np.empty((tasks, ACC_ROWS, LANES), np.float32)
-    set_num_threads(threads)
-    times = _samples(lambda: fn(_ptr(xy), _ptr(out)), repeats)
-    flops = fma_flops(tasks, iters)
-    return flops / min(times) / 1e9, flops / statistics.median(times) / 1e9
-
-
-def measure_triad(threads: int, arrays=None, repeats: int = 7) -> tuple:
-    """(best, median) GB/s of the STREAM triad with `threads` threads."""
-    from minitc import set_num_threads
-
-    fn = _compile(triad_kernel())
-    b, c, a = arrays if arrays is not None else _triad_arrays()
-    set_num_threads(threads)
-    times = _samples(lambda: fn(_ptr(b), _ptr(c), _ptr(a)), repeats)
-    nbytes = 3 * 4 * TRIAD_ELEMS
-    return nbytes / min(times) / 1e9, nbytes / statistics.median(times) / 1e9
-
-
-def _triad_arrays():
-    b = np.full(TRIAD_ELEMS, 1.0, np.float32)
-    c = np.full(TRIAD_ELEMS, 2.0, np.float32)
-    return b, c, np.zeros(TRIAD_ELEMS, np.float32)
-
-
-def check_kernels() -> None:
-    """Small runs of both kernels against numpy (a wrong peak kernel would mislead every %)."""
-    from minitc import set_num_threads
-
-    fn = _compile(fma_kernel(2, 3))
-    xy = np.array([[0.5] * LANES, [1.0] * LANES], np.float32)
-    out = np.empty((2, ACC_ROWS, LANES), np.float32)
-    set_num_threads(1)
-    fn(_ptr(xy), _ptr(out))
-    expect = 1.0
-    for _ in range(3):
-        expect = expect * 0.5 + 1.0
-    assert np.allclose(out, expect), out
-    n = 64 * LANES * 4
-    fn = _compile(triad_kernel(n))
-    b, c, a = (np.arange(n, dtype=np.float32) for _ in range(3))
-    fn(_ptr(b), _ptr(c), _ptr(a))
-    assert np.allclose(a, b + TRIAD_SCALAR * c)
-
-
 def measure_machine(threads=(1, 2), progress=None) -> Machine:
     """Peak FMA rate, triad bandwidth and launch overhead for each thread count."""
-    from backends.llvm import runtime
-    from minitc import get_num_threads, set_num_threads
-
-    from .measure import BackgroundLoad
-
     say = progress or (lambda msg: None)
     start = time.perf_counter()
     before = get_num_threads()
     check_kernels()
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    import llvmlite.binding as llvm
-
     m = Machine(cpu=cpu_name(), cpus=cpus, llvm_cpu=llvm.get_host_cpu_name())
     tasks = max(threads)
-    arrays = _triad_arrays()
+    arrays = triad_arrays()
     try:
         with BackgroundLoad() as load:
             for n in threads:

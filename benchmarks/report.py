@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from .runner import IMPLS
+from minitc.benchmarks.runner import IMPLS
 
 NOISY_CPUS = 0.25  # other processes' CPU use that makes a row's timings suspect
 PLOT_EXTRA = "pip install 'minitc[plot]'  (or: pip install matplotlib)"

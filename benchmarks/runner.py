@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .measure import BackgroundLoad, measure, thread_limit, torch_module, wait_for_quiet
-from .workloads import Workload
+from minitc.benchmarks.timing import BackgroundLoad, measure, thread_limit, torch_module, wait_for_quiet
+from minitc.benchmarks.suites import Workload
 
 IMPLS = ("minitc", "numpy", "torch")
 LIBRARIES = ("numpy", "torch")

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import minitc as tc
-from benchmarks import workloads as wl
-from benchmarks.runner import check_minitc, prepare
+from minitc.benchmarks import suites as wl
+from minitc.benchmarks.runner import check_minitc, prepare
 
 KERNELS = ["matmul-512", "conv-resnet", "softmax-bert", "eltwise-4m"]
 

@@ -10,7 +10,7 @@ max(trials), each from a fresh records database and without the hand template me
 (this evaluates the searches, not the template). TLM@k is what tuning with a budget of k
 programs returns, Evo@t likewise: the tuner does not answer with the fastest first
 measurement but re-measures the few fastest programs and answers with the best of those
-(tuner._remeasure_best), since on a shared machine a single first measurement often crowns a
+(tuner.remeasure_best), since on a shared machine a single first measurement often crowns a
 lucky program. At the full budget that is the run's own answer; at a smaller one the same
 re-measurement is done on a copy of the run's first k records (`_confirmed_winners`), and its
 seconds are added to that budget's tuning time. A cell of the table is Evo@t ms / TLM@k ms
@@ -37,7 +37,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
-from .tlm_report import _at, _matched
+from minitc.benchmarks.tlm_report import _at, _matched
 
 
 def _time_to(history: list, times: list, target: float | None):
@@ -68,9 +68,9 @@ def _confirmed_winners(out, records: list, result, budgets) -> dict:
     The full budget's answer is the run's own; a smaller budget's comes from re-measuring, as
     the tuner does, a copy of the first k records."""
     from minitc.autotune.database import Database
-    from minitc.autotune.measure import LocalRunner, Task
+    from minitc.autotune.runner import LocalRunner, Task
     from minitc.autotune.space import Space
-    from minitc.autotune.tuner import _remeasure_best, decode_trace
+    from minitc.autotune.tuner import remeasure_best, decode_trace
 
     answers = {}
     if result.best_trace:
@@ -85,7 +85,7 @@ def _confirmed_winners(out, records: list, result, budgets) -> dict:
                 with tempfile.TemporaryDirectory(prefix="minitc-budget-") as tmp, Database(os.path.join(tmp, "r.db")) as copy:
                     for r in records[:k]:
                         copy.add(replace(r, id=None))
-                    ms, trace = _remeasure_best(copy, result.workload, space, records[0].hardware, task, runner)
+                    ms, trace = remeasure_best(copy, result.workload, space, records[0].hardware, task, runner)
                 answers[k] = (decode_trace(trace)[1].to_json(), ms, result.times[k - 1] + time.perf_counter() - start)
         finally:
             runner.close()
@@ -94,7 +94,7 @@ def _confirmed_winners(out, records: list, result, budgets) -> dict:
 
 def retime(out, rows_traces: dict, rounds: int) -> dict:
     """{label: median ms}: each distinct winner (TLM@k, Evo@t) built once and timed side by side."""
-    from .tuning import kernels_ms
+    from minitc.benchmarks.tuning import kernels_ms
 
     by_trace = {}
     for label, trace in rows_traces.items():
@@ -112,7 +112,7 @@ def evaluate_workload(name: str, make, ks, evo_trials, seed: int = 0, say=None, 
     from minitc.autotune.database import Database
     from minitc.autotune.tuner import tune
 
-    from .tuning import template_kernel_ms, template_trace
+    from minitc.benchmarks.tuning import template_kernel_ms, template_trace
 
     say = say or (lambda msg: None)
     out = make()
@@ -169,7 +169,7 @@ def _evo_labels(by_label: dict) -> dict:
 def run(names=None, ks=(1, 10, 32, 64), evo_trials=(64, 256, 1000), seed=0, say=None, lm=None, evo_from=None) -> list:
     """Rows of the table; `evo_from` (the JSON path of an earlier run, or its rows) reuses its
     evolutionary runs."""
-    from lm.workloads import HELD_OUT
+    from minitc.lm.training_set import HELD_OUT
 
     names = list(names or HELD_OUT)
     unknown = [n for n in names if n not in HELD_OUT]

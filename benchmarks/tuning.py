@@ -39,16 +39,15 @@ import tempfile
 
 import numpy as np
 
-from . import report
-from .measure import BackgroundLoad, measure, thread_limit, torch_module
-from .runner import _r, _short, _sig, mismatch
-from .workloads import CPU_CORE, SMOKE, Workload
+from minitc.benchmarks import report
+from minitc.benchmarks.timing import BackgroundLoad, measure, thread_limit, torch_module
+from minitc.benchmarks.runner import _r, _short, _sig, mismatch
+from minitc.benchmarks.suites import CPU_CORE, SMOKE, Workload
 
 TUNE_SUITES = {
     "cpu-tune": CPU_CORE,
     "smoke-tune": [w for w in SMOKE if w.name in ("matmul-64", "softmax-small", "dense-small")],
 }
-STRATEGIES = ("random", "evolutionary", "tlm")
 LIBRARIES = ("numpy", "torch")
 
 
@@ -98,7 +97,7 @@ def tune_one(w: Workload, out, strategy: str, trials: int, *, db=None, target="l
 
     model, label, warning = cost_model_for(strategy, cost_model, seed)
     if hasattr(model, "register"):  # the optional part of the protocol: tensors enable replay features
-        from minitc.autotune.workload import workload_key
+        from minitc.autotune.workload_key import workload_key
 
         model.register(workload_key(out), out)
     tmp = tempfile.TemporaryDirectory(prefix="minitc-tune-") if db is None else None
@@ -146,7 +145,7 @@ def kernels_ms(out, traces: dict, target="llvm", rounds: int = 5, builder=None, 
     and each program's median over all rounds' samples (None where it fails). What a search's
     history shows is each program's first measurement, and the best of many noisy
     measurements is optimistic by its noise; this times the winners again on equal terms."""
-    from minitc.autotune.measure import LocalBuilder, LocalRunner, Task
+    from minitc.autotune.runner import LocalBuilder, LocalRunner, Task
     from minitc.autotune.space import Space
 
     space = Space(out, target)
@@ -258,7 +257,7 @@ def tune_workload(w: Workload, strategies, trials: int, threads: int, *, db=None
                   suite=None, machine=None, builder=None, runner=None, lm=None, learn=False) -> list:
     """Tune `w` with each strategy (with `threads` threads), then compare; one record per
     strategy. `progress_factory(strategy)` gives the `progress` callback of each tune call."""
-    from minitc.autotune.measure import LocalBuilder, LocalRunner
+    from minitc.autotune.runner import LocalBuilder, LocalRunner
 
     say = say or (lambda msg: None)
     out = tensors_of(w)
@@ -299,10 +298,10 @@ def run_tune_suite(workloads, suite: str, threads, strategies, trials: int, *, d
                    cost_model="default", repeats=10, budget_s=2.0, machine=None, progress=None, context=None,
                    wait_quiet_s=0.0) -> list:
     """Records of every workload x thread count x strategy; `context` is attached to each."""
-    from minitc.commands.progress import TuneProgress
-    from minitc.autotune.measure import LocalBuilder, LocalRunner
+    from minitc.benchmarks.progress import TuneProgress
+    from minitc.autotune.runner import LocalBuilder, LocalRunner
 
-    from .measure import wait_for_quiet
+    from minitc.benchmarks.timing import wait_for_quiet
 
     records = []
     builder = LocalBuilder(workers=1)  # shared by all runs: worker processes start once
@@ -342,7 +341,7 @@ def summary(rec: dict) -> str:
 # presentation
 
 
-def _rate(rec: dict, impl: str):
+def impl_rate(rec: dict, impl: str):
     ms, work = rec.get(f"{impl}_ms"), rec.get("flops", rec.get("bytes"))
     return work / (ms * 1e-3) / 1e9 if ms and work else None
 
@@ -358,7 +357,7 @@ def format_table(records: list) -> str:
             r["workload"], str(r["threads"]), r["strategy"], f"{r['trials']}/{r['trials_requested']}", str(r["errors"]),
             report._num(r.get("best_ms"), ".4g"), report._num(r.get("default_kernel_ms"), ".4g"),
             *(report._ms(r, impl) for impl in ("tuned", "default", "numpy", "torch")),
-            report._num(_rate(r, "tuned"), ".1f", unit), report._num(r.get("speedup_vs_default"), ".2f", "x"),
+            report._num(impl_rate(r, "tuned"), ".1f", unit), report._num(r.get("speedup_vs_default"), ".2f", "x"),
             report._num(r.get("ratio"), ".2f", "x"), report._num(r.get("seconds"), ".1f"),
             report._num(r.get("overhead_s_per_trial"), ".2f"),
         ])  # fmt: skip

@@ -21,8 +21,8 @@ import threadpoolctl
 import torch
 
 import minitc as tc
-from backends.llvm.target import parse_target
-from minitc.schedules import TEMPLATES, _load_templates
+from minitc.target import parse_target
+from minitc.templates import TEMPLATES, load_templates
 
 SHAPE = dict(N=1, C=64, H=56, W=56, K=64, R=3, S=3, stride=1, pad=1)
 
@@ -75,9 +75,9 @@ def main():
     W = tc.placeholder((p["K"], p["C"], p["R"], p["S"]), name="W")
     Y = tc.ops.conv2d(X, W, stride=p["stride"], padding=p["pad"])
     if args.params:
-        from minitc.schedules import DEFAULTS
+        from minitc.templates import DEFAULTS
 
-        _load_templates()
+        load_templates()
         target = parse_target("llvm")
         s = tc.Schedule(Y)
         params = dict(DEFAULTS["conv2d"](s, "conv2d", target), **parse_params(args.params))

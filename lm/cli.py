@@ -17,7 +17,7 @@ import click
 
 
 def _names(value: str | None, default) -> list:
-    from .workloads import HELD_OUT, TRAINING
+    from minitc.lm.training_set import HELD_OUT, TRAINING
 
     if not value:
         return list(default)
@@ -40,9 +40,9 @@ def lm():
 @lm.command("workloads")
 def workloads_cmd():
     """List the training and held-out workloads."""
-    from minitc.autotune.workload import describe
+    from minitc.autotune.workload_key import describe
 
-    from .workloads import HELD_OUT, TRAINING
+    from minitc.lm.training_set import HELD_OUT, TRAINING
 
     for title, table in (("training", TRAINING), ("held out (never trained on)", HELD_OUT)):
         click.echo(f"{title}: {len(table)}")
@@ -60,8 +60,8 @@ def workloads_cmd():
                    "(the prompt's `default` line) rather than uniformly.")  # fmt: skip
 def gen_data_cmd(out, per_workload, workloads, seed, near_template):
     """Append random legal programs of each workload, as sentences, to OUT (JSON lines)."""
-    from .data import gen_data
-    from .workloads import TRAINING
+    from minitc.lm.data import gen_data
+    from minitc.lm.training_set import TRAINING
 
     start = time.perf_counter()
     n = gen_data(out, _names(workloads, TRAINING), per_workload, seed, near_template=near_template,
@@ -80,7 +80,7 @@ def gen_data_cmd(out, per_workload, workloads, seed, near_template):
 @click.option("--threads", default=1, show_default=True, help="torch threads (1 is fastest on a busy 2-core machine).")
 def pretrain_cmd(data, out, epochs, max_minutes, d_model, layers, lr, threads):
     """Train a new model on gen-data sentences."""
-    from .pipeline import pretrain
+    from minitc.lm.pipeline import pretrain
 
     config = {"d_model": d_model, "n_layers": layers, "n_heads": 4, "d_ff": 4 * d_model}
     meta = pretrain(list(data), out, config=config, epochs=epochs, lr=lr, max_seconds=max_minutes * 60, threads=threads,
@@ -108,7 +108,7 @@ def _every(n: int):
 @click.option("--seed", default=0, show_default=True)
 def measure_cmd(db, per_workload, strategy, lm_path, workloads, seed):
     """Measure programs of each workload into the records database (each with its sentence)."""
-    from .workloads import TRAINING
+    from minitc.lm.training_set import TRAINING
 
     measure(db, _names(workloads, TRAINING), per_workload, strategy, lm_path, seed)
 
@@ -117,9 +117,9 @@ def measure(db, names, per_workload, strategy="random", lm_path=None, seed=0, ad
     """Measure each workload up to `per_workload` programs in `db` (with `add`: that many more)."""
     from minitc.autotune.database import Database
     from minitc.autotune.tuner import tune
-    from minitc.autotune.workload import workload_key
+    from minitc.autotune.workload_key import workload_key
 
-    from .workloads import workload
+    from minitc.lm.training_set import workload
 
     for n, name in enumerate(names):
         out = workload(name)
@@ -144,7 +144,7 @@ def measure(db, names, per_workload, strategy="random", lm_path=None, seed=0, ad
 @click.option("--threads", default=1, show_default=True)
 def finetune_cmd(checkpoint, db, out, epochs, sharpness, threads):
     """Fine-tune CHECKPOINT on the measured programs in --db."""
-    from .pipeline import finetune
+    from minitc.lm.pipeline import finetune
 
     meta = finetune(checkpoint, db, out, epochs=epochs, sharpness=sharpness, threads=threads, progress=_every(20))
     click.echo(json.dumps({k: v for k, v in meta.items() if k != "history"}, indent=1))
@@ -161,8 +161,8 @@ def finetune_cmd(checkpoint, db, out, epochs, sharpness, threads):
 def loop_cmd(checkpoint, db, rounds, per_round, workloads, out_dir):
     """Iterate: the current model proposes programs, they are measured, the model is fine-tuned on
     all measurements, and the next round uses it. Resumable: a finished round is skipped."""
-    from .pipeline import finetune
-    from .workloads import TRAINING
+    from minitc.lm.pipeline import finetune
+    from minitc.lm.training_set import TRAINING
 
     names = _names(workloads, TRAINING)
     folder = Path(out_dir or Path(checkpoint).parent)
@@ -187,8 +187,8 @@ def loop_cmd(checkpoint, db, rounds, per_round, workloads, out_dir):
 @click.option("--out", type=click.Path(dir_okay=False), help="Default: the package's lm/checkpoints/cpu.pt.")
 def ship_cmd(checkpoint, out):
     """Store CHECKPOINT (weights as float16) as the model minitc ships and uses by default."""
-    from .model import load_checkpoint, save_checkpoint
-    from .pipeline import SHIPPED
+    from minitc.lm.model import load_checkpoint, save_checkpoint
+    from minitc.lm.pipeline import SHIPPED
 
     model, vocab, meta = load_checkpoint(checkpoint)
     target = Path(out or SHIPPED)

@@ -18,9 +18,9 @@ import numpy as np
 
 from minitc.errors import ScheduleError
 
-from .language import SentenceError, SentenceWriter, parse
-from .train import Example
-from .workloads import TRAINING, workload
+from minitc.lm.language import SentenceError, SentenceWriter, parse
+from minitc.lm.train import Example
+from minitc.lm.training_set import TRAINING, workload
 
 
 def gen_data(path, names=None, per_workload: int = 256, seed: int = 0, hardware=None, progress=None,
@@ -34,7 +34,7 @@ def gen_data(path, names=None, per_workload: int = 256, seed: int = 0, hardware=
     them learns to ignore it."""
     from minitc.autotune.space import Space
 
-    from .hardware import hardware as host_hardware
+    from minitc.lm.hardware import hardware as host_hardware
 
     names = list(names or TRAINING)
     rng = np.random.default_rng(seed)
@@ -118,11 +118,16 @@ def throughput_weights(latencies_ms: list, sharpness: float = 4.0) -> list:
     return [(best / ms) ** sharpness for ms in latencies_ms]
 
 
+def trace_sentence(text: str) -> str | None:
+    """The tensor-language sentence a record's trace text holds, if any (lm/plugin.py adds it
+    to every record the tuner writes)."""
+    data = json.loads(text)
+    return data.get("sentence") if isinstance(data, dict) else None
+
+
 def demonstrations(db, target: str | None = None, sharpness: float = 4.0, workloads=None) -> list:
     """(Sentence, weight) of every measured program with a sentence in the records database,
     weighted by throughput_weights within its workload; failed programs are left out."""
-    from minitc.autotune.tuner import trace_sentence
-
     out = []
     for key, _ in db.workloads():
         if workloads is not None and key not in workloads:

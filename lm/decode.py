@@ -24,9 +24,9 @@ import torch
 from minitc.errors import ScheduleError
 from minitc.autotune.sampler import Decision, Sampler
 
-from .describe import decision_label
-from .language import Loc, SentenceWriter
-from .model import LMError, expand_cache
+from minitc.lm.describe import decision_label
+from minitc.lm.language import Loc, SentenceWriter
+from minitc.lm.model import LMError, expand_cache
 
 
 @dataclass

@@ -81,7 +81,7 @@ def decision_label(name: str, names: dict) -> str:
 def space_skeleton(space) -> tuple:
     """(sketch, slot names) per sketch: a template lists its parameters; the generic rules take
     their slots from the computation (tiles per axis, inline, cache, parallel, unroll)."""
-    from minitc.schedule.schedule import Schedule
+    from minitc.schedule.recorder import Schedule
     from minitc.autotune.space import template_defaults
 
     out = []

@@ -16,7 +16,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .language import GpuHardware, Hardware
+from minitc.backends.llvm.probe import measure_fma, measure_triad
+from minitc.backends.llvm.runtime import get_num_threads, set_num_threads
+from minitc.lm.language import GpuHardware, Hardware
+from minitc.target import hardware_fingerprint, is_gpu, parse_cuda_target, parse_target, simd_width
 
 # SM count of the usual data-center part of an architecture, for a target that was not queried
 # from a device (0: the architecture has no single usual part).
@@ -54,10 +57,7 @@ def two_digits(x: float) -> int:
 
 
 def _measure(threads: int) -> dict:
-    """A quick version of the benchmark runner's machine measurement (benchmarks/machine.py)."""
-    from benchmarks.machine import measure_fma, measure_triad
-    from minitc import get_num_threads, set_num_threads
-
+    """A quick version of the benchmark runner's machine measurement (the same probes)."""
     before = get_num_threads()
     try:
         fma = measure_fma(threads, tasks=threads * 4, iters=500_000, repeats=3)
@@ -72,9 +72,7 @@ def gpu_hardware(target="cuda", measured: dict | None = None) -> GpuHardware:
     string) from what the target says; no GPU is queried. `measured`: {"gflops": ..., "gbps": ...}
     of the device, else both are 0 (not measured). The simulator's line is that of the GPU it
     simulates, so it reads `hardware cuda ...` too."""
-    from backends.cuda.target import parse_cuda_target
-
-    t = parse_cuda_target(target) if isinstance(target, str) else target
+    t = parse_cuda_target(target)
     arch = t.arch
     sms = t.sm_count or ARCH_SMS.get(arch, 0)
     measured = measured or {}
@@ -83,21 +81,12 @@ def gpu_hardware(target="cuda", measured: dict | None = None) -> GpuHardware:
                        two_digits(measured.get("gbps", 0)))  # fmt: skip
 
 
-def _is_gpu(target) -> bool:
-    if isinstance(target, str):
-        return target.split()[0] in ("cuda", "cuda-sim") if target.split() else False
-    return getattr(target, "kind", "llvm") in ("cuda", "cuda-sim")
-
-
 def hardware(target="llvm", measured: dict | None = None) -> Hardware | GpuHardware:
     """The Hardware of the host for `target` (an LLVM target string or Target), or the
     GpuHardware of a CUDA target (see gpu_hardware)."""
-    if _is_gpu(target):
+    if is_gpu(target):
         return gpu_hardware(target, measured)
-    from backends.llvm.target import parse_target, simd_width
-    from minitc.autotune.tuner import hardware_fingerprint
-
-    t = parse_target(target) if isinstance(target, str) else target
+    t = parse_target(target)
     if measured is None:
         cache = cache_dir() / f"machine-{hardware_fingerprint(t)}.json"
         try:

@@ -23,7 +23,7 @@ from lark import Lark, Transformer, UnexpectedInput
 from minitc.errors import MinitcError, ScheduleError
 from minitc.autotune.sampler import Sampler
 
-from .describe import decision_label, describe_stages, space_skeleton
+from minitc.lm.describe import decision_label, describe_stages, space_skeleton
 
 
 class SentenceError(MinitcError):

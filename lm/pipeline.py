@@ -1,7 +1,7 @@
 """Pretraining, fine-tuning and loading of the tensor language model.
 
-    pretrain("pretrain.jsonl", "lm.pt")                 # on unmeasured random programs
-    finetune("lm.pt", "records.db", "lm-ft.pt")          # on measured ones, throughput-weighted
+    pretrain("pretrain.jsonl", "minitc.lm.pt")                 # on unmeasured random programs
+    finetune("minitc.lm.pt", "records.db", "lm-ft.pt")          # on measured ones, throughput-weighted
     model, tok, meta = load_model()                      # the model `tc.tune` uses by default
 
 Which model `load_model()` picks: the MINITC_LM environment variable if set, else the user's
@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .model import LMError, ModelConfig, TensorLM, load_checkpoint, save_checkpoint
-from .tokenizer import Tokenizer
-from .train import evaluate, train
+from minitc.lm.model import LMError, ModelConfig, TensorLM, load_checkpoint, save_checkpoint
+from minitc.lm.tokenizer import Tokenizer
+from minitc.lm.train import evaluate, train
 
 SHIPPED = Path(__file__).with_name("checkpoints") / "cpu.pt"
 
@@ -56,7 +56,7 @@ def _threads(n):
 def pretrain(data, out, *, config: dict | None = None, epochs: int = 2, batch_size: int = 32, lr: float = 5e-4,
              max_seconds: float | None = 3600, seed: int = 0, threads: int | None = None, progress=None) -> dict:
     """Train a new model on the sentences of gen-data file(s) `data` (loss on decision tokens only)."""
-    from .data import examples, read_sentences
+    from minitc.lm.data import examples, read_sentences
 
     _threads(threads)
     torch.manual_seed(seed)
@@ -87,7 +87,7 @@ def finetune(checkpoint, db, out, *, epochs: int = 4, batch_size: int = 32, lr: 
     each weighted by its throughput relative to its workload's best (data.demonstrations)."""
     from minitc.autotune.database import Database
 
-    from .data import demonstrations, examples
+    from minitc.lm.data import demonstrations, examples
 
     _threads(threads)
     torch.manual_seed(seed)

@@ -38,7 +38,7 @@ from minitc.errors import ScheduleError
 from minitc.autotune.mutators import edit, switch_flips
 from minitc.autotune.search import RandomSearch
 
-from .decode import Decoder
+from minitc.lm.decode import Decoder
 
 
 class TLMSearch(RandomSearch):
@@ -161,15 +161,15 @@ class TLMSearch(RandomSearch):
     def finish(self) -> None:
         """With `learn`, keep what was learned: the user's own model, used by default from now on."""
         if self.learn and self.demos:
-            from .model import save_checkpoint
-            from .pipeline import user_model_path
+            from minitc.lm.model import save_checkpoint
+            from minitc.lm.pipeline import user_model_path
 
             meta = dict(getattr(self, "meta", {}), stage="learn", learned_from=len(self.demos))
             save_checkpoint(user_model_path(), self.model, self.tok.vocab, meta)
 
     def _learn(self, sharpness: float = 4.0) -> None:
-        from .data import examples, throughput_weights
-        from .train import train
+        from minitc.lm.data import examples, throughput_weights
+        from minitc.lm.train import train
 
         if len(self.demos) < 4:
             return
@@ -193,14 +193,14 @@ def tlm_search(space, rng, cost_model=None, lm=None, learn: bool = False) -> TLM
 
     import torch
 
-    from .hardware import hardware, same_machine
-    from .pipeline import load_model
+    from minitc.lm.hardware import hardware, same_machine
+    from minitc.lm.pipeline import load_model
 
     torch.set_num_threads(1)  # decoding is latency-bound; a second thread mostly waits
     model, tok, meta = load_model(lm)
     hw = hardware(space.target)
     if getattr(space, "gpu", False) and not trained_on_gpu(meta):
-        from .model import LMError
+        from minitc.lm.model import LMError
 
         raise LMError(f"the language model {str(lm) + ' ' if lm else ''}was trained on `{meta.get('hardware', 'CPU sentences')}` and never on a GPU's "
                       "sentences, so it cannot propose GPU programs: tune a GPU target with strategy='evolutionary' "

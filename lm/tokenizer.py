@@ -25,7 +25,7 @@ import re
 
 from minitc.errors import MinitcError
 
-from .language import Loc, Sentence
+from minitc.lm.language import Loc, Sentence
 
 SPECIAL = ["<pad>", "<bos>", "<eos>", "<unk>"]
 KEYWORDS = ("workload stage input reduce read ops hardware cores simd l1 l2 l3 gflops gbps space "
@@ -47,7 +47,7 @@ GPU_KEYWORDS = ["sms", "warp", "smem", "regs", "threads"]  # the GPU hardware li
 # CUDA architectures, Maxwell to Blackwell; another `sm_<N>` is written `sm_ N` (digits), `a` suffix `##a`.
 CUDA_ARCHS = [f"sm_{n}" for n in (50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90, 100, 101, 103, 110, 120, 121)]
 CUDA_ARCHS += ["sm_90a", "sm_100a", "sm_101a", "sm_103a", "sm_120a", "sm_121a", "sm_", "##a"]
-# Slot names of the GPU rules (autotune/gpu_rules.py): `s2.a0.threads`, `s2.local.a2.step`, `s4.block`, ...
+# Slot names of the GPU rules (autotune/gpu_space_rules.py): `s2.a0.threads`, `s2.local.a2.step`, `s4.block`, ...
 GPU_RULE_SLOTS = ["threads", "tile", "step", "inner", "unroll", "shared", "block", "inline"]
 # Tokens added after the GPU ones: the keyword of the template-defaults line of a prompt.
 LATER_KEYWORDS = ["default"]
@@ -59,7 +59,7 @@ class TokenizerError(MinitcError):
 
 def _params(templates: dict) -> list:
     """Keyword parameters of the templates, module by module in name order (the order in which
-    _load_templates imports them, whatever imported some of them first), each module's in its
+    load_templates imports them, whatever imported some of them first), each module's in its
     order of registration."""
     import inspect
 
@@ -70,10 +70,10 @@ def _params(templates: dict) -> list:
 def _design_space_words() -> list:
     """Template parameter names, categorical string values and sketch names of the CPU design
     spaces (in the order of the first vocabulary: candidate lists, then parameters)."""
-    from minitc.schedules import TEMPLATES, _load_templates
+    from minitc.templates import TEMPLATES, load_templates
     from minitc.autotune import space
 
-    _load_templates()
+    load_templates()
     params = _params(TEMPLATES)
     words = ["template", "generic"] + [name for name in space.CANDIDATES if name in params] + params
     for name in ("parallel", "pad"):
@@ -83,16 +83,16 @@ def _design_space_words() -> list:
 
 def _gpu_design_space_words() -> list:
     """Parameter names of the GPU templates (minitc/schedules/gpu)."""
-    from minitc.schedules.gpu import GPU_TEMPLATES, _load
+    from minitc.templates.gpu import GPU_TEMPLATES, load_gpu_templates
 
-    _load()
+    load_gpu_templates()
     return _params(GPU_TEMPLATES)
 
 
 def _cpu_names() -> list:
-    from backends.llvm.target import _CPU_FEATURES
+    from minitc.target.cpu import CPU_FEATURES
 
-    return sorted(_CPU_FEATURES)
+    return sorted(CPU_FEATURES)
 
 
 def cpu_vocab() -> list:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from lm.model import LMError, TensorLM
+from minitc.lm.model import LMError, TensorLM
 
 
 @dataclass

@@ -1,15 +1,18 @@
 """minitc: a small tensor compiler. Define with `placeholder/compute/reduce_axis`, schedule with
-`Schedule`, inspect with `lower`, compile with `build`."""
-from . import dtypes
-from .errors import BuildError, DTypeError, IRError, LayoutError, MinitcError, RaceError, ScheduleError, ShapeError
-from .expr import cast, maximum, minimum, select
-from .te import Tensor, compute, max, min, placeholder, reduce_axis, sum
+`Schedule`, inspect with `lower`, compile with `build`, search with `tune`.
+
+This module is the API facade: it re-exports the public names of the layers below it (the
+map is in the README); code inside minitc imports the modules themselves."""
+from minitc import dtypes
+from minitc.errors import BuildError, DTypeError, IRError, LayoutError, MinitcError, RaceError, ScheduleError, ShapeError
+from minitc.expr import cast, maximum, minimum, select
+from minitc.te import Tensor, compute, max, min, placeholder, reduce_axis, sum
 
 if_then_else = select
 
 
 def _intrinsic(name):
-    from .expr import call
+    from minitc.expr import call
 
     def fn(x):
         return call(name, x)
@@ -29,29 +32,8 @@ floor = _intrinsic("floor")
 ceil = _intrinsic("ceil")
 sigmoid = _intrinsic("sigmoid")
 
-from . import ops  # noqa: E402
-from .driver import build, codegen, lower  # noqa: E402
-from .schedule.schedule import Schedule  # noqa: E402
-from .schedule.trace import Step, Trace  # noqa: E402
-
-
-def tune(outputs, trials: int = 64, strategy: str = "tlm", target: str = "llvm", db=None, **options):
-    """Search for a fast schedule of `outputs` for `target` ("llvm", or "cuda" on an NVIDIA
-    GPU); see minitc/autotune/tuner.py. Returns a TuneResult with .kernel, .best_ms, .trials,
-    .errors and .history."""
-    from .autotune.tuner import tune as _tune
-
-    return _tune(outputs, trials=trials, strategy=strategy, target=target, db=db, **options)
-
-
-def set_num_threads(n: int) -> None:
-    """Threads used by parallel loops (default: MINITC_NUM_THREADS, else the usable CPUs)."""
-    from backends.llvm.runtime import set_num_threads as _set
-
-    _set(n)
-
-
-def get_num_threads() -> int:
-    from backends.llvm.runtime import get_num_threads as _get
-
-    return _get()
+from minitc import ops  # noqa: E402
+from minitc.autotune.tuner import tune  # noqa: E402
+from minitc.backends.llvm.runtime import get_num_threads, set_num_threads  # noqa: E402
+from minitc.driver import build, codegen, lower  # noqa: E402
+from minitc.schedule import Schedule, Step, Trace  # noqa: E402

@@ -7,8 +7,8 @@ its range given the loop extents, and what is its simplest form.
 """
 from __future__ import annotations
 
-from . import dtypes
-from .expr import Binary, Cast, Const, Expr, Var, binary, const
+from minitc import dtypes
+from minitc.expr import Binary, Cast, Const, Expr, Var, binary, const
 
 INT = dtypes.INDEX
 
@@ -93,7 +93,7 @@ def coefficient(e: Expr, var: Var):
 
 
 def _mentions(e: Expr, var: Var) -> bool:
-    from .expr import walk
+    from minitc.expr import walk
 
     return any(n is var for n in walk(e))
 
@@ -126,7 +126,7 @@ def _count_terms(e: Expr) -> int:
 
 
 def _vars_in_order(e: Expr) -> list:
-    from .expr import walk
+    from minitc.expr import walk
 
     seen, out = set(), []
     for n in walk(e):

@@ -15,10 +15,10 @@ import importlib
 import click
 
 COMMANDS = {
-    "bench": ("benchmarks.cli:bench", "Benchmark minitc against numpy and torch on a suite."),
+    "bench": ("minitc.benchmarks.cli:bench", "Benchmark minitc against numpy and torch on a suite."),
     "tune": ("minitc.commands.tune:tune", "Tune an operator (tc.tune) and compare with numpy and torch."),
     "show": ("minitc.commands.show:show", "Show tuning records: workloads, best schedule, loop nest, code."),
-    "lm": ("lm.cli:lm", "The tensor language model: generate data, pretrain, measure, fine-tune."),
+    "lm": ("minitc.lm.cli:lm", "The tensor language model: generate data, pretrain, measure, fine-tune."),
 }
 
 

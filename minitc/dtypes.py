@@ -1,7 +1,7 @@
 """The scalar data types minitc knows, and how they combine."""
 import numpy as np
 
-from .errors import DTypeError
+from minitc.errors import DTypeError
 
 FLOATS = ("float32", "float64")
 INTS = ("int32", "int64")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 
-from . import dtypes
-from .errors import DTypeError
+from minitc import dtypes
+from minitc.errors import DTypeError
 
 BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "mod", "min", "max", "and", "or")
 COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne")

@@ -25,15 +25,15 @@ no tree is walked per iteration.
 """
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager
 
 import numpy as np
 
-from . import dtypes
-from .errors import DTypeError, IRError, LayoutError, ShapeError
-from .expr import Binary, Call, Cast, Compare, Const, Not, Select, Var
-from .ir import Allocate, Barrier, For, IfThenElse, Kernel, Load, Seq, Store
+from minitc import dtypes
+from minitc.errors import DTypeError, IRError, LayoutError, ShapeError
+from minitc.expr import Binary, Call, Cast, Compare, Const, Not, Select, Var
+from minitc.intrinsics import NUMPY_INTRINSICS
+from minitc.ir import Allocate, Barrier, For, IfThenElse, Kernel, Load, Seq, Store
 
 INT_SENTINEL = -999999
 BOOL_SENTINEL = True
@@ -397,34 +397,10 @@ def _compile_cast(e: Cast, ctx: _Context):
     return lambda env: to(value(env))
 
 
-def _sigmoid(x):
-    one = x.dtype.type(1)
-    return one / (one + np.exp(-x))
-
-
-def _erf(x):
-    if np.ndim(x) == 0:
-        return x.dtype.type(math.erf(x))
-    return np.array([math.erf(v) for v in x.tolist()], np.float64).astype(x.dtype)  # lanes of the GPU simulator
-
-
-INTRINSIC_FNS = {
-    "exp": np.exp,
-    "log": np.log,
-    "sqrt": np.sqrt,
-    "tanh": np.tanh,
-    "erf": _erf,
-    "abs": np.abs,
-    "floor": np.floor,
-    "ceil": np.ceil,
-    "sigmoid": _sigmoid,
-}
-
-
 def intrinsic_fn(e: Call):
     """The intrinsic's implementation, after checking its one argument; it works on scalars
     and on arrays alike."""
-    fn = INTRINSIC_FNS.get(e.name)
+    fn = NUMPY_INTRINSICS.get(e.name)
     if fn is None:
         raise IRError(f"unknown intrinsic {e.name!r}")
     if len(e.args) != 1:

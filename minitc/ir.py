@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import dtypes
-from .expr import Expr, Var
+from minitc import dtypes
+from minitc.expr import Expr, Var
 
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
@@ -188,7 +188,7 @@ def map_stmt(s: Stmt, fn) -> Stmt:
 
 
 def _kernel_str(self) -> str:
-    from .printer import format_kernel
+    from minitc.printer import format_kernel
 
     return format_kernel(self)
 

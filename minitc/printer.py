@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import math
 
-from . import dtypes
-from .expr import Binary, Call, Cast, Compare, Const, Expr, Not, Select, Var
-from .ir import GPU_TAGS, Allocate, Barrier, Buffer, For, IfThenElse, Kernel, Load, Seq, Stmt, Store
+from minitc import dtypes
+from minitc.expr import Binary, Call, Cast, Compare, Const, Expr, Not, Select, Var
+from minitc.ir import GPU_TAGS, Allocate, Barrier, Buffer, For, IfThenElse, Kernel, Load, Seq, Stmt, Store
 
 INDENT = "    "
 

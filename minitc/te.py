@@ -13,9 +13,9 @@ from __future__ import annotations
 import inspect
 import itertools
 
-from . import dtypes
-from .errors import DTypeError, ShapeError
-from .expr import Const, Expr, IterVar, Var, as_expr, binary, cast, walk
+from minitc import dtypes
+from minitc.errors import DTypeError, ShapeError
+from minitc.expr import Const, Expr, IterVar, Var, as_expr, binary, cast, walk
 
 _creation = itertools.count()
 

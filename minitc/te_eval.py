@@ -19,13 +19,13 @@ load out of bounds where its value is actually used raises ShapeError naming the
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
-from .errors import DTypeError, MinitcError, ShapeError
-from .expr import INTRINSICS, Binary, Call, Cast, Compare, Const, IterVar, Not, Select, Var
-from .te import ComputeOp, PlaceholderOp, Reduce, Tensor, TensorRead, graph
+from minitc.errors import DTypeError, MinitcError, ShapeError
+from minitc.intrinsics import NUMPY_INTRINSICS
+from minitc.expr import Binary, Call, Cast, Compare, Const, IterVar, Not, Select, Var
+from minitc.te import ComputeOp, PlaceholderOp, Reduce, Tensor, TensorRead, graph
 
 CHUNK_ELEMENTS = 1 << 24  # points per evaluation block (x 4-8 bytes per live temporary)
 
@@ -222,7 +222,7 @@ class _Evaluator:
 
     def call(self, node: Call, mask):
         args = [self.eval(a, mask) for a in node.args]
-        return np.asarray(_INTRINSICS[node.name](*args)).astype(node.dtype, copy=False)
+        return np.asarray(NUMPY_INTRINSICS[node.name](*args)).astype(node.dtype, copy=False)
 
     def read(self, node: TensorRead, mask):
         array = self.values[node.tensor]
@@ -286,32 +286,3 @@ _COMPARE = {
     "eq": np.equal,
     "ne": np.not_equal,
 }
-
-
-def _erf(x):
-    try:
-        from scipy.special import erf
-    except ImportError:  # scipy is optional: fall back to math.erf, element by element
-        x = np.asarray(x)
-        return np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype)
-    return erf(x)
-
-
-def _sigmoid(x):
-    # exp(-logaddexp(0, -x)) = 1 / (1 + exp(-x)), without overflow for large |x|
-    x = np.asarray(x)
-    return np.exp(-np.logaddexp(np.zeros((), x.dtype), -x))
-
-
-_INTRINSICS = {
-    "exp": np.exp,
-    "log": np.log,
-    "sqrt": np.sqrt,
-    "tanh": np.tanh,
-    "erf": _erf,
-    "abs": np.abs,
-    "floor": np.floor,
-    "ceil": np.ceil,
-    "sigmoid": _sigmoid,
-}
-assert set(_INTRINSICS) >= set(INTRINSICS), "te_eval is missing an intrinsic"

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import numbers
 
-from . import dtypes
-from .errors import IRError
-from .expr import Var, walk
-from .ir import LOOP_KINDS, Allocate, Barrier, For, IfThenElse, Kernel, Load, Seq, Store, walk_stmts
+from minitc import dtypes
+from minitc.errors import IRError
+from minitc.expr import Var, walk
+from minitc.ir import LOOP_KINDS, Allocate, Barrier, For, IfThenElse, Kernel, Load, Seq, Store, walk_stmts
 
 MAX_VECTOR_LANES = 64
 
@@ -140,7 +140,7 @@ class _Verifier:
     def _indexed_by(indices, loop_vars) -> bool:
         """Whether the indices mention one of the parallel loops' variables: threads then write
         different elements (full-size buffers written by a parallel stage)."""
-        from .expr import walk
+        from minitc.expr import walk
 
         return any(n is v for i in indices for n in walk(i) for v in loop_vars)
 

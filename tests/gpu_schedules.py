@@ -14,7 +14,7 @@ import numpy as np
 import minitc as tc
 from minitc.driver import lower_gpu
 from minitc.expr import const
-from minitc.schedules import default_schedule
+from minitc.templates import template_schedule
 
 # examples/ is no package: take the function from the script (run_path does not run its main)
 _EXAMPLE = Path(__file__).parent.parent / "examples" / "gpu_matmul.py"
@@ -155,7 +155,7 @@ def example(name: str):
     if name.startswith(("op_", "tpl_")):
         kind, op = name.split("_", 1)
         inst = tc.ops.OPS[op].instantiate("small", np.random.default_rng(0))
-        s = trivial_binding(inst.output) if kind == "op" else default_schedule(inst.output, "cuda")
+        s = trivial_binding(inst.output) if kind == "op" else template_schedule(inst.output, "cuda")
         return s, lambda *a: inst.expected(), list(inst.arrays)
     if name in CUSTOM:
         return CUSTOM[name]()

@@ -1,5 +1,5 @@
 """Helpers shared by the tensor-language tests (test_lm_language.py, test_lm_gpu.py)."""
-from lm.language import Loc, parse, sentence, space_values
+from minitc.lm.language import Loc, parse, sentence, space_values
 from minitc.errors import ScheduleError
 
 

@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 import minitc as tc
-from benchmarks import workloads as wl
-from benchmarks.measure import Timing, measure, quiesce, settle, wait_for_quiet
-from benchmarks.runner import mismatch
+from minitc.benchmarks import suites as wl
+from minitc.benchmarks.timing import Timing, measure, quiesce, settle, wait_for_quiet
+from minitc.benchmarks.runner import mismatch
 from minitc.cli import main
 
 FAST = ["--repeats", "3", "--budget", "0.02", "-q"]

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 import minitc as tc
-from benchmarks import gpu_core, gpu_workloads
+from minitc.benchmarks import gpu_core, gpu_suites
 from minitc.cli import main
 
 torch = pytest.importorskip("torch")
@@ -33,16 +33,16 @@ def bench(*args):
 def test_gpu_suites_are_registered():
     result = bench("--help")
     assert result.exit_code == 0 and "gpu-core" in result.output and "--tune" in result.output
-    names = [w.name for w in gpu_workloads.GPU_SUITES["gpu-core"]]
+    names = [w.name for w in gpu_suites.GPU_SUITES["gpu-core"]]
     assert names == ["matmul-4096", "conv-resnet50-l3", "dense-bert-ffn", "softmax-bert-attn"]
-    mm, conv, dense, softmax = gpu_workloads.GPU_CORE
+    mm, conv, dense, softmax = gpu_suites.GPU_CORE
     assert mm.work == 2 * 4096**3 and mm.kind == "compute"
     assert conv.work == 2 * 8 * 256 * 14 * 14 * 256 * 9
     assert dense.work == 2 * 4096 * 3072 * 768 and "gelu" in dense.description
     assert softmax.kind == "memory" and softmax.work == 2 * 4 * 8 * 12 * 512 * 512
 
 
-@pytest.mark.parametrize("w", gpu_workloads.GPU_CORE, ids=lambda w: w.name)
+@pytest.mark.parametrize("w", gpu_suites.GPU_CORE, ids=lambda w: w.name)
 def test_full_size_workloads_render_cuda_c(w):
     out = w.make_minitc()
     assert len(out.shape) == len(w.shapes[0]) and all(isinstance(n, int) for n in out.shape)
@@ -50,7 +50,7 @@ def test_full_size_workloads_render_cuda_c(w):
     assert "__global__" in source
 
 
-@pytest.mark.parametrize("w", gpu_workloads.GPU_SMOKE, ids=lambda w: w.name)
+@pytest.mark.parametrize("w", gpu_suites.GPU_SMOKE, ids=lambda w: w.name)
 def test_small_workloads_match_the_reference_in_the_simulator(w):
     arrays = w.make_inputs(np.random.default_rng(1))
     ref = torch.from_numpy(np.asarray(w.reference(*arrays), dtype=np.float64))
@@ -63,7 +63,7 @@ def test_small_workloads_match_the_reference_in_the_simulator(w):
 
 
 def test_check_reports_shape_nan_and_wrong_elements():
-    w = gpu_workloads.GPU_SMOKE[0]
+    w = gpu_suites.GPU_SMOKE[0]
     ref = torch.arange(6, dtype=torch.float64).reshape(2, 3)
     assert gpu_core.check(torch, ref.float(), ref, w) == (None, 0.0)
     bad = ref.float().clone()
@@ -86,7 +86,7 @@ def test_triton_kernels_parse_and_use_ieee_products():
 
 TRITON_CHECK = """
 import torch, torch.nn.functional as F, triton, triton.language as tl
-from benchmarks import triton_kernels as tk
+from minitc.benchmarks import triton_kernels as tk
 
 @triton.jit
 def loop_to_an_argument(x_ptr, n):

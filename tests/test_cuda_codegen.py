@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import minitc as tc
-from backends.cuda.codegen import C_TYPES, float_literal, render_launch, render_program, sanitize
+from minitc.backends.cuda.codegen import C_TYPES, float_literal, render_launch, render_program, sanitize
 from minitc import ir
 from minitc.driver import lower_gpu
 from minitc.errors import BuildError
@@ -210,7 +210,7 @@ def test_nvrtc_compiles_everything_without_warnings(programs, arch):
     lib = find_nvrtc()
     if lib is None:
         pytest.skip("libnvrtc not found (CUDA toolkit lib64 or the nvidia-cuda-nvrtc wheel)")
-    from backends.cuda.runtime import OPTIONS
+    from minitc.backends.cuda.runtime import OPTIONS
 
     source = "\n".join(render_program(p) for p, _, _ in programs.values())
     status, log = nvrtc_compile(lib, source, [*OPTIONS, f"-arch={arch}", "-ftz=true"])

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import minitc as tc
-from backends.cuda.codegen import render_program
+from minitc.backends.cuda.codegen import render_program
 from minitc import ir
 from minitc.errors import BuildError, ShapeError
 
@@ -143,8 +143,8 @@ def make_fake_cupy(directory):
 
 @pytest.fixture
 def fake_cupy(monkeypatch, tmp_path):
-    import backends.cuda.device as device
-    import backends.cuda.runtime as runtime
+    import minitc.backends.cuda.device as device
+    import minitc.backends.cuda.runtime as runtime
 
     fake = make_fake_cupy(tmp_path)
     monkeypatch.setitem(sys.modules, "cupy", fake)
@@ -154,7 +154,7 @@ def fake_cupy(monkeypatch, tmp_path):
 
 
 def test_fake_device_limits(fake_cupy):
-    from backends.cuda.device import current_device
+    from minitc.backends.cuda.device import current_device
 
     dev = current_device()
     assert (dev.name, dev.arch, dev.sm_count) == ("Fake H100", "sm_90", 132)
@@ -173,7 +173,7 @@ def test_no_gpu_is_a_build_error(fake_cupy, monkeypatch):
 
 @pytest.mark.parametrize("name", ["softmax_rows", "matmul_shared"])
 def test_runtime_end_to_end_on_fake_cupy(fake_cupy, name):
-    from backends.cuda.runtime import GpuFunction
+    from minitc.backends.cuda.runtime import GpuFunction
 
     s, reference, inputs = example(name)
     expected = reference(*inputs)
@@ -220,7 +220,7 @@ def test_runtime_argument_errors(fake_cupy):
 
 
 def test_compile_errors_quote_the_failing_line():
-    from backends.cuda.runtime import _compile_error
+    from minitc.backends.cuda.runtime import _compile_error
 
     source = "line one\nline two\n    y[i] = x[j];\n"
     err = _compile_error(Exception('kern.cu(3): error: identifier "j" is undefined'), source, None)

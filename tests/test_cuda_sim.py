@@ -5,8 +5,8 @@ import pytest
 
 import gpu_schedules
 import minitc as tc
-from backends.cuda import sim
-from backends.cuda.sim import SimFunction
+from minitc.backends.cuda import sim
+from minitc.backends.cuda.sim import SimFunction
 from minitc import ir
 from minitc.errors import DTypeError, IRError, LayoutError, RaceError, ScheduleError, ShapeError
 from minitc.expr import Var, const, select

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import minitc as tc
-from backends.cuda.codegen import render_program
-from backends.cuda.sim import SimFunction
+from minitc.backends.cuda.codegen import render_program
+from minitc.backends.cuda.sim import SimFunction
 from minitc import ir
 from minitc.driver import lower_gpu
 from minitc.expr import Var, const
@@ -120,7 +120,7 @@ def accumulate(n=64):
 def register_tile(M=64, N=48, K=32):
     """The GPU GEMM template with 8x4 register tiles: each thread's tile (a local array) reads
     rows of B_shared as float4 and stores the lanes as scalars."""
-    from minitc.schedules.gpu import GPU_TEMPLATES
+    from minitc.templates.gpu import GPU_TEMPLATES
 
     A, B = tc.placeholder((M, K), name="A"), tc.placeholder((K, N), name="B")
     s = tc.Schedule(tc.ops.matmul(A, B, name="C"))
@@ -357,7 +357,7 @@ def test_nvrtc_compiles_without_warnings(cases):
     lib = find_nvrtc()
     if lib is None:
         pytest.skip("libnvrtc not found (CUDA toolkit lib64 or the nvidia-cuda-nvrtc wheel)")
-    from backends.cuda.runtime import OPTIONS
+    from minitc.backends.cuda.runtime import OPTIONS
 
     source = "\n".join(render_program(p) for p, _, _ in cases.values())
     status, log = nvrtc_compile(lib, source, [*OPTIONS, "-arch=compute_75", "-ftz=true"])
@@ -412,7 +412,7 @@ def test_simulator_matches_numpy(name):
 def test_runs_on_the_gpu(cases, name):
     import cupy
 
-    from backends.cuda.runtime import build_program
+    from minitc.backends.cuda.runtime import build_program
 
     prog, reference, inputs = cases[name]
     f = build_program(prog)

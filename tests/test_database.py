@@ -11,7 +11,7 @@ import pytest
 
 import minitc as tc
 from minitc.autotune.database import Database, DatabaseError, Record
-from minitc.autotune.workload import describe, workload_key
+from minitc.autotune.workload_key import describe, workload_key
 
 
 def test_records_round_trip_and_best(tmp_path):

@@ -82,7 +82,7 @@ def test_tiles_read_down_their_columns_get_a_padded_row():
     A, B = tc.placeholder((128, 64), name="A"), tc.placeholder((64, 96), name="B")
     shapes = {}
     for out in (ops.dense(X, W), ops.matmul(A, B)):
-        program = lower_gpu(tc.schedules.gpu.default_gpu_schedule([out], None), "cuda-sim")
+        program = lower_gpu(tc.templates.gpu.gpu_template_schedule([out], None), "cuda-sim")
         shapes.update({b.name: b.shape for b in _shared_buffers(program)})
     assert shapes == {"X_shared": (32, 17), "W_shared": (32, 17), "A_shared": (32, 17), "B_shared": (16, 32)}
     x, w = _rand(128, 64), _rand(96, 64, seed=1)
@@ -144,7 +144,7 @@ def test_rebinding_an_index_the_inner_stage_uses_is_rejected():
 def test_guards_move_below_barriers_so_partial_tiles_work():
     """N = 48 with 64-wide block tiles and one column per thread: the column guard would
     enclose the shared fills; it is pushed down to the stores instead."""
-    from minitc.schedules.gpu.gemm import schedule_dense_epilogue
+    from minitc.templates.gpu.gemm import schedule_dense_epilogue
 
     X, W, b = tc.placeholder((32, 64), name="X"), tc.placeholder((48, 64), name="W"), tc.placeholder((48,), name="b")
     out = tc.ops.dense(X, W, b, activation="relu")
@@ -204,7 +204,7 @@ def test_gpu_space_samples_are_legal_and_correct(name, target, runs):
     rng = np.random.default_rng(0)
     drawn, ran = 0, 0
     s0 = tc.Schedule(out)
-    inputs = [s0.tensor(n) for n in tc.driver._arguments(s0, None)[0]]
+    inputs = [s0.tensor(n) for n in s0.arguments()[0]]
     arrays = [_rand(*t.shape, seed=n) for n, t in enumerate(inputs)]
     (expected,) = evaluate([out], dict(zip(inputs, arrays)))
     sketches = set()
@@ -269,7 +269,7 @@ def test_minitc_tune_on_the_simulator_and_without_a_gpu(tmp_path):
 
 
 def test_gemm_tiles_fill_the_gpu_and_respect_the_thread_tile():
-    from minitc.schedules.gpu.gemm import pick_gpu_tiles
+    from minitc.templates.gpu.gemm import pick_gpu_tiles
 
     assert pick_gpu_tiles(4096, 4096, 4096) == {"bm": 64, "bn": 64, "tm": 4, "tn": 4, "bk": 16}
     # B read along its rows (float4 loads): 8x8 per thread where 128x128 tiles fill the GPU
@@ -286,7 +286,7 @@ def test_full_size_gpu_spaces_lower_and_render_without_rejections():
     """At the gpu-core shapes every sampled program fits the launch limits (threads, shared
     memory, per-thread tiles) and renders; before the region fix for repeated reads through
     fused loops, half the dense + gelu programs got whole-matrix per-thread tiles."""
-    from backends.cuda.codegen import render_program
+    from minitc.backends.cuda.codegen import render_program
 
     X, W, b = tc.placeholder((4096, 768), name="X"), tc.placeholder((3072, 768), name="W"), tc.placeholder((3072,), name="b")
     Xc, Wc = tc.placeholder((8, 256, 14, 14), name="X"), tc.placeholder((256, 256, 3, 3), name="W")

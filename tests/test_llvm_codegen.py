@@ -13,8 +13,9 @@ import math
 import llvmlite.binding as llvm
 import pytest
 
-from backends.llvm.codegen import render
-from backends.llvm.target import parse_target, simd_width
+from minitc.backends.llvm.codegen import render
+from minitc.target import parse_cpu_target, parse_target
+from minitc.target.cpu import simd_width
 from minitc.errors import BuildError
 from minitc.expr import Var, const, select
 from minitc.ir import Buffer, For, Kernel, Load, Store, seq
@@ -61,7 +62,14 @@ def test_parse_named_targets():
 )
 def test_parse_target_errors(bad, words):
     with pytest.raises(BuildError, match=words):
-        parse_target(bad)
+        parse_cpu_target(bad)
+
+
+def test_parse_target_dispatches_on_the_kind():
+    assert parse_target("cuda -arch=sm_80").arch == "sm_80"
+    assert parse_target("llvm -mcpu=znver4 -num-cores=3").num_cores == 3
+    with pytest.raises(BuildError, match="unknown target ''"):
+        parse_target("")
 
 
 # -- rendering (pure) -------------------------------------------------------------------------------

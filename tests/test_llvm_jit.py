@@ -18,8 +18,9 @@ import llvmlite.binding as llvm
 import numpy as np
 import pytest
 
-from backends.llvm.jit import compile_kernel
-from backends.llvm.target import enabled_features, parse_target
+from minitc.backends.llvm.jit import compile_kernel
+from minitc.target import parse_target
+from minitc.target.cpu import enabled_features
 from minitc.errors import BuildError
 from minitc.expr import Var, call, cast, const, maximum, minimum, select
 from minitc.ir import Allocate, Buffer, For, IfThenElse, Kernel, Load, Store, seq
@@ -33,7 +34,7 @@ needs_avx2 = pytest.mark.skipif(not {"avx2", "fma"} <= HOST_FEATURES, reason="ne
 @pytest.fixture(scope="module", autouse=True)
 def parallel_runtime():
     """The real runtime when backends/llvm/runtime.py exists, else a serial stand-in."""
-    if importlib.util.find_spec("backends.llvm.runtime") is not None:
+    if importlib.util.find_spec("minitc.backends.llvm.runtime") is not None:
         yield
         return
     task_type = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
@@ -407,7 +408,7 @@ def test_concurrent_compiles_are_safe():
 
 
 def test_llvm_errors_become_build_errors(monkeypatch):
-    import backends.llvm.jit as jit
+    import minitc.backends.llvm.jit as jit
 
     monkeypatch.setattr(jit, "render", lambda kernel, target, name=None: f"define void @{name or 'x'}() {{ bogus }}")
     with pytest.raises(BuildError, match="LLVM rejected the IR"):

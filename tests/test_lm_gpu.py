@@ -9,13 +9,13 @@ import pytest
 import torch
 
 import minitc as tc
-from lm.decode import Decoder
-from lm.hardware import ARCH_SMS, gpu_hardware, hardware
-from lm.language import GpuHardware, Hardware, Sentence, SentenceError, SentenceWriter, Stage, parse, sentence, space_values
-from lm.model import LMError, ModelConfig, TensorLM
-from lm.pipeline import SHIPPED, load_model
-from lm.tokenizer import CUDA_ARCHS, GPU_KEYWORDS, LATER_KEYWORDS, Tokenizer, cpu_vocab, default_vocab, gpu_tokens
-from minitc.autotune import gpu_rules
+from minitc.lm.decode import Decoder
+from minitc.lm.hardware import ARCH_SMS, gpu_hardware, hardware
+from minitc.lm.language import GpuHardware, Hardware, Sentence, SentenceError, SentenceWriter, Stage, parse, sentence, space_values
+from minitc.lm.model import LMError, ModelConfig, TensorLM
+from minitc.lm.pipeline import SHIPPED, load_model
+from minitc.lm.tokenizer import CUDA_ARCHS, GPU_KEYWORDS, LATER_KEYWORDS, Tokenizer, cpu_vocab, default_vocab, gpu_tokens
+from minitc.autotune import gpu_space_rules
 from minitc.autotune.space import CANDIDATES, Space
 
 from lm_helpers import check_domain, check_round_trip, draw, where
@@ -85,8 +85,8 @@ def op_samples():
 
 
 def test_gpu_hardware_line_without_a_gpu(monkeypatch):
-    import backends.cuda.device as device
-    from backends.cuda.target import CudaTarget, parse_cuda_target
+    import minitc.backends.cuda.device as device
+    from minitc.target.gpu import CudaTarget, parse_cuda_target
 
     def no_gpu():
         raise AssertionError("the hardware line must not query a GPU")
@@ -244,7 +244,7 @@ def test_every_legal_gpu_value_and_label_has_tokens(op_samples, workload_samples
             checked += 1
     assert checked == len(OPS) * SPACES_PER_OP * SAMPLES_PER_OP_SPACE + len(WORKLOADS) * SAMPLES_PER_WORKLOAD
     # and every value the GPU rules and templates can offer, sampled or not
-    for values in (gpu_rules.THREAD_FACTORS, gpu_rules.REGISTER_FACTORS, gpu_rules.BLOCK_SIZES, gpu_rules.REDUCE_STEPS, (True, False)):
+    for values in (gpu_space_rules.THREAD_FACTORS, gpu_space_rules.REGISTER_FACTORS, gpu_space_rules.BLOCK_SIZES, gpu_space_rules.REDUCE_STEPS, (True, False)):
         domains.setdefault(tuple(values), None)
     for name in ("bm", "bn", "tm", "tn", "bk", "kt", "vk", "wt", "vw", "bc"):
         domains.setdefault(tuple(CANDIDATES[name]), None)
@@ -299,7 +299,7 @@ def test_shipped_model_still_decodes_cpu_programs(shipped):
 
 
 def test_shipped_model_refuses_gpu_spaces(shipped, hw):
-    from lm.strategy import tlm_search, trained_on_gpu
+    from minitc.lm.strategy import tlm_search, trained_on_gpu
 
     model, shipped_tok, meta = shipped
     space = Space(WORKLOADS["matmul"](), "cuda")

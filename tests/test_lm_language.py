@@ -6,15 +6,15 @@ import pytest
 import torch
 
 import minitc as tc
-from lm.decode import Decoder
-from lm.hardware import hardware
-from lm.language import Hardware, Loc, Sentence, SentenceError, Stage, parse, sentence, space_values
-from lm.model import ModelConfig, TensorLM
-from lm.tokenizer import Tokenizer
-from lm.workloads import HELD_OUT, TRAINING
+from minitc.lm.decode import Decoder
+from minitc.lm.hardware import hardware
+from minitc.lm.language import Hardware, Loc, Sentence, SentenceError, Stage, parse, sentence, space_values
+from minitc.lm.model import ModelConfig, TensorLM
+from minitc.lm.tokenizer import Tokenizer
+from minitc.lm.training_set import HELD_OUT, TRAINING
 from minitc.errors import ScheduleError
 from minitc.autotune.space import Space
-from minitc.autotune.workload import workload_key
+from minitc.autotune.workload_key import workload_key
 
 from lm_helpers import check_domain, check_round_trip, draw, where
 
@@ -309,7 +309,7 @@ def test_encode_masks_exactly_the_value_tokens(op_samples, workload_samples, tok
 
 
 def test_tokenizer_rejects_values_it_cannot_write(tok):
-    from lm.tokenizer import TokenizerError
+    from minitc.lm.tokenizer import TokenizerError
 
     with pytest.raises(TokenizerError):
         tok.value_tokens(-3)

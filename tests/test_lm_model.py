@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from lm.model import (  # noqa: E402 - after the importorskip
+from minitc.lm.model import (  # noqa: E402 - after the importorskip
     CheckpointError,
     LMError,
     ModelConfig,
@@ -16,7 +16,7 @@ from lm.model import (  # noqa: E402 - after the importorskip
     save_checkpoint,
     select_cache,
 )
-from lm.train import Example, batch_loss, evaluate, train  # noqa: E402
+from minitc.lm.train import Example, batch_loss, evaluate, train  # noqa: E402
 
 VOCAB = 24
 
@@ -146,7 +146,7 @@ def test_checkpoint_round_trip(tmp_path):
     model = tiny_model(seed=3)
     vocab = [f"t{i}" for i in range(VOCAB)]
     meta = {"stage": "pretrain", "losses": [1.5, 0.25], "workloads": {"gemm": 3}}
-    path = tmp_path / "lm.pt"
+    path = tmp_path / "minitc.lm.pt"
     save_checkpoint(path, model, vocab, meta)
     loaded, vocab2, meta2 = load_checkpoint(path)
     assert not loaded.training and vocab2 == vocab and meta2 == meta
@@ -154,7 +154,7 @@ def test_checkpoint_round_trip(tmp_path):
     tokens = torch.randint(0, VOCAB, (2, 9))
     with torch.no_grad():
         assert torch.equal(loaded(tokens)[0], model(tokens)[0])
-    assert os.listdir(tmp_path) == ["lm.pt"]  # no temporary file left behind
+    assert os.listdir(tmp_path) == ["minitc.lm.pt"]  # no temporary file left behind
 
 
 def _payload(model):

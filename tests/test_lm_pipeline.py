@@ -9,12 +9,12 @@ import torch
 from click.testing import CliRunner
 
 import minitc as tc
-from lm.cli import lm as lm_cli
-from lm.data import demonstrations, gen_data, read_sentences
-from lm.language import parse
-from lm.model import LMError, ModelConfig, TensorLM, load_checkpoint, save_checkpoint
-from lm.pipeline import SHIPPED, finetune, load_model, pretrain, user_model_path
-from lm.tokenizer import Tokenizer
+from minitc.lm.cli import lm as lm_cli
+from minitc.lm.data import demonstrations, gen_data, read_sentences
+from minitc.lm.language import parse
+from minitc.lm.model import LMError, ModelConfig, TensorLM, load_checkpoint, save_checkpoint
+from minitc.lm.pipeline import SHIPPED, finetune, load_model, pretrain, user_model_path
+from minitc.lm.tokenizer import Tokenizer
 from minitc.autotune.database import Database
 from minitc.autotune.tuner import tune
 
@@ -98,7 +98,7 @@ def test_tlm_tuning_records_sentences_and_finetuning_uses_them(tmp_path, tiny_ch
 
 
 def test_tlm_search_spends_half_of_later_rounds_on_edits_of_the_best_programs(tiny_checkpoint):
-    from lm.strategy import tlm_search
+    from minitc.lm.strategy import tlm_search
     from minitc.autotune.mutators import is_switch
     from minitc.autotune.space import Space
 
@@ -121,7 +121,7 @@ def test_tlm_search_spends_half_of_later_rounds_on_edits_of_the_best_programs(ti
 
 
 def test_tlm_search_first_sweeps_the_switches_of_its_best_program(tiny_checkpoint):
-    from lm.strategy import tlm_search
+    from minitc.lm.strategy import tlm_search
     from minitc.autotune.mutators import is_switch
     from minitc.autotune.space import Space
 
@@ -149,8 +149,8 @@ def test_tlm_search_first_sweeps_the_switches_of_its_best_program(tiny_checkpoin
 def test_tlm_search_warns_about_another_machine_not_another_measurement(tmp_path, tiny_checkpoint):
     import warnings
 
-    from lm.hardware import hardware
-    from lm.strategy import tlm_search
+    from minitc.lm.hardware import hardware
+    from minitc.lm.strategy import tlm_search
     from minitc.autotune.space import Space
 
     space = Space(_matmul(), "llvm")
@@ -186,8 +186,8 @@ def test_missing_model_is_a_clear_error(tmp_path):
 def test_the_shipped_model_loads_and_proposes_valid_programs():
     if not SHIPPED.exists():
         pytest.fail(f"the package must ship a model at {SHIPPED}")
-    from lm.decode import Decoder
-    from lm.hardware import hardware
+    from minitc.lm.decode import Decoder
+    from minitc.lm.hardware import hardware
     from minitc.autotune.space import Space
 
     model, tok, meta = load_model(SHIPPED)
@@ -250,8 +250,8 @@ def test_an_earlier_run_lends_only_its_evolutionary_winners(tiny_checkpoint):
     """--evo-from reuses the evolutionary search; the TLM winners timed side by side must be
     this run's (an earlier run's TLM answers once stood in for them, pairing this run's
     latencies with another run's programs)."""
-    from benchmarks.tlm_eval import evaluate_workload
-    from lm.workloads import HELD_OUT
+    from minitc.benchmarks.tlm_eval import evaluate_workload
+    from minitc.lm.training_set import HELD_OUT
 
     earlier = {"evo_ms": {"2": 1.0}, "evo_seconds": {"2": 1.0}, "evo_history": [1.0, 1.0], "evo_times": [0.5, 1.0],
                "evo_errors": 0, "winners": {"Evo@2": "[]", "TLM@1": "stale"}, "first_winners": {"Evo@2": "[]", "TLM@1": "stale"}}
@@ -263,7 +263,7 @@ def test_an_earlier_run_lends_only_its_evolutionary_winners(tiny_checkpoint):
 
 
 def test_time_to_match_uses_the_same_rule_for_both_searches():
-    from benchmarks.tlm_report import _first_match
+    from minitc.benchmarks.tlm_report import _first_match
 
     row = {"retimed_ms": {"TLM@1": 2.0, "TLM@10": 1.0, "Evo@64": 0.99, "Evo@256": 1.2, "Evo@1000": 1.0},
            "tlm_seconds": {1: 5.0, 10: 8.0}, "evo_seconds": {"64": 20.0, "256": 80.0, "1000": 300.0}}  # as read from JSON
@@ -277,7 +277,7 @@ def test_time_to_match_uses_the_same_rule_for_both_searches():
 
 
 def test_a_stored_run_is_reported_again_under_the_current_rules(tmp_path):
-    from benchmarks.tlm_report import report
+    from minitc.benchmarks.tlm_report import report
 
     def row(tlm10, evo64):
         return {"workload": "softmax-bert", "template_ms": 1.0, "valid_rate": 1.0,
@@ -299,7 +299,7 @@ def test_a_smaller_budget_answers_as_the_tuner_would():
     finalists re-measured, not their fastest first measurement (a lucky one here)."""
     from types import SimpleNamespace
 
-    from benchmarks.tlm_eval import _confirmed_winners, _first_winners
+    from minitc.benchmarks.tlm_eval import _confirmed_winners, _first_winners
     from minitc.autotune.database import Record
     from minitc.autotune.space import Space
     from minitc.autotune.tuner import encode_trace

@@ -4,9 +4,9 @@ import llvmlite.binding as llvm
 import pytest
 
 import minitc as tc
-from backends.llvm import jit
-from backends.llvm.target import parse_target
-from minitc.autotune.measure import BuildResult, LocalBuilder, LocalRunner, Task
+from minitc.backends.llvm import jit
+from minitc.target import parse_target
+from minitc.autotune.runner import BuildResult, LocalBuilder, LocalRunner, Task
 
 
 @pytest.fixture(scope="module")

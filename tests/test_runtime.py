@@ -17,7 +17,7 @@ import llvmlite.ir as ir
 import numpy as np
 import pytest
 
-from backends.llvm import runtime
+from minitc.backends.llvm import runtime
 
 i64, f64 = ir.IntType(64), ir.DoubleType()
 ptr = ir.IntType(8).as_pointer()
@@ -348,7 +348,7 @@ import sys
 import numpy as np
 sys.path[:0] = [{root!r}, {tests!r}]
 from test_runtime import Kernels
-from backends.llvm import runtime
+from minitc.backends.llvm import runtime
 runtime.set_num_threads(2)
 buf = np.zeros(20, dtype=np.int64)
 Kernels().run("count_task", buf, 10, 50)

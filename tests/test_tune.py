@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 import minitc as tc
-from backends.llvm import jit
-from backends.llvm.target import parse_target
+from minitc.backends.llvm import jit
+from minitc.target import parse_target
 from minitc.autotune.database import Database
-from minitc.autotune.measure import BuildResult, LocalBuilder
-from minitc.autotune.scheduler import gradient, tune_tasks
+from minitc.autotune.runner import BuildResult, LocalBuilder
+from minitc.autotune.task_scheduler import gradient, tune_tasks
 from minitc.autotune.search import EvolutionarySearch, RandomSearch
 from minitc.autotune.space import Space
 
@@ -98,7 +98,7 @@ def _object(body, name):
 
 def test_planted_failures_become_error_records_and_tuning_finishes(tmp_path):
     A, B, C = _matmul(32)
-    from minitc.autotune.measure import LocalRunner
+    from minitc.autotune.runner import LocalRunner
 
     r = tc.tune(C, trials=6, strategy="random", db=tmp_path / "r.db", batch=6,
                 builder=PlantedBuilder(), runner=LocalRunner(timeout=3, repeats=2, min_repeat_ms=1))
@@ -137,11 +137,12 @@ def test_every_module_is_reachable_by_its_dotted_path():
     import importlib
     import pkgutil
 
-    import lm
+    import minitc.backends
+    import minitc.lm
 
-    for package in (tc, lm):
+    for package in (tc, minitc.lm, minitc.backends):
         for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
             module = importlib.import_module(info.name)
             top, *path = info.name.split(".")
             assert functools.reduce(getattr, path, importlib.import_module(top)) is module, info.name
-    assert callable(tc.tune) and tc.tune.__module__ == "minitc"
+    assert callable(tc.tune) and tc.tune.__module__ == "minitc.autotune.tuner"

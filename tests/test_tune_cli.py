@@ -6,12 +6,12 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from benchmarks import workloads as wl
+from minitc.benchmarks import suites as wl
 from minitc.cli import main
-from minitc.commands.progress import TuneProgress
+from minitc.benchmarks.progress import TuneProgress
 from minitc.commands.recover import recover
 from minitc.commands.spec import command_args, flops, parse_call
-from minitc.autotune.workload import describe, workload_key
+from minitc.autotune.workload_key import describe, workload_key
 
 TUNE_FIELDS = {"workload", "best_ms", "trials", "errors", "history", "seconds", "overhead_s_per_trial"}
 TABLE_FIELDS = {"tuned_ms", "default_ms", "numpy_ms", "torch_ms", "best_library", "ratio", "gflops", "flops"}

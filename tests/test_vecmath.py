@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import minitc as tc
-from backends.llvm import vecmath
-from backends.llvm.codegen import render
+from minitc.backends.llvm import vecmath
+from minitc.backends.llvm.codegen import render
 from minitc.expr import call
 
 FUNCS = ("exp", "sigmoid", "tanh", "erf")

@@ -35,9 +35,9 @@ from minitc.expr import Const, Var, walk
 from minitc.ir import BLOCK_TAGS, THREAD_TAGS, Allocate, Barrier, For, IfThenElse, Seq, Store, stmt_exprs, walk_stmts
 from minitc.lowering.gpu import GpuProgram, Launch
 
-from .exprs import C_TYPES, HELPERS, INT32, ExprWriter, int_literal
-from .exprs import float_literal  # noqa: F401  (re-exported: tests import it from here)
-from .vector import VectorWriter
+from minitc.backends.cuda.exprs import C_TYPES, HELPERS, INT32, ExprWriter, int_literal
+from minitc.backends.cuda.exprs import float_literal  # noqa: F401  (re-exported: tests import it from here)
+from minitc.backends.cuda.vector import VectorWriter
 
 MAX_UNROLL = 64  # beyond this, `#pragma unroll 8` (as the LLVM backend does)
 INDENT = "    "

@@ -1,6 +1,7 @@
 """The GPU that CuPy sees: its name, architecture and the limits a launch must respect.
 
     current_device() -> Device   (cached per device id; BuildError without CuPy or a GPU)
+    device_target("cuda") -> CudaTarget of that GPU (its architecture, limits, name, SMs)
 """
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 
 from minitc.errors import BuildError
 from minitc.lowering.gpu import GpuLimits
+from minitc.target.gpu import CudaTarget, parse_cuda_target
 
 _CACHE: dict = {}
 
@@ -73,3 +75,13 @@ def _read(cupy, dev, dev_id: int) -> Device:
     name = props.get("name", b"")
     name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
     return Device(dev_id, name.strip("\x00 ") or f"CUDA device {dev_id}", f"sm_{cc}", get("MultiProcessorCount", 0), limits)
+
+
+def device_target(target="cuda") -> CudaTarget:
+    """`target` completed with the facts of the GPU CuPy sees (its architecture unless `-arch`
+    names one); `cuda-sim` passes through."""
+    t = parse_cuda_target(target)
+    if t.kind != "cuda":
+        return t
+    dev = current_device()
+    return CudaTarget("cuda", t.arch if t.arch_given else dev.arch, dev.limits, dev.name, dev.sm_count, t.arch_given)

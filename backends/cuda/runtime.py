@@ -20,11 +20,11 @@ import re
 import numpy as np
 
 from minitc.errors import BuildError, DTypeError, LayoutError, ShapeError
-from minitc.function import _is_torch, _np_dtype, split_arguments
+from minitc.backends.function import is_torch, numpy_dtype, split_arguments
 from minitc.lowering.gpu import GpuProgram
 
-from .codegen import render_program, sanitize
-from .device import current_device, import_cupy
+from minitc.backends.cuda.codegen import render_program, sanitize
+from minitc.backends.cuda.device import current_device, import_cupy
 
 OPTIONS = ("-std=c++17",)
 _MODULES: dict = {}  # sha256 of (source, options) -> cupy.RawModule
@@ -124,7 +124,7 @@ class GpuFunction:
             if given is not None:
                 for o, dev in zip(given, outputs):
                     if not self._on_device(o):  # numpy or CPU torch: copy the result back
-                        dev.get(out=o.numpy() if _is_torch(o) else o)
+                        dev.get(out=o.numpy() if is_torch(o) else o)
                 result = list(given)
             elif host:
                 result = [o.get() for o in outputs]
@@ -186,16 +186,16 @@ class GpuFunction:
         converted = [self._device_array(cupy, a, b, "input") for a, b in zip(args, k.inputs)]
         inputs = [c[0] for c in converted]
         host = any(not c[1] for c in converted) and not any(c[1] for c in converted)
-        use_torch = any(_is_torch(a) for a in args)
+        use_torch = any(is_torch(a) for a in args)
         return inputs, given, host, use_torch
 
     def _on_device(self, x) -> bool:
-        return (_is_torch(x) and x.device.type == "cuda") or type(x).__module__.startswith("cupy")
+        return (is_torch(x) and x.device.type == "cuda") or type(x).__module__.startswith("cupy")
 
     def _device_array(self, cupy, x, buf, role: str):
         """(a CuPy array for `x`, whether `x` already lived on the GPU), after the checks."""
         on_device = self._on_device(x)
-        if _is_torch(x):
+        if is_torch(x):
             if x.device.type not in ("cuda", "cpu"):
                 raise LayoutError(f"{role} {buf.name} is a torch tensor on {x.device}; use a CUDA or CPU tensor")
             if not x.is_contiguous():
@@ -211,7 +211,7 @@ class GpuFunction:
             )
         if tuple(x.shape) != buf.shape:
             raise ShapeError(f"{role} {buf.name} has shape {tuple(x.shape)}, expected {buf.shape}")
-        if x.dtype != _np_dtype(buf.dtype):
+        if x.dtype != numpy_dtype(buf.dtype):
             got = x.dtype.name if x.dtype.isnative else f"{x.dtype.str} (non-native byte order)"
             raise DTypeError(f"{role} {buf.name} has dtype {got}, expected {buf.dtype}; convert with .astype('{buf.dtype}')")
         if not x.flags.c_contiguous:
@@ -238,7 +238,7 @@ class GpuFunction:
 
     def _stream(self, cupy, args, given):
         """torch's current stream when torch CUDA tensors take part, else CuPy's current one."""
-        tensors = [a for a in list(args) + list(given or []) if _is_torch(a) and a.device.type == "cuda"]
+        tensors = [a for a in list(args) + list(given or []) if is_torch(a) and a.device.type == "cuda"]
         if tensors:
             import torch
 

@@ -24,12 +24,12 @@ from __future__ import annotations
 import numpy as np
 
 from minitc.errors import IRError, RaceError
-from minitc.function import HostCallable
+from minitc.backends.function import HostCallable
 from minitc.interp import binding, fill_value, loop_extent
 from minitc.ir import GPU_TAGS, Allocate, Barrier, For, IfThenElse, Seq, Store, walk_stmts
 
-from .sim_exprs import Context, compile_access, compile_expr
-from .sim_memory import Chunk, Env, Mem, Tracker
+from minitc.backends.cuda.sim_exprs import Context, compile_access, compile_expr
+from minitc.backends.cuda.sim_memory import Chunk, Env, Mem, Tracker
 
 MAX_LANES = 1 << 17  # lanes simulated at once; bigger launches run in chunks of whole blocks
 MAX_LOCAL_BYTES = 1 << 28  # per-lane (local) buffers of a chunk, all together

@@ -14,7 +14,7 @@ from minitc.expr import Binary, Call, Cast, Compare, Const, Not, Select, Var
 from minitc.interp import compare_fn, intrinsic_fn
 from minitc.ir import Load
 
-from .sim_memory import compile_flat
+from minitc.backends.cuda.sim_memory import compile_flat
 
 
 class Context:

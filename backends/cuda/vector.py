@@ -43,7 +43,7 @@ from minitc import arith
 from minitc.expr import Binary, Const, Expr, Select, Var, const, transform, walk
 from minitc.ir import For, Load, Store
 
-from .exprs import C_TYPES
+from minitc.backends.cuda.exprs import C_TYPES
 
 VECTOR_TYPES = {("float32", 2): "float2", ("float32", 4): "float4", ("float64", 2): "double2"}
 VECTOR_SCOPES = ("global", "shared")

@@ -9,9 +9,9 @@ import llvmlite.binding as llvm
 
 from minitc.errors import BuildError
 
-from . import jit
-from .codegen import render, sanitize
-from .target import parse_target
+from minitc.backends.llvm import jit
+from minitc.backends.llvm.codegen import render, sanitize
+from minitc.target import parse_target
 
 _LOCK = threading.Lock()
 _LOADED: dict = {}  # symbol name -> address, in this process

@@ -25,11 +25,11 @@ from minitc.errors import BuildError
 from minitc.ir import Allocate, For, IfThenElse, Kernel, Seq, Store, walk_stmts
 from minitc.lowering.partition import partition_tails
 
-from .builder import Function, Value, const, scalar_type
-from .exprs import ExprEmitter
-from .parallel import ParallelEmitter
-from .target import parse_target
-from .vector import MemoryEmitter
+from minitc.backends.llvm.builder import Function, Value, const, scalar_type
+from minitc.backends.llvm.exprs import ExprEmitter
+from minitc.backends.llvm.parallel import ParallelEmitter
+from minitc.target import parse_target
+from minitc.backends.llvm.vector import MemoryEmitter
 
 STMT_EMITTERS = {
     For: "emit_for",

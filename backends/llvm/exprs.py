@@ -11,8 +11,8 @@ from minitc.errors import BuildError
 from minitc.expr import Binary, Call, Cast, Compare, Const, Expr, IterVar, Not, Select, Var
 from minitc.ir import Load
 
-from . import vecmath
-from .builder import Value, const, mangle, splat_const, vec_type
+from minitc.backends.llvm import vecmath
+from minitc.backends.llvm.builder import Value, const, mangle, splat_const, vec_type
 
 EXPR_EMITTERS = {
     Const: "emit_const",

@@ -21,8 +21,9 @@ import llvmlite.binding as llvm
 
 from minitc.errors import BuildError
 
-from .codegen import render, sanitize
-from .target import LLVMTarget, ensure_llvm_initialized, parse_target
+from minitc.backends.llvm.codegen import render, sanitize
+from minitc.target import parse_target
+from minitc.target.cpu import LLVMTarget, ensure_llvm_initialized
 
 _LOCK = threading.RLock()
 _CACHE: dict = {}
@@ -173,7 +174,7 @@ def _compile(ir, name, target, key, num_params, start) -> CompiledKernel:
 def _ensure_runtime():
     """Register the parallel runtime's symbols (backends/llvm/runtime.py) with LLVM."""
     if importlib.util.find_spec(f"{__package__}.runtime") is not None:
-        from . import runtime
+        from minitc.backends.llvm import runtime
 
         runtime.ensure_runtime()
     if not all(llvm.address_of_symbol(s) for s in RUNTIME_SYMBOLS):

@@ -25,8 +25,8 @@ from __future__ import annotations
 from minitc.expr import Var
 from minitc.ir import Allocate, For, Load, Store, stmt_exprs, walk_stmts
 
-from .builder import Function, Value
-from .vector import nodes
+from minitc.backends.llvm.builder import Function, Value
+from minitc.backends.llvm.vector import nodes
 
 RUNTIME_DECLS = {
     "minitc_parallel_launch": "declare void @minitc_parallel_launch(ptr, ptr, i64)",

@@ -17,7 +17,7 @@ import llvmlite.binding as llvm
 
 from minitc.errors import BuildError
 
-from .thread_pool_ir import (
+from minitc.backends.llvm.thread_pool_ir import (
     MAX_THREADS,
     SPIN_ITERS,
     SUPPORTED_ARCHS,

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .builder import format_const, mangle, scalar_type, vec_type
+from minitc.backends.llvm.builder import format_const, mangle, scalar_type, vec_type
 
 INT_OF = {"float32": ("int32", 23, 127), "float64": ("int64", 52, 1023)}  # int dtype, mantissa bits, bias
 

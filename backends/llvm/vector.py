@@ -20,7 +20,7 @@ from minitc.expr import binary as mk_binary
 from minitc.expr import const as mk_const
 from minitc.ir import Allocate, For, Load, Store, stmt_exprs, walk_stmts
 
-from .builder import Value, elem_bytes, lane_ids, mangle, scalar_type, vec_type
+from minitc.backends.llvm.builder import Value, elem_bytes, lane_ids, mangle, scalar_type, vec_type
 
 MAX_LANES = 64
 

@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from ..errors import MinitcError
-from .features import NUM_FEATURES, Featurizer, pad_batch
+from minitc.errors import MinitcError
+from minitc.autotune.features import NUM_FEATURES, Featurizer, pad_batch
 
 
 class CostModel:

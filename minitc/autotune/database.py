@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import MinitcError
+from minitc.errors import MinitcError
 
 APPLICATION_ID = 0x6D746331  # "mtc1": marks the file as a minitc records database
 SCHEMA_VERSION = 1

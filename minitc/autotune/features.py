@@ -22,10 +22,10 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..errors import ScheduleError
-from ..schedule.schedule import apply_step
-from ..schedule.state import State, from_tensors
-from ..schedule.trace import STEP_KINDS, Step
+from minitc.errors import ScheduleError
+from minitc.schedule.recorder import apply_step
+from minitc.schedule.state import State, from_tensors
+from minitc.schedule.trace import STEP_KINDS, Step
 
 STEP_FEATURES = (
     "role_output", "role_cache", "role_input", "role_other",  # the stage the step acts on

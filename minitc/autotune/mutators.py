@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from minitc.errors import ScheduleError
 
-from .sampler import Decision
+from minitc.autotune.sampler import Decision
 
 
 def _pick(rng, decisions: list):

@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..errors import ScheduleError
+from minitc.errors import ScheduleError
 
 
 @dataclass(frozen=True)

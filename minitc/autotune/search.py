@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ScheduleError
-from .mutators import mutate
-from .space import Candidate, Space
+from minitc.errors import ScheduleError
+from minitc.autotune.mutators import mutate
+from minitc.autotune.space import Candidate, Space
 
 
 class RandomSearch:
@@ -159,5 +159,3 @@ class EvolutionarySearch(RandomSearch):
         super().tell(candidates, latencies_ms)
         self.model.fit(self.workload, [c.trace for c in candidates], list(latencies_ms))
 
-
-STRATEGIES = ("tlm", "evolutionary", "random")  # tlm lives in lm/strategy.py

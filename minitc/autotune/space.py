@@ -6,7 +6,7 @@ A workload's space has up to two sketches:
   CUDA target) with each keyword parameter a categorical decision over candidates built around
   the shape, always including the template's own default, so the hand-written schedule is one
   point of the space;
-- `generic`: the MetaSchedule-style rules of rules.py (gpu_rules.py on a GPU), for any
+- `generic`: the MetaSchedule-style rules of rules.py (gpu_space_rules.py on a GPU), for any
   computation.
 
 The first decision picks the sketch. `Space.sample(rng)` draws a random candidate;
@@ -19,12 +19,13 @@ import hashlib
 import inspect
 from dataclasses import dataclass
 
-from ..errors import ScheduleError
-from ..schedule.schedule import Schedule
-from ..schedules import DEFAULTS, TEMPLATES, _load_templates
-from .gpu_rules import gpu_generic_sketch
-from .rules import generic_sketch
-from .sampler import Sampler
+from minitc.errors import ScheduleError
+from minitc.schedule.recorder import Schedule
+from minitc.target import is_gpu, parse_target
+from minitc.templates import DEFAULTS, TEMPLATES, load_templates
+from minitc.autotune.gpu_space_rules import gpu_generic_sketch
+from minitc.autotune.space_rules import generic_sketch
+from minitc.autotune.sampler import Sampler
 
 
 def _divisors(n: int) -> list:
@@ -76,12 +77,12 @@ def _domain(name: str, default):
 
 def _registry(target) -> tuple:
     """(templates, defaults) for the target: the GPU ones for a CUDA target."""
-    if getattr(target, "kind", "llvm") in ("cuda", "cuda-sim"):
-        from ..schedules.gpu import GPU_DEFAULTS, GPU_TEMPLATES, _load
+    if is_gpu(target):
+        from minitc.templates.gpu import GPU_DEFAULTS, GPU_TEMPLATES, load_gpu_templates
 
-        _load()
+        load_gpu_templates()
         return GPU_TEMPLATES, GPU_DEFAULTS
-    _load_templates()
+    load_templates()
     return TEMPLATES, DEFAULTS
 
 
@@ -136,17 +137,9 @@ class Candidate:
 
 class Space:
     def __init__(self, outputs, target):
-        from backends.llvm.target import parse_target
-
-        from ..driver import GPU_TARGETS, target_kind
-
         self.outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
-        if isinstance(target, str) and target_kind(target) in GPU_TARGETS:
-            from backends.cuda.target import parse_cuda_target
-
-            target = parse_cuda_target(target)
-        self.target = parse_target(target) if isinstance(target, str) else target
-        self.gpu = getattr(self.target, "kind", "llvm") in GPU_TARGETS
+        self.target = parse_target(target)
+        self.gpu = is_gpu(self.target)
         self.templates = _registry(self.target)[0]
         probe = Schedule(self.outputs)
         if len(probe.state.outputs) != 1:

@@ -4,8 +4,9 @@ result in the tuning database, then build the best program.
     r = tc.tune(C, trials=64, strategy="tlm", target="llvm", db=None)
     r.kernel(a, b); r.best_ms; r.trials; r.errors; r.history
 
-Strategies: "tlm" (default: the shipped language model proposes, the cost model re-ranks,
-and from the second round half of each round edits the best programs; see lm/strategy.py), "evolutionary" (MetaSchedule's, with the TLP cost model) and "random".
+Strategies come by name from the registry (registry.py): "evolutionary" (MetaSchedule's, with
+the TLP cost model), "random", and "tlm", the default, which minitc.lm registers (the shipped
+language model proposes, the cost model re-ranks; see lm/strategy.py).
 Running the same call again resumes: candidates already in the database are not measured
 again, and the evolutionary search starts from the best of them.
 """
@@ -18,46 +19,28 @@ import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from ..errors import MinitcError, ScheduleError
-from ..schedule.schedule import Schedule
-from ..schedule.trace import Trace
-from .database import Database, Record
-from .measure import LocalBuilder, LocalRunner, Task
-from .measure_gpu import GpuRunner
-from .search import STRATEGIES, EvolutionarySearch, RandomSearch
-from .space import Space
-from .workload import canonical, describe, workload_key
+from minitc.autotune.database import Database, DatabaseError, Record, default_path
+from minitc.autotune.registry import make_runner, make_strategy, record_extras
+from minitc.autotune.runner import LocalBuilder, Task
+from minitc.autotune.space import Space
+from minitc.autotune.workload_key import canonical, describe, workload_key
+from minitc.backends import build_schedule
+from minitc.backends.cuda.device import device_target
+from minitc.errors import ScheduleError
+from minitc.schedule import Schedule, Trace
+from minitc.target import hardware_fingerprint, parse_target, target_kind
 
 
-def hardware_fingerprint(target) -> str:
-    """The CPU model, core count and feature set of the target, e.g. `znver2-2c-1a2b3c4d`; for
-    a GPU its name and SM count, e.g. `NVIDIA-H100-80GB-HBM3-132sm`."""
-    from backends.llvm.target import parse_target
-
-    if getattr(target, "kind", None) in ("cuda", "cuda-sim"):
-        name = target.device_name or ("simulator" if target.kind == "cuda-sim" else target.arch)
-        return f"{'-'.join(name.split())}-{target.sm_count}sm"
-    t = parse_target(target) if isinstance(target, str) else target
-    digest = hashlib.sha256(t.features.encode()).hexdigest()[:8]
-    return f"{t.cpu}-{t.num_cores}c-{digest}"
-
-
-def encode_trace(candidate, sentence: str | None = None) -> str:
+def encode_trace(candidate, extras: dict | None = None) -> str:
     """What a record stores: the decisions (to replay and mutate in the space), the primitive
-    steps (to rebuild the program without the space) and its tensor-language sentence."""
+    steps (to rebuild the program without the space) and the extras registered plug-ins add
+    (minitc.lm: the program's tensor-language sentence)."""
     data = {"sketch": candidate.sketch, "decisions": candidate.values, "steps": json.loads(candidate.trace)}
-    if sentence is not None:
-        data["sentence"] = sentence
-    return json.dumps(data)
-
-
-def trace_sentence(text: str) -> str | None:
-    """The tensor-language sentence a record's trace text holds, if any."""
-    data = json.loads(text)
-    return data.get("sentence") if isinstance(data, dict) else None
+    return json.dumps({**data, **(extras or {})})
 
 
 def decode_trace(text: str) -> tuple:
@@ -97,39 +80,6 @@ def _open_db(db) -> Database:
     return Database(db)
 
 
-def _strategy(name: str, space: Space, rng, cost_model, lm=None, learn=False):
-    if name == "random":
-        return RandomSearch(space, rng)
-    if name in ("evolutionary", "tlm") and cost_model is None:
-        from .cost_model import default_cost_model
-
-        cost_model = default_cost_model()
-    if name == "evolutionary":
-        return EvolutionarySearch(space, cost_model, rng)
-    if name == "tlm" and space.gpu:
-        import warnings
-
-        warnings.warn("the shipped language model knows CPU sentences only; tuning the GPU with evolutionary search", stacklevel=3)
-        return EvolutionarySearch(space, cost_model, rng)
-    if name == "tlm":
-        from lm.strategy import tlm_search
-
-        return tlm_search(space, rng, cost_model, lm, learn)
-    raise MinitcError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
-
-
-def _sentence_writer(space):
-    """A function writing a candidate as a tensor-language sentence (stored with each record),
-    or None without the language package."""
-    try:
-        from lm.hardware import hardware
-        from lm.language import SentenceWriter
-    except ImportError:
-        return None
-    write = SentenceWriter(space, hardware(space.target))
-    return lambda c: str(write(c.decisions))
-
-
 class TuningSession:
     """Tuning of one workload, advanced a round at a time (the task scheduler interleaves
     sessions; `tune` runs one to the end)."""
@@ -138,18 +88,16 @@ class TuningSession:
                  builder=None, runner=None, progress=None, trials=None, overlap=False, lm=None, learn=False,
                  template_first=True):
         self.start = time.perf_counter()
-        if isinstance(target, str) and target.split()[:1] == ["cuda"]:
-            from backends.cuda.target import parse_cuda_target
-
-            target = parse_cuda_target(target, query_device=True)  # tune for the GPU that is here
+        if target_kind(target) == "cuda":
+            target = device_target(target)  # tune for the GPU that is here
         self.space = Space(outputs, target)
         self.key = workload_key(self.space.outputs)
         self.hw = hardware_fingerprint(self.space.target)
         self.target = self.space.target.string
         self.db = _open_db(db)
         self.db.add_workload(self.key, describe(self.space.outputs), canonical(self.space.outputs))
-        self.search = _strategy(strategy, self.space, np.random.default_rng(seed), cost_model, lm, learn)
-        self.sentence_of = _sentence_writer(self.space)
+        self.search = make_strategy(strategy, self.space, np.random.default_rng(seed), cost_model, lm=lm, learn=learn)
+        self.extras_of = record_extras(self.space)
         self.search.workload = self.key
         for model in (getattr(self.search, "model", None), getattr(self.search, "cost_model", None)):
             if hasattr(model, "register"):
@@ -163,7 +111,7 @@ class TuningSession:
         self.task = Task.from_outputs(self.space.outputs, self.target)
         self.own = (builder is None, runner is None)
         self.builder = builder or LocalBuilder(workers=2)
-        self.runner = runner or (GpuRunner(target=self.target) if self.space.gpu else LocalRunner())
+        self.runner = make_runner(runner or "local", self.target)
         self.batch, self.progress, self.trials, self.overlap = batch, progress, trials, overlap
         self.best, self.history, self.errors, self.done, self.kernel_s = math.inf, [], 0, 0, 0.0
         self.times: list = []
@@ -184,7 +132,7 @@ class TuningSession:
         latencies = []
         for c, res in zip(cands, results):
             ms = res.median_ms
-            text = encode_trace(c, self.sentence_of(c) if self.sentence_of else None)
+            text = encode_trace(c, self.extras_of(c) if self.extras_of else None)
             self.db.add(Record(self.key, self.target, self.hw, text, res.latencies_ms, ms, res.error))
             self.errors += res.error is not None
             latencies.append(ms if ms is not None else math.inf)
@@ -228,7 +176,7 @@ class TuningSession:
     def finish(self) -> TuneResult:
         """Re-measure the best record, build it, release the workers."""
         try:
-            best_ms, best_trace = _remeasure_best(self.db, self.key, self.space, self.hw, self.task, self.runner)
+            best_ms, best_trace = remeasure_best(self.db, self.key, self.space, self.hw, self.task, self.runner)
             if hasattr(self.search, "finish"):
                 self.search.finish()
         finally:
@@ -261,7 +209,9 @@ def tune(
     disturb the timings the search learns from; the final best is re-measured alone either way).
     `template_first` measures the hand template before anything else (so tuning never ends
     slower than `tc.build`); evaluations of the search itself turn it off. `lm` and `learn`
-    configure the tlm strategy (a checkpoint path; fine-tune on this run and keep the model)."""
+    configure the tlm strategy (a checkpoint path; fine-tune on this run and keep the model).
+    `runner` is a runner object or the name of a registered one (default "local": a process
+    of this machine; registry.py)."""
     session = TuningSession(outputs, strategy, target, db, batch=batch, seed=seed, cost_model=cost_model, builder=builder,
                             runner=runner, progress=progress, trials=trials, overlap=overlap, lm=lm, learn=learn,
                             template_first=template_first)
@@ -274,7 +224,7 @@ def tune(
     return session.finish()
 
 
-def _remeasure_best(database, key, space, hw, task, runner, k: int = 5, rounds: int = 3):
+def remeasure_best(database, key, space, hw, task, runner, k: int = 5, rounds: int = 3):
     """The final best is measured again before it is reported: the k fastest records are re-run
     one after another on an otherwise idle machine (no overlapping builds) and the new timings
     are recorded, superseding the first ones. If that demotes them below a record not yet
@@ -304,27 +254,17 @@ def _remeasure_best(database, key, space, hw, task, runner, k: int = 5, rounds: 
 
 
 def _build_best(space: Space, trace_text: str):
-    from ..driver import build
-
     _, steps = decode_trace(trace_text)
-    return build(Schedule(space.outputs).replay(steps), target=space.target.string)
+    return build_schedule(Schedule(space.outputs).replay(steps), space.target.string)
 
 
-def best_schedule(outputs, target, db=None) -> Schedule | None:
+def tuned_schedule(outputs, target, db=None) -> Schedule | None:
     """The schedule of the best record for this workload on this machine, if any."""
-    from pathlib import Path
-
-    from .database import default_path
-
     path = Path(db) if db is not None else default_path()
     if not path.exists():
         return None
     space_key = workload_key(outputs)
     hw = hardware_fingerprint(target)
-    from backends.llvm.target import parse_target
-
-    from .database import DatabaseError
-
     try:
         with Database(path) as database:
             recs = database.best(space_key, parse_target(target).string, hw)

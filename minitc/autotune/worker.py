@@ -14,7 +14,7 @@ import struct
 import subprocess
 import sys
 
-from ..errors import MinitcError
+from minitc.errors import MinitcError
 
 _HEADER = struct.Struct("<Q")
 
@@ -95,14 +95,14 @@ class Worker:
 
 
 def _handlers() -> dict:
-    from . import measure, measure_gpu
+    from minitc.autotune import runner, gpu_runner
 
     return {
-        "build": measure.build_candidate,
-        "setup": measure.runner_setup,
-        "run": measure.runner_run,
-        "gpu_setup": measure_gpu.gpu_runner_setup,
-        "gpu_run": measure_gpu.gpu_runner_run,
+        "build": runner.build_candidate,
+        "setup": runner.runner_setup,
+        "run": runner.runner_run,
+        "gpu_setup": gpu_runner.gpu_runner_setup,
+        "gpu_run": gpu_runner.gpu_runner_run,
     }
 
 

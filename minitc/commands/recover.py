@@ -13,7 +13,8 @@ from __future__ import annotations
 import itertools
 import re
 
-from .spec import ACTIVATIONS, OpCall
+from minitc.commands.spec import ACTIVATIONS, OpCall
+from minitc.ops import window_output_size
 
 _SHAPE = re.compile(r"\[([^\]]*)\]")
 _MAX_CANDIDATES = 2000
@@ -27,10 +28,6 @@ def parse_description(description: str):
     tag, dtype, ins, out = m.groups()
     shape = lambda s: tuple(int(x) for x in s.split(",") if x.strip())  # noqa: E731
     return tag, dtype, [shape(s) for s in _SHAPE.findall(ins)], shape(_SHAPE.findall(out)[0])
-
-
-def _out(extent, pad, window, stride, dilation=1) -> int:
-    return (extent + 2 * pad - dilation * (window - 1) - 1) // stride + 1
 
 
 def _matmul_calls(op, ins, out):
@@ -56,7 +53,7 @@ def _conv_calls(op, ins, out):
     r, s = wshape[-2], wshape[-1]
     for stride, dil in itertools.product(range(1, 5), range(1, 4)):
         for pad in range(0, max(r, s) * dil):
-            if (_out(h, pad, r, stride, dil), _out(w, pad, s, stride, dil)) == out[2:]:
+            if (window_output_size(h, pad, r, stride, dil), window_output_size(w, pad, s, stride, dil)) == out[2:]:
                 yield OpCall(op, tuple(ins), (("stride", stride), ("padding", pad), ("dilation", dil)))
 
 
@@ -68,7 +65,7 @@ def _pool_calls(op, ins, out):
         for stride in (None, *range(1, 5)):
             for pad in range(0, kernel // 2 + 1):
                 st = stride or kernel
-                if (_out(h, pad, kernel, st), _out(w, pad, kernel, st)) == out[2:]:
+                if (window_output_size(h, pad, kernel, st), window_output_size(w, pad, kernel, st)) == out[2:]:
                     yield OpCall(op, tuple(ins), (("kernel", kernel), ("stride", stride), ("padding", pad)))
 
 
@@ -133,7 +130,7 @@ def calls_for(description: str) -> list:
 
 def recover(key: str, description: str):
     """The OpCall whose workload key is `key`, or None."""
-    from ..autotune.workload import workload_key
+    from minitc.autotune.workload_key import workload_key
 
     for call in calls_for(description):
         try:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from .spec import FAMILY_OF, op_options, pop_op_options, shape_help
+from minitc.commands.spec import FAMILY_OF, op_options, pop_op_options, shape_help
 
 HELP = f"""Show tuning records.
 
@@ -68,13 +68,13 @@ def step_line(step) -> str:
 
 
 def _db_path(db) -> Path:
-    from ..autotune.database import default_path
+    from minitc.autotune.database import default_path
 
     return Path(db) if db else default_path()
 
 
 def _open(path: Path):
-    from ..autotune.database import Database, DatabaseError
+    from minitc.autotune.database import Database, DatabaseError
 
     try:
         return Database(path)
@@ -83,9 +83,7 @@ def _open(path: Path):
 
 
 def _machine(target: str) -> tuple:
-    from backends.llvm.target import parse_target
-
-    from ..autotune.tuner import hardware_fingerprint
+    from minitc.target import hardware_fingerprint, parse_target
 
     try:
         t = parse_target(target)
@@ -138,7 +136,7 @@ def resolve_key(path: Path, prefix: str) -> tuple:
 
 def _decision_lines(out, values, target) -> list:
     """Named decisions (replayed in the design space), or the bare values if that fails."""
-    from ..autotune.space import Space
+    from minitc.autotune.space import Space
 
     try:
         cand = Space(out, target).replay(values, strict=True)
@@ -169,11 +167,11 @@ def show(workload, db, target, show_llvm, show_asm, **kwargs):
 def show_workload(path, workload, shape, options, target, show_llvm, show_asm) -> None:
     import minitc as tc
 
-    from ..schedule.schedule import Schedule
-    from ..autotune.tuner import decode_trace
-    from ..autotune.workload import describe, workload_key
-    from .recover import recover
-    from .spec import command_args, parse_call
+    from minitc.schedule.recorder import Schedule
+    from minitc.autotune.tuner import decode_trace
+    from minitc.autotune.workload_key import describe, workload_key
+    from minitc.commands.recover import recover
+    from minitc.commands.spec import command_args, parse_call
 
     tstring, hw = _machine(target)
     if shape or options:

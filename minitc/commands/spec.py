@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import click
 
+from minitc.ops import window_output_size
+
 F32 = "float32"
 ACTIVATIONS = ("relu", "gelu", "sigmoid", "tanh")
 
@@ -159,10 +161,6 @@ def _pair(v) -> tuple:
     return (v, v) if isinstance(v, int) else tuple(v)
 
 
-def _out(extent, pad, window, stride, dilation=1) -> int:
-    return (extent + 2 * pad - dilation * (window - 1) - 1) // stride + 1
-
-
 def flops(op: str, *shapes, **params):
     """Floating-point operations of one call of `tc.ops.<op>` on inputs of these shapes (a
     multiply-add counts 2), or None where FLOPs are not the measure (memory-bound ops). For
@@ -184,7 +182,7 @@ def flops(op: str, *shapes, **params):
         (n, c, h, w), wshape = shapes[:2]
         k, r, s = wshape[0], wshape[-2], wshape[-1]
         (sh, sw), (ph, pw), (dh, dw) = (_pair(params.get(p, d)) for p, d in (("stride", 1), ("padding", 0), ("dilation", 1)))
-        oh, ow = _out(h, ph, r, sh, dh), _out(w, pw, s, sw, dw)
+        oh, ow = window_output_size(h, ph, r, sh, dh), window_output_size(w, pw, s, sw, dw)
         per_output = (c if op == "conv2d" else 1) * r * s
         return 2.0 * n * k * oh * ow * per_output
     return None

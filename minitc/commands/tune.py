@@ -13,9 +13,9 @@ import time
 
 import click
 
-from .spec import op_options, pop_op_options, shape_help
-
-STRATEGIES = ("tlm", "evolutionary", "random")
+from minitc.autotune.registry import strategy_names
+from minitc.commands.spec import op_options, pop_op_options, shape_help
+from minitc.target import is_gpu, parse_target
 
 HELP = f"""Tune an operator: search for a fast schedule of `tc.ops.OP` with SHAPE.
 
@@ -49,7 +49,7 @@ def _ms(ms, spread=None) -> str:
 
 def format_result(rec: dict, key: str, target: str) -> str:
     """The table `minitc tune` prints for one tuned workload."""
-    from benchmarks.tuning import _rate
+    from minitc.benchmarks.tuning import impl_rate
 
     unit = "GFLOP/s" if rec["kind"] == "compute" else "GB/s"
     best_lib = rec.get("best_library")
@@ -60,7 +60,7 @@ def format_result(rec: dict, key: str, target: str) -> str:
     cells = []
     for label, impl in rows:
         ms = rec.get(f"{impl}_ms")
-        rate = _rate(rec, impl)
+        rate = impl_rate(rec, impl)
         cells.append([label, _ms(ms, (rec.get("spread_pct") or {}).get(impl)), "-" if rate is None else f"{rate:.1f}",
                       f"{best_ms / ms:.2f}x" if ms and best_ms else "-"])  # fmt: skip
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
@@ -98,7 +98,7 @@ def format_result(rec: dict, key: str, target: str) -> str:
 @click.argument("op", metavar="OP")
 @op_options
 @click.option("--trials", default=64, show_default=True, type=click.IntRange(min=1), help="Candidates to measure.")
-@click.option("--strategy", type=click.Choice(STRATEGIES), default="tlm", show_default=True,
+@click.option("--strategy", type=click.Choice(strategy_names()), default="tlm", show_default=True,
               help="tlm: the language model proposes, the cost model re-ranks, edits polish the best; evolutionary: MetaSchedule's search.")
 @click.option("--lm", "lm_path", type=click.Path(dir_okay=False, exists=True),
               help="Language-model checkpoint for tlm (default: $MINITC_LM, your --learn model, the shipped one).")
@@ -121,14 +121,14 @@ def format_result(rec: dict, key: str, target: str) -> str:
 def tune(op, trials, strategy, lm_path, learn, target, db, json_path, plot_path, seed, threads, batch, cost_model,
          budget_s, quiet, **kwargs):  # fmt: skip
     import minitc as tc
-    from benchmarks import report
-    from benchmarks.baselines import workload_for
-    from benchmarks.tuning import plot_curves, tune_workload
+    from minitc.benchmarks import report
+    from minitc.benchmarks.baselines import workload_for
+    from minitc.benchmarks.tuning import plot_curves, tune_workload
 
-    from ..autotune.database import default_path
-    from ..autotune.workload import workload_key
-    from .progress import TuneProgress
-    from .spec import command_args, parse_call
+    from minitc.autotune.database import default_path
+    from minitc.autotune.workload_key import workload_key
+    from minitc.benchmarks.progress import TuneProgress
+    from minitc.commands.spec import command_args, parse_call
 
     start = time.perf_counter()
     shape, options = pop_op_options(kwargs)
@@ -140,7 +140,7 @@ def tune(op, trials, strategy, lm_path, learn, target, db, json_path, plot_path,
         except RuntimeError as e:
             raise click.UsageError(str(e)) from None
     args = command_args(call)
-    if target.split()[0] in ("cuda", "cuda-sim"):
+    if is_gpu(target):
         return _tune_gpu(call, " ".join(args), trials, strategy, target, db, json_path, seed, batch, quiet)
     w = workload_for(call, name=" ".join(args))
     key = workload_key(w.make_minitc())
@@ -176,8 +176,8 @@ def _tune_gpu(call, name, trials, strategy, target, db, json_path, seed, batch, 
     of the best program; torch's kernels are compared by `python -m benchmarks --suite gpu-core`."""
     import minitc as tc
 
-    from ..errors import MinitcError
-    from ..autotune.database import default_path
+    from minitc.errors import MinitcError
+    from minitc.autotune.database import default_path
 
     out = call.build()
     db_path = str(db or default_path())
@@ -206,13 +206,7 @@ def _tune_gpu(call, name, trials, strategy, target, db, json_path, seed, batch, 
 
 
 def _check_target(target: str) -> None:
-    from backends.llvm.target import parse_target
-
-    from ..driver import GPU_TARGETS, target_kind
-
     try:
-        if target_kind(target) in GPU_TARGETS:
-            return
         parse_target(target)
     except Exception as e:  # noqa: BLE001 - any target error is the user's to fix
         raise click.BadParameter(str(e), param_hint="--target") from None
@@ -223,10 +217,10 @@ def _plain(params: dict) -> dict:
 
 
 def _run_info() -> dict:
-    from benchmarks.cli import _versions, command_line
+    from minitc.benchmarks.cli import command_line, versions
 
     return {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "command": command_line(click.get_current_context()),
-        "versions": _versions(),
+        "versions": versions(),
     }

@@ -7,13 +7,13 @@ from __future__ import annotations
 import os
 import sys
 
-from .. import ir
-from ..errors import IRError, ScheduleError
-from ..expr import IterVar, free_vars
-from ..schedule.state import State
-from .bounds import BoundInference
-from .nest import NestBuilder
-from .passes import check_no_bindings, check_parallel_nesting, inline_stages, simplify_stmt
+from minitc import ir
+from minitc.errors import IRError, ScheduleError
+from minitc.expr import IterVar, free_vars
+from minitc.schedule.state import State
+from minitc.lowering.bounds import BoundInference
+from minitc.lowering.nest import NestBuilder
+from minitc.lowering.passes import check_no_bindings, check_parallel_nesting, inline_stages, simplify_stmt
 
 
 def debug_level() -> int:
@@ -97,12 +97,12 @@ def lower_state(state: State, inputs: list, outputs: list, name: str = "kernel",
     body = simplify_stmt(body) or ir.Seq(())
     _dump("simplify", body)
     if gpu:
-        from .gpu import sink_guards
+        from minitc.lowering.gpu import sink_guards
 
         body = sink_guards(body)
         _dump("sink guards below barriers", body)
     kernel = ir.Kernel(name, [params[n] for n in list(inputs) + list(outputs)], len(inputs), body)
-    from ..verify import verify
+    from minitc.verify import verify
 
     try:
         verify(kernel)
@@ -115,6 +115,6 @@ def lower_state(state: State, inputs: list, outputs: list, name: str = "kernel",
 
 def _dump(pass_name: str, body) -> None:
     if debug_level() >= 2:
-        from ..printer import format_stmt
+        from minitc.printer import format_stmt
 
         print(f"--- after {pass_name} ---\n{format_stmt(body)}", file=sys.stderr)

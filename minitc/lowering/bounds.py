@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..arith import bounds, simplify
-from ..errors import ScheduleError
-from ..expr import Const, Expr, Var, binary, compare, const, substitute, walk
-from ..ir import THREAD_TAGS
-from ..schedule.stages import axis_map
-from ..schedule.state import Split, Stage, State
-from .intervals import exact_box, interval, union
+from minitc.arith import bounds, simplify
+from minitc.errors import ScheduleError
+from minitc.expr import Const, Expr, Var, binary, compare, const, substitute, walk
+from minitc.ir import THREAD_TAGS
+from minitc.schedule.stages import axis_map
+from minitc.schedule.state import Split, Stage, State
+from minitc.lowering.intervals import exact_box, interval, union
 
 
 @dataclass

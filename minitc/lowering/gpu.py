@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import ir
-from ..errors import ScheduleError
-from ..expr import Var, walk
+from minitc import ir
+from minitc.errors import ScheduleError
+from minitc.expr import Var, walk
 
 DIMS = "xyz"
 
@@ -230,7 +230,7 @@ def sink_guards(s: ir.Stmt) -> ir.Stmt:
         if isinstance(body, ir.Seq):
             return ir.seq(*(push(cond, c) for c in body.stmts))
         if isinstance(body, ir.IfThenElse) and body.orelse is None:
-            from ..expr import logical
+            from minitc.expr import logical
 
             return push(logical("and", cond, body.cond), body.then)
         return ir.IfThenElse(cond, body)

@@ -8,8 +8,8 @@ and `%`.
 """
 from __future__ import annotations
 
-from ..arith import affine, simplify
-from ..expr import Binary, Const, Expr, Var, binary, const, walk
+from minitc.arith import affine, simplify
+from minitc.expr import Binary, Const, Expr, Var, binary, const, walk
 
 
 def _mentions_any(e: Expr, varying: dict) -> bool:

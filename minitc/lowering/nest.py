@@ -8,12 +8,12 @@ innermost loop they depend on.
 """
 from __future__ import annotations
 
-from .. import ir
-from ..errors import ScheduleError
-from ..expr import Var, logical, substitute, transform, walk
-from ..schedule.state import Read, Stage, State
-from ..te import Reduce, combine
-from .bounds import StageInfo
+from minitc import ir
+from minitc.errors import ScheduleError
+from minitc.expr import Var, logical, substitute, transform, walk
+from minitc.schedule.state import Read, Stage, State
+from minitc.te import Reduce, combine
+from minitc.lowering.bounds import StageInfo
 
 
 class NestBuilder:

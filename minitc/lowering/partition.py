@@ -27,10 +27,10 @@ they are emitted) stays within GROWTH times the original, plus MIN_BUDGET statem
 """
 from __future__ import annotations
 
-from .. import ir
-from ..arith import bounds
-from ..expr import Binary, Compare, Var, binary, compare, const, walk
-from .passes import _subst_stmt, simplify_stmt
+from minitc import ir
+from minitc.arith import bounds
+from minitc.expr import Binary, Compare, Var, binary, compare, const, walk
+from minitc.lowering.passes import _subst_stmt, simplify_stmt
 
 GROWTH = 4
 MIN_BUDGET = 3000

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .. import ir
-from ..arith import bounds, simplify
-from ..errors import ScheduleError
-from ..expr import Binary, Compare, Const, Var, substitute, transform
-from ..schedule.state import Read, State
-from ..te import Reduce
+from minitc import ir
+from minitc.arith import bounds, simplify
+from minitc.errors import ScheduleError
+from minitc.expr import Binary, Compare, Const, Var, substitute, transform
+from minitc.schedule.state import Read, State
+from minitc.te import Reduce
 
 
 # A parallel loop of one iteration still marks a parallel region, and a bound one of one
@@ -111,7 +111,7 @@ def _simplify_cond(cond, ranges: dict):
     """Drop the conjuncts of a guard that the loop ranges prove."""
     if isinstance(cond, Binary) and cond.op == "and":
         a, b = _simplify_cond(cond.a, ranges), _simplify_cond(cond.b, ranges)
-        from ..expr import logical
+        from minitc.expr import logical
 
         return logical("and", a, b)
     if isinstance(cond, Compare) and cond.op in ("lt", "le", "gt", "ge"):

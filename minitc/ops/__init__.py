@@ -23,16 +23,17 @@ instances of the same operator in one graph different `name=`s.
 `reference` holds a plain-numpy version of each operator with the same name and arguments;
 `OPS` maps every operator name to (build, reference, make_inputs), see registry.py.
 """
-from . import reference
-from .elementwise import add, bias_add, div, exp, gelu, maximum, minimum, mul, relu, sigmoid, sub, tanh
-from .linalg import batch_matmul, dense, matmul
-from .nn import avg_pool2d, conv2d, depthwise_conv2d, max_pool2d
-from .norm import layer_norm, softmax
-from .reduce import max, mean, min, sum  # noqa: A004 - numpy-style names inside the namespace
-from .registry import OPS, SIZES, Example, Instance, OpSpec
+from minitc.ops import reference
+from minitc.ops._util import window_output_size
+from minitc.ops.elementwise import add, bias_add, div, exp, gelu, maximum, minimum, mul, relu, sigmoid, sub, tanh
+from minitc.ops.linalg import batch_matmul, dense, matmul
+from minitc.ops.nn import avg_pool2d, conv2d, depthwise_conv2d, max_pool2d
+from minitc.ops.norm import layer_norm, softmax
+from minitc.ops.reduce import max, mean, min, sum  # noqa: A004 - numpy-style names inside the namespace
+from minitc.ops.registry import OPS, SIZES, Example, Instance, OpSpec
 
 __all__ = [
-    "OPS", "SIZES", "Example", "Instance", "OpSpec", "reference",
+    "OPS", "SIZES", "Example", "Instance", "OpSpec", "reference", "window_output_size",
     "matmul", "batch_matmul", "dense",
     "conv2d", "depthwise_conv2d", "max_pool2d", "avg_pool2d",
     "softmax", "layer_norm",

@@ -6,9 +6,9 @@ minitc's source.
 """
 from __future__ import annotations
 
-from .. import dtypes
-from ..errors import DTypeError, ShapeError
-from ..te import Tensor
+from minitc import dtypes
+from minitc.errors import DTypeError, ShapeError
+from minitc.te import Tensor
 
 
 def tensor(op: str, what: str, x) -> Tensor:
@@ -105,12 +105,17 @@ def full_index(ndim: int, reduced: tuple, out_index: tuple, reduce_vars: tuple, 
     return tuple(next(rvars) if d in reduced else next(kept) for d in range(ndim))
 
 
-def out_size(op: str, what: str, extent: int, pad: int, window: int, stride: int, dilation: int = 1) -> int:
+def window_output_size(extent: int, pad: int, window: int, stride: int, dilation: int = 1) -> int:
     """Output extent of a sliding window (no ceil mode): floor((n + 2p - d(w-1) - 1) / s) + 1."""
+    return (extent + 2 * pad - dilation * (window - 1) - 1) // stride + 1
+
+
+def out_size(op: str, what: str, extent: int, pad: int, window: int, stride: int, dilation: int = 1) -> int:
+    """window_output_size, or a ShapeError naming `op` when the window does not fit."""
     span = dilation * (window - 1) + 1
     if extent + 2 * pad < span:
         raise ShapeError(
             f"{op}: the {what} window spans {span} (kernel {window}, dilation {dilation}) but the "
             f"padded input is only {extent + 2 * pad} ({extent} + 2*{pad}); use a smaller kernel or more padding"
         )
-    return (extent + 2 * pad - span) // stride + 1
+    return window_output_size(extent, pad, window, stride, dilation)

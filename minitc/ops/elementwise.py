@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import math
 
-from .. import dtypes
-from ..errors import DTypeError, ShapeError
-from ..expr import Expr, as_expr, binary, call, maximum as _maximum, minimum as _minimum
-from ..te import Tensor, compute
-from . import _util
+from minitc import dtypes
+from minitc.errors import DTypeError, ShapeError
+from minitc.expr import Expr, as_expr, binary, call, maximum as _maximum, minimum as _minimum
+from minitc.te import Tensor, compute
+from minitc.ops import _util
 
 _SQRT1_2 = 1.0 / math.sqrt(2.0)
 

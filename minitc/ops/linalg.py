@@ -6,11 +6,11 @@ Stage naming: the product stage carries the operator's name (`matmul`, `batch_ma
 """
 from __future__ import annotations
 
-from .. import te
-from ..errors import ShapeError
-from ..te import Tensor, compute, reduce_axis
-from . import _util
-from .elementwise import ACTIVATIONS, activation as apply_activation
+from minitc import te
+from minitc.errors import ShapeError
+from minitc.te import Tensor, compute, reduce_axis
+from minitc.ops import _util
+from minitc.ops.elementwise import ACTIVATIONS, activation as apply_activation
 
 
 def matmul(A, B, transpose_a: bool = False, transpose_b: bool = False, name: str | None = None) -> Tensor:

@@ -7,11 +7,11 @@ Stage naming: the main stage carries the operator's name (`conv2d`, `depthwise_c
 """
 from __future__ import annotations
 
-from .. import dtypes, te
-from ..errors import ShapeError
-from ..expr import select
-from ..te import Tensor, compute, reduce_axis
-from . import _util
+from minitc import dtypes, te
+from minitc.errors import ShapeError
+from minitc.expr import select
+from minitc.te import Tensor, compute, reduce_axis
+from minitc.ops import _util
 
 
 def pad_hw(X: Tensor, ph: int, pw: int, value, name: str) -> Tensor:

@@ -8,11 +8,11 @@ input).
 """
 from __future__ import annotations
 
-from .. import te
-from ..errors import ShapeError
-from ..expr import call
-from ..te import Tensor, compute, reduce_axis
-from . import _util
+from minitc import te
+from minitc.errors import ShapeError
+from minitc.expr import call
+from minitc.te import Tensor, compute, reduce_axis
+from minitc.ops import _util
 
 
 def softmax(X, axis: int = -1, name: str | None = None) -> Tensor:

@@ -7,9 +7,9 @@ Each is one stage named after the operator (or `name`); reduce axes are named `r
 """
 from __future__ import annotations
 
-from .. import te
-from ..te import Tensor, compute, reduce_axis
-from . import _util
+from minitc import te
+from minitc.te import Tensor, compute, reduce_axis
+from minitc.ops import _util
 
 
 def _reduction(op: str, combiner, X, axis, keepdims: bool, name, scale=None) -> Tensor:

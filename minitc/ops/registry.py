@@ -23,8 +23,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from ..te import Tensor, placeholder
-from . import elementwise, linalg, nn, norm, reduce, reference
+from minitc.te import Tensor, placeholder
+from minitc.ops import elementwise, linalg, nn, norm, reduce, reference
 
 SIZES = ("tiny", "small", "medium")
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..errors import ScheduleError
-from ..ir import GPU_TAGS
-from .state import Fuse, Loop, Split, State, unique_name
+from minitc.errors import ScheduleError
+from minitc.ir import GPU_TAGS
+from minitc.schedule.state import Fuse, Loop, Split, State, unique_name
 
 MAX_VECTOR_LANES = 64
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..arith import affine
-from ..errors import ScheduleError
-from ..expr import IterVar, transform
-from ..te import Reduce
-from .state import Attach, Read, Stage, State, initial_loops, unique_name
+from minitc.arith import affine
+from minitc.errors import ScheduleError
+from minitc.expr import IterVar, transform
+from minitc.te import Reduce
+from minitc.schedule.state import Attach, Read, Stage, State, initial_loops, unique_name
 
 SCOPES = ("global", "local", "shared")
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..errors import ScheduleError
-from ..expr import Expr, IterVar, substitute, transform
-from ..te import ComputeOp, Reduce, Tensor, TensorRead, graph
+from minitc.errors import ScheduleError
+from minitc.expr import Expr, IterVar, substitute, transform
+from minitc.te import ComputeOp, Reduce, Tensor, TensorRead, graph
 
 
 
@@ -107,7 +107,7 @@ class Stage:
         """The Read nodes of the body, in order."""
         if self.body is None:
             return []
-        from ..expr import walk
+        from minitc.expr import walk
 
         return [n for n in walk(self.body) if isinstance(n, Read)]
 

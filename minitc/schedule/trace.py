@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 
-from ..errors import ScheduleError
+from minitc.errors import ScheduleError
 
 STEP_KINDS = (
     "split", "fuse", "reorder", "unroll", "parallel", "vectorize",

@@ -1,0 +1,40 @@
+"""What minitc.lm adds to the tuner, registered through the entry point group `minitc.plugins`
+(pyproject.toml) the first time the tuner looks a plug-in up:
+
+- the `tlm` strategy: the language model proposes decisions (strategy.py); on a GPU target,
+  which the shipped model has never seen, tuning falls back to evolutionary search;
+- a `sentence` field in every tuning record, whichever strategy found the program, so that
+  every measurement can become training data (data.demonstrations reads it back).
+
+The factories import torch and measure the machine only when called.
+"""
+from __future__ import annotations
+
+import warnings
+
+from minitc.autotune.registry import make_strategy, register_record_extras, register_strategy
+
+
+def tlm_strategy(space, rng, cost_model=None, lm=None, learn: bool = False, **_):
+    if space.gpu:
+        warnings.warn("the shipped language model knows CPU sentences only; tuning the GPU with evolutionary search",
+                      stacklevel=4)  # fmt: skip
+        return make_strategy("evolutionary", space, rng, cost_model)
+    from minitc.autotune.cost_model import default_cost_model
+    from minitc.lm.strategy import tlm_search
+
+    return tlm_search(space, rng, cost_model or default_cost_model(), lm, learn)
+
+
+def sentence_extras(space):
+    """fn(candidate) -> {"sentence": its tensor-language sentence} for this space."""
+    from minitc.lm.hardware import hardware
+    from minitc.lm.language import SentenceWriter
+
+    write = SentenceWriter(space, hardware(space.target))
+    return lambda candidate: {"sentence": str(write(candidate.decisions))}
+
+
+def register() -> None:
+    register_strategy("tlm", tlm_strategy)
+    register_record_extras("sentence", sentence_extras)

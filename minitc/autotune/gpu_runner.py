@@ -1,0 +1,95 @@
+"""Measuring GPU candidates: the builder lowers and renders them (no GPU needed), the runner
+compiles them with NVRTC and times them with CUDA events in its own process, so a kernel that
+crashes or hangs takes down only that process.
+
+With target `cuda-sim` the runner executes candidates in the numpy simulator instead: the
+"timings" are then the simulator's wall time and mean nothing about a GPU, but the whole
+tuning pipeline (space, build, check, records) runs on a machine without one, as in the tests.
+"""
+from __future__ import annotations
+
+import time
+
+
+from minitc.errors import MinitcError
+from minitc.autotune.runner import BuildResult, LocalRunner, mismatch
+from minitc.autotune.worker import WorkerCrashed
+from minitc.backends import build_schedule, lower_gpu
+from minitc.schedule import Schedule, Trace
+
+
+def build_gpu_candidate(outputs, args, target: str, trace: str) -> BuildResult:
+    """Replay a trace, lower it for the GPU and render its CUDA C (in a builder process)."""
+    start = time.perf_counter()
+    s = Schedule(outputs).replay(Trace.from_json(trace))
+    program = lower_gpu(s, target, args=args)
+    source = b""
+    if target.split()[0] == "cuda":
+        from minitc.backends.cuda.codegen import render_program
+
+        source = render_program(program).encode()
+    return BuildResult(trace, "gpu", source, len(program.buffers), None, time.perf_counter() - start)
+
+
+# -- in the runner process -------------------------------------------------------------------
+
+_GPU: dict = {}
+
+
+def gpu_runner_setup(inputs, expected, rtol, target: str) -> bool:
+    _GPU.update(inputs=inputs, expected=expected, rtol=rtol, target=target, device_inputs=None)
+    if target.split()[0] == "cuda":
+        import cupy
+
+        _GPU["device_inputs"] = [cupy.asarray(a) for a in inputs]
+    return True
+
+
+def gpu_runner_run(outputs, args, trace: str, repeats: int, min_repeat_ms: float):
+    """Build a candidate for the device, check it against the expected outputs, time it."""
+    target, expected, rtol = _GPU["target"], _GPU["expected"], _GPU["rtol"]
+    try:
+        f = build_schedule(Schedule(outputs).replay(Trace.from_json(trace)), target, args=args)
+    except MinitcError as e:
+        return ("error", f"build: {e}")
+    simulated = _GPU["device_inputs"] is None
+    inputs = _GPU["inputs"] if simulated else _GPU["device_inputs"]
+    start = time.perf_counter()
+    got = f(*inputs)
+    got = list(got) if isinstance(got, tuple) else [got]
+    if not simulated:
+        import cupy
+
+        got = [cupy.asnumpy(g) for g in got]
+    once = time.perf_counter() - start
+    wrong = mismatch(got, expected, rtol)
+    if wrong:
+        return ("error", wrong)
+    if simulated:
+        return ("ok", ((once * 1e3,) * repeats, once))
+    number = max(1, int(min_repeat_ms / 1e3 / max(once, 1e-6)))
+    latencies = tuple(f.time_ms(*inputs, number=number, repeat=repeats))
+    return ("ok", (latencies, once + sum(latencies) * number / 1e3))
+
+
+class GpuRunner(LocalRunner):
+    """Runs built GPU candidates one at a time in a separate process (see LocalRunner). A
+    failure inside the worker (a CUDA error, a missing CuPy) is recorded as the candidate's."""
+
+    CRASHES = (WorkerCrashed, MinitcError)
+
+    def __init__(self, timeout: float = 30.0, repeats: int = 5, min_repeat_ms: float = 20.0, target: str = "cuda"):
+        super().__init__(timeout, repeats, min_repeat_ms)
+        self.target = target
+
+    def fresh(self, repeats: int) -> GpuRunner:
+        return GpuRunner(self.timeout, repeats, self.min_repeat_ms, self.target)
+
+    def _setup(self, task) -> None:
+        self._worker.call("gpu_setup", task.inputs, task.expected, task.rtol, self.target, timeout=120)
+        self._task = task
+
+    def _call(self, b):
+        return self._worker.call(
+            "gpu_run", self._task.outputs, self._task.args, b.trace, self.repeats, self.min_repeat_ms, timeout=self.timeout
+        )

@@ -1,0 +1,97 @@
+"""The tuner's plug points, by name: search strategies, runners, and the extras stored with
+each record. Built in: strategies `random` and `evolutionary`, runner `local`. Packages above
+the tuner add their own without the tuner importing them: a package names a function in the
+entry-point group `minitc.plugins` (pyproject.toml), and the first lookup calls it. minitc.lm
+registers the `tlm` strategy and the tensor-language sentence every record stores that way.
+
+    register_strategy("mine", factory)   # factory(space, rng, cost_model, **options) -> strategy
+    make_strategy("evolutionary", space, rng)
+    register_runner("mine", factory)     # factory(target) -> runner (run, fresh, close)
+    register_record_extras("sentence", factory)  # factory(space) -> fn(candidate) -> dict, or None
+"""
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+
+from minitc.autotune.cost_model import default_cost_model
+from minitc.autotune.gpu_runner import GpuRunner
+from minitc.autotune.runner import LocalRunner
+from minitc.autotune.search import EvolutionarySearch, RandomSearch
+from minitc.errors import MinitcError
+from minitc.target import is_gpu
+
+STRATEGIES: dict = {}
+RUNNERS: dict = {}
+RECORD_EXTRAS: dict = {}
+_loaded = False
+
+
+def _load_plugins() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for ep in entry_points(group="minitc.plugins"):
+        ep.load()()
+
+
+def register_strategy(name: str, factory) -> None:
+    STRATEGIES[name] = factory
+
+
+def register_runner(name: str, factory) -> None:
+    RUNNERS[name] = factory
+
+
+def register_record_extras(name: str, factory) -> None:
+    RECORD_EXTRAS[name] = factory
+
+
+def strategy_names() -> tuple:
+    _load_plugins()
+    return tuple(STRATEGIES)
+
+
+def make_strategy(name: str, space, rng, cost_model=None, **options):
+    """The search strategy `name` for `space`; options (`lm`, `learn`) go to its factory."""
+    _load_plugins()
+    if name not in STRATEGIES:
+        raise MinitcError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+    return STRATEGIES[name](space, rng, cost_model, **options)
+
+
+def make_runner(runner, target):
+    """A runner object as given, or the registered runner `runner` (a name) for `target`."""
+    if not isinstance(runner, str):
+        return runner
+    _load_plugins()
+    if runner not in RUNNERS:
+        raise MinitcError(f"unknown runner {runner!r}; choose one of {', '.join(RUNNERS)}")
+    return RUNNERS[runner](target)
+
+
+def record_extras(space):
+    """One function of a candidate giving the extra fields its record stores (every
+    registered factory's, merged), or None when no factory has any for this space."""
+    _load_plugins()
+    writers = [w for w in (factory(space) for factory in RECORD_EXTRAS.values()) if w is not None]
+    if not writers:
+        return None
+    return lambda candidate: {k: v for w in writers for k, v in w(candidate).items()}
+
+
+def _random(space, rng, cost_model=None, **_):
+    return RandomSearch(space, rng)
+
+
+def _evolutionary(space, rng, cost_model=None, **_):
+    return EvolutionarySearch(space, cost_model or default_cost_model(), rng)
+
+
+def _local_runner(target):
+    return GpuRunner(target=target) if is_gpu(target) else LocalRunner()
+
+
+register_strategy("random", _random)
+register_strategy("evolutionary", _evolutionary)
+register_runner("local", _local_runner)

@@ -1,0 +1,269 @@
+"""Safe measurement of candidate programs: build in worker processes, run in an isolated runner
+process, with timeouts. Nothing a candidate does (crash, hang, wrong result, compile error) can
+take the tuner down; each failure becomes a result with an error string instead.
+
+    task = Task.from_outputs(C)                      # inputs, expected outputs, argument order
+    builder, runner = LocalBuilder(), LocalRunner()
+    built = builder.build(task, [trace_json, ...])   # BuildResult per trace (object code or error)
+    results = runner.run(task, built)                # MeasureResult per candidate
+
+Builder and runner are small protocols (`build(task, traces)`, `run(task, built)`) over plain
+picklable data, so they can later be spread over a cluster (e.g. Ray actors) unchanged.
+"""
+from __future__ import annotations
+
+import hashlib
+import queue
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from minitc.autotune.worker import Worker, WorkerCrashed, WorkerTimeout
+from minitc.autotune.workload_key import workload_key
+from minitc.backends import lower_schedule
+from minitc.errors import MinitcError, ScheduleError
+from minitc.schedule import Schedule, Trace
+from minitc.target import is_gpu
+from minitc.te_eval import evaluate
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    trace: str
+    symbol: str | None = None
+    object_code: bytes | None = None
+    num_params: int = 0
+    error: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    trace: str
+    latencies_ms: tuple = ()
+    error: str | None = None
+    build_s: float = 0.0
+    run_s: float = 0.0
+    kernel_s: float = 0.0  # time spent inside the kernel itself (check + timed calls)
+
+    @property
+    def median_ms(self):
+        return float(np.median(self.latencies_ms)) if self.latencies_ms and self.error is None else None
+
+
+@dataclass
+class Task:
+    """What the workers need to build and check one workload: the output tensors (pickled with
+    their expression graphs), the argument order, input arrays and the expected outputs."""
+
+    outputs: list
+    args: list  # tensors in kernel argument order: inputs then outputs
+    inputs: list  # numpy arrays for the input arguments
+    expected: list  # numpy arrays, one per output
+    target: str = "llvm"
+    rtol: float = 1e-3
+    key: str = ""  # the workload key (workload.py)
+    meta: dict = field(default_factory=dict)
+
+    @staticmethod
+    def from_outputs(outputs, target: str = "llvm", seed: int = 0) -> Task:
+        """Random inputs (standard normal) and expected outputs from the numpy evaluator."""
+        outs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+        s = Schedule(outs)
+        in_names, out_names = s.arguments()
+        args = [s.tensor(n) for n in in_names] + [s.tensor(n) for n in out_names]
+        rng = np.random.default_rng(seed)
+        inputs = [_random_array(t, rng) for t in args[: len(in_names)]]
+        expected = evaluate(outs, dict(zip(args, inputs)))
+        return Task(outs, args, inputs, expected, target, key=workload_key(outs))
+
+
+def _random_array(t, rng):
+    if t.dtype.startswith("float"):
+        return rng.standard_normal(t.shape).astype(t.dtype)
+    return rng.integers(-8, 8, t.shape).astype(t.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# building
+
+
+def build_candidate(outputs, args, target: str, trace: str, key: str = "") -> BuildResult:
+    """Replay a trace and compile it to object code (runs in a builder process)."""
+    from minitc.backends.llvm.aot import compile_object
+
+    start = time.perf_counter()
+    try:
+        if is_gpu(target):
+            from minitc.autotune.gpu_runner import build_gpu_candidate
+
+            return build_gpu_candidate(outputs, args, target, trace)
+        s = Schedule(outputs).replay(Trace.from_json(trace))
+        kernel = lower_schedule(s, args=args)
+        # the runner caches loaded code by symbol: name it after workload, target and trace
+        digest = hashlib.sha256("\n".join((key, target, trace)).encode()).hexdigest()[:20]
+        symbol, obj = compile_object(kernel, target, name=f"cand_{digest}")
+    except ScheduleError as e:
+        return BuildResult(trace, error=f"schedule: {e}", seconds=time.perf_counter() - start)
+    except MinitcError as e:
+        return BuildResult(trace, error=f"build: {type(e).__name__}: {e}", seconds=time.perf_counter() - start)
+    except Exception:  # a bug in minitc itself: keep tuning, but say so
+        return BuildResult(trace, error=f"build: internal error: {traceback.format_exc(limit=3)}", seconds=time.perf_counter() - start)
+    return BuildResult(trace, symbol, obj, len(kernel.params), None, time.perf_counter() - start)
+
+
+class LocalBuilder:
+    """Builds candidates in `workers` worker processes, overlapping with measurement."""
+
+    def __init__(self, workers: int = 1, timeout: float = 60.0):
+        self.timeout = timeout
+        self.workers = max(1, workers)
+        self._workers = [Worker() for _ in range(self.workers)]
+        self._threads = ThreadPoolExecutor(self.workers)
+        self._idle = queue.Queue()
+        for w in self._workers:
+            self._idle.put(w)
+
+    def build_one(self, task: Task, trace: str) -> list:
+        """Build one candidate on whichever worker is free (thread-safe); returns [BuildResult]."""
+        worker = self._idle.get()
+        try:
+            return self._build_on(worker, task, [trace])
+        finally:
+            self._idle.put(worker)
+
+    def build(self, task: Task, traces: list) -> list:
+        """Build candidates in parallel, each on whichever worker is free; results in order."""
+        return [r for part in self._threads.map(lambda t: self.build_one(task, t), traces) for r in part]
+
+    def _build_on(self, worker, task: Task, traces: list) -> list:
+        out = []
+        for trace in traces:
+            try:
+                out.append(worker.call("build", task.outputs, task.args, task.target, trace, task.key, timeout=self.timeout))
+            except WorkerTimeout:
+                out.append(BuildResult(trace, error=f"build: timed out after {self.timeout:.0f} s"))
+            except MinitcError as e:
+                out.append(BuildResult(trace, error=f"build: {e}"))
+        return out
+
+    def close(self) -> None:
+        for w in self._workers:
+            w.close()
+        self._threads.shutdown(wait=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# running (these two functions run inside the runner process)
+
+_RUNNER: dict = {}
+
+
+def runner_setup(inputs, expected, rtol, threads) -> bool:
+    from minitc.backends.llvm.runtime import set_num_threads
+
+    set_num_threads(threads)
+    _RUNNER.update(inputs=inputs, expected=expected, rtol=rtol)
+    return True
+
+
+def mismatch(outputs, expected, rtol: float) -> str | None:
+    """Why a candidate's outputs are wrong, or None when all are close to the reference."""
+    for got, want in zip(outputs, expected):
+        atol = rtol * max(float(np.max(np.abs(want))) if want.size else 1.0, 1.0)
+        close = np.isclose(got, want, rtol=rtol, atol=atol)
+        if not close.all():
+            return f"wrong: {int((~close).sum())} of {want.size} elements differ from the numpy reference"
+    return None
+
+
+def runner_run(symbol, obj, num_params, repeats, min_repeat_ms):
+    """Load a candidate, check it against the expected outputs, then time it."""
+    import ctypes
+
+    from minitc.backends.llvm.aot import load_object
+
+    inputs, expected, rtol = _RUNNER["inputs"], _RUNNER["expected"], _RUNNER["rtol"]
+    try:
+        address = load_object(symbol, obj)
+    except MinitcError as e:
+        return ("error", f"load: {e}")
+    fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * num_params)(address)
+    outs = [np.full(e.shape, np.nan, e.dtype) if e.dtype.kind == "f" else np.zeros(e.shape, e.dtype) for e in expected]
+    ptrs = [a.ctypes.data for a in list(inputs) + outs]
+    start = time.perf_counter()
+    fn(*ptrs)
+    once = time.perf_counter() - start
+    wrong = mismatch(outs, expected, rtol)
+    if wrong:
+        return ("error", wrong)
+    number = max(1, int(min_repeat_ms / 1e3 / max(once, 1e-7)))
+    latencies = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(number):
+            fn(*ptrs)
+        latencies.append((time.perf_counter() - t) * 1e3 / number)
+    return ("ok", (tuple(latencies), once + sum(latencies) * number / 1e3))
+
+
+class LocalRunner:
+    """Runs built candidates one at a time in a separate process. A candidate that crashes the
+    process or runs past `timeout` seconds is recorded as an error and the process restarted."""
+
+    CRASHES: tuple = (WorkerCrashed,)  # worker failures recorded as the candidate's error
+
+    def __init__(self, timeout: float = 10.0, repeats: int = 5, min_repeat_ms: float = 20.0, threads: int | None = None):
+        self.timeout, self.repeats, self.min_repeat_ms = timeout, repeats, min_repeat_ms
+        self.threads = threads
+        self._worker = Worker()
+        self._task = None
+
+    def fresh(self, repeats: int) -> LocalRunner:
+        """A new runner like this one, for the final re-measurement."""
+        return LocalRunner(self.timeout, repeats, self.min_repeat_ms, self.threads)
+
+    def _call(self, b: BuildResult):
+        """Measure one built candidate in the worker: ("ok", (latencies, kernel s)) or ("error", why)."""
+        return self._worker.call(
+            "run", b.symbol, b.object_code, b.num_params, self.repeats, self.min_repeat_ms, timeout=self.timeout
+        )
+
+    def _setup(self, task: Task) -> None:
+        from minitc.backends.llvm.runtime import get_num_threads
+
+        threads = self.threads or get_num_threads()
+        self._worker.call("setup", task.inputs, task.expected, task.rtol, threads, timeout=120)
+        self._task = task
+
+    def run(self, task: Task, built: list) -> list:
+        results = []
+        for b in built:
+            if b.error is not None:
+                results.append(MeasureResult(b.trace, error=b.error, build_s=b.seconds))
+                continue
+            start = time.perf_counter()
+            try:
+                if self._task is not task or self._worker.proc is None:
+                    self._setup(task)
+                status, value = self._call(b)
+            except WorkerTimeout:
+                status, value = "error", f"timeout: no result within {self.timeout:.1f} s"
+                self._task = None
+            except self.CRASHES as e:
+                status, value = "error", f"crash: the kernel killed the measurement process: {e}"
+                self._task = None
+            run_s = time.perf_counter() - start
+            if status == "ok":
+                latencies, kernel_s = value
+                results.append(MeasureResult(b.trace, latencies, None, b.seconds, run_s, kernel_s))
+            else:
+                results.append(MeasureResult(b.trace, error=value, build_s=b.seconds, run_s=run_s))
+        return results
+
+    def close(self) -> None:
+        self._worker.close()
+        self._task = None

@@ -1,0 +1,220 @@
+"""`Schedule`: the user-facing recorder. Each method builds a trace step and applies it with
+`apply_step`, the same function replay uses, so a trace always replays to the same program."""
+from __future__ import annotations
+
+from minitc.errors import ScheduleError
+from minitc.te import Tensor
+from minitc.schedule import loops as loop_prims
+from minitc.schedule import stages as stage_prims
+from minitc.schedule.state import LoopRef, State, from_tensors, stage_tensor
+from minitc.schedule.trace import Step, Trace
+
+_KIND_OF_STEP = {"unroll": "unrolled", "parallel": "parallel", "vectorize": "vectorized"}
+
+
+def apply_step(state: State, step: Step) -> tuple[State, tuple]:
+    """Apply one trace step; return the new state and the names of loops/stages it created."""
+    kind, stage = step.kind, step.stage
+    if kind == "split":
+        if len(step.loops) != 1 or len(step.decisions) != 1:
+            raise ScheduleError(f"malformed split step {step}")
+        if "nparts" in step.args:
+            state, o, i = loop_prims.split(state, stage, step.loops[0], nparts=step.decisions[0])
+        else:
+            state, o, i = loop_prims.split(state, stage, step.loops[0], factor=step.decisions[0])
+        return state, (o, i)
+    if kind == "fuse":
+        state, f = loop_prims.fuse(state, stage, step.loops)
+        return state, (f,)
+    if kind == "reorder":
+        return loop_prims.reorder(state, stage, step.loops), ()
+    if kind in _KIND_OF_STEP:
+        if len(step.loops) != 1:
+            raise ScheduleError(f"malformed {kind} step {step}")
+        return loop_prims.annotate(state, stage, step.loops[0], _KIND_OF_STEP[kind]), ()
+    if kind == "bind":
+        if len(step.loops) != 1 or len(step.args) != 1:
+            raise ScheduleError(f"malformed bind step {step}")
+        return loop_prims.bind(state, stage, step.loops[0], step.args[0]), ()
+    if kind in ("compute_at", "reverse_compute_at"):
+        fn = stage_prims.compute_at if kind == "compute_at" else stage_prims.reverse_compute_at
+        if len(step.loops) != 1 or len(step.args) != 1:
+            raise ScheduleError(f"malformed {kind} step {step}")
+        return fn(state, stage, step.args[0], step.loops[0]), ()
+    if kind == "compute_inline":
+        return stage_prims.compute_inline(state, stage), ()
+    if kind == "cache_write":
+        state, name = stage_prims.cache_write(state, stage, *step.args)
+        return state, (name,)
+    if kind == "cache_read":
+        layout = tuple(step.args[2]) if len(step.args) > 2 else None
+        state, name = stage_prims.cache_read(state, stage, step.args[0], tuple(step.args[1]), layout)
+        return state, (name,)
+    raise ScheduleError(f"unknown trace step kind {kind!r}")
+
+
+class Schedule:
+    """How to compute one or more output tensors. Starts as the naive loop nest; primitives
+    transform it and are recorded in `self.trace`."""
+
+    def __init__(self, outputs):
+        outs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+        if not outs or not all(isinstance(t, Tensor) for t in outs):
+            raise ScheduleError("Schedule takes an output tensor or a list of output tensors")
+        self.outputs = outs
+        self.state, self._names = from_tensors(outs)
+        self.initial_state = self.state
+        self.trace = Trace()
+
+    # -- handles -------------------------------------------------------------------------
+    def stage_name(self, tensor) -> str:
+        if isinstance(tensor, str):
+            self.state.stage(tensor)
+            return tensor
+        if isinstance(tensor, Tensor):
+            if tensor in self._names:
+                return self._names[tensor]
+            raise ScheduleError(f"tensor {tensor.name} is not part of this schedule's computation")
+        raise ScheduleError(f"expected a tensor of this schedule, got {tensor!r}")
+
+    def tensor(self, name: str) -> Tensor:
+        for t, n in self._names.items():
+            if n == name:
+                return t
+        raise ScheduleError(f"no stage named {name!r}")
+
+    def arguments(self, args=None) -> tuple[list, list]:
+        """Input and output stage names in the kernel's argument order. By default the inputs
+        are the placeholders in the order they were created and the outputs follow in schedule
+        order; `args` (tensors or stage names) gives the order explicitly."""
+        outputs = list(self.state.outputs)
+        live = [n for n in self._names.values() if self.state.has(n)]
+        if args is None:
+            placeholders = [t for t, n in self._names.items() if n in live and self.state.stage(n).is_placeholder]
+            placeholders.sort(key=lambda t: t.order)
+            return [self._names[t] for t in placeholders], outputs
+        names = [self.stage_name(a) for a in args]
+        inputs = [n for n in names if self.state.stage(n).is_placeholder]
+        given_outputs = [n for n in names if not self.state.stage(n).is_placeholder]
+        missing = [n for n in live if self.state.stage(n).is_placeholder and n not in inputs]
+        if missing:
+            raise ScheduleError(f"args is missing input(s) {', '.join(missing)} that the computation reads")
+        if sorted(given_outputs) != sorted(outputs):
+            raise ScheduleError(f"args must list the outputs {', '.join(outputs)}, got {', '.join(given_outputs) or 'none'}")
+        return inputs, given_outputs
+
+    def loops(self, tensor) -> tuple:
+        """The stage's current loops, outermost first (initially spatial axes, then reduction)."""
+        name = self.stage_name(tensor)
+        stage = self.state.stage(name)
+        if stage.is_placeholder:
+            raise ScheduleError(f"{name} is an input placeholder; it has no loops")
+        return tuple(LoopRef(name, lp.name) for lp in stage.loops)
+
+    def _loop(self, loop) -> LoopRef:
+        if not isinstance(loop, LoopRef):
+            raise ScheduleError(f"expected a loop returned by Schedule.loops or a primitive, got {loop!r}")
+        stage = self.state.stage(loop.stage)
+        if all(lp.name != loop.name for lp in stage.loops):
+            raise ScheduleError(
+                f"loop {loop.name} of {loop.stage} no longer exists (split or fused away); "
+                f"current loops: {', '.join(lp.name for lp in stage.loops)}"
+            )
+        return loop
+
+    def _apply(self, step: Step) -> tuple:
+        self.state, created = apply_step(self.state, step)
+        self.trace = self.trace.append(step)
+        return created
+
+    def _same_stage(self, loops, primitive: str) -> str:
+        refs = [self._loop(lp) for lp in loops]
+        stages = {r.stage for r in refs}
+        if len(stages) != 1:
+            raise ScheduleError(f"{primitive}: the loops belong to different stages ({', '.join(sorted(stages))})")
+        return refs[0].stage
+
+    # -- loop primitives -----------------------------------------------------------------
+    def split(self, loop, factor=None, nparts=None) -> tuple:
+        """Split `loop` by `factor` (inner extent) or `nparts` (outer extent) -> (outer, inner)."""
+        ref = self._loop(loop)
+        args, value = (("nparts",), nparts) if nparts is not None and factor is None else ((), factor)
+        if factor is not None and nparts is not None:
+            raise ScheduleError(f"split of loop {ref.name}: give exactly one of factor= or nparts=")
+        o, i = self._apply(Step("split", ref.stage, (ref.name,), args, (value,)))
+        return LoopRef(ref.stage, o), LoopRef(ref.stage, i)
+
+    def fuse(self, *loops) -> LoopRef:
+        """Fuse adjacent loops (outermost first) into one."""
+        stage = self._same_stage(loops, "fuse")
+        (f,) = self._apply(Step("fuse", stage, tuple(lp.name for lp in loops)))
+        return LoopRef(stage, f)
+
+    def reorder(self, *loops) -> None:
+        """Reorder the given loops of one stage into the given order."""
+        stage = self._same_stage(loops, "reorder")
+        self._apply(Step("reorder", stage, tuple(lp.name for lp in loops)))
+
+    def unroll(self, loop) -> None:
+        ref = self._loop(loop)
+        self._apply(Step("unroll", ref.stage, (ref.name,)))
+
+    def parallel(self, loop) -> None:
+        ref = self._loop(loop)
+        self._apply(Step("parallel", ref.stage, (ref.name,)))
+
+    def vectorize(self, loop) -> None:
+        ref = self._loop(loop)
+        self._apply(Step("vectorize", ref.stage, (ref.name,)))
+
+    def bind(self, loop, tag: str) -> None:
+        """Bind a loop to a GPU index: "blockIdx.x/y/z", "threadIdx.x/y/z" or "vthread"."""
+        ref = self._loop(loop)
+        self._apply(Step("bind", ref.stage, (ref.name,), (tag,)))
+
+    # -- stage primitives ----------------------------------------------------------------
+    def compute_at(self, tensor, loop) -> None:
+        ref = self._loop(loop)
+        self._apply(Step("compute_at", self.stage_name(tensor), (ref.name,), (ref.stage,)))
+
+    def reverse_compute_at(self, tensor, loop) -> None:
+        ref = self._loop(loop)
+        self._apply(Step("reverse_compute_at", self.stage_name(tensor), (ref.name,), (ref.stage,)))
+
+    def compute_inline(self, tensor) -> None:
+        self._apply(Step("compute_inline", self.stage_name(tensor)))
+
+    def cache_write(self, tensor, scope: str = "local") -> Tensor:
+        """Compute `tensor` into a new cache stage (returned) and copy it out."""
+        (name,) = self._apply(Step("cache_write", self.stage_name(tensor), (), (scope,)))
+        return self._register(name)
+
+    def cache_read(self, tensor, scope: str, readers, layout=None) -> Tensor:
+        """Make `readers` read `tensor` through a new cache stage (returned); `layout`, a
+        permutation of the dimensions, stores the cache transposed."""
+        readers = readers if isinstance(readers, (list, tuple)) else [readers]
+        names = tuple(self.stage_name(r) for r in readers)
+        args = (scope, names) if layout is None else (scope, names, tuple(layout))
+        (name,) = self._apply(Step("cache_read", self.stage_name(tensor), (), args))
+        return self._register(name)
+
+    def _register(self, name: str) -> Tensor:
+        t = stage_tensor(self.state.stage(name))
+        self._names[t] = name
+        return t
+
+    # -- traces --------------------------------------------------------------------------
+    def replay(self, trace: Trace) -> Schedule:
+        """Apply every step of `trace` to this schedule (normally a fresh one); returns self."""
+        for step in trace:
+            created = self._apply(step)
+            if step.kind in ("cache_write", "cache_read"):
+                self._register(created[0])
+        return self
+
+    @classmethod
+    def from_trace(cls, outputs, trace: Trace) -> Schedule:
+        return cls(outputs).replay(trace)
+
+    def __repr__(self):
+        return f"Schedule({', '.join(self.state.outputs)}, {len(self.trace)} steps)"

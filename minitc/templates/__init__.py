@@ -1,0 +1,82 @@
+"""Operator templates (hand-written default schedules): one function per operator family, written only with the public
+primitives and taking its tile sizes as arguments, so every template is a point of the design
+space the tuner searches.
+
+A template is registered for an operator tag (`tc.compute(..., tag=...)`, set by `tc.ops`):
+
+    @template("matmul")
+    def schedule_matmul(s, out, target, mr=6, nr=16, ...): ...
+
+    @defaults("matmul")
+    def matmul_defaults(s, out, target) -> dict: ...   # good tile sizes for this host
+
+`template_schedule(outputs, target)` looks up the template of the (single) output's tag and
+applies it with its defaults; `tc.build(tensor)` uses it. Outputs without a template keep the
+naive loop nest.
+"""
+from __future__ import annotations
+
+from minitc.errors import ScheduleError
+from minitc.schedule.recorder import Schedule
+from minitc.target import is_gpu, parse_target
+
+TEMPLATES: dict = {}  # tag -> fn(s, out_stage_name, target, **params)
+DEFAULTS: dict = {}  # tag -> fn(s, out_stage_name, target) -> params
+
+
+def template(tag: str):
+    def register(fn):
+        TEMPLATES[tag] = fn
+        return fn
+
+    return register
+
+
+def defaults(tag: str):
+    def register(fn):
+        DEFAULTS[tag] = fn
+        return fn
+
+    return register
+
+
+_LOADED = False
+
+
+def load_templates() -> None:
+    """Import the template modules (they register themselves); cheap after the first call.
+    Call it rather than testing `if not TEMPLATES`: importing one template module (the GPU
+    rules import gemm and elementwise) registers only that module's templates."""
+    global _LOADED
+    if _LOADED:
+        return
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{info.name}")
+    _LOADED = True
+
+
+def template_schedule(outputs, target="llvm") -> Schedule:
+    """The schedule `tc.build(tensor)` uses: the operator's template with default tile sizes
+    for `target`, or the naive loop nest when the operator has no template."""
+    if is_gpu(target):
+        from minitc.templates.gpu import gpu_template_schedule
+
+        return gpu_template_schedule(outputs, target)
+    load_templates()
+    s = Schedule(outputs)
+    if len(s.state.outputs) != 1:
+        return s
+    out = s.state.outputs[0]
+    tag = s.state.stage(out).tag
+    if tag not in TEMPLATES:
+        return s
+    tgt = parse_target(target) if isinstance(target, str) else target
+    params = DEFAULTS[tag](s, out, tgt) if tag in DEFAULTS else {}
+    try:
+        TEMPLATES[tag](s, out, tgt, **params)
+    except ScheduleError as e:  # a template must never make a computation unbuildable
+        raise ScheduleError(f"the default {tag} template failed on {out}: {e}") from e
+    return s

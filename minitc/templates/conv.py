@@ -1,0 +1,284 @@
+"""Schedule templates for the convolution family on NCHW data: `conv2d`, `depthwise_conv2d`,
+`max_pool2d`, `avg_pool2d`.
+
+conv2d is a direct convolution around a register-blocked micro-kernel. One parallel task owns a
+tile of `ohb` output rows (and, with `kgroups` > 1, a share of the output channels): it pads the
+input rows the tile reads into a local buffer (compute_at of the `pad` stage), then for each
+block of `kb` output channels accumulates a [kb, ohb, OW] tile in a local buffer (cache_write +
+compute_at) and copies it out. Inside, the micro-kernel keeps kb x ohb x owv vectors of `lanes`
+output columns in registers (unrolled loops over constant tile indices) and sweeps the reduction
+rc (blocked by `rcb`), ry, rx: each step is kb weight broadcasts, ohb x owv contiguous input
+loads and kb x ohb x owv FMAs.
+
+    for n_oh_o_k_o_o in parallel(N * OH/ohb * kgroups):
+        pad[C, ohb*sh + .., W + 2pw] = select(inside, X[..], 0)
+        for k_o_i in range(K/kb/kgroups):
+            acc[kb, ohb, OW] = 0
+            for rc_o, ow_o, rc_i:                       # ow_o: OW / (owv*lanes) micro-tiles
+                for ry, rx in unrolled(R), unrolled(S):
+                    for k, oh, ow_v in unrolled(kb), unrolled(ohb), unrolled(owv):
+                        acc[k, oh, ow_v*lanes : +lanes] += pad[rc, oh*sh + ry*dh, ..] * W[k, rc, ry, rx]
+            conv2d[.., k_o*kb : +kb, oh_o*ohb : +ohb, :] = acc
+
+depthwise_conv2d and the pools share one template: a task per (image, channel, `oht` rows),
+the padded rows in a local buffer, an accumulator tile of ohb x owv vectors swept over the
+window (unrolled).
+
+Every template uses only the public primitives and always applies the same steps (tile sizes
+change decisions, not structure), so its trace is a point of the tuner's design space. The
+`@defaults` functions choose sizes that divide the shape where they can; any size is correct.
+"""
+from __future__ import annotations
+
+from minitc.target.cpu import simd_width
+
+from minitc.errors import ScheduleError
+from minitc.templates import defaults, template
+
+ACC_REGISTERS = 12  # of the 16 vector registers: the rest hold broadcasts and input vectors
+FMA_LATENCY_CHAINS = 12  # accumulators that hide FMA latency (5 cycles x 2 pipes = 10, plus slack)
+L1_BYTES = 32 * 1024
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _divisors(n: int) -> list:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def find_pad_stage(s, out: str):
+    """The name of the `pad` stage `out` reads, or None when the operator has no padding."""
+    for name in s.state.stage(out).read_stages():
+        if s.state.stage(name).tag == "pad":
+            return name
+    return None
+
+
+def _attrs(s, out: str) -> dict:
+    return s.tensor(out).op.attrs
+
+
+def _lanes(extent: int, width: int, strided: bool = False) -> int:
+    """Vector lanes for a row of `extent` outputs. The register width when it divides the row;
+    otherwise a divisor of the row, so that no vector is masked (a masked accumulator vector is
+    never promoted to a register): for strided (gathered) inputs a power of two, else the row
+    itself when it fits one register (7), else a divisor just under the width (28 -> 7). Lanes
+    that are not a power of two cost extra loads and shuffles but keep the loop unguarded."""
+    if extent % width == 0:
+        return width
+    pow2 = [p for p in (width // 2, width // 4) if p >= 4 and extent % p == 0]
+    if strided and pow2:
+        return pow2[0]
+    if extent <= width:
+        return extent
+    near = [d for d in _divisors(extent) if width // 2 < d < width]
+    if near:
+        return max(near)
+    return pow2[0] if pow2 else width
+
+
+def _vector_loads(lanes: int, width: int) -> int:
+    """Loads that one unaligned contiguous vector of `lanes` elements costs: one per
+    power-of-two piece (7 lanes: 4 + 2 + 1)."""
+    return sum(bin(min(width, lanes - w)).count("1") for w in range(0, lanes, width))
+
+
+def _vectorize_rows(s, stage: str, lanes: int) -> None:
+    """Vectorize the innermost (row) loop of an elementwise stage such as the padding."""
+    inner = s.loops(stage)[-1]
+    _, vec = s.split(inner, factor=lanes)
+    s.vectorize(vec)
+
+
+def _place_pad(s, pad: str | None, where: str, tile_loop, lanes: int) -> None:
+    """Padding computed per parallel tile ("tile"), substituted into the reads ("inline"), or
+    computed once before the convolution ("root", parallel over its channels)."""
+    if pad is None:
+        return
+    if where == "inline":
+        s.compute_inline(pad)
+        return
+    if where == "tile":
+        s.compute_at(pad, tile_loop)
+    elif where == "root":
+        s.parallel(s.loops(pad)[1])
+    else:
+        raise ScheduleError(f"pad must be 'tile', 'inline' or 'root', got {where!r}")
+    _vectorize_rows(s, pad, lanes)
+
+
+def _static_makespan(works: list, threads: int) -> float:
+    """Time of the slowest thread over the ideal when the parallel runtime splits `works` (one
+    per iteration of the parallel loop) into `threads` contiguous chunks (1.0: balanced)."""
+    n = max(1, min(len(works), threads))
+    chunks = [sum(works[t * len(works) // n : (t + 1) * len(works) // n]) for t in range(n)]
+    return max(chunks) * threads / sum(works) if sum(works) else 1.0
+
+
+# -- conv2d --------------------------------------------------------------------------------------
+
+
+@template("conv2d")
+def schedule_conv2d(
+    s, out, target, kb=4, ohb=3, owv=1, lanes=8, rcb=0, kgroups=1, unroll_window=True, pad="tile"
+):
+    """Direct NCHW convolution (see the module docstring). kb: output channels, ohb: output rows
+    and owv: vectors of `lanes` output columns per micro-kernel; rcb: input channels per
+    reduction block (0: all); kgroups: parallel groups of output-channel blocks per row tile;
+    unroll_window: unroll ry and rx; pad: "tile", "inline" or "root"."""
+    K, C = s.state.stage(out).shape[1], s.state.stage(out).reduce_axes[0].extent
+    pad_stage = find_pad_stage(s, out)
+    acc = s.cache_write(out, "local")
+
+    # output: parallel over (image, row tile, channel group); a [kb, ohb, OW] tile per k_o
+    n, k, oh, ow = s.loops(out)
+    ko, ki = s.split(k, factor=kb)
+    kgo, kgi = s.split(ko, nparts=min(kgroups, _cdiv(K, kb)))
+    oho, ohi = s.split(oh, factor=ohb)
+    owo, owl = s.split(ow, factor=lanes)
+    s.reorder(n, oho, kgo, kgi, ki, ohi, owo, owl)
+    tile = s.fuse(n, oho, kgo)
+    s.parallel(tile)
+    s.vectorize(owl)
+    _place_pad(s, pad_stage, pad, tile, lanes)
+
+    # micro-kernel: kb x ohb x owv accumulator vectors, the reduction outside them
+    s.compute_at(acc, kgi)
+    an, ak, aoh, aow, rc, ry, rx = s.loops(acc)
+    wo, wi = s.split(aow, factor=owv * lanes)
+    wv, wl = s.split(wi, factor=lanes)
+    rco, rci = s.split(rc, factor=rcb or C)
+    s.reorder(an, rco, wo, rci, ry, rx, ak, aoh, wv, wl)
+    if unroll_window:
+        s.unroll(ry)
+        s.unroll(rx)
+    s.unroll(ak)
+    s.unroll(aoh)
+    s.unroll(wv)
+    s.vectorize(wl)
+
+
+@defaults("conv2d")
+def conv2d_defaults(s, out, target) -> dict:
+    """Tile sizes for the shape: about ACC_REGISTERS accumulator registers per micro-kernel, no
+    more loads than FMAs per step, sizes that divide K, OH and the vectors of a row when
+    possible (a masked vector in the accumulator tile is never unrolled into registers)."""
+    st = s.state.stage(out)
+    N, K, OH, OW = st.shape
+    C, R, S = (a.extent for a in st.reduce_axes)
+    sh, sw = _attrs(s, out)["stride"]
+    dh, dw = _attrs(s, out)["dilation"]
+    width = simd_width(target, st.dtype)
+    lanes = _lanes(OW, width, strided=sw > 1)
+    regs = _cdiv(lanes, width)  # registers per vector
+    nvec = _cdiv(OW, lanes)
+    per_vector = lanes if sw > 1 else _vector_loads(lanes, width)  # strided: lane by lane
+    best = None
+    for kb in range(1, min(K, 16) + 1):
+        for ohb in range(1, min(OH, 8) + 1):
+            for owv in _divisors(nvec) if lanes == width else [1]:  # see _lanes
+                acc = kb * ohb * owv * regs
+                if acc > ACC_REGISTERS and (kb, ohb, owv) != (1, 1, 1):
+                    continue
+                loads = ohb * owv * per_vector + kb
+                eff = min(acc, FMA_LATENCY_CHAINS) / FMA_LATENCY_CHAINS * min(1.0, acc / loads)
+                waste = (_cdiv(K, kb) * kb / K) * (_cdiv(OH, ohb) * ohb / OH)
+                key = (round(eff / waste, 3), kb)
+                if best is None or key > best[0]:
+                    best = (key, dict(kb=kb, ohb=ohb, owv=owv))
+    params = best[1]
+    # reduction block: the input rows and weights one block sweeps stay within half of L1
+    in_rows = (params["ohb"] - 1) * sh + (R - 1) * dh + 1
+    in_cols = (OW - 1) * sw + (S - 1) * dw + 1
+    per_channel = 4 * (in_rows * in_cols + params["kb"] * R * S)
+    rcb = max([d for d in _divisors(C) if d * per_channel <= L1_BYTES // 2] or [1])
+    # channel groups: split the output channels of a row tile over tasks only when the row
+    # tiles alone balance badly over the cores: each group repeats the padding of its rows, and
+    # LLVM then tends not to unswitch the row guard of a partial tile out of the micro-kernel
+    ohb, kblocks = params["ohb"], _cdiv(K, params["kb"])
+    rows = [min(ohb, OH - i * ohb) for i in range(_cdiv(OH, ohb))] * N
+    threads = max(1, target.num_cores)
+
+    def cost(g):
+        per = _cdiv(kblocks, g)
+        groups = [max(0, min(per, kblocks - j * per)) for j in range(g)]
+        return _static_makespan([r * b for r in rows for b in groups], threads) * (1 + 0.15 * (g - 1))
+
+    kgroups = min(range(1, min(kblocks, 8) + 1), key=cost)
+    return dict(params, lanes=lanes, rcb=rcb, kgroups=kgroups, unroll_window=R * S <= 25, pad="tile")
+
+
+# -- depthwise_conv2d and pooling ----------------------------------------------------------------
+
+
+def _schedule_window(s, out, target, oht, ohb, owv, lanes, unroll_window, pad):
+    """Per-channel sliding windows: a parallel task per (image, channel, oht output rows), the
+    padded rows computed in it, an accumulator tile of ohb rows x owv vectors swept over the
+    window."""
+    pad_stage = find_pad_stage(s, out)
+    acc = s.cache_write(out, "local")
+    n, c, oh, ow = s.loops(out)
+    oho, ohi = s.split(oh, factor=oht)
+    owo, owl = s.split(ow, factor=lanes)
+    s.reorder(n, c, oho, ohi, owo, owl)
+    tile = s.fuse(n, c, oho)
+    s.parallel(tile)
+    s.vectorize(owl)
+    _place_pad(s, pad_stage, pad, tile, lanes)
+
+    s.compute_at(acc, tile)
+    an, ac, aoh, aow, ry, rx = s.loops(acc)
+    ho, hi = s.split(aoh, factor=ohb)
+    wo, wi = s.split(aow, factor=owv * lanes)
+    wv, wl = s.split(wi, factor=lanes)
+    s.reorder(an, ac, ho, wo, ry, rx, hi, wv, wl)
+    if unroll_window:
+        s.unroll(ry)
+        s.unroll(rx)
+    s.unroll(hi)
+    s.unroll(wv)
+    s.vectorize(wl)
+
+
+def _window_defaults(s, out, target) -> dict:
+    st = s.state.stage(out)
+    _, _, OH, OW = st.shape
+    R, S = (a.extent for a in st.reduce_axes)
+    width = simd_width(target, st.dtype)
+    lanes = _lanes(OW, width, strided=_attrs(s, out)["stride"][1] > 1)
+    regs = _cdiv(lanes, width)
+    nvec = _cdiv(OW, lanes)
+    owv = max(d for d in _divisors(nvec) if d * regs <= 4) if lanes == width else 1
+    ohb = max(d for d in range(1, 5) if d * owv * regs <= 8 and (OH % d == 0 or d == 1))
+    # rows per task: a multiple of ohb whose accumulator tile stays well inside L1
+    per_row = 4 * OW
+    oht = ohb * max(1, min(_cdiv(OH, ohb), (L1_BYTES // 4) // (per_row * ohb)))
+    return dict(oht=oht, ohb=ohb, owv=owv, lanes=lanes, unroll_window=R * S <= 49, pad="tile")
+
+
+@template("depthwise_conv2d")
+def schedule_depthwise_conv2d(s, out, target, oht=8, ohb=2, owv=2, lanes=8, unroll_window=True, pad="tile"):
+    """Depthwise convolution: oht output rows per parallel task, ohb x owv accumulator vectors
+    of `lanes` columns; unroll_window unrolls ry and rx; pad: "tile", "inline" or "root"."""
+    _schedule_window(s, out, target, oht, ohb, owv, lanes, unroll_window, pad)
+
+
+@template("max_pool2d")
+def schedule_max_pool2d(s, out, target, oht=8, ohb=2, owv=2, lanes=8, unroll_window=True, pad="tile"):
+    """Max pooling; the parameters are those of the depthwise_conv2d template."""
+    _schedule_window(s, out, target, oht, ohb, owv, lanes, unroll_window, pad)
+
+
+@template("avg_pool2d")
+def schedule_avg_pool2d(s, out, target, oht=8, ohb=2, owv=2, lanes=8, unroll_window=True, pad="tile"):
+    """Average pooling; the parameters are those of the depthwise_conv2d template."""
+    _schedule_window(s, out, target, oht, ohb, owv, lanes, unroll_window, pad)
+
+
+for _tag in ("depthwise_conv2d", "max_pool2d", "avg_pool2d"):
+    defaults(_tag)(_window_defaults)

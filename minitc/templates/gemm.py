@@ -1,0 +1,365 @@
+"""GEMM-family templates: matmul (every transpose), batch_matmul, dense and dense + epilogue.
+
+All four share one structure. `out` is the output stage; `acc` the stage that sums over k (a
+matmul's cache_write stage, or dense's product stage under its epilogue):
+
+    for [b,] jo in parallel(N / nc):                     # a panel of nc columns per task
+        B_local[K, nc] = B[:, jo*nc : jo*nc + nc]        # packed; transposed if B is [N, K]
+        for io in range(M / mr):
+            for jr in range(nc / nr):                    # A rows reused from L1 across jr
+                acc[mr, nr] = 0                          # mr x nr/8 ymm accumulators
+                for ko in range(K / ku):
+                    for kk in unrolled(ku):
+                        for i in unrolled(mr):
+                            for jv in unrolled(nr / 8):
+                                for lane in vectorized(8):   # one FMA, A[i, k] broadcast
+                                    acc[i, jv*8 + lane] += A[i, k] * B_local[k, jr*nr + jv*8 + lane]
+                out[tile] = epilogue(acc)                # copy-out / bias + activation, from registers
+
+With kc > 0 (long reductions) the BLIS order is used instead: the output accumulates in place
+over kc-blocks of k, B is packed per [kc, nc] block, rows optionally blocked by mc, and an
+epilogue runs per finished nc-column panel.
+
+Every tile size is a keyword argument, so each call is one point of the tuner's design space;
+the `@defaults` functions pick them for the shape and target (`pick_tiles`: factors that divide
+the extents where possible; other shapes get guarded tails, which the LLVM backend peels off
+the hot loops, minitc/lowering/partition.py).
+"""
+from __future__ import annotations
+
+from minitc.target.cpu import simd_width
+
+from minitc.errors import ScheduleError
+from minitc.templates import defaults, template
+
+PARALLEL = ("auto", "n", "m", "batch", "none")
+
+
+# -- the shared template -----------------------------------------------------------------------
+
+
+def gemm_operands(s, acc: str) -> tuple:
+    """(A-role read, B-role read) of the product stage `acc`: the B operand is the one indexed
+    by the last output axis (it is loaded as vectors along j), A the one indexed by the row
+    axis (broadcast per row). Each is (stage name, dim of k, dim of the i or j axis)."""
+    st = s.state.stage(acc)
+    i_axis, j_axis = st.axes[-2], st.axes[-1]
+    (k_axis,) = st.reduce_axes
+    roles = {}
+    for r in st.reads():
+        dims = {}
+        for d, index in enumerate(r.indices):
+            for ax in (i_axis, j_axis, k_axis):
+                if index is ax:
+                    dims[ax] = d
+        if k_axis not in dims:
+            continue
+        if j_axis in dims:
+            roles["b"] = (r.stage, dims[k_axis], dims[j_axis])
+        elif i_axis in dims:
+            roles["a"] = (r.stage, dims[k_axis], dims[i_axis])
+    if "a" not in roles or "b" not in roles:
+        raise ScheduleError(f"gemm template: stage {acc} is not a product of an [.., M, K] and a [.., K, N] operand")
+    return roles["a"], roles["b"]
+
+
+def gemm_schedule(
+    s, out: str, acc: str, target, *, mr, nr, nc, ku, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto", vec=None
+):
+    """Schedule the GEMM-like stage `acc` (summing over its one reduction axis) for the output
+    stage `out`: `out` is the copy-out of a cache_write or an elementwise epilogue, computed
+    per mr x nr register tile (kc = 0), or, with kc > 0, `acc` itself (accumulating in place
+    over kc-blocks of k) or an epilogue applied per nc-column panel. With pack_a, an A stored
+    [.., K, M] is first copied transposed (once, in parallel). See the module docstring."""
+    for name, v in (("mr", mr), ("nr", nr), ("nc", nc), ("ku", ku), ("kc", kc + 1), ("mc", mc + 1)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ScheduleError(f"gemm template: {name} must be a positive int, got {v!r}")
+    if parallel not in PARALLEL:
+        raise ScheduleError(f"gemm template: parallel must be one of {', '.join(PARALLEL)}, got {parallel!r}")
+    vec = min(vec or simd_width(target, s.state.stage(acc).dtype), nr)
+    nc = max(nr, nc // nr * nr)
+    tile = dict(mr=mr, nr=nr, ku=ku, vec=vec)
+    if pack_a:
+        _transpose_a(s, acc, vec, target)
+    if kc:
+        return _kblocked(s, out, acc, target, nc=nc, kc=kc, mc=mc, pack_b=pack_b, parallel=parallel, **tile)
+    out_loops = s.loops(out)
+    batch, (i, j) = out_loops[:-2], out_loops[-2:]
+    jo, jr = s.split(j, factor=nc)
+    jr, ji = s.split(jr, factor=nr)
+    io, ii = s.split(i, factor=mr)
+    s.reorder(*batch, jo, io, jr, ii, ji)
+    # the epilogue / copy-out, applied to the tile as it leaves the registers
+    s.unroll(ii)
+    _vector_columns(s, ji, vec)
+    s.compute_at(acc, jr)
+    acc_loops = s.loops(acc)
+    for lp in acc_loops[:-3]:  # batch dims of the tile: extent 1
+        s.unroll(lp)
+    ci, cj, ck = acc_loops[-3:]
+    _micro_kernel(s, [], ci, cj, ck, **tile)
+    if pack_b:
+        _pack(s, acc, jo, vec)
+    _parallelize(s, parallel, batch, jo, io, target)
+
+
+def _kblocked(s, out, acc, target, *, mr, nr, nc, ku, kc, mc, vec, pack_b, parallel):
+    """BLIS order: k split into kc-blocks, the B block [kc, nc] packed per block, rows in
+    blocks of mc, then column tiles outside row tiles, so one kc x nr micro-panel of B stays
+    in L1 while the mc rows stream past it (the accumulator tile is loaded and stored once
+    per block; LLVM keeps it in registers across the block's k loop)."""
+    if out == acc:
+        loops = s.loops(acc)
+        batch, (i, j, k) = loops[:-3], loops[-3:]
+        jo, j = s.split(j, factor=nc)
+        outer = [*batch, jo]
+    else:  # the epilogue: per panel of nc columns, after the panel's product is complete
+        loops = s.loops(out)
+        batch, (i, j) = loops[:-2], loops[-2:]
+        jo, jr = s.split(j, factor=nc)
+        s.reorder(*batch, jo, i, jr)
+        _vector_columns(s, jr, vec)
+        s.compute_at(acc, jo)
+        acc_loops = s.loops(acc)
+        for lp in acc_loops[:-3]:
+            s.unroll(lp)
+        i, j, k = acc_loops[-3:]
+        outer = []
+    ko, k = s.split(k, factor=kc)
+    outer.append(ko)
+    if mc:
+        mo, i = s.split(i, factor=max(mr, mc // mr * mr))
+        outer.append(mo)
+    jr, j = s.split(j, factor=nr)
+    io, i = s.split(i, factor=mr)
+    _micro_kernel(s, outer + [jr, io], i, j, k, mr=mr, nr=nr, ku=ku, vec=vec)
+    if pack_b:
+        _pack(s, acc, ko, vec, kc)
+    _parallelize(s, parallel, batch, jo, mo if mc else io, target)
+
+
+def _micro_kernel(s, outer, i, j, k, *, mr, nr, ku, vec):
+    """The mr x nr register tile under the loops `outer`: k (unrolled by ku) outside the
+    unrolled rows and the unrolled x vectorized columns."""
+    jv, jl = s.split(j, factor=vec)
+    if ku > 1:
+        kio, kii = s.split(k, factor=ku)
+        s.reorder(*outer, kio, kii, i, jv, jl)
+        s.unroll(kii)
+    else:
+        s.reorder(*outer, k, i, jv, jl)
+    s.unroll(i)
+    s.unroll(jv)
+    s.vectorize(jl)
+
+
+def _vector_columns(s, j, vec: int) -> None:
+    if s.state.stage(j.stage).loop(j.name).extent > vec:
+        jo, j = s.split(j, factor=vec)
+        s.unroll(jo)
+    s.vectorize(j)
+
+
+def _transpose_a(s, acc: str, vec: int, target) -> None:
+    """Copy an A stored [.., K, M] into [.., M, K] at the root, so the micro-kernel reads its
+    rows along k (a transposed A touches a new cache line per k)."""
+    (a_name, a_k, a_i), _ = gemm_operands(s, acc)
+    if a_k > a_i:  # already [.., M, K]
+        return
+    layout = list(range(len(s.state.stage(a_name).shape)))
+    layout[a_k], layout[a_i] = a_i, a_k
+    al = s.cache_read(a_name, "local", [acc], layout=layout)
+    outer = _schedule_pack(s, al, vec, True, al.shape[-2], attached=False)
+    if target.num_cores > 1:
+        s.parallel(outer)
+
+
+def _pack(s, acc: str, at, vec: int, kc: int = 0) -> None:
+    """Pack the B operand of `acc` per iteration of loop `at` into a contiguous [.., k, n]
+    panel (transposed when B is stored [.., N, K])."""
+    _, (b_name, b_k, b_j) = gemm_operands(s, acc)
+    ndim = len(s.state.stage(b_name).shape)
+    layout = None
+    if b_k > b_j:
+        layout = list(range(ndim))
+        layout[b_k], layout[b_j] = b_j, b_k
+    bl = s.cache_read(b_name, "local", [acc], layout=layout)
+    s.compute_at(bl, at)
+    _schedule_pack(s, bl, vec, layout is not None, kc or s.state.stage(acc).reduce_axes[0].extent)
+
+
+def _schedule_pack(s, bl, vec: int, transposed: bool, kext: int, attached: bool = True):
+    """The packing loop of a [.., K, nc] panel: contiguous vector copies, or for a transposed
+    source unrolled 8x8 blocks of scalar copies (reads along k, writes along j; measured faster
+    than 8-lane gathers or either plain loop order on Zen 2). Returns the outermost loop."""
+    loops = s.loops(bl)
+    batch, (kx, jx) = loops[:-2], loops[-2:]
+    if attached:  # batch dims of an attached panel have extent 1
+        for lp in batch:
+            s.unroll(lp)
+    if not transposed:
+        jxo, jxi = s.split(jx, factor=vec)
+        s.vectorize(jxi)
+        return batch[0] if batch else kx
+    kb = next(f for f in (vec, 4, 2, 1) if kext % f == 0)  # no k tail inside a block
+    kxo, kxi = s.split(kx, factor=kb)
+    jxo, jxi = s.split(jx, factor=vec)
+    s.reorder(jxo, kxo, jxi, kxi)
+    s.unroll(jxi)
+    s.unroll(kxi)
+    return batch[0] if batch else jxo
+
+
+def _parallelize(s, parallel: str, batch, jo, io, target) -> None:
+    """`batch`: the batch loops (fused), `n`: the column panels (fused with the batch loops),
+    `m`: the row tiles (inside a serial panel loop; the panel is packed once for all tasks)."""
+    if parallel == "auto":
+        parallel = _auto_parallel(s, batch, jo, io, target)
+    if parallel == "none":
+        return
+    if parallel == "batch" and batch:
+        s.parallel(s.fuse(*batch) if len(batch) > 1 else batch[0])
+    elif parallel in ("n", "batch"):  # no batch loops: panels
+        s.parallel(s.fuse(*batch, jo) if batch else jo)
+    else:
+        s.parallel(io)
+
+
+def _extent(s, loop) -> int:
+    return s.state.stage(loop.stage).loop(loop.name).extent
+
+
+def _auto_parallel(s, batch, jo, io, target) -> str:
+    """Whole batches per task if they spread evenly, else column panels (each task packs its
+    own), else row tiles."""
+    cores = max(1, target.num_cores)
+    if cores == 1:
+        return "none"
+    nb = 1
+    for lp in batch:
+        nb *= _extent(s, lp)
+    if batch and (nb % cores == 0 or nb >= 4 * cores):
+        return "batch"
+    panels = nb * _extent(s, jo)
+    if panels % cores == 0 or panels >= 4 * cores:
+        return "n"
+    return "m" if _extent(s, io) >= 2 * cores else "n"
+
+
+# -- tile sizes ----------------------------------------------------------------------------------
+
+REGISTER_TILES = ((6, 2), (4, 3), (5, 2), (8, 1), (12, 1), (3, 4), (2, 4), (7, 1), (1, 4))  # (rows, vectors)
+PANEL_BYTES = 128 * 1024  # a packed B panel [K, nc] takes at most a quarter of the L2
+K_BLOCK = 1024  # kc for long reductions (BLIS-style k blocks): measured best for K = 8192
+
+
+def pick_tiles(M: int, N: int, K: int, target, dtype: str = "float32", batch: int = 1) -> dict:
+    """Register tile, panel width and k unroll for an M x N x K product.
+
+    The register tile (mr rows x nr columns, nr a multiple of the vector width) is the one
+    with the least padded work (rows and columns rounded up to the tile) per unit of
+    efficiency: at least 10 independent accumulators hide the FMA latency (5 cycles, 2 pipes)
+    and a tile should not need more loads than FMAs per k. The B panel is as wide as fits
+    PANEL_BYTES (its A rows are then reused from L1 by nc / nr micro-kernels), preferring
+    widths that divide N, keeping at least two panels per core. Reductions so long that even
+    a K x nr micro-panel would not fit in L2 are cut into kc-blocks (the BLIS-style variant)."""
+    vec = simd_width(target, dtype)
+    regs = 32 if vec >= 16 else 16
+    esize = 8 if dtype in ("float64", "int64") else 4
+
+    def cost(t):
+        rows, vecs = t
+        nr = vecs * vec
+        accs = rows * vecs
+        if accs + vecs + 1 > regs:
+            return None
+        padded = (-(-M // min(rows, M)) * min(rows, M)) * (-(-N // nr) * nr)
+        eff = min(1.0, accs / 10) * min(1.0, accs / (rows + vecs))
+        return padded / (M * N) / eff
+
+    rows, vecs = min((t for t in REGISTER_TILES if cost(t) is not None), key=cost)
+    mr, nr = min(rows, M), vecs * vec
+    ku = 4 if K % 4 == 0 else (2 if K % 2 == 0 else 1)
+    kc = 0
+    if K * nr * esize > 2 * PANEL_BYTES:  # even one micro-panel of B would not stay in L2
+        blocks = -(-K // K_BLOCK)
+        kc = -(-K // blocks)
+        kc = -(-kc // ku) * ku
+    tiles = -(-N // nr)
+    fit = max(1, PANEL_BYTES // ((kc or K) * nr * esize))
+    cores = max(1, target.num_cores)
+    keep = max(1, batch * tiles // (2 * cores))  # panels enough for every core, when there are
+    m = max(1, min(fit, keep, tiles))
+    while m > 1 and tiles % m:
+        m -= 1
+    return {"mr": mr, "nr": nr, "nc": nr * m, "ku": ku, "kc": kc}
+
+
+def _shape(s, acc: str) -> tuple:
+    st = s.state.stage(acc)
+    M, N = st.shape[-2:]
+    (k,) = st.reduce_axes
+    batch = 1
+    for n in st.shape[:-2]:
+        batch *= n
+    return batch, M, N, k.extent
+
+
+def _defaults_for(s, acc: str, target) -> dict:
+    batch, M, N, K = _shape(s, acc)
+    p = pick_tiles(M, N, K, target, s.state.stage(acc).dtype, batch)
+    (_, a_k, a_i), (_, b_k, b_j) = gemm_operands(s, acc)
+    # a panel read by one row tile is not worth copying, unless B must be transposed
+    p["pack_b"] = M > p["mr"] or b_k > b_j
+    p["pack_a"] = a_k < a_i and N > p["nc"]  # A stored [.., K, M], read by several panels
+    p["parallel"] = "auto"
+    return p
+
+
+# -- the operators -----------------------------------------------------------------------------
+
+
+def _matmul_like(s, out, target, **params):
+    acc = out if params.get("kc") else s.stage_name(s.cache_write(out, "local"))
+    gemm_schedule(s, out, acc, target, **params)
+
+
+@template("matmul")
+def schedule_matmul(s, out, target, mr=6, nr=16, nc=16, ku=4, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto"):
+    """C = A @ B (any transposes): mr x nr register tile, B packed in [K, nc] panels."""
+    _matmul_like(s, out, target, mr=mr, nr=nr, nc=nc, ku=ku, kc=kc, mc=mc, pack_b=pack_b, pack_a=pack_a, parallel=parallel)
+
+
+@template("batch_matmul")
+def schedule_batch_matmul(s, out, target, mr=6, nr=16, nc=16, ku=4, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto"):
+    """C[b] = A[b] @ B[b]: the matmul structure inside a loop over the batch."""
+    _matmul_like(s, out, target, mr=mr, nr=nr, nc=nc, ku=ku, kc=kc, mc=mc, pack_b=pack_b, pack_a=pack_a, parallel=parallel)
+
+
+@template("dense")
+def schedule_dense(s, out, target, mr=4, nr=24, nc=24, ku=4, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto"):
+    """Y = X @ W.T: W ([out, in]) is packed transposed into [in, nc] panels."""
+    _matmul_like(s, out, target, mr=mr, nr=nr, nc=nc, ku=ku, kc=kc, mc=mc, pack_b=pack_b, pack_a=pack_a, parallel=parallel)
+
+
+@template("dense_epilogue")
+def schedule_dense_epilogue(s, out, target, mr=4, nr=24, nc=24, ku=4, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto"):
+    """act(X @ W.T + bias): the product is computed per output tile into a register
+    accumulator (compute_at), and bias/activation are applied as the tile is stored."""
+    gemm_schedule(s, out, gemm_producer(s, out), target, mr=mr, nr=nr, nc=nc, ku=ku, kc=kc, mc=mc, pack_b=pack_b, pack_a=pack_a, parallel=parallel)
+
+
+def gemm_producer(s, out: str) -> str:
+    for name in s.state.stage(out).read_stages():
+        if s.state.stage(name).tag == "dense":
+            return name
+    raise ScheduleError(f"dense_epilogue template: {out} reads no dense product stage")
+
+
+for _tag in ("matmul", "batch_matmul", "dense"):
+    defaults(_tag)(lambda s, out, target: _defaults_for(s, out, target))
+
+
+@defaults("dense_epilogue")
+def dense_epilogue_defaults(s, out, target) -> dict:
+    return _defaults_for(s, gemm_producer(s, out), target)

@@ -1,0 +1,151 @@
+"""The layers: imports only point down the list below (README, "Map of the code"), at module
+level or inside a function, and across packages only public names are imported.
+
+A module's layer is the longest entry of LAYERS that names it or a package above it. Strings
+that name a module (`"minitc.lm.cli:lm"` in the command table, `importlib.import_module(...)`)
+count as imports. `minitc` itself (the API facade, `import minitc as tc`) sits with the driver.
+"""
+from __future__ import annotations
+
+import ast
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DIRS = {"minitc": "minitc", "backends": "minitc.backends", "lm": "minitc.lm", "benchmarks": "minitc.benchmarks"}
+
+LAYERS = [
+    ("IR and tensor expressions", ("minitc.errors", "minitc.dtypes", "minitc.expr", "minitc.arith", "minitc.te",
+                                   "minitc.ir", "minitc.printer", "minitc.verify", "minitc.interp", "minitc.te_eval",
+                                   "minitc.intrinsics", "minitc.ops")),
+    ("schedule primitives and traces", ("minitc.schedule",)),
+    ("lowering", ("minitc.lowering",)),
+    ("target description", ("minitc.target",)),
+    ("backends", ("minitc.backends",)),
+    ("operator templates", ("minitc.templates",)),
+    ("tuning", ("minitc.autotune",)),
+    ("API", ("minitc.driver", "minitc")),
+    ("language model", ("minitc.lm",)),
+    ("model front ends", ("minitc.frontend",)),
+    ("benchmarks", ("minitc.benchmarks",)),
+    ("command line", ("minitc.cli", "minitc.commands")),
+]
+_MODULE_STRING = re.compile(r"minitc(\.\w+)+(?=$|:)")
+
+
+def layer_of(module: str) -> int | None:
+    """Index into LAYERS of the longest entry naming `module` or a package above it; `minitc`
+    alone (the facade) only matches exactly."""
+    best, best_len = None, -1
+    for i, (_, names) in enumerate(LAYERS):
+        for name in names:
+            hit = module == name or (name != "minitc" and module.startswith(name + "."))
+            if hit and len(name) > best_len:
+                best, best_len = i, len(name)
+    return best
+
+
+def package_sources() -> dict:
+    """{dotted module name: source} of every module of the installed package."""
+    out = {}
+    for directory, package in DIRS.items():
+        for path in sorted((ROOT / directory).rglob("*.py")):
+            parts = list(path.relative_to(ROOT / directory).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join([package, *parts])] = path.read_text()
+    return out
+
+
+def _imports(module: str, source: str, modules: set):
+    """(imported module, line, private names taken) for every import in `source`."""
+    is_package = any(m.startswith(module + ".") for m in modules)
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno, ()
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".") if is_package else module.split(".")[:-1]
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            plain = [a.name for a in node.names if f"{base}.{a.name}" not in modules]
+            for alias in node.names:
+                if f"{base}.{alias.name}" in modules:
+                    yield f"{base}.{alias.name}", node.lineno, ()
+            if plain:
+                yield base, node.lineno, tuple(n for n in plain if n.startswith("_") and not n.startswith("__"))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            match = _MODULE_STRING.match(node.value)
+            if match and match.group(0) in modules:
+                yield match.group(0), node.lineno, ()
+
+
+def violations(sources: dict) -> list:
+    """Every import in `sources` that points up the layers, reaches a private name of another
+    package, or uses a pre-namespace top-level name."""
+    modules = set(sources) | {"minitc"}
+    found = []
+    for module, source in sources.items():
+        here = layer_of(module)
+        package = module.rsplit(".", 1)[0]
+        for target, line, private in _imports(module, source, modules):
+            top = target.split(".")[0]
+            if top in ("backends", "lm", "benchmarks"):
+                found.append(f"{module}:{line} imports {target}: the package is minitc.{target}")
+                continue
+            if top != "minitc":
+                continue
+            there = layer_of(target)
+            if here is not None and there is not None and there > here:
+                found.append(f"{module}:{line} ({LAYERS[here][0]}) imports {target} ({LAYERS[there][0]}), a layer above")
+            if private and target.rsplit(".", 1)[0] != package and target != package:
+                found.append(f"{module}:{line} takes private {', '.join(private)} from {target}")
+    return found
+
+
+def test_every_module_has_a_layer():
+    missing = [m for m in package_sources() if layer_of(m) is None]
+    assert not missing, missing
+
+
+def test_imports_point_down_the_layers():
+    assert violations(package_sources()) == []
+
+
+def test_a_planted_upward_import_is_caught():
+    sources = package_sources()
+    planted = dict(sources)
+    planted["minitc.expr"] = sources["minitc.expr"] + "\n\ndef f():\n    from minitc.autotune import tuner\n"
+    planted["minitc.target.cpu"] = sources["minitc.target.cpu"] + "\nimport minitc.lm.strategy\n"
+    planted["minitc.templates.gemm"] = sources["minitc.templates.gemm"] + "\nLOADER = 'minitc.benchmarks.cli:bench'\n"
+    found = violations(planted)
+    assert any(v.startswith("minitc.expr:") and "minitc.autotune.tuner (tuning)" in v for v in found), found
+    assert any(v.startswith("minitc.target.cpu:") and "minitc.lm.strategy" in v for v in found), found
+    assert any(v.startswith("minitc.templates.gemm:") and "minitc.benchmarks.cli" in v for v in found), found
+    assert len(found) == 3
+
+
+def test_private_names_and_old_top_level_names_are_caught():
+    sources = dict(package_sources())
+    sources["minitc.autotune.space"] += "\nfrom minitc.templates import _LOADED\n"
+    sources["minitc.lm.data"] += "\nimport backends.llvm\n"
+    found = violations(sources)
+    assert any("private _LOADED" in v for v in found) and any("minitc.backends.llvm" in v for v in found), found
+
+
+def test_layer_of():
+    assert LAYERS[layer_of("minitc.expr")][0] == "IR and tensor expressions"
+    assert LAYERS[layer_of("minitc")][0] == "API"
+    assert LAYERS[layer_of("minitc.backends.llvm.jit")][0] == "backends"
+    assert LAYERS[layer_of("minitc.commands.tune")][0] == "command line"
+
+
+def test_pyproject_lists_every_package():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = {m for m, src in package_sources().items() if any(k.startswith(m + ".") for k in package_sources())}
+    packages |= {m for m in package_sources() if m in DIRS.values() or m == "minitc"}
+    assert set(config["packages"]) >= packages, packages - set(config["packages"])
+    assert {k: v for k, v in config["package-dir"].items() if k != v} == {v: k for k, v in DIRS.items() if k != v}

@@ -1,0 +1,152 @@
+"""Schedule templates of the convolution family (minitc/schedules/conv.py): conv2d,
+depthwise_conv2d, max_pool2d and avg_pool2d built with their defaults (`tc.build(Y)`) and with
+explicit sizes, against the numpy references, on shapes that do not divide the tile sizes;
+every template's trace round-trips through JSON."""
+import numpy as np
+import pytest
+
+import minitc as tc
+from minitc.target import parse_target
+from helpers import roundtrip
+from minitc.ops import reference as ref
+from minitc.templates import DEFAULTS, TEMPLATES, load_templates
+
+pytestmark = pytest.mark.avx2
+TARGET = parse_target("llvm")
+TOL = dict(rtol=2e-4, atol=2e-4)
+
+
+def _arrays(*shapes, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype("float32") for s in shapes]
+
+
+def _schedule(out, **params):
+    """The template of `out`'s operator with its defaults, overridden by `params`."""
+    load_templates()
+    s = tc.Schedule(out)
+    name = s.state.outputs[0]
+    tag = s.state.stage(name).tag
+    TEMPLATES[tag](s, name, TARGET, **dict(DEFAULTS[tag](s, name, TARGET), **params))
+    return s
+
+
+def _check(out, inputs, expected, **params):
+    """Build `out` with its template (defaults when no params: through tc.build(out)), compare
+    with the reference, and check the template's trace round-trips."""
+    s = _schedule(out, **params)
+    f = tc.build(s) if params else tc.build(out)
+    if not params:
+        assert str(f.kernel) == str(tc.lower(s))  # tc.build(out) uses the template
+    np.testing.assert_allclose(f(*inputs), expected, **TOL)
+    roundtrip(s)
+    return f
+
+
+# -- conv2d -----------------------------------------------------------------------------------
+
+CONV_CASES = [
+    # x shape, w shape, stride, padding, dilation
+    ((1, 3, 7, 9), (5, 3, 3, 3), 1, 1, 1),
+    ((2, 3, 7, 9), (5, 3, 3, 3), 2, 0, 1),
+    ((1, 4, 9, 11), (6, 4, 3, 3), 1, 2, 2),
+    ((1, 5, 10, 12), (7, 5, 3, 2), (2, 1), (1, 0), 1),
+    ((1, 16, 8, 16), (24, 16, 1, 1), 1, 0, 1),
+    ((1, 2, 9, 10), (3, 2, 2, 4), 2, (1, 2), (2, 1)),
+]
+
+
+@pytest.mark.parametrize("xs, ws, stride, padding, dilation", CONV_CASES)
+def test_conv2d_default(xs, ws, stride, padding, dilation):
+    X, W = tc.placeholder(xs, name="X"), tc.placeholder(ws, name="W")
+    Y = tc.ops.conv2d(X, W, stride=stride, padding=padding, dilation=dilation)
+    x, w = _arrays(xs, ws)
+    _check(Y, [x, w], ref.conv2d(x, w, stride=stride, padding=padding, dilation=dilation))
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        dict(kb=3, ohb=2, owv=2, lanes=8, rcb=2, kgroups=2, unroll_window=False),  # nothing divides
+        dict(kb=2, ohb=3, owv=1, lanes=4, rcb=0, kgroups=1, unroll_window=False),
+        dict(kb=5, ohb=1, owv=1, lanes=7, pad="inline"),
+        dict(kb=2, ohb=2, owv=1, lanes=8, pad="root", kgroups=3),
+    ],
+)
+def test_conv2d_explicit_params(params):
+    X, W = tc.placeholder((1, 5, 9, 13), name="X"), tc.placeholder((7, 5, 3, 3), name="W")
+    Y = tc.ops.conv2d(X, W, padding=1)
+    x, w = _arrays((1, 5, 9, 13), (7, 5, 3, 3), seed=1)
+    _check(Y, [x, w], ref.conv2d(x, w, padding=1), **params)
+
+
+def test_conv2d_resnet_defaults_divide_the_shape():
+    """conv-resnet (C=K=64, 56x56, 3x3): a full-width vector micro-kernel of 12 accumulator
+    registers whose channel block divides K, and a row tile for the padding."""
+    X, W = tc.placeholder((1, 64, 56, 56), name="X"), tc.placeholder((64, 64, 3, 3), name="W")
+    s = tc.Schedule(tc.ops.conv2d(X, W, padding=1))
+    load_templates()
+    p = DEFAULTS["conv2d"](s, "conv2d", TARGET)
+    assert p["lanes"] == 8 and 64 % p["kb"] == 0 and 10 <= p["kb"] * p["ohb"] * p["owv"] <= 12
+    text = str(tc.lower(_schedule(s.outputs[0])))
+    assert 'alloc("local", float32[1, 64, ' in text  # padded rows of one tile
+    assert "vectorized(8)" in text and "parallel(" in text
+
+
+def test_conv2d_micro_kernel_is_register_blocked():
+    """The micro-kernel's accumulators live in registers: FMAs on vector registers, with the
+    weights broadcast, and no accumulator traffic through memory in the innermost loop."""
+    X, W = tc.placeholder((1, 8, 6, 16), name="X"), tc.placeholder((8, 8, 3, 3), name="W")
+    f = tc.build(_schedule(tc.ops.conv2d(X, W, padding=1), kb=4, ohb=2, owv=2, lanes=8))
+    assert "vfmadd231ps" in f.asm and "vbroadcastss" in f.asm
+
+
+# -- depthwise_conv2d and pooling -------------------------------------------------------------
+
+WINDOW_CASES = [
+    # operator, x shape, w shape (or None), kwargs
+    ("depthwise_conv2d", (1, 5, 7, 9), (5, 1, 3, 3), dict(padding=1)),
+    ("depthwise_conv2d", (2, 3, 11, 13), (6, 1, 3, 3), dict(stride=2, padding=2, dilation=2)),
+    ("depthwise_conv2d", (1, 4, 16, 16), (4, 3, 3), dict(stride=1, padding=0)),
+    ("max_pool2d", (1, 5, 9, 11), None, dict(kernel=3, stride=2, padding=1)),
+    ("max_pool2d", (2, 3, 8, 10), None, dict(kernel=2)),
+    ("avg_pool2d", (1, 5, 9, 11), None, dict(kernel=3, stride=1, padding=1)),
+    ("avg_pool2d", (1, 4, 16, 24), None, dict(kernel=(2, 3), stride=(2, 1), padding=(1, 1))),
+]
+
+
+def _window(op, xs, ws, kwargs, seed=0):
+    X = tc.placeholder(xs, name="X")
+    if ws is None:
+        (x,) = _arrays(xs, seed=seed)
+        return getattr(tc.ops, op)(X, **kwargs), [x], getattr(ref, op)(x, **kwargs)
+    W = tc.placeholder(ws, name="W")
+    x, w = _arrays(xs, ws, seed=seed)
+    return getattr(tc.ops, op)(X, W, **kwargs), [x, w], getattr(ref, op)(x, w, **kwargs)
+
+
+@pytest.mark.parametrize("op, xs, ws, kwargs", WINDOW_CASES)
+def test_window_default(op, xs, ws, kwargs):
+    Y, inputs, expected = _window(op, xs, ws, kwargs)
+    _check(Y, inputs, expected)
+
+
+@pytest.mark.parametrize(
+    "case, params",
+    [
+        (WINDOW_CASES[0], dict(oht=3, ohb=2, owv=2, lanes=4)),  # nothing divides
+        (WINDOW_CASES[3], dict(oht=5, ohb=5, owv=1, lanes=8, unroll_window=False, pad="inline")),
+        (WINDOW_CASES[5], dict(oht=2, ohb=1, owv=3, lanes=3, pad="root")),
+        (WINDOW_CASES[1], dict(oht=4, ohb=3, owv=1, lanes=2, pad="inline")),
+    ],
+)
+def test_window_explicit_params(case, params):
+    op, xs, ws, kwargs = case
+    Y, inputs, expected = _window(op, xs, ws, kwargs, seed=2)
+    _check(Y, inputs, expected, **params)
+
+
+def test_every_conv_family_tag_has_a_template_and_defaults():
+    load_templates()
+    for tag in ("conv2d", "depthwise_conv2d", "max_pool2d", "avg_pool2d"):
+        assert tag in TEMPLATES and tag in DEFAULTS

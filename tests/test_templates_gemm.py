@@ -1,0 +1,195 @@
+"""GEMM-family templates (minitc/schedules/gemm.py): every template, transpose, bias and
+activation built with default and explicit tile sizes, on shapes that do and do not divide
+the tiles, compared with numpy; every template's trace round-trips."""
+import numpy as np
+import pytest
+
+import minitc as tc
+from minitc.templates import DEFAULTS, TEMPLATES, template_schedule
+from minitc.templates import gemm
+from minitc.target import parse_target
+
+SHAPES = [(1, 1, 1), (37, 53, 29), (130, 70, 90)]  # M, N, K
+TARGET = parse_target("llvm")
+
+
+def _inputs(tensors, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(t.shape).astype("float32") for t in tensors]
+
+
+def _check(what, tensors, ref, tol=1e-4, target="llvm"):
+    f = tc.build(what, target=target)
+    args = _inputs(tensors)
+    np.testing.assert_allclose(f(*args), ref(*args), rtol=tol, atol=tol)
+    return f
+
+
+def _scheduled(out, **params):
+    """The output's template applied with its defaults updated by `params`."""
+    s = tc.Schedule(out)
+    name = s.state.outputs[0]
+    tag = s.state.stage(name).tag
+    p = DEFAULTS[tag](s, name, TARGET)
+    p.update(params)
+    TEMPLATES[tag](s, name, TARGET, **p)
+    return s
+
+
+def _roundtrip(s):
+    again = tc.Schedule(s.outputs).replay(tc.Trace.from_json(s.trace.to_json()))
+    assert str(tc.lower(again)) == str(tc.lower(s))
+
+
+def _matmul(M, N, K, ta, tb):
+    A = tc.placeholder((K, M) if ta else (M, K), name="A")
+    B = tc.placeholder((N, K) if tb else (K, N), name="B")
+    return tc.ops.matmul(A, B, transpose_a=ta, transpose_b=tb), [A, B]
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("M,N,K", SHAPES)
+def test_matmul_default(M, N, K, ta, tb):
+    C, ins = _matmul(M, N, K, ta, tb)
+    _check(C, ins, lambda a, b: tc.ops.reference.matmul(a, b, ta, tb))
+
+
+def test_build_uses_the_template():
+    C, ins = _matmul(64, 64, 64, False, False)
+    f = _check(C, ins, tc.ops.reference.matmul, target="llvm -num-cores=2")  # the tiles depend on the cores
+    text = str(f.kernel)
+    assert "parallel(" in text and 'alloc("local", float32[5, 16]) as matmul_local' in text
+    assert "B_local" in text and "A_local" not in text  # the packed panel; A is read in place
+    Ct, _ = _matmul(64, 64, 64, True, False)
+    assert "A_local" in str(tc.lower(template_schedule(Ct)))  # a transposed A is copied once
+    assert "vfmadd231ps" in f.asm and "vbroadcastss" in f.asm
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        dict(mr=4, nr=24, nc=48, ku=2),
+        dict(mr=3, nr=8, nc=8, ku=1, pack_b=False, parallel="m"),
+        dict(mr=5, nr=12, nc=36, ku=3, parallel="none"),  # nr not a multiple of the vector width
+        dict(mr=8, nr=8, nc=32, ku=1, parallel="n"),
+    ],
+)
+@pytest.mark.parametrize("transposes", [(False, False), (True, True)])
+def test_matmul_explicit_params(params, transposes):
+    ta, tb = transposes
+    C, ins = _matmul(37, 53, 29, ta, tb)
+    s = _scheduled(C, **params)
+    _check(s, ins, lambda a, b: tc.ops.reference.matmul(a, b, ta, tb))
+    _roundtrip(s)
+
+
+@pytest.mark.parametrize(
+    "params,transposes",
+    [
+        (dict(mr=4, nr=16, nc=32, ku=2, kc=16, mc=12), (False, False)),  # k blocks, in place
+        (dict(mr=6, nr=8, nc=16, ku=1, kc=8, parallel="m"), (True, True)),
+    ],
+)
+def test_matmul_k_blocks(params, transposes):
+    ta, tb = transposes
+    C, ins = _matmul(37, 53, 32, ta, tb)
+    s = _scheduled(C, **params)
+    assert "matmul_local" not in str(tc.lower(s))  # accumulates into the output
+    _check(s, ins, lambda a, b: tc.ops.reference.matmul(a, b, ta, tb))
+    _roundtrip(s)
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, True)])
+def test_matmul_trace_roundtrip(ta, tb):
+    C, _ = _matmul(130, 70, 90, ta, tb)
+    _roundtrip(template_schedule(C))
+
+
+@pytest.mark.parametrize(
+    "batch_a,batch_b,M,N,K,ta,tb,params",
+    [
+        (3, 3, 37, 53, 29, False, False, None),
+        (2, 2, 1, 1, 1, False, False, None),
+        (1, 4, 13, 20, 9, True, False, None),  # broadcast A over the batch
+        (3, 1, 17, 40, 16, False, True, dict(mr=4, nr=8, nc=16, ku=2, parallel="n")),  # broadcast B
+        (2, 2, 30, 24, 12, False, False, dict(mr=3, nr=16, nc=16, ku=3, pack_b=False, parallel="m")),
+    ],
+)
+def test_batch_matmul(batch_a, batch_b, M, N, K, ta, tb, params):
+    A = tc.placeholder((batch_a, K, M) if ta else (batch_a, M, K), name="A")
+    B = tc.placeholder((batch_b, N, K) if tb else (batch_b, K, N), name="B")
+    C = tc.ops.batch_matmul(A, B, transpose_a=ta, transpose_b=tb)
+    s = template_schedule(C) if params is None else _scheduled(C, **params)
+    _check(s, [A, B], lambda a, b: tc.ops.reference.batch_matmul(a, b, ta, tb))
+    _roundtrip(s)
+
+
+def _dense(M, N, K, bias, act):
+    X = tc.placeholder((M, K), name="X")
+    W = tc.placeholder((N, K), name="W")
+    ins = [X, W]
+    b = None
+    if bias:
+        b = tc.placeholder((N,), name="b")
+        ins.append(b)
+    out = tc.ops.dense(X, W, b, activation=act)
+
+    def ref(x, w, *rest):
+        return tc.ops.reference.dense(x, w, rest[0] if rest else None, activation=act)
+
+    return out, ins, ref
+
+
+@pytest.mark.parametrize("bias,act", [(False, None), (True, None), (True, "relu"), (False, "relu"), (True, "gelu"), (False, "gelu")])
+def test_dense(bias, act):
+    for M, N, K in [(1, 1, 1), (37, 53, 29)]:
+        out, ins, ref = _dense(M, N, K, bias, act)
+        s = tc.Schedule(out)
+        tag = "dense" if not bias and act is None else "dense_epilogue"
+        assert s.state.stage(s.state.outputs[0]).tag == tag
+        _check(out, ins, ref, tol=2e-4)
+
+
+def test_dense_epilogue_fused_into_register_tile():
+    out, ins, ref = _dense(130, 70, 90, True, "relu")
+    s = _scheduled(out, mr=4, nr=16, nc=32, ku=2)
+    text = str(tc.lower(s))
+    # the product lives in a register tile attached inside the output's loops, no full buffer
+    assert 'alloc("local", float32[4, 16]) as dense' in text
+    assert "dense[" not in text.split("as dense")[0]
+    f = _check(s, ins, ref)
+    assert "vmaxps" in f.asm
+    _roundtrip(s)
+    out, ins, ref = _dense(16, 96, 64, True, "gelu")
+    _check(out, ins, ref, tol=2e-4)
+
+
+def test_dense_epilogue_per_panel_with_k_blocks():
+    out, ins, ref = _dense(37, 53, 32, True, "relu")
+    s = _scheduled(out, mr=4, nr=16, nc=32, ku=2, kc=16, mc=20)
+    text = str(tc.lower(s))
+    assert 'alloc("local", float32[37, 32]) as dense' in text  # one column panel of the product
+    _check(s, ins, ref)
+    _roundtrip(s)
+    _roundtrip(template_schedule(out))
+    plain, _, _ = _dense(37, 53, 29, False, None)
+    _roundtrip(template_schedule(plain))
+
+
+def test_defaults_prefer_dividing_tiles():
+    p = gemm.pick_tiles(512, 512, 512, TARGET)
+    assert p["nr"] == 16 and p["mr"] in (5, 6) and p["ku"] == 4  # 10-12 accumulators, columns divide
+    assert p["nc"] % p["nr"] == 0 and 512 % p["nc"] == 0 and 512 * p["nc"] * 4 <= gemm.PANEL_BYTES
+    assert gemm.pick_tiles(128, 3072, 768, TARGET) == dict(mr=4, nr=24, nc=24, ku=4, kc=0)
+    assert gemm.pick_tiles(240, 256, 8192, TARGET)["kc"] == 1024  # long k: BLIS-style k blocks
+    assert gemm.pick_tiles(128, 128, 64, TARGET, batch=12)["nc"] == 128  # batches keep the cores busy
+    small = gemm.pick_tiles(3, 5, 7, TARGET)
+    assert small["mr"] <= 3 and small["nr"] == 8 and small["ku"] == 1 and small["kc"] == 0
+
+
+def test_template_errors():
+    C, _ = _matmul(8, 8, 8, False, False)
+    with pytest.raises(tc.ScheduleError, match="mr must be a positive int"):
+        _scheduled(C, mr=0)
+    with pytest.raises(tc.ScheduleError, match="parallel must be one of"):
+        _scheduled(C, parallel="k")

@@ -1,0 +1,203 @@
+"""Templates of the memory-bound operators (minitc/schedules/{elementwise,reduce,norm}.py):
+tc.build(out) with the defaults against tc.ops.reference on shapes that do and do not divide
+the vector width and tiles, explicit non-default parameters, the loop structure they promise,
+and trace round trips."""
+import numpy as np
+import pytest
+
+import minitc as tc
+from minitc.target import parse_target
+from helpers import roundtrip
+from minitc.templates import DEFAULTS, TEMPLATES, load_templates
+
+pytestmark = pytest.mark.avx2
+load_templates()
+TOL = dict(rtol=1e-4, atol=1e-5)
+PAR = "parallel" if parse_target("llvm").num_cores > 1 else "range"  # one core: no parallel loops
+
+
+def _data(rng, shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype("float32")
+
+
+def _schedule(out, **params):
+    """The template of out's tag applied with its defaults overridden by `params`."""
+    s = tc.Schedule(out)
+    name = s.state.outputs[0]
+    tag = s.state.stage(name).tag
+    target = parse_target("llvm")
+    p = DEFAULTS[tag](s, name, target)
+    p.update(params)
+    TEMPLATES[tag](s, name, target, **p)
+    return s
+
+
+def _check(out, placeholders, arrays, expected, **params):
+    """Build with the defaults (tc.build(out)), or with `params` through the template; compare;
+    and check the schedule's trace round trip."""
+    s = _schedule(out, **params)
+    f = tc.build(s, args=list(placeholders) + [out]) if params else tc.build(out)
+    np.testing.assert_allclose(f(*arrays), expected, **TOL)
+    roundtrip(s)
+    return s
+
+
+# -- elementwise ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(7, 13), (1000,), (2, 3, 37), (4, 70), (5,)])
+def test_elementwise_chain(shape):
+    rng = np.random.default_rng(0)
+    x = _data(rng, shape)
+    X = tc.placeholder(shape, name="X")
+    out = tc.ops.relu(tc.ops.add(tc.ops.mul(X, 1.5), -0.25))
+    s = _check(out, [X], [x], np.maximum(x * 1.5 - 0.25, 0))
+    assert [st.name for st in s.state.stages if not st.inline and not st.is_placeholder] == [out.name]
+
+
+def test_elementwise_single_compute_and_broadcast():
+    rng = np.random.default_rng(1)
+    x, b = _data(rng, (6, 5, 33)), _data(rng, (5, 1))
+    X, B = tc.placeholder(x.shape, name="X"), tc.placeholder(b.shape, name="B")
+    out = tc.ops.sigmoid(tc.ops.add(X, B))
+    _check(out, [X, B], [x, b], tc.ops.reference.sigmoid(x + b))
+    y = tc.compute(x.shape, lambda i, j, k: tc.maximum(X[i, j, k] * 2.0 + 1.0, 0.0), name="y", tag="elementwise")
+    _check(y, [X], [x], np.maximum(x * 2 + 1, 0))
+
+
+@pytest.mark.parametrize("op", ["gelu", "tanh", "exp", "sigmoid"])
+def test_elementwise_activations(op):
+    rng = np.random.default_rng(2)
+    x = _data(rng, (9, 41), 2.0)
+    X = tc.placeholder(x.shape, name="X")
+    out = getattr(tc.ops, op)(X)
+    np.testing.assert_allclose(tc.build(out)(x), getattr(tc.ops.reference, op)(x), rtol=1e-5, atol=1e-6)
+
+
+def test_bias_add_channels():
+    rng = np.random.default_rng(3)
+    x, b = _data(rng, (2, 6, 5, 7)), _data(rng, (6,))
+    X, B = tc.placeholder(x.shape, name="X"), tc.placeholder(b.shape, name="B")
+    out = tc.ops.bias_add(X, B, axis=1)
+    _check(out, [X, B], [x, b], tc.ops.reference.bias_add(x, b, axis=1))
+
+
+@pytest.mark.parametrize("params", [dict(vector=8, parallel=True), dict(vector=5, parallel=False, inline=False), dict(vector=64)])
+def test_elementwise_params(params):
+    rng = np.random.default_rng(4)
+    x = _data(rng, (3, 100))
+    X = tc.placeholder(x.shape, name="X")
+    out = tc.ops.tanh(tc.ops.mul(X, 0.5))
+    _check(out, [X], [x], np.tanh(x * 0.5), **params)
+
+
+def test_elementwise_loop_structure():
+    X = tc.placeholder((64, 4096), name="X")
+    text = str(tc.lower(tc.ops.relu(tc.ops.mul(X, 2.0)), target="llvm"))
+    assert f"{PAR}(64)" in text and "vectorized(32)" in text
+    X1 = tc.placeholder((1 << 20,), name="X")
+    text = str(tc.lower(tc.ops.relu(X1), target="llvm"))
+    assert f"{PAR}(32768)" in text and "vectorized(32)" in text  # 1-D: the chunks are shared
+    small = str(tc.lower(tc.ops.relu(tc.placeholder((7, 13), name="X")), target="llvm"))
+    assert "parallel" not in small and "vectorized(13)" in small  # whole rows, no tail
+
+
+# -- reductions ----------------------------------------------------------------------------------
+
+REDUCTIONS = [
+    ((7, 13), -1, False),
+    ((7, 13), 0, True),
+    ((7, 13), None, False),
+    ((1000,), 0, False),
+    ((3, 4, 37), 0, False),
+    ((3, 4, 37), 1, True),
+    ((3, 4, 37), 2, False),
+    ((2, 3, 4, 5), (0, 3), False),
+    ((2, 9, 20), (1, 2), True),
+    ((300, 64), -1, False),
+    ((64, 300), 0, False),
+]
+
+
+@pytest.mark.parametrize("shape,axis,keepdims", REDUCTIONS)
+@pytest.mark.parametrize("op", ["sum", "max", "mean"])
+def test_reduce(op, shape, axis, keepdims):
+    rng = np.random.default_rng(5)
+    x = _data(rng, shape)
+    X = tc.placeholder(shape, name="X")
+    out = getattr(tc.ops, op)(X, axis=axis, keepdims=keepdims)
+    _check(out, [X], [x], getattr(tc.ops.reference, op)(x, axis=axis, keepdims=keepdims))
+
+
+@pytest.mark.parametrize(
+    "params", [dict(vector=8, rows=3, chunk=16, parallel=True), dict(vector=13, rows=16, chunk=40, parallel=False)]
+)
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_reduce_params(params, axis):
+    rng = np.random.default_rng(6)
+    x = _data(rng, (10, 11, 50))
+    X = tc.placeholder(x.shape, name="X")
+    out = tc.ops.min(X, axis=axis)
+    _check(out, [X], [x], x.min(axis=axis), **params)
+
+
+def test_reduce_loop_structure():
+    X = tc.placeholder((512, 1024), name="X")
+    rows = str(tc.lower(tc.ops.sum(X, axis=-1), target="llvm"))
+    assert f"{PAR}(64)" in rows and "unrolled(8)" in rows  # row accumulators inside k
+    cols = str(tc.lower(tc.ops.sum(tc.placeholder((64, 16384), name="X"), axis=0), target="llvm"))
+    assert f"{PAR}(4)" in cols and "for r0 in range(64)" in cols  # 16 KiB column chunks
+    assert cols.index("for r0") < cols.rindex("vectorized(32)")  # rows streamed, chunk in L1
+
+
+# -- softmax and layer_norm ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape,axis", [((7, 13), -1), ((7, 13), 0), ((17,), 0), ((3, 4, 37), 1), ((3, 4, 37), 0), ((3, 5, 37), -1), ((40, 128), -1)])
+def test_softmax(shape, axis):
+    rng = np.random.default_rng(7)
+    x = _data(rng, shape, 3.0)
+    X = tc.placeholder(shape, name="X")
+    out = tc.ops.softmax(X, axis=axis)
+    _check(out, [X], [x], tc.ops.reference.softmax(x, axis=axis))
+
+
+@pytest.mark.parametrize("params", [dict(rows=3, vector=8, chunk=8, parallel=True), dict(rows=1, vector=16, chunk=5, parallel=False)])
+@pytest.mark.parametrize("axis", [0, -1])
+def test_softmax_params(params, axis):
+    rng = np.random.default_rng(8)
+    x = _data(rng, (11, 29), 2.0)
+    X = tc.placeholder(x.shape, name="X")
+    out = tc.ops.softmax(X, axis=axis, name="sm")
+    _check(out, [X], [x], tc.ops.reference.softmax(x, axis=axis), **params)
+
+
+def test_softmax_loop_structure():
+    X = tc.placeholder((1536, 128), name="X")
+    text = str(tc.lower(tc.ops.softmax(X), target="llvm"))
+    head = text.splitlines()[1]
+    assert head.strip() == f"for i0_o in {PAR}(192):"  # one tile loop; everything inside it
+    assert text.count(f"{PAR}(") == 1 and "float32[8, 128]" in text and "unrolled(8)" in text
+
+
+@pytest.mark.parametrize("shape", [(7, 13), (2, 3, 40), (16,), (33, 64)])
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm(shape, affine):
+    rng = np.random.default_rng(9)
+    x = _data(rng, shape, 2.0) + 1
+    g, b = _data(rng, shape[-1:]), _data(rng, shape[-1:])
+    X = tc.placeholder(shape, name="X")
+    G, B = (tc.placeholder(shape[-1:], name="G"), tc.placeholder(shape[-1:], name="B")) if affine else (None, None)
+    out = tc.ops.layer_norm(X, G, B)
+    phs, arrays = ([X, G, B], [x, g, b]) if affine else ([X], [x])
+    expected = tc.ops.reference.layer_norm(x, g if affine else None, b if affine else None)
+    _check(out, phs, arrays, expected)
+    _check(out, phs, arrays, expected, rows=5, vector=8, parallel=True)
+
+
+def test_bad_parameters_are_schedule_errors():
+    X = tc.placeholder((8, 8), name="X")
+    with pytest.raises(tc.ScheduleError, match="vector must be a positive int"):
+        _schedule(tc.ops.relu(X), vector=0)
+    with pytest.raises(tc.ScheduleError, match="rows must be a positive int"):
+        _schedule(tc.ops.softmax(X), rows=2.5)
