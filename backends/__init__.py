@@ -9,6 +9,7 @@ BUILDERS maps a target kind to the function that builds a schedule for it; a new
 registers its kind here and its target strings in minitc.target.KINDS. Choosing the schedule
 of output tensors (a tuned record or a template) happens above, in minitc/driver.py.
 """
+
 from __future__ import annotations
 
 from minitc.errors import BuildError

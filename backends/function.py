@@ -4,6 +4,7 @@ The generated code trusts its arguments completely (no bounds checks, no aliasin
 check happens here, before the call: count, shape, dtype, contiguity, and that outputs do not
 overlap inputs.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -37,7 +38,9 @@ def _as_array(x, buf, role: str) -> np.ndarray:
         raise ShapeError(f"{role} {buf.name} has shape {x.shape}, expected {buf.shape}")
     if x.dtype != numpy_dtype(buf.dtype):  # not x.dtype.name: that costs ~4 us per argument
         got = x.dtype.name if x.dtype.isnative else f"{x.dtype.str} (non-native byte order)"
-        raise DTypeError(f"{role} {buf.name} has dtype {got}, expected {buf.dtype}; convert with .astype('{buf.dtype}')")
+        raise DTypeError(
+            f"{role} {buf.name} has dtype {got}, expected {buf.dtype}; convert with .astype('{buf.dtype}')"
+        )
     if not x.flags.c_contiguous:
         raise LayoutError(f"{role} {buf.name} is not C-contiguous; pass np.ascontiguousarray(...)")
     return x

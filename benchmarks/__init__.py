@@ -1,14 +1,14 @@
-"""The benchmark runner: `python -m benchmarks` (also `minitc bench`).
+"""The benchmark runner: `python -m minitc.benchmarks` (also `minitc bench`).
 
-    python -m benchmarks --suite cpu-core [--threads 1,2] [--repeats N] [--budget S]
+    python -m minitc.benchmarks --suite cpu-core [--threads 1,2] [--repeats N] [--budget S]
                          [--workloads matmul-512,...] [--json out.json] [--plot out.png]
                          [--wait-quiet S] [--no-machine] [--quiet]
 
-Runs each workload of a suite (workloads.py) as minitc (`tc.build(tensor)`, the operator's
+Runs each workload of a suite (suites.py) as minitc (`tc.build(tensor)`, the operator's
 default schedule), numpy and torch (CPU) in one process, for each thread count (minitc's pool,
 torch's intra-op threads and numpy's BLAS via threadpoolctl are all set to it). Before timing,
 the minitc result is checked against numpy; a kernel that fails to build, fails to run or
-gives a wrong result becomes an error row and is not timed. Timing (measure.py): warm-up, then
+gives a wrong result becomes an error row and is not timed. Timing (timing.py): warm-up, then
 interleaved rounds of samples, median and interquartile spread. At start the machine is
 measured with minitc-generated kernels (machine.py): peak FMA GFLOP/s, STREAM-triad GB/s and
 the thread pool's launch overhead, so "% of peak" is relative to this machine.
@@ -17,7 +17,7 @@ On a shared machine, other processes' CPU use is measured for every row (`backgr
 and rows it affected are flagged; `--wait-quiet S` waits up to S seconds before each row for
 the other processes to go quiet.
 
-Modules: workloads.py (Workload, suites), measure.py (timing, thread control), machine.py
+Modules: suites.py (Workload, suites), timing.py (timing, thread control), machine.py
 (peaks), runner.py (build, check, time, records), report.py (table, JSON, plot), cli.py.
 
 JSON (`--json FILE`): a list of records, one per workload and thread count; every record is
@@ -47,11 +47,11 @@ machines can be concatenated and filtered without losing context:
                    "triad_gbps": 21.2, "triad_gbps_median": 21.0,
                    "launch_overhead_us": 0.0, "fork_join_us": 0.0}, ...]
       },
-      "run": {"date": "2026-...T...+00:00", "command": "python -m benchmarks --suite ...",
+      "run": {"date": "2026-...T...+00:00", "command": "python -m minitc.benchmarks --suite ...",
               "suite": "cpu-core", "threads": [1, 2], "repeats": 10, "wait_quiet_s": 0.0,
               "versions": {"python": ..., "minitc": ..., "numpy": ..., "numpy_blas": ...,
                            "torch": ..., "llvmlite": ..., "llvm": ...}}
     }
 
-Results meant to be kept go to benchmarks/results/ (see its README).
+Results meant to be kept go to experiments/results/ (see its README).
 """

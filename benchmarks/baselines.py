@@ -7,6 +7,7 @@ im2col + GEMM for convolutions, sliding windows for pooling); `tc.ops.reference`
 float64 for checking, which would make numpy look slower than it is. Torch baselines are the
 CPU torch functions (torch.nn.functional for nn ops).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -65,7 +66,9 @@ def layer_norm_np(x, gamma, beta, eps=1e-5):
 def _erf32(x):
     """erf without scipy (Abramowitz-Stegun 7.1.26, |error| < 1.5e-7), in float32."""
     t = 1.0 / (1.0 + 0.3275911 * np.abs(x))
-    y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * np.exp(-x * x)
+    y = 1.0 - (
+        ((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592
+    ) * t * np.exp(-x * x)
     return (np.sign(x) * y).astype(x.dtype)
 
 
@@ -76,8 +79,14 @@ _ACT_NP = {
     "sigmoid": lambda y: 1 / (1 + np.exp(-y)),
     "tanh": np.tanh,
 }
-_BINARY_NP = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-              "maximum": np.maximum, "minimum": np.minimum}  # fmt: skip
+_BINARY_NP = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+}
 _REDUCE_NP = {"sum": np.sum, "max": np.max, "min": np.min, "mean": np.mean}
 
 
@@ -135,8 +144,9 @@ def torch_maker(op: str, kw: dict):
         if op == "conv2d":
             return lambda x, w: F.conv2d(x, w, stride=kw["stride"], padding=kw["padding"], dilation=kw["dilation"])
         if op == "depthwise_conv2d":
-            return lambda x, w: F.conv2d(x, w, stride=kw["stride"], padding=kw["padding"], dilation=kw["dilation"],
-                                         groups=x.shape[1])  # fmt: skip
+            return lambda x, w: F.conv2d(
+                x, w, stride=kw["stride"], padding=kw["padding"], dilation=kw["dilation"], groups=x.shape[1]
+            )
         if op in ("max_pool2d", "avg_pool2d"):
             pool = F.max_pool2d if op == "max_pool2d" else F.avg_pool2d
             return lambda x: pool(x, kw["kernel"], stride=kw.get("stride"), padding=kw.get("padding", 0))
@@ -179,9 +189,12 @@ def workload_for(call, name: str | None = None) -> Workload:
         return tuple(arrays)
 
     return Workload(
-        name or call.label(), call.label(), kind, work,
+        name or call.label(),
+        call.label(),
+        kind,
+        work,
         make_inputs=make_inputs,
         make_minitc=call.build,
         make_numpy=lambda: numpy_fn(call.op, kw),
         make_torch=torch_maker(call.op, kw),
-    )  # fmt: skip
+    )

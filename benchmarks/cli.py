@@ -1,4 +1,5 @@
-"""The `bench` command: `python -m benchmarks ...` and `minitc bench ...` are the same."""
+"""The `bench` command: `python -m minitc.benchmarks ...` and `minitc bench ...` are the same."""
+
 from __future__ import annotations
 
 import datetime
@@ -8,10 +9,15 @@ import time
 
 import click
 
-from minitc.benchmarks.gpu_suites import GPU_SUITES
 from minitc.autotune.registry import strategy_names
-from minitc.benchmarks.tuning import TUNE_SUITES
-from minitc.benchmarks.suites import SUITES
+from minitc.benchmarks import report, tlm_eval, tlm_report
+from minitc.benchmarks.gpu_suites import GPU_SUITES
+from minitc.benchmarks.machine import measure_machine
+from minitc.benchmarks.machine import measure_machine as measure
+from minitc.benchmarks.runner import run_suite
+from minitc.benchmarks.suites import SUITES, select
+from minitc.benchmarks.timing import torch_module, wait_for_quiet
+from minitc.benchmarks.tuning import TUNE_SUITES, format_table, plot_curves, run_tune_suite
 
 DEFAULT_SUITE = "cpu-core"
 TUNE_ONLY = ("trials", "strategies", "db", "seed", "cost_model")  # options of the tuning suites
@@ -42,8 +48,6 @@ def versions() -> dict:
     import llvmlite.binding as llvm
     import numpy
 
-    from minitc.benchmarks.timing import torch_module
-
     torch = torch_module()
     versions = {
         "python": platform.python_version(),
@@ -56,8 +60,11 @@ def versions() -> dict:
     try:
         from threadpoolctl import threadpool_info
 
-        blas = [f"{i['internal_api']} {i['version']} ({i.get('architecture')})" for i in threadpool_info()
-                if i["user_api"] == "blas"]  # fmt: skip
+        blas = [
+            f"{i['internal_api']} {i['version']} ({i.get('architecture')})"
+            for i in threadpool_info()
+            if i["user_api"] == "blas"
+        ]
         versions["numpy_blas"] = ", ".join(blas) or None
     except Exception:  # noqa: BLE001 - versions are informative only
         versions["numpy_blas"] = None
@@ -74,43 +81,127 @@ def _dist_version(name: str):
 
 
 @click.command("bench", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--suite", default=DEFAULT_SUITE, show_default=True,
-              help=f"Suite to run: {', '.join(SUITES)}; tuning: {', '.join(TUNE_SUITES)}; "
-                   f"GPU: {', '.join(GPU_SUITES)}; tlm-eval.")  # fmt: skip
+@click.option(
+    "--suite",
+    default=DEFAULT_SUITE,
+    show_default=True,
+    help=f"Suite to run: {', '.join(SUITES)}; tuning: {', '.join(TUNE_SUITES)}; "
+    f"GPU: {', '.join(GPU_SUITES)}; tlm-eval.",
+)
 @click.option("--workloads", default="", help="Comma-separated workload names of the suite (default: all).")
 @click.option("--threads", default="1,2", show_default=True, callback=_threads, help="Thread counts to run.")
-@click.option("--repeats", default=10, show_default=True, type=click.IntRange(min=1),
-              help="Timed samples per implementation (slow calls get fewer, never under 3).")  # fmt: skip
-@click.option("--budget", "budget_s", default=2.0, show_default=True, type=click.FloatRange(min=0),
-              help="Seconds of timing per implementation, workload and thread count.")  # fmt: skip
+@click.option(
+    "--repeats",
+    default=10,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Timed samples per implementation (slow calls get fewer, never under 3).",
+)
+@click.option(
+    "--budget",
+    "budget_s",
+    default=2.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds of timing per implementation, workload and thread count.",
+)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), help="Write the records as JSON.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True),
-              help="Write a bar chart (PNG); needs matplotlib: pip install 'minitc[plot]'.")  # fmt: skip
-@click.option("--wait-quiet", "wait_quiet_s", default=0.0, show_default=True, type=click.FloatRange(min=0),
-              help="On a shared machine: before the machine measurement and each row, wait up to this many "
-                   "seconds for other processes to go quiet.")  # fmt: skip
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Write a bar chart (PNG); needs matplotlib: pip install 'minitc[plot]'.",
+)
+@click.option(
+    "--wait-quiet",
+    "wait_quiet_s",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="On a shared machine: before the machine measurement and each row, wait up to this many "
+    "seconds for other processes to go quiet.",
+)
 @click.option("--no-machine", is_flag=True, help="Skip measuring peak FMA, bandwidth and launch overhead.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
-@click.option("--trials", default=64, show_default=True, type=click.IntRange(min=1),
-              help="Tuning suites: measured candidates per workload and strategy.")  # fmt: skip
-@click.option("--strategies", default=",".join(strategy_names()), show_default=True, callback=_strategies,
-              help="Tuning suites: search strategies to compare.")  # fmt: skip
-@click.option("--db", type=click.Path(dir_okay=False),
-              help="Tuning suites: one records database for all runs (default: a fresh temporary one per run).")  # fmt: skip
+@click.option(
+    "--trials",
+    default=64,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Tuning suites: measured candidates per workload and strategy.",
+)
+@click.option(
+    "--strategies",
+    default=",".join(strategy_names()),
+    show_default=True,
+    callback=_strategies,
+    help="Tuning suites: search strategies to compare.",
+)
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False),
+    help="Tuning suites: one records database for all runs (default: a fresh temporary one per run).",
+)
 @click.option("--seed", default=0, show_default=True, type=int, help="Tuning suites: search seed.")
-@click.option("--cost-model", type=click.Choice(("default", "random")), default="default", show_default=True,
-              help="Tuning suites: the evolutionary search's cost model (default_cost_model() or random scores).")  # fmt: skip
-@click.option("--tune", "tune_trials", default=0, show_default=True, type=click.IntRange(min=0),
-              help="GPU suites: tune each minitc kernel with this many trials (tc.tune, target cuda) first.")  # fmt: skip
+@click.option(
+    "--cost-model",
+    type=click.Choice(("default", "random")),
+    default="default",
+    show_default=True,
+    help="Tuning suites: the evolutionary search's cost model (default_cost_model() or random scores).",
+)
+@click.option(
+    "--tune",
+    "tune_trials",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="GPU suites: tune each minitc kernel with this many trials (tc.tune, target cuda) first.",
+)
 @click.option("--tlm-k", default="1,10,32,64", show_default=True, help="tlm-eval: measured programs of TLM to report.")
-@click.option("--evo-trials", default="64,256,1000", show_default=True, help="tlm-eval: evolutionary budgets to compare with.")
-@click.option("--tlm-seeds", default="", help="tlm-eval: run TLM with each of these comma-separated seeds (evolutionary "
-              "search once, with --seed) and add a table of the geomeans per seed and their median.")
-@click.option("--lm", "lm_path", type=click.Path(exists=True, dir_okay=False), help="tlm-eval: the model (default: the shipped one).")
-@click.option("--evo-from", type=click.Path(exists=True, dir_okay=False),
-              help="tlm-eval: reuse the evolutionary runs of an earlier --json file; run only TLM again.")
-def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine, quiet,
-          trials, strategies, db, seed, cost_model, tune_trials, tlm_k, evo_trials, tlm_seeds, lm_path, evo_from):  # fmt: skip
+@click.option(
+    "--evo-trials", default="64,256,1000", show_default=True, help="tlm-eval: evolutionary budgets to compare with."
+)
+@click.option(
+    "--tlm-seeds",
+    default="",
+    help="tlm-eval: run TLM with each of these comma-separated seeds (evolutionary "
+    "search once, with --seed) and add a table of the geomeans per seed and their median.",
+)
+@click.option(
+    "--lm",
+    "lm_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="tlm-eval: the model (default: the shipped one).",
+)
+@click.option(
+    "--evo-from",
+    type=click.Path(exists=True, dir_okay=False),
+    help="tlm-eval: reuse the evolutionary runs of an earlier --json file; run only TLM again.",
+)
+def bench(
+    suite,
+    workloads,
+    threads,
+    repeats,
+    budget_s,
+    json_path,
+    plot_path,
+    wait_quiet_s,
+    no_machine,
+    quiet,
+    trials,
+    strategies,
+    db,
+    seed,
+    cost_model,
+    tune_trials,
+    tlm_k,
+    evo_trials,
+    tlm_seeds,
+    lm_path,
+    evo_from,
+):
     """Benchmark minitc against numpy and torch (CPU) on a suite of workloads.
 
     Each workload runs minitc's default schedule (`tc.build(tensor)`), numpy and torch in the
@@ -127,12 +218,11 @@ def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, wa
     there; --tune N tunes the minitc kernels first). They need an NVIDIA GPU, CuPy and torch's
     CUDA build, and stop with a message saying what is missing otherwise.
     """
-    from minitc.benchmarks import report
-    from minitc.benchmarks.suites import select
-
     ctx = click.get_current_context()
     if suite == "tlm-eval":
-        return bench_tlm_eval(workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_path, quiet, evo_from, tlm_seeds)
+        return bench_tlm_eval(
+            workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_path, quiet, evo_from, tlm_seeds
+        )
     if suite in GPU_SUITES:
         return bench_gpu(ctx, suite, workloads, repeats, budget_s, tune_trials, json_path, plot_path, quiet)
     if ctx.get_parameter_source("tune_trials") == click.core.ParameterSource.COMMANDLINE:
@@ -160,8 +250,9 @@ def bench(suite, workloads, threads, repeats, budget_s, json_path, plot_path, wa
 
             threads = [tc.get_num_threads()]
         options = dict(trials=trials, strategies=strategies, db=db, seed=seed, cost_model=cost_model)
-        return bench_tuning(chosen, suite, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s,
-                            no_machine, say, options)  # fmt: skip
+        return bench_tuning(
+            chosen, suite, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine, say, options
+        )
     command = _command_line(suite, names, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine)
     records = run(chosen, suite, threads, repeats, budget_s, not no_machine, say, command, wait_quiet_s)
     ctx_machine = records[0]["machine"] if records else None
@@ -197,17 +288,18 @@ def bench_gpu(ctx, suite, workloads, repeats, budget_s, tune_trials, json_path, 
         raise click.UsageError(e.args[0]) from None
     say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))
     try:
-        gpu_core.bench(suite, names, repeats, budget_s, tune_trials, json_path, plot_path, say, command_line(ctx),
-                       echo=click.echo)  # fmt: skip
+        gpu_core.bench(
+            suite, names, repeats, budget_s, tune_trials, json_path, plot_path, say, command_line(ctx), echo=click.echo
+        )
     except gpu_core.GpuUnavailable as e:
         raise click.ClickException(str(e)) from None
 
 
-def bench_tlm_eval(workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_path, quiet, evo_from=None, tlm_seeds="") -> None:
+def bench_tlm_eval(
+    workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_path, quiet, evo_from=None, tlm_seeds=""
+) -> None:
     """`--suite tlm-eval`: the language model against evolutionary search on held-out workloads."""
     import json
-
-    from minitc.benchmarks import tlm_eval, tlm_report
 
     say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))
     try:
@@ -229,10 +321,17 @@ def bench_tlm_eval(workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_
         click.echo(tlm_report.seeds_table(by_seed, ks, budgets))
     say(f"tlm-eval done in {time.perf_counter() - start:.0f} s")
     if json_path:
-        run = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-               "command": command_line(click.get_current_context()), "versions": versions()}  # fmt: skip
+        run = {
+            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "command": command_line(click.get_current_context()),
+            "versions": versions(),
+        }
         shared = ("evo_history", "evo_times")  # the later seeds' rows share the first's evolutionary run
-        more = {str(s): [{k: v for k, v in row.items() if k not in shared} for row in r] for s, r in by_seed.items() if s != seeds[0]}
+        more = {
+            str(s): [{k: v for k, v in row.items() if k not in shared} for row in r]
+            for s, r in by_seed.items()
+            if s != seeds[0]
+        }
         with open(json_path, "w") as f:
             json.dump({"run": run, "rows": rows, **({"more_seeds": more} if more else {})}, f, indent=1)
         say(f"wrote {json_path}")
@@ -246,17 +345,16 @@ def select_tuning(suite: str, names) -> list:
     by_name = {w.name: w for w in TUNE_SUITES[suite]}
     unknown = [n for n in names if n not in by_name]
     if unknown:
-        raise KeyError(f"unknown workload(s) {', '.join(map(repr, unknown))} in suite {suite!r}; "
-                       f"available: {', '.join(by_name)}")  # fmt: skip
+        raise KeyError(
+            f"unknown workload(s) {', '.join(map(repr, unknown))} in suite {suite!r}; available: {', '.join(by_name)}"
+        )
     return [by_name[n] for n in names] if names else list(by_name.values())
 
 
-def bench_tuning(chosen, suite, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine, say,
-                 options) -> None:  # fmt: skip
+def bench_tuning(
+    chosen, suite, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine, say, options
+) -> None:
     """`--suite cpu-tune` and friends: tune, compare, print, write JSON and curves."""
-    from minitc.benchmarks import report
-    from minitc.benchmarks.machine import measure_machine
-    from minitc.benchmarks.tuning import format_table, plot_curves, run_tune_suite
 
     start = time.perf_counter()
     command = command_line(click.get_current_context())
@@ -265,14 +363,31 @@ def bench_tuning(chosen, suite, threads, repeats, budget_s, json_path, plot_path
         "machine": machine.to_json() if machine else None,
         "run": {
             "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "command": command, "suite": suite, "threads": list(threads), "repeats": repeats,
-            "wait_quiet_s": wait_quiet_s, "versions": versions(), **options,
+            "command": command,
+            "suite": suite,
+            "threads": list(threads),
+            "repeats": repeats,
+            "wait_quiet_s": wait_quiet_s,
+            "versions": versions(),
+            **options,
         },
-    }  # fmt: skip
-    records = run_tune_suite(chosen, suite, threads, options["strategies"], options["trials"], db=options["db"],
-                             seed=options["seed"], cost_model=options["cost_model"], repeats=repeats,
-                             budget_s=budget_s, machine=machine, progress=say, context=context,
-                             wait_quiet_s=wait_quiet_s)  # fmt: skip
+    }
+    records = run_tune_suite(
+        chosen,
+        suite,
+        threads,
+        options["strategies"],
+        options["trials"],
+        db=options["db"],
+        seed=options["seed"],
+        cost_model=options["cost_model"],
+        repeats=repeats,
+        budget_s=budget_s,
+        machine=machine,
+        progress=say,
+        context=context,
+        wait_quiet_s=wait_quiet_s,
+    )
     say(f"suite {suite} done in {time.perf_counter() - start:.1f} s")
     click.echo("\n".join(report.machine_lines(context["machine"])))
     click.echo(format_table(records))
@@ -296,7 +411,9 @@ def command_line(ctx) -> str:
             argv += [str(value)] if value is not None else []
         elif ctx.get_parameter_source(p.name) == ParameterSource.COMMANDLINE and value is not None:
             flag = max(p.opts, key=len)
-            argv += [flag] if p.is_flag else [flag, ",".join(map(str, value)) if isinstance(value, list) else str(value)]
+            argv += (
+                [flag] if p.is_flag else [flag, ",".join(map(str, value)) if isinstance(value, list) else str(value)]
+            )
     return " ".join(shlex.quote(a) for a in argv)
 
 
@@ -312,12 +429,10 @@ def _command_line(suite, names, threads, repeats, budget_s, json_path, plot_path
     return " ".join([click.get_current_context().command_path] + [shlex.quote(a) for a in args])
 
 
-def run(workloads, suite, threads, repeats, budget_s, measure_machine=True, progress=None, command=None,
-        wait_quiet_s=0.0) -> list:
+def run(
+    workloads, suite, threads, repeats, budget_s, measure_machine=True, progress=None, command=None, wait_quiet_s=0.0
+) -> list:
     """Measure the machine (optionally), then run the workloads; returns the records."""
-    from minitc.benchmarks.machine import measure_machine as measure
-    from minitc.benchmarks.timing import wait_for_quiet
-    from minitc.benchmarks.runner import run_suite
 
     start = time.perf_counter()
     say = progress or (lambda msg: None)
@@ -345,4 +460,4 @@ def run(workloads, suite, threads, repeats, budget_s, measure_machine=True, prog
 
 
 def main() -> None:
-    bench(prog_name="python -m benchmarks")
+    bench(prog_name="python -m minitc.benchmarks")

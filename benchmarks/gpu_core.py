@@ -36,6 +36,7 @@ JSON (`--json`): one self-contained record per workload:
      "tune": null | {"trials": 64, "seconds": 80.1, "best_ms": 2.9, "error": null},
      "error": null, "notes": [], "device": {...}, "run": {...}}
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -48,9 +49,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import minitc as tc
-
-from minitc.benchmarks.gpu_timing import FLUSH_MIB, Timer
 from minitc.benchmarks.gpu_suites import GpuWorkload, select
+from minitc.benchmarks.gpu_timing import FLUSH_MIB, Timer
 from minitc.benchmarks.runner import _r, _short, _sig
 
 IMPLS = ("minitc", "minitc_template", "torch", "triton")
@@ -58,8 +58,10 @@ TARGET = "cuda"  # minitc's target; DEVICE: torch's (the tests run the suite on 
 DEVICE = "cuda"
 LAUNCH_BOUND = 0.8  # host enqueue time / flush time above which a sample may include launch gaps
 FP32_LANES = {"sm_70": 64, "sm_75": 64, "sm_80": 64}  # FP32 FMA units per SM; 128 on sm_86 and later
-PRECISION = ("float32 without TF32: torch allow_tf32=False (cuBLAS SGEMM, cuDNN FP32), "
-             "Triton tl.dot input_precision='ieee', minitc scalar FMA")  # fmt: skip
+PRECISION = (
+    "float32 without TF32: torch allow_tf32=False (cuBLAS SGEMM, cuDNN FP32), "
+    "Triton tl.dot input_precision='ieee', minitc scalar FMA"
+)
 
 
 class GpuUnavailable(RuntimeError):
@@ -78,8 +80,11 @@ def requirements(suite: str = "gpu-core"):
     except ImportError:
         missing.append("torch is not installed")
     if torch is not None and not torch.cuda.is_available():
-        missing.append(f"torch {torch.__version__} is a CPU-only build" if torch.version.cuda is None
-                       else f"torch {torch.__version__} sees no CUDA GPU")  # fmt: skip
+        missing.append(
+            f"torch {torch.__version__} is a CPU-only build"
+            if torch.version.cuda is None
+            else f"torch {torch.__version__} sees no CUDA GPU"
+        )
     try:
         import cupy
     except ImportError:
@@ -123,9 +128,12 @@ def fp32_mode(torch) -> dict:
             except (AttributeError, RuntimeError, ValueError):
                 pass  # a torch without the new flags: allow_tf32 above is what counts
         torch.backends.cudnn.benchmark = True
-        return {"torch_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
-                "torch_cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
-                "cudnn_benchmark": True, "triton_input_precision": "ieee"}  # fmt: skip
+        return {
+            "torch_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+            "torch_cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+            "cudnn_benchmark": True,
+            "triton_input_precision": "ieee",
+        }
 
 
 def device_info(torch, cupy, device) -> dict:
@@ -137,13 +145,16 @@ def device_info(torch, cupy, device) -> dict:
     clock_khz, mem_khz, bus_bits = (attrs.get(k) for k in ("ClockRate", "MemoryClockRate", "GlobalMemoryBusWidth"))
     lanes = FP32_LANES.get(device.arch, 128)
     return {
-        "name": device.name, "arch": device.arch, "sm_count": device.sm_count,
+        "name": device.name,
+        "arch": device.arch,
+        "sm_count": device.sm_count,
         "memory_gib": _r(torch.cuda.get_device_properties(device.id).total_memory / 2**30, 1),
         "fp32_peak_gflops": _sig(2 * lanes * device.sm_count * clock_khz * 1e-6, 4) if clock_khz else None,
         "bandwidth_gbps": _sig(2 * mem_khz * 1e3 * bus_bits / 8 / 1e9, 4) if mem_khz and bus_bits else None,
-        "driver": cupy.cuda.runtime.driverGetVersion(), "torch_cuda": torch.version.cuda,
+        "driver": cupy.cuda.runtime.driverGetVersion(),
+        "torch_cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version(),
-    }  # fmt: skip
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,8 +177,10 @@ def check(torch, actual, ref, w: GpuWorkload):
     n_bad = int((excess > 0).sum())
     if n_bad:
         at = np.unravel_index(int(excess.argmax()), tuple(ref.shape))
-        return (f"wrong result: {n_bad} of {err.numel()} elements off, worst at {tuple(map(int, at))}: "
-                f"{float(a[at]):.6g} vs {float(ref[at]):.6g}"), rel  # fmt: skip
+        return (
+            f"wrong result: {n_bad} of {err.numel()} elements off, worst at {tuple(map(int, at))}: "
+            f"{float(a[at]):.6g} vs {float(ref[at]):.6g}"
+        ), rel
     return None, rel
 
 
@@ -293,9 +306,13 @@ def record(p: Prepared, timings: dict, flush_ms: float, device: dict, suite: str
     peak = device.get("fp32_peak_gflops" if w.kind == "compute" else "bandwidth_gbps")
     mine = ms["minitc"]
     return {
-        "suite": suite, "workload": w.name, "description": w.description, "kind": w.kind,
+        "suite": suite,
+        "workload": w.name,
+        "description": w.description,
+        "kind": w.kind,
         **{f"{impl}_ms": _sig(ms[impl], 5) for impl in IMPLS},
-        "unit": w.unit, "rates": {impl: _sig(v, 4) for impl, v in rates.items()},
+        "unit": w.unit,
+        "rates": {impl: _sig(v, 4) for impl, v in rates.items()},
         ("flops" if w.kind == "compute" else "bytes"): int(w.work),
         "peak_pct": _r(100 * rates["minitc"] / peak, 1) if mine and peak else None,
         "vs_torch": _sig(ms["torch"] / mine, 4) if mine and ms["torch"] else None,
@@ -304,13 +321,23 @@ def record(p: Prepared, timings: dict, flush_ms: float, device: dict, suite: str
         "spread_pct": {impl: _r(100 * t.spread, 1) for impl, t in timings.items()},
         "samples": {impl: len(t.samples) for impl, t in timings.items()},
         "launch_bound": [impl for impl, t in timings.items() if np.median(t.host) >= LAUNCH_BOUND * flush_ms],
-        "compile_s": _r(p.compile_s, 3), "launches": p.launches, "tune": p.tune,
-        "error": p.error, "notes": list(p.notes),
-    }  # fmt: skip
+        "compile_s": _r(p.compile_s, 3),
+        "launches": p.launches,
+        "tune": p.tune,
+        "error": p.error,
+        "notes": list(p.notes),
+    }
 
 
-def run_suite(workloads, suite: str, repeats: int = 100, budget_s: float = 2.0, tune_trials: int = 0,
-              progress=None, command: str | None = None) -> list:
+def run_suite(
+    workloads,
+    suite: str,
+    repeats: int = 100,
+    budget_s: float = 2.0,
+    tune_trials: int = 0,
+    progress=None,
+    command: str | None = None,
+) -> list:
     """Records of every workload (GpuUnavailable first if the GPU stack is missing)."""
     torch, cupy, device = requirements(suite)
     say = progress or (lambda msg: None)
@@ -323,24 +350,35 @@ def run_suite(workloads, suite: str, repeats: int = 100, budget_s: float = 2.0, 
     context = {
         "device": info,
         "run": {
-            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "command": command,
-            "suite": suite, "repeats": repeats, "budget_s": budget_s, "tune_trials": tune_trials or None,
-            "precision": PRECISION, "settings": precision, "flush_mib": FLUSH_MIB, "flush_ms": _r(timer.flush_ms, 4),
+            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "command": command,
+            "suite": suite,
+            "repeats": repeats,
+            "budget_s": budget_s,
+            "tune_trials": tune_trials or None,
+            "precision": PRECISION,
+            "settings": precision,
+            "flush_mib": FLUSH_MIB,
+            "flush_ms": _r(timer.flush_ms, 4),
             "timing": "median of interleaved samples; each: L2 flushed, one call between CUDA events",
-            "triton_note": None if tk else triton_version, "versions": versions(torch, cupy, tk and triton_version),
+            "triton_note": None if tk else triton_version,
+            "versions": versions(torch, cupy, tk and triton_version),
         },
-    }  # fmt: skip
+    }
     records = []
     with tempfile_db(tune_trials) as db_path, _on_torch_stream(torch, cupy):
         for i, w in enumerate(workloads):
-            tell = (lambda msg, i=i: say(f"[{i + 1}/{len(workloads)}] {msg}"))  # noqa: E731
+            tell = lambda msg, i=i: say(f"[{i + 1}/{len(workloads)}] {msg}")  # noqa: E731
             tell(f"{w.name}: building and checking")
             p = prepare(w, torch, cupy, tk, tune_trials, db_path, tell)
             tell(f"{w.name}: timing {', '.join(p.fns) or 'nothing'}")
             timings = timer.measure(p.fns, repeats=repeats, budget_s=budget_s) if p.fns else {}
             rec = record(p, timings, timer.flush_ms, info, suite)
-            tell(f"{w.name}: " + ", ".join(f"{impl} {rec[impl + '_ms']:.4g} ms" for impl in IMPLS if rec[impl + "_ms"])
-                 + (f"  ERROR {rec['error']}" if rec["error"] else ""))  # fmt: skip
+            tell(
+                f"{w.name}: "
+                + ", ".join(f"{impl} {rec[impl + '_ms']:.4g} ms" for impl in IMPLS if rec[impl + "_ms"])
+                + (f"  ERROR {rec['error']}" if rec["error"] else "")
+            )
             records.append({**rec, **context})
             del p
             torch.cuda.empty_cache()
@@ -363,12 +401,28 @@ def tempfile_db(tune_trials: int):
 def versions(torch, cupy, triton_version) -> dict:
     from minitc.benchmarks.cli import _dist_version
 
-    return {"python": platform.python_version(), "minitc": _dist_version("minitc"), "numpy": np.__version__,
-            "torch": torch.__version__, "cupy": cupy.__version__, "triton": triton_version or None}  # fmt: skip
+    return {
+        "python": platform.python_version(),
+        "minitc": _dist_version("minitc"),
+        "numpy": np.__version__,
+        "torch": torch.__version__,
+        "cupy": cupy.__version__,
+        "triton": triton_version or None,
+    }
 
 
-def bench(suite: str, names, repeats: int, budget_s: float, tune_trials: int, json_path, plot_path, say,
-          command: str | None, echo=print) -> list:
+def bench(
+    suite: str,
+    names,
+    repeats: int,
+    budget_s: float,
+    tune_trials: int,
+    json_path,
+    plot_path,
+    say,
+    command: str | None,
+    echo=print,
+) -> list:
     """`python -m benchmarks --suite gpu-core ...`: run, print the table, write JSON and plot."""
     from minitc.benchmarks import report
     from minitc.benchmarks.gpu_report import format_table, plot

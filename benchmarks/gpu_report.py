@@ -1,5 +1,6 @@
 """The GPU suites' output (benchmarks/gpu_core.py): the table printed after a run and the plot
 of speed relative to torch, both from the JSON records."""
+
 from __future__ import annotations
 
 from minitc.benchmarks.gpu_core import IMPLS
@@ -17,16 +18,26 @@ def format_table(records: list) -> str:
     """The device line, a table (one row per workload), then errors and notes."""
     tuned = any(r.get("minitc_template_ms") for r in records)
     impls = ["minitc"] + (["minitc_template"] if tuned else []) + ["torch", "triton"]
-    head = ["workload"] + [f"{i.replace('_', ' ')} ms" for i in impls] + ["minitc rate", "torch rate",
-            "triton rate", "%peak", "vs torch", "vs triton", "compile s"]  # fmt: skip
+    head = (
+        ["workload"]
+        + [f"{i.replace('_', ' ')} ms" for i in impls]
+        + ["minitc rate", "torch rate", "triton rate", "%peak", "vs torch", "vs triton", "compile s"]
+    )
     rows = []
     for r in records:
         rate = r.get("rates") or {}
-        cell = (lambda x, f, s="": "-" if x is None else format(x, f) + s)  # noqa: E731
-        rows.append([r["workload"]] + [_ms(r, i) for i in impls]
-                    + [cell(rate.get(i), ".5g", " " + r["unit"]) for i in ("minitc", "torch", "triton")]
-                    + [cell(r.get("peak_pct"), ".1f", "%"), cell(r.get("vs_torch"), ".2f", "x"),
-                       cell(r.get("vs_triton"), ".2f", "x"), cell(r.get("compile_s"), ".2f")])  # fmt: skip
+        cell = lambda x, f, s="": "-" if x is None else format(x, f) + s  # noqa: E731
+        rows.append(
+            [r["workload"]]
+            + [_ms(r, i) for i in impls]
+            + [cell(rate.get(i), ".5g", " " + r["unit"]) for i in ("minitc", "torch", "triton")]
+            + [
+                cell(r.get("peak_pct"), ".1f", "%"),
+                cell(r.get("vs_torch"), ".2f", "x"),
+                cell(r.get("vs_triton"), ".2f", "x"),
+                cell(r.get("compile_s"), ".2f"),
+            ]
+        )
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
 
     def line(cells):
@@ -36,13 +47,17 @@ def format_table(records: list) -> str:
     if records:
         d, run = records[0]["device"], records[0]["run"]
         peak, dram = d.get("fp32_peak_gflops") or "?", d.get("bandwidth_gbps") or "?"
-        out.append(f"device: {d['name']} ({d['arch']}, {d['sm_count']} SMs), nominal FP32 peak {peak} GFLOP/s, "
-                   f"DRAM {dram} GB/s")  # fmt: skip
+        out.append(
+            f"device: {d['name']} ({d['arch']}, {d['sm_count']} SMs), nominal FP32 peak {peak} GFLOP/s, "
+            f"DRAM {dram} GB/s"
+        )
         out.append(f"precision: {run['precision']}")
         out.append(f"timing: {run['timing']} ({run['flush_mib']} MiB flush = {run['flush_ms']} ms)")
     out += [line(head), "  ".join("-" * wd for wd in widths)] + [line(row) for row in rows]
-    out.append("vs torch / vs triton = library ms / minitc ms (> 1: minitc is faster); ms = median ± half the IQR; "
-               "%peak: minitc vs the nominal FP32 peak (compute) or DRAM bandwidth (memory)")  # fmt: skip
+    out.append(
+        "vs torch / vs triton = library ms / minitc ms (> 1: minitc is faster); ms = median ± half the IQR; "
+        "%peak: minitc vs the nominal FP32 peak (compute) or DRAM bandwidth (memory)"
+    )
     if records and records[0]["run"].get("triton_note"):
         out.append(f"note: {records[0]['run']['triton_note']}")
     for r in records:
@@ -51,8 +66,10 @@ def format_table(records: list) -> str:
         for note in r.get("notes") or []:
             out.append(f"note {r['workload']}: {note}")
         if r.get("launch_bound"):
-            out.append(f"note {r['workload']}: enqueueing {', '.join(r['launch_bound'])} took about as long as the "
-                       "L2 flush that hides it; those times may include launch overhead")  # fmt: skip
+            out.append(
+                f"note {r['workload']}: enqueueing {', '.join(r['launch_bound'])} took about as long as the "
+                "L2 flush that hides it; those times may include launch overhead"
+            )
     return "\n".join(out)
 
 
@@ -66,10 +83,15 @@ def plot(records: list, path: str) -> None:
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(names) + 2), 3.6))
     width = 0.8 / max(1, len(impls))
     for k, impl in enumerate(impls):
-        values = [(r["torch_ms"] / r[f"{impl}_ms"]) if r.get("torch_ms") and r.get(f"{impl}_ms") else 0.0
-                  for r in records]  # fmt: skip
-        ax.bar([i + (k - (len(impls) - 1) / 2) * width for i in range(len(names))], values, width,
-               label=impl.replace("_", " "))  # fmt: skip
+        values = [
+            (r["torch_ms"] / r[f"{impl}_ms"]) if r.get("torch_ms") and r.get(f"{impl}_ms") else 0.0 for r in records
+        ]
+        ax.bar(
+            [i + (k - (len(impls) - 1) / 2) * width for i in range(len(names))],
+            values,
+            width,
+            label=impl.replace("_", " "),
+        )
     ax.axhline(1.0, color="black", linewidth=0.8, label="torch (cuBLAS/cuDNN)")
     ax.set_xticks(range(len(names)), names, rotation=15, ha="right", fontsize=8)
     ax.set_ylabel("speed vs torch (torch ms / ms)")

@@ -1,5 +1,6 @@
 """The workloads of the GPU suites (gpu_core.py): each operator at its shape with its torch,
 Triton and numpy counterparts."""
+
 from __future__ import annotations
 
 import math
@@ -52,50 +53,64 @@ def _placeholders(*shapes):
 
 def matmul(name: str, m: int, n: int, k: int) -> GpuWorkload:
     return GpuWorkload(
-        name, f"matmul {m}x{k} @ {k}x{n}", "compute", 2.0 * m * n * k, ((m, k), (k, n)),
+        name,
+        f"matmul {m}x{k} @ {k}x{n}",
+        "compute",
+        2.0 * m * n * k,
+        ((m, k), (k, n)),
         make_minitc=lambda: tc.ops.matmul(*_placeholders((m, k), (k, n))),
         make_torch=lambda torch, F: torch.matmul,
         reference=tc.ops.reference.matmul,
         make_triton=lambda tk: tk.matmul,
-    )  # fmt: skip
+    )
 
 
 def conv2d(name: str, layer: str, n: int, c: int, hw: int, k: int, rs: int, stride: int = 1, pad: int = 0):
     oh = (hw + 2 * pad - rs) // stride + 1
     shapes = ((n, c, hw, hw), (k, c, rs, rs))
     return GpuWorkload(
-        name, f"conv2d {layer}: N={n} C={c} {hw}x{hw} K={k} {rs}x{rs} s{stride} p{pad}", "compute",
-        2.0 * n * k * oh * oh * c * rs * rs, shapes,
+        name,
+        f"conv2d {layer}: N={n} C={c} {hw}x{hw} K={k} {rs}x{rs} s{stride} p{pad}",
+        "compute",
+        2.0 * n * k * oh * oh * c * rs * rs,
+        shapes,
         make_minitc=lambda: tc.ops.conv2d(*_placeholders(*shapes), stride=stride, padding=pad),
         make_torch=lambda torch, F: lambda x, w: F.conv2d(x, w, stride=stride, padding=pad),
         reference=lambda x, w: tc.ops.reference.conv2d(x, w, stride, pad),
         make_triton=lambda tk: lambda x, w: tk.conv2d(x, w, stride, pad),
         scales=(1.0, 1.0 / math.sqrt(c * rs * rs)),
-    )  # fmt: skip
+    )
 
 
 def dense(name: str, what: str, tokens: int, d_in: int, d_out: int, activation: str = "gelu") -> GpuWorkload:
     shapes = ((tokens, d_in), (d_out, d_in), (d_out,))
     return GpuWorkload(
-        name, f"dense {what}: X[{tokens},{d_in}] @ W[{d_out},{d_in}].T + bias, {activation} (fused)", "compute",
-        2.0 * tokens * d_out * d_in, shapes,
+        name,
+        f"dense {what}: X[{tokens},{d_in}] @ W[{d_out},{d_in}].T + bias, {activation} (fused)",
+        "compute",
+        2.0 * tokens * d_out * d_in,
+        shapes,
         make_minitc=lambda: tc.ops.dense(*_placeholders(*shapes), activation=activation),
         make_torch=lambda torch, F: lambda x, w, b: getattr(F, activation)(F.linear(x, w, b)),
         reference=lambda x, w, b: tc.ops.reference.dense(x, w, b, activation=activation),
         make_triton=lambda tk: lambda x, w, b: tk.linear(x, w, b, activation),
         scales=(1.0, 1.0 / math.sqrt(d_in), 1.0),  # pre-activations ~ N(0, 2): gelu's curved part
-    )  # fmt: skip
+    )
 
 
 def softmax(name: str, what: str, rows: int, cols: int) -> GpuWorkload:
     return GpuWorkload(
-        name, f"softmax {what}: last axis of {rows}x{cols}", "memory", 4.0 * 2 * rows * cols, ((rows, cols),),
+        name,
+        f"softmax {what}: last axis of {rows}x{cols}",
+        "memory",
+        4.0 * 2 * rows * cols,
+        ((rows, cols),),
         make_minitc=lambda: tc.ops.softmax(*_placeholders((rows, cols)), axis=-1),
         make_torch=lambda torch, F: lambda x: torch.softmax(x, -1),
         reference=lambda x: tc.ops.reference.softmax(x, axis=-1),
         make_triton=lambda tk: tk.softmax,
         scales=(2.0,),
-    )  # fmt: skip
+    )
 
 
 GPU_CORE = [
@@ -121,6 +136,7 @@ def select(suite: str, names=None) -> list:
     by_name = {w.name: w for w in GPU_SUITES[suite]}
     unknown = [n for n in names or () if n not in by_name]
     if unknown:
-        raise KeyError(f"unknown workload(s) {', '.join(map(repr, unknown))} in suite {suite!r}; "
-                       f"available: {', '.join(by_name)}")  # fmt: skip
+        raise KeyError(
+            f"unknown workload(s) {', '.join(map(repr, unknown))} in suite {suite!r}; available: {', '.join(by_name)}"
+        )
     return [by_name[n] for n in names] if names else list(by_name.values())

@@ -1,6 +1,7 @@
 """GPU timing for the GPU suites (benchmarks/gpu_core.py), `triton.testing.do_bench`'s method:
 each sample flushes L2, then times one call between two CUDA events; the callables of a
 workload are sampled interleaved, rotating who goes first each round."""
+
 from __future__ import annotations
 
 import time
@@ -85,7 +86,7 @@ class Timer:
         out = {name: GpuTiming([], []) for name in fns}
         names = list(fns)
         for r in range(max(rounds.values(), default=0)):
-            order = names[r % len(names):] + names[: r % len(names)]
+            order = names[r % len(names) :] + names[: r % len(names)]
             pending = [(name, self._sample(fns[name])) for name in order if r < rounds[name]]
             self.torch.cuda.synchronize()
             for name, sample in pending:

@@ -7,6 +7,7 @@ kernels of minitc/backends/llvm/probe.py) and the parallel runtime's launch over
 Launch overhead: `minitc.backends.llvm.runtime.launch_overhead_us`, with empty tasks (what a
 launch costs when the launcher can do the work itself) and as a full fork/join round trip.
 """
+
 from __future__ import annotations
 
 import os
@@ -46,11 +47,23 @@ class Machine:
     def to_json(self) -> dict:
         """JSON form: the per-thread tables become lists of {"threads": n, ...} rows."""
         d = asdict(self)
-        tables = ("fma_gflops", "fma_gflops_median", "triad_gbps", "triad_gbps_median",
-                  "launch_overhead_us", "fork_join_us")  # fmt: skip
+        tables = (
+            "fma_gflops",
+            "fma_gflops_median",
+            "triad_gbps",
+            "triad_gbps_median",
+            "launch_overhead_us",
+            "fork_join_us",
+        )
         rows = [{"threads": n, **{k: _round(d[k].get(n)) for k in tables}} for n in sorted(self.fma_gflops)]
-        return {"cpu": self.cpu, "llvm_cpu": self.llvm_cpu, "cpus": self.cpus, "peaks": rows, "seconds": round(self.seconds, 2),
-                "background_cpus": _round(self.background_cpus, 2)}
+        return {
+            "cpu": self.cpu,
+            "llvm_cpu": self.llvm_cpu,
+            "cpus": self.cpus,
+            "peaks": rows,
+            "seconds": round(self.seconds, 2),
+            "background_cpus": _round(self.background_cpus, 2),
+        }
 
 
 def _round(x, digits=3):

@@ -7,6 +7,7 @@
 On a terminal the line is redrawn in place (`\\r`); otherwise (a log file, a pipe, a test) a
 line is written every `every` trials and at the end, so logs stay readable.
 """
+
 from __future__ import annotations
 
 import sys
@@ -23,8 +24,16 @@ def rate_text(work, unit: str, ms) -> str:
 
 
 class TuneProgress:
-    def __init__(self, total: int, work: float | None = None, unit: str = "GFLOP/s", prefix: str = "",
-                 stream=None, every: int = 16, enabled: bool = True):  # fmt: skip
+    def __init__(
+        self,
+        total: int,
+        work: float | None = None,
+        unit: str = "GFLOP/s",
+        prefix: str = "",
+        stream=None,
+        every: int = 16,
+        enabled: bool = True,
+    ):
         self.total, self.work, self.unit, self.prefix = total, work, unit, prefix
         self.stream = stream if stream is not None else sys.stderr
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())

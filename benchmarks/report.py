@@ -1,4 +1,5 @@
 """Present result records: a text table, the JSON file and a bar chart."""
+
 from __future__ import annotations
 
 import json
@@ -58,25 +59,47 @@ def machine_lines(machine: dict) -> list:
         f"({ts} threads, best of 7)",
         f"  parallel launch {col('launch_overhead_us', '.2f')} us (empty tasks), "
         f"fork/join {col('fork_join_us', '.2f')} us ({ts} threads)",
-    ] + ([f"  warning: other processes kept {machine['background_cpus']:.1f} CPUs busy while the machine was "
-          "measured: the peaks are too low"] if (machine.get("background_cpus") or 0) >= NOISY_CPUS else [])
+    ] + (
+        [
+            f"  warning: other processes kept {machine['background_cpus']:.1f} CPUs busy while the machine was "
+            "measured: the peaks are too low"
+        ]
+        if (machine.get("background_cpus") or 0) >= NOISY_CPUS
+        else []
+    )
 
 
 def format_table(records: list) -> str:
     """A plain-text table, one row per record, followed by the errors and notes."""
-    head = ["workload", "thr", "minitc ms", "numpy ms", "torch ms", "minitc rate", "%peak",
-            "best lib %peak", "vs best", "compile s"]  # fmt: skip
+    head = [
+        "workload",
+        "thr",
+        "minitc ms",
+        "numpy ms",
+        "torch ms",
+        "minitc rate",
+        "%peak",
+        "best lib %peak",
+        "vs best",
+        "compile s",
+    ]
     rows = []
     for r in records:
         best = r.get("best_library")
         rate_key = "gflops" if r["kind"] == "compute" else "gbps"
         unit = " GFLOP/s" if r["kind"] == "compute" else " GB/s"
-        rows.append([
-            r["workload"], str(r["threads"]), *(_ms(r, impl) for impl in IMPLS),
-            _num(r.get(rate_key), ".1f", unit), _num(r.get("peak_pct"), ".1f", "%"),
-            _num(peak_pct(r, best) if best else None, ".1f", f"% {best}" if best else ""),
-            _num(r.get("ratio"), ".2f", "x"), _num(r.get("compile_s"), ".2f"),
-        ])  # fmt: skip
+        rows.append(
+            [
+                r["workload"],
+                str(r["threads"]),
+                *(_ms(r, impl) for impl in IMPLS),
+                _num(r.get(rate_key), ".1f", unit),
+                _num(r.get("peak_pct"), ".1f", "%"),
+                _num(peak_pct(r, best) if best else None, ".1f", f"% {best}" if best else ""),
+                _num(r.get("ratio"), ".2f", "x"),
+                _num(r.get("compile_s"), ".2f"),
+            ]
+        )
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
 
     def line(cells):
@@ -84,17 +107,23 @@ def format_table(records: list) -> str:
 
     out = [line(head), "  ".join("-" * w for w in widths)] + [line(row) for row in rows]
     out.append("vs best = best library ms / minitc ms (> 1: minitc is faster); ms = median ± half the IQR")
-    out.append("%peak: compute vs peak FMA, memory vs STREAM triad (read-mostly kernels can pass 100%: "
-               "triad also pays write-allocate traffic)")  # fmt: skip
+    out.append(
+        "%peak: compute vs peak FMA, memory vs STREAM triad (read-mostly kernels can pass 100%: "
+        "triad also pays write-allocate traffic)"
+    )
     busy = [r for r in records if (r.get("background_cpus") or 0) >= NOISY_CPUS]
     if busy and len(busy) == len(records):
         mean = sum(r["background_cpus"] for r in busy) / len(busy)
-        out.append(f"warning: other processes kept {mean:.1f} CPUs busy on average while every row ran; "
-                   "the timings, multi-threaded ones most, are unreliable")  # fmt: skip
+        out.append(
+            f"warning: other processes kept {mean:.1f} CPUs busy on average while every row ran; "
+            "the timings, multi-threaded ones most, are unreliable"
+        )
     elif busy:
         rows_text = ", ".join(f"{r['workload']} [{r['threads']}T] {r['background_cpus']:.1f}" for r in busy)
-        out.append(f"warning: other processes kept CPUs busy while these rows ran (CPUs): {rows_text}; "
-                   "their timings, multi-threaded ones most, are unreliable")  # fmt: skip
+        out.append(
+            f"warning: other processes kept CPUs busy while these rows ran (CPUs): {rows_text}; "
+            "their timings, multi-threaded ones most, are unreliable"
+        )
     for r in records:
         if r.get("error"):
             out.append(f"ERROR {r['workload']} [{r['threads']} threads]: {r['error']}")
@@ -128,8 +157,7 @@ def plot(records: list, path: str) -> None:
     threads = sorted({r["threads"] for r in records})
     names = list(dict.fromkeys(r["workload"] for r in records))
     have_peak = any(_peak(r) for r in records)
-    fig, axes = plt.subplots(len(threads), 1, figsize=(max(6, 1.3 * len(names) + 2), 3.2 * len(threads)),
-                             squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(len(threads), 1, figsize=(max(6, 1.3 * len(names) + 2), 3.2 * len(threads)), squeeze=False)
     width = 0.8 / len(IMPLS)
     for ax, n in zip(axes[:, 0], threads):
         by_name = {r["workload"]: r for r in records if r["threads"] == n}
@@ -148,9 +176,10 @@ def plot(records: list, path: str) -> None:
     fig.legend(handles, labels, loc="upper right", ncol=len(IMPLS), fontsize=8)
     machine = records[0].get("machine") if records else None
     if machine:
-        fig.suptitle(f"{records[0].get('suite', '')} on {machine['cpu']} "
-                     "(compute: % of FMA peak, memory: % of triad bandwidth)", fontsize=10)  # fmt: skip
+        fig.suptitle(
+            f"{records[0].get('suite', '')} on {machine['cpu']} (compute: % of FMA peak, memory: % of triad bandwidth)",
+            fontsize=10,
+        )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-

@@ -2,6 +2,7 @@
 interleaved for each thread count, and turn the timings into result records (the JSON rows,
 see benchmarks/__init__.py for the schema).
 """
+
 from __future__ import annotations
 
 import time
@@ -9,8 +10,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from minitc.benchmarks.timing import BackgroundLoad, measure, thread_limit, torch_module, wait_for_quiet
+import minitc as tc
 from minitc.benchmarks.suites import Workload
+from minitc.benchmarks.timing import BackgroundLoad, measure, thread_limit, torch_module, wait_for_quiet
 
 IMPLS = ("minitc", "numpy", "torch")
 LIBRARIES = ("numpy", "torch")
@@ -44,8 +46,10 @@ def mismatch(actual, expected, w: Workload) -> str | None:
     bad = err > tol
     if bad.any():
         at = np.unravel_index(int(np.argmax(err - tol)), err.shape)
-        return (f"wrong result: {int(bad.sum())} of {err.size} elements off, worst at {tuple(map(int, at))}: "
-                f"{float(actual[at]):.6g} vs {float(expected[at]):.6g}")  # fmt: skip
+        return (
+            f"wrong result: {int(bad.sum())} of {err.size} elements off, worst at {tuple(map(int, at))}: "
+            f"{float(actual[at]):.6g} vs {float(expected[at]):.6g}"
+        )
     return None
 
 
@@ -56,7 +60,6 @@ def _short(e: BaseException) -> str:
 
 def prepare(w: Workload, seed: int = 0) -> Prepared:
     """Make inputs, the numpy reference and the three callables; build the minitc kernel."""
-    import minitc as tc
 
     p = Prepared(w, w.make_inputs(np.random.default_rng(seed)))
     try:
@@ -103,8 +106,15 @@ def check_minitc(p: Prepared) -> str | None:
     return mismatch(p.minitc_out, p.expected, p.workload)
 
 
-def record(p: Prepared, threads: int, timings: dict, error: str | None, machine, suite: str,
-           background_cpus: float | None = None) -> dict:
+def record(
+    p: Prepared,
+    threads: int,
+    timings: dict,
+    error: str | None,
+    machine,
+    suite: str,
+    background_cpus: float | None = None,
+) -> dict:
     """One JSON row: a workload at one thread count."""
     w = p.workload
     ms = {impl: (timings[impl].median * 1e3 if impl in timings else None) for impl in IMPLS}
@@ -142,8 +152,16 @@ def _r(x, digits):
     return None if x is None else round(float(x), digits)
 
 
-def run_workload(w: Workload, threads, suite: str, machine=None, repeats: int = 10,
-                 budget_s: float = 2.0, progress=None, wait_quiet_s: float = 0.0) -> list:
+def run_workload(
+    w: Workload,
+    threads,
+    suite: str,
+    machine=None,
+    repeats: int = 10,
+    budget_s: float = 2.0,
+    progress=None,
+    wait_quiet_s: float = 0.0,
+) -> list:
     """Records of one workload, one per thread count. With `wait_quiet_s`, each thread count
     first waits (up to that long) for other processes to leave the CPUs alone."""
     say = progress or (lambda msg: None)
@@ -173,8 +191,17 @@ def _summary(rec: dict) -> str:
     return f"{rec['workload']} [{rec['threads']}T]: " + ", ".join(parts) + tail
 
 
-def run_suite(workloads, threads, suite: str, machine=None, repeats: int = 10, budget_s: float = 2.0,
-              progress=None, context: dict | None = None, wait_quiet_s: float = 0.0) -> list:
+def run_suite(
+    workloads,
+    threads,
+    suite: str,
+    machine=None,
+    repeats: int = 10,
+    budget_s: float = 2.0,
+    progress=None,
+    context: dict | None = None,
+    wait_quiet_s: float = 0.0,
+) -> list:
     """Records of every workload at every thread count; `context` (machine and run info) is
     attached to each record."""
     records = []

@@ -14,6 +14,7 @@ call (bytes: every input read once plus every output written once).
 
 `SUITES` maps a suite name to its workloads; add a suite by adding an entry.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -80,22 +81,28 @@ def _torch(fn):
 def matmul(name: str, n: int, m: int | None = None, k: int | None = None) -> Workload:
     m, k = m or n, k or n
     return Workload(
-        name, f"matmul {n}x{k} @ {k}x{m}", "compute", 2.0 * n * m * k,
+        name,
+        f"matmul {n}x{k} @ {k}x{m}",
+        "compute",
+        2.0 * n * m * k,
         make_inputs=_normal((n, k), (k, m)),
         make_minitc=lambda: tc.ops.matmul(*_placeholders((n, k), (k, m))),
         make_numpy=lambda: lambda a, b: a @ b,
         make_torch=_torch(lambda torch, F: torch.matmul),
-    )  # fmt: skip
+    )
 
 
 def batch_matmul(name: str, batch: int, m: int, k: int, n: int) -> Workload:
     return Workload(
-        name, f"batch_matmul {batch} x ({m}x{k})·({k}x{n})", "compute", 2.0 * batch * m * n * k,
+        name,
+        f"batch_matmul {batch} x ({m}x{k})·({k}x{n})",
+        "compute",
+        2.0 * batch * m * n * k,
         make_inputs=_normal((batch, m, k), (batch, k, n)),
         make_minitc=lambda: tc.ops.batch_matmul(*_placeholders((batch, m, k), (batch, k, n))),
         make_numpy=lambda: np.matmul,
         make_torch=_torch(lambda torch, F: torch.bmm),
-    )  # fmt: skip
+    )
 
 
 def im2col_conv2d(x: np.ndarray, w: np.ndarray, pad: int) -> np.ndarray:
@@ -115,23 +122,28 @@ def conv2d(name: str, n: int, c: int, hw: int, k: int, rs: int, pad: int) -> Wor
     x_shape, w_shape = (n, c, hw, hw), (k, c, rs, rs)
     out_hw = hw + 2 * pad - rs + 1
     return Workload(
-        name, f"conv2d N={n} C={c} {hw}x{hw} K={k} {rs}x{rs} s1 p{pad}", "compute",
+        name,
+        f"conv2d N={n} C={c} {hw}x{hw} K={k} {rs}x{rs} s1 p{pad}",
+        "compute",
         2.0 * n * k * out_hw * out_hw * c * rs * rs,
         make_inputs=_normal(x_shape, w_shape),
         make_minitc=lambda: tc.ops.conv2d(*_placeholders(x_shape, w_shape), stride=1, padding=pad),
         make_numpy=lambda: lambda x, w: im2col_conv2d(x, w, pad),
         make_torch=_torch(lambda torch, F: lambda x, w: F.conv2d(x, w, padding=pad)),
-    )  # fmt: skip
+    )
 
 
 def dense_relu(name: str, m: int, k: int, n: int) -> Workload:
     return Workload(
-        name, f"dense {m}x{k}->{n} + bias + relu (fused in minitc)", "compute", 2.0 * m * n * k,
+        name,
+        f"dense {m}x{k}->{n} + bias + relu (fused in minitc)",
+        "compute",
+        2.0 * m * n * k,
         make_inputs=_normal((m, k), (n, k), (n,)),
         make_minitc=lambda: tc.ops.dense(*_placeholders((m, k), (n, k), (n,)), activation="relu"),
         make_numpy=lambda: lambda x, w, b: np.maximum(x @ w.T + b, 0),
         make_torch=_torch(lambda torch, F: lambda x, w, b: F.relu(F.linear(x, w, b))),
-    )  # fmt: skip
+    )
 
 
 def softmax_np(x: np.ndarray) -> np.ndarray:
@@ -141,12 +153,15 @@ def softmax_np(x: np.ndarray) -> np.ndarray:
 
 def softmax(name: str, rows: int, cols: int) -> Workload:
     return Workload(
-        name, f"softmax over the last axis of {rows}x{cols}", "memory", 4.0 * 2 * rows * cols,
+        name,
+        f"softmax over the last axis of {rows}x{cols}",
+        "memory",
+        4.0 * 2 * rows * cols,
         make_inputs=_normal((rows, cols)),
         make_minitc=lambda: tc.ops.softmax(*_placeholders((rows, cols)), axis=-1),
         make_numpy=lambda: softmax_np,
         make_torch=_torch(lambda torch, F: lambda x: torch.softmax(x, -1)),
-    )  # fmt: skip
+    )
 
 
 def scale_shift_relu(name: str, n: int, a: float = 1.5, b: float = -0.25) -> Workload:
@@ -155,22 +170,28 @@ def scale_shift_relu(name: str, n: int, a: float = 1.5, b: float = -0.25) -> Wor
         return tc.compute((n,), lambda i: tc.maximum(X[i] * a + b, 0.0), name="scale_shift_relu")
 
     return Workload(
-        name, f"y = relu(x*{a} + {b}) over {n} floats", "memory", 4.0 * 2 * n,
+        name,
+        f"y = relu(x*{a} + {b}) over {n} floats",
+        "memory",
+        4.0 * 2 * n,
         make_inputs=_normal((n,)),
         make_minitc=minitc_graph,
         make_numpy=lambda: lambda x: np.maximum(x * np.float32(a) + np.float32(b), 0),
         make_torch=_torch(lambda torch, F: lambda x: torch.relu(x * a + b)),
-    )  # fmt: skip
+    )
 
 
 def row_sum(name: str, rows: int, cols: int) -> Workload:
     return Workload(
-        name, f"row sums of {rows}x{cols}", "memory", 4.0 * _size((rows, cols), (rows,)),
+        name,
+        f"row sums of {rows}x{cols}",
+        "memory",
+        4.0 * _size((rows, cols), (rows,)),
         make_inputs=_normal((rows, cols)),
         make_minitc=lambda: tc.ops.sum(*_placeholders((rows, cols)), axis=1),
         make_numpy=lambda: lambda x: x.sum(1),
         make_torch=_torch(lambda torch, F: lambda x: x.sum(1)),
-    )  # fmt: skip
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -211,7 +232,6 @@ def select(suite: str, names=None) -> list:
     unknown = [n for n in names if n not in by_name]
     if unknown:
         raise KeyError(
-            f"unknown workload(s) {', '.join(map(repr, unknown))} in suite {suite!r}; "
-            f"available: {', '.join(by_name)}"
+            f"unknown workload(s) {', '.join(map(repr, unknown))} in suite {suite!r}; available: {', '.join(by_name)}"
         )
     return [by_name[n] for n in names]

@@ -6,6 +6,7 @@ tracking; not part of the test suite (testpaths = tests). Run and compare with
 
 Each kernel is checked against numpy before it is timed.
 """
+
 import numpy as np
 import pytest
 

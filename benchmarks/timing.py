@@ -24,6 +24,7 @@ A process of someone else's that keeps one of the two cores busy wrecks multi-th
 timings (a library's spin barrier then waits for scheduler ticks: torch calls of 0.1 ms take
 8 ms); `BackgroundLoad` measures that, and the report flags the rows it affected.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,6 +35,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
+
+import minitc as tc
 
 SETTLE_S = 0.25  # at most this long of untimed calls before a sample
 SETTLE_CALLS = 50
@@ -72,8 +75,9 @@ def _time_calls(fn, number: int) -> float:
     return (time.perf_counter() - t0) / number
 
 
-def settle(fn, expected: float | None = None, min_s: float = 0.0, max_s: float = SETTLE_S,
-           max_calls: int = SETTLE_CALLS) -> list:
+def settle(
+    fn, expected: float | None = None, min_s: float = 0.0, max_s: float = SETTLE_S, max_calls: int = SETTLE_CALLS
+) -> list:
     """Untimed (for the results) calls until `fn` runs warm: until a call takes at most
     SETTLE_SLACK x `expected`, or, with no expectation, until two calls in a row agree within
     that factor after at least `min_s` seconds of calls; stops after `max_s` seconds or
@@ -84,8 +88,12 @@ def settle(fn, expected: float | None = None, min_s: float = 0.0, max_s: float =
         t, elapsed = times[-1], time.perf_counter() - start
         if expected is not None and t <= SETTLE_SLACK * expected:
             break
-        if (expected is None and elapsed >= min_s and len(times) >= 2
-                and max(t, times[-2]) <= SETTLE_SLACK * min(t, times[-2])):  # fmt: skip
+        if (
+            expected is None
+            and elapsed >= min_s
+            and len(times) >= 2
+            and max(t, times[-2]) <= SETTLE_SLACK * min(t, times[-2])
+        ):
             break
         if len(times) >= max_calls or elapsed >= max_s:
             break
@@ -121,8 +129,14 @@ def quiesce(max_s: float = QUIESCE_S) -> float:
     return time.perf_counter() - start
 
 
-def measure(fns: dict, repeats: int = 10, warmup: int = 0, min_sample_s: float = 0.01,
-            budget_s: float = 2.0, min_repeats: int = 3) -> dict:
+def measure(
+    fns: dict,
+    repeats: int = 10,
+    warmup: int = 0,
+    min_sample_s: float = 0.01,
+    budget_s: float = 2.0,
+    min_repeats: int = 3,
+) -> dict:
     """Interleaved timing of zero-argument callables; returns {name: Timing}.
 
     Each callable is warmed up (`warmup` plain calls, then `settle`: at least one call, more
@@ -143,7 +157,7 @@ def measure(fns: dict, repeats: int = 10, warmup: int = 0, min_sample_s: float =
     samples = {name: [] for name in fns}
     names, previous = list(fns), None
     for r in range(max(rounds for _, rounds, _ in plan.values())):
-        for name in names[r % len(names):] + names[: r % len(names)]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             number, rounds, once = plan[name]
             if r >= rounds:
                 continue
@@ -169,7 +183,6 @@ def torch_module():
 def thread_limit(n: int):
     """Run minitc's pool, torch's intra-op pool and numpy's BLAS with `n` threads; restores
     the previous settings afterwards. BLAS is limited at run time with threadpoolctl."""
-    import minitc as tc
     from threadpoolctl import threadpool_limits
 
     torch = torch_module()

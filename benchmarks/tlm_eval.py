@@ -27,6 +27,7 @@ same rule for both). The tables are made by benchmarks/tlm_report.py, which also
 stored run. The winners' traces are kept in the JSON (`winners`, `first_winners`), so
 `--evo-from` reuses them too.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,7 +38,14 @@ from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
+from minitc.autotune.cost_model import default_cost_model
+from minitc.autotune.database import Database
+from minitc.autotune.runner import LocalRunner, Task
+from minitc.autotune.space import Space
+from minitc.autotune.tuner import decode_trace, tune
 from minitc.benchmarks.tlm_report import _at, _matched
+from minitc.benchmarks.tuning import kernels_ms, template_kernel_ms, template_trace
+from minitc.lm.training_set import HELD_OUT
 
 
 def _time_to(history: list, times: list, target: float | None):
@@ -52,7 +60,6 @@ def _time_to(history: list, times: list, target: float | None):
 
 def _first_winners(records: list, budgets) -> dict:
     """{k: trace JSON of the fastest first measurement among the first k records}."""
-    from minitc.autotune.tuner import decode_trace
 
     out = {}
     for k in budgets:
@@ -67,10 +74,7 @@ def _confirmed_winners(out, records: list, result, budgets) -> dict:
     latency and the tuning time to get there, from the run's `records` (its trials, in order).
     The full budget's answer is the run's own; a smaller budget's comes from re-measuring, as
     the tuner does, a copy of the first k records."""
-    from minitc.autotune.database import Database
-    from minitc.autotune.runner import LocalRunner, Task
-    from minitc.autotune.space import Space
-    from minitc.autotune.tuner import remeasure_best, decode_trace
+    from minitc.autotune.tuner import decode_trace, remeasure_best
 
     answers = {}
     if result.best_trace:
@@ -82,7 +86,10 @@ def _confirmed_winners(out, records: list, result, budgets) -> dict:
         try:
             for k in smaller:
                 start = time.perf_counter()
-                with tempfile.TemporaryDirectory(prefix="minitc-budget-") as tmp, Database(os.path.join(tmp, "r.db")) as copy:
+                with (
+                    tempfile.TemporaryDirectory(prefix="minitc-budget-") as tmp,
+                    Database(os.path.join(tmp, "r.db")) as copy,
+                ):
                     for r in records[:k]:
                         copy.add(replace(r, id=None))
                     ms, trace = remeasure_best(copy, result.workload, space, records[0].hardware, task, runner)
@@ -94,7 +101,6 @@ def _confirmed_winners(out, records: list, result, budgets) -> dict:
 
 def retime(out, rows_traces: dict, rounds: int) -> dict:
     """{label: median ms}: each distinct winner (TLM@k, Evo@t) built once and timed side by side."""
-    from minitc.benchmarks.tuning import kernels_ms
 
     by_trace = {}
     for label, trace in rows_traces.items():
@@ -103,16 +109,12 @@ def retime(out, rows_traces: dict, rounds: int) -> dict:
     return {label: timed[str(n)] for n, labels in enumerate(by_trace.values()) for label in labels}
 
 
-def evaluate_workload(name: str, make, ks, evo_trials, seed: int = 0, say=None, lm=None, evo_from=None,
-                      retime_rounds: int = 5) -> dict:  # fmt: skip
+def evaluate_workload(
+    name: str, make, ks, evo_trials, seed: int = 0, say=None, lm=None, evo_from=None, retime_rounds: int = 5
+) -> dict:
     """One row of the table. `evo_from`: a row of an earlier run whose evolutionary search is
     reused (its budget must cover `evo_trials`): only TLM is run again. The winners at each
     budget are then timed again side by side (`retime_rounds`; 0 skips it)."""
-    from minitc.autotune.cost_model import default_cost_model
-    from minitc.autotune.database import Database
-    from minitc.autotune.tuner import tune
-
-    from minitc.benchmarks.tuning import template_kernel_ms, template_trace
 
     say = say or (lambda msg: None)
     out = make()
@@ -122,8 +124,16 @@ def evaluate_workload(name: str, make, ks, evo_trials, seed: int = 0, say=None, 
         say(f"{name}: {strategy}, {trials} trials")
         label, budgets = ("TLM", ks) if strategy == "tlm" else ("Evo", evo_trials)
         with tempfile.TemporaryDirectory(prefix="minitc-tlm-eval-") as tmp:
-            r = tune(out, trials=trials, strategy=strategy, db=os.path.join(tmp, "r.db"), seed=seed,
-                     cost_model=default_cost_model(), template_first=False, lm=lm)  # fmt: skip
+            r = tune(
+                out,
+                trials=trials,
+                strategy=strategy,
+                db=os.path.join(tmp, "r.db"),
+                seed=seed,
+                cost_model=default_cost_model(),
+                template_first=False,
+                lm=lm,
+            )
             with Database(os.path.join(tmp, "r.db")) as db:
                 records = db.records(r.workload)[: len(r.history)]  # the trials, not the re-measurements
         first.update({f"{label}@{k}": t for k, t in _first_winners(records, budgets).items()})
@@ -137,17 +147,26 @@ def evaluate_workload(name: str, make, ks, evo_trials, seed: int = 0, say=None, 
             measured[f"Evo@{t}"], seconds[f"Evo@{t}"] = _at(evo_from["evo_ms"], t), _at(evo_from["evo_seconds"], t)
     tlm = runs["tlm"]
     evo = runs.get("evolutionary") or SimpleNamespace(
-        history=evo_from["evo_history"], times=evo_from["evo_times"], errors=evo_from["evo_errors"])
+        history=evo_from["evo_history"], times=evo_from["evo_times"], errors=evo_from["evo_errors"]
+    )
     row = {
-        "workload": name, "template_ms": template_kernel_ms(out),
-        "tlm_ms": {k: measured.get(f"TLM@{k}") for k in ks}, "evo_ms": {t: measured.get(f"Evo@{t}") for t in evo_trials},
-        "tlm_seconds": {k: seconds.get(f"TLM@{k}") for k in ks}, "evo_seconds": {t: seconds.get(f"Evo@{t}") for t in evo_trials},
-        "tlm_history": tlm.history, "evo_history": evo.history, "tlm_times": tlm.times, "evo_times": evo.times,
-        "valid_rate": tlm.search_stats.get("valid_rate"), "tlm_stats": tlm.search_stats,
-        "tlm_errors": tlm.errors, "evo_errors": evo.errors,
+        "workload": name,
+        "template_ms": template_kernel_ms(out),
+        "tlm_ms": {k: measured.get(f"TLM@{k}") for k in ks},
+        "evo_ms": {t: measured.get(f"Evo@{t}") for t in evo_trials},
+        "tlm_seconds": {k: seconds.get(f"TLM@{k}") for k in ks},
+        "evo_seconds": {t: seconds.get(f"Evo@{t}") for t in evo_trials},
+        "tlm_history": tlm.history,
+        "evo_history": evo.history,
+        "tlm_times": tlm.times,
+        "evo_times": evo.times,
+        "valid_rate": tlm.search_stats.get("valid_rate"),
+        "tlm_stats": tlm.search_stats,
+        "tlm_errors": tlm.errors,
+        "evo_errors": evo.errors,
         # an --evo-from run older than the finalists' confirmation has first-measurement winners only
         "evo_confirmed": not evo_from or "first_winners" in evo_from,
-    }  # fmt: skip
+    }
     row["winners"], row["first_winners"] = winners, first
     if retime_rounds and winners:
         template = template_trace(out)  # timed with them: what the searches add to the hand schedule
@@ -169,7 +188,6 @@ def _evo_labels(by_label: dict) -> dict:
 def run(names=None, ks=(1, 10, 32, 64), evo_trials=(64, 256, 1000), seed=0, say=None, lm=None, evo_from=None) -> list:
     """Rows of the table; `evo_from` (the JSON path of an earlier run, or its rows) reuses its
     evolutionary runs."""
-    from minitc.lm.training_set import HELD_OUT
 
     names = list(names or HELD_OUT)
     unknown = [n for n in names if n not in HELD_OUT]
@@ -179,12 +197,16 @@ def run(names=None, ks=(1, 10, 32, 64), evo_trials=(64, 256, 1000), seed=0, say=
     evo_from_rows = json.loads(Path(evo_from).read_text())["rows"] if from_file else evo_from or []
     earlier = {r["workload"]: r for r in evo_from_rows}
     if say and evo_from_rows and not all("first_winners" in r for r in evo_from_rows):
-        say(f"note: {evo_from if from_file else 'the earlier run'} predates the finalists' re-measurement: "
-            "its evolutionary winners are its fastest first measurements")  # fmt: skip
+        say(
+            f"note: {evo_from if from_file else 'the earlier run'} predates the finalists' re-measurement: "
+            "its evolutionary winners are its fastest first measurements"
+        )
     short = [n for n in names if evo_from and (n not in earlier or len(earlier[n]["evo_history"]) < max(evo_trials))]
     if short:
-        raise KeyError(f"{evo_from if from_file else 'the earlier run'} has no evolutionary run of "
-                       f"{max(evo_trials)} trials for {', '.join(short)}")  # fmt: skip
+        raise KeyError(
+            f"{evo_from if from_file else 'the earlier run'} has no evolutionary run of "
+            f"{max(evo_trials)} trials for {', '.join(short)}"
+        )
     return [evaluate_workload(n, HELD_OUT[n], list(ks), list(evo_trials), seed, say, lm, earlier.get(n)) for n in names]
 
 

@@ -2,18 +2,18 @@
 over Evo@t per workload, as measured and side by side, the wall time each search needed to
 reach Evo@max(trials)'s quality, the per-seed summary, and the best-so-far plot.
 
-    python -m benchmarks.tlm_report RESULTS.json ...   # a stored run's tables, under the current rules
+    python -m minitc.benchmarks.tlm_report RESULTS.json ...   # a stored run's tables, under the current rules
 
 A row is one workload's dict as evaluate_workload returns it, or as read back from the JSON
 (whose per-budget keys are strings; `_at` reads either).
 """
+
 from __future__ import annotations
 
 import json
 import math
 import statistics
 from pathlib import Path
-
 
 # "Reached Evo@1000's quality" means timed side by side within this of its winner: one
 # program's side-by-side timings in different runs spread by about 1% on the shared machine.
@@ -59,7 +59,9 @@ def _ratios(rows: list, ks, evo_trials, ms) -> list:
                     ratios[(k, t)].append(r)
                 cells.append(f"{r:.2f}" if r else "-")
         lines.append(cells)
-    lines.append(["geomean"] + [f"{geomean(ratios[(k, t)]):.2f}" if ratios[(k, t)] else "-" for k in ks for t in evo_trials])
+    lines.append(
+        ["geomean"] + [f"{geomean(ratios[(k, t)]):.2f}" if ratios[(k, t)] else "-" for k in ks for t in evo_trials]
+    )
     return _aligned(head, lines)
 
 
@@ -134,13 +136,18 @@ def _matches(rows: list, ks, evo_trials) -> list:
     out = ["", f"tuning time until a search's winner is within {MATCH_TOLERANCE:.0%} of Evo@{top}'s, side by side:"]
     for r, (tlm, evo) in zip(rows, _matched(rows, ks, evo_trials)):
         if _timed(tlm, evo):
-            out.append(f"  {r['workload']:16s} TLM@{tlm['k']} after {tlm['seconds']:.0f} s, Evo@{evo['k']} after "
-                       f"{evo['seconds']:.0f} s (Evo s / TLM s = {evo['seconds'] / tlm['seconds']:.2g})")  # fmt: skip
+            out.append(
+                f"  {r['workload']:16s} TLM@{tlm['k']} after {tlm['seconds']:.0f} s, Evo@{evo['k']} after "
+                f"{evo['seconds']:.0f} s (Evo s / TLM s = {evo['seconds'] / tlm['seconds']:.2g})"
+            )
         else:
             out.append(f"  {r['workload']:16s} TLM: not within its budget")
     tlm_s, evo_s, _ = _matched_seconds(rows, ks, evo_trials)
     if tlm_s:
-        out.append(f"  the matched workloads together: TLM {tlm_s:.0f} s, Evo {evo_s:.0f} s (Evo s / TLM s = {evo_s / tlm_s:.2g})")
+        out.append(
+            f"  the matched workloads together: TLM {tlm_s:.0f} s, Evo {evo_s:.0f} s "
+            f"(Evo s / TLM s = {evo_s / tlm_s:.2g})"
+        )
     return out
 
 
@@ -155,21 +162,29 @@ def table(rows: list, ks, evo_trials) -> str:
         out += _against_template(rows, [f"TLM@{k}" for k in ks] + [f"Evo@{t}" for t in evo_trials])
         out += _matches(rows, ks, evo_trials)
     out.append("")
-    out.append("workload          template ms  " + "  ".join(f"TLM@{k} ms" for k in ks) + "  " +
-               "  ".join(f"Evo@{t} ms" for t in evo_trials) + "  TLM s  Evo s  valid")  # fmt: skip
+    out.append(
+        "workload          template ms  "
+        + "  ".join(f"TLM@{k} ms" for k in ks)
+        + "  "
+        + "  ".join(f"Evo@{t} ms" for t in evo_trials)
+        + "  TLM s  Evo s  valid"
+    )
     for row in rows:
         ms = lambda v: f"{v:.4g}" if v else "-"  # noqa: E731
-        out.append(f"{row['workload']:16s}  {ms(row['template_ms']):>11s}  " +
-                   "  ".join(f"{ms(_at(row['tlm_ms'], k)):>{len(f'TLM@{k} ms')}}" for k in ks) + "  " +
-                   "  ".join(f"{ms(_at(row['evo_ms'], t)):>{len(f'Evo@{t} ms')}}" for t in evo_trials) +
-                   f"  {_at(row['tlm_seconds'], max(ks)) or 0:5.0f}  {_at(row['evo_seconds'], max(evo_trials)) or 0:5.0f}"
-                   f"  {row['valid_rate'] if row['valid_rate'] is not None else '-'}")  # fmt: skip
+        out.append(
+            f"{row['workload']:16s}  {ms(row['template_ms']):>11s}  "
+            + "  ".join(f"{ms(_at(row['tlm_ms'], k)):>{len(f'TLM@{k} ms')}}" for k in ks)
+            + "  "
+            + "  ".join(f"{ms(_at(row['evo_ms'], t)):>{len(f'Evo@{t} ms')}}" for t in evo_trials)
+            + f"  {_at(row['tlm_seconds'], max(ks)) or 0:5.0f}  {_at(row['evo_seconds'], max(evo_trials)) or 0:5.0f}"
+            f"  {row['valid_rate'] if row['valid_rate'] is not None else '-'}"
+        )
     return "\n".join(out)
 
 
 def report(path) -> str:
     """The tables of a run stored with --json, under this code's rules (MATCH_TOLERANCE):
-    `python -m benchmarks.tlm_report RESULTS.json`."""
+    `python -m minitc.benchmarks.tlm_report RESULTS.json`."""
     data = json.loads(Path(path).read_text())
     rows = data["rows"]
     ks, evo_trials = sorted(map(int, rows[0]["tlm_ms"])), sorted(map(int, rows[0]["evo_ms"]))
@@ -177,7 +192,9 @@ def report(path) -> str:
     if data.get("more_seeds"):
         first = _first_seed(data["run"]["command"])
         by_seed = {first: rows, **{int(s): r for s, r in data["more_seeds"].items()}}
-        out += f"\n\nTLM with {len(by_seed)} seeds (the tables above: seed {first}):\n" + seeds_table(by_seed, ks, evo_trials)
+        out += f"\n\nTLM with {len(by_seed)} seeds (the tables above: seed {first}):\n" + seeds_table(
+            by_seed, ks, evo_trials
+        )
     return out
 
 
@@ -224,7 +241,11 @@ def seeds_table(by_seed: dict, ks, evo_trials) -> str:
         tlm_s, evo_s, matched = _matched_seconds(rows, ks, evo_trials)
         ratios.append([_geomean_ratio(rows, top, label, ms) for _, label, ms in columns])
         walls.append(evo_s / tlm_s if tlm_s else None)
-        lines.append([f"seed {seed}"] + [_fmt(r, ".2f") for r in ratios[-1]] + [_fmt(walls[-1], ".0f"), f"{matched} of {len(rows)}"])
+        lines.append(
+            [f"seed {seed}"]
+            + [_fmt(r, ".2f") for r in ratios[-1]]
+            + [_fmt(walls[-1], ".0f"), f"{matched} of {len(rows)}"]
+        )
     medians = [_median([r[i] for r in ratios]) for i in range(len(columns))]
     lines.append(["median"] + [_fmt(m, ".2f") for m in medians] + [_fmt(_median(walls), ".0f"), ""])
     head = ["geomean over workloads"] + [name for name, _, _ in columns] + ["Evo s / TLM s", "matched"]
@@ -244,5 +265,8 @@ if __name__ == "__main__":
     import sys
 
     if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
-        sys.exit("usage: python -m benchmarks.tlm_report RESULTS.json ...  (a stored run's tables, under the current rules)")
+        sys.exit(
+            "usage: python -m minitc.benchmarks.tlm_report RESULTS.json ...  "
+            "(a stored run's tables, under the current rules)"
+        )
     print("\n\n".join(report(path) for path in sys.argv[1:]))

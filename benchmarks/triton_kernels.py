@@ -11,6 +11,7 @@ Every wrapper takes CUDA torch tensors and returns a new one. `config=` runs one
 configuration instead of the autotuner (the tests use it under TRITON_INTERPRET=1 on the CPU).
 Needs `triton`; gpu_core.py imports this module only when Triton is installed.
 """
+
 from __future__ import annotations
 
 import torch
@@ -21,8 +22,9 @@ SQRT1_2 = tl.constexpr(0.7071067811865476)  # a jitted function may read only co
 
 
 def _config(bm, bn, bk, warps, stages, group=8):
-    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group},
-                         num_warps=warps, num_stages=stages)  # fmt: skip
+    return triton.Config(
+        {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group}, num_warps=warps, num_stages=stages
+    )
 
 
 # fp32 FMA tiles (the tutorial's list, minus the fp8/fp16-only shapes)
@@ -54,11 +56,27 @@ def _epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS: tl.constexpr, ACTIVATION: tl.c
 
 
 @triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
-                  stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                  HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                  GROUP_M: tl.constexpr):  # fmt: skip
+def matmul_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    bias_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
     """C[M, N] = act(A[M, K] @ B[K, N] + bias[N]); any strides (B = W.T is a strided view)."""
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -89,10 +107,26 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
 
 
 @triton.jit
-def conv2d_kernel(x_ptr, w_ptr, y_ptr, NB, C, H, W, K, OH, OW, stride, pad,
-                  R: tl.constexpr, S: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                  GROUP_M: tl.constexpr):  # fmt: skip
+def conv2d_kernel(
+    x_ptr,
+    w_ptr,
+    y_ptr,
+    NB,
+    C,
+    H,
+    W,
+    K,
+    OH,
+    OW,
+    stride,
+    pad,
+    R: tl.constexpr,
+    S: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
     """Implicit GEMM: Y[(n, oh, ow), k] = sum over (c, r, s) of X[n, c, oh*st-pad+r, ow*st-pad+s]
     * W[k, c, r, s]; rows of the GEMM are output pixels, columns output channels (contiguous
     NCHW x and KCRS w, NCHW y). Padding is a masked load."""
@@ -143,8 +177,7 @@ def _launch(kernel, tuned, config, grid, *args, **constexprs):
     """Run the autotuned kernel, or with `config` (a triton.Config) that one configuration."""
     if config is None:
         return tuned[grid](*args, **constexprs)
-    return kernel[grid](*args, **constexprs, **config.kwargs, num_warps=config.num_warps,
-                        num_stages=config.num_stages)  # fmt: skip
+    return kernel[grid](*args, **constexprs, **config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
 
 
 def _gemm(a, b, bias, activation, config):
@@ -155,9 +188,27 @@ def _gemm(a, b, bias, activation, config):
     def grid(meta):
         return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
 
-    _launch(matmul_kernel, _matmul_tuned, config, grid, a, b, c, bias if bias is not None else c, M, N, K,
-            a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-            HAS_BIAS=bias is not None, ACTIVATION=activation or "")  # fmt: skip
+    _launch(
+        matmul_kernel,
+        _matmul_tuned,
+        config,
+        grid,
+        a,
+        b,
+        c,
+        bias if bias is not None else c,
+        M,
+        N,
+        K,
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
+        c.stride(0),
+        c.stride(1),
+        HAS_BIAS=bias is not None,
+        ACTIVATION=activation or "",
+    )
     return c
 
 

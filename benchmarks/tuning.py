@@ -31,6 +31,7 @@ notes, machine, run) and, for tuning:
     "history": [3.1, 2.4, ...],   # best-so-far ms after each trial (null before a success)
     "workload_key": "1a2b...", "best_trace": "{...}", "db": null | "records.db"
 """
+
 from __future__ import annotations
 
 import math
@@ -39,10 +40,15 @@ import tempfile
 
 import numpy as np
 
+import minitc as tc
+from minitc.autotune.runner import LocalBuilder, LocalRunner, Task
+from minitc.autotune.space import Space
+from minitc.autotune.tuner import tune
 from minitc.benchmarks import report
-from minitc.benchmarks.timing import BackgroundLoad, measure, thread_limit, torch_module
+from minitc.benchmarks.progress import TuneProgress
 from minitc.benchmarks.runner import _r, _short, _sig, mismatch
 from minitc.benchmarks.suites import CPU_CORE, SMOKE, Workload
+from minitc.benchmarks.timing import BackgroundLoad, measure, thread_limit, torch_module, wait_for_quiet
 
 TUNE_SUITES = {
     "cpu-tune": CPU_CORE,
@@ -76,9 +82,14 @@ def cost_model_for(strategy: str, choice: str = "default", seed: int = 0) -> tup
     try:
         from minitc.autotune.cost_model import default_cost_model
     except ImportError as e:
-        return RandomScores(seed), "random (placeholder)", (
-            f"minitc.autotune.cost_model.default_cost_model is not available ({e}); the evolutionary search "
-            "ranks candidates with random scores (a placeholder cost model)")  # fmt: skip
+        return (
+            RandomScores(seed),
+            "random (placeholder)",
+            (
+                f"minitc.autotune.cost_model.default_cost_model is not available ({e}); the evolutionary search "
+                "ranks candidates with random scores (a placeholder cost model)"
+            ),
+        )
     model = default_cost_model()
     return model, type(model).__name__, None
 
@@ -89,11 +100,25 @@ def tensors_of(w: Workload):
     return made.outputs if hasattr(made, "outputs") and not hasattr(made, "shape") else made
 
 
-def tune_one(w: Workload, out, strategy: str, trials: int, *, db=None, target="llvm", seed=0, batch=16,
-             cost_model="default", progress=None, builder=None, runner=None, lm=None, learn=False) -> dict:
+def tune_one(
+    w: Workload,
+    out,
+    strategy: str,
+    trials: int,
+    *,
+    db=None,
+    target="llvm",
+    seed=0,
+    batch=16,
+    cost_model="default",
+    progress=None,
+    builder=None,
+    runner=None,
+    lm=None,
+    learn=False,
+) -> dict:
     """Tune `out` (w's tensors) once; returns {"result": TuneResult or None, "error", "cost_model",
     "warning", "db"}. With db=None the run gets a fresh temporary database."""
-    from minitc.autotune.tuner import tune
 
     model, label, warning = cost_model_for(strategy, cost_model, seed)
     if hasattr(model, "register"):  # the optional part of the protocol: tensors enable replay features
@@ -104,9 +129,21 @@ def tune_one(w: Workload, out, strategy: str, trials: int, *, db=None, target="l
     path = os.path.join(tmp.name, "records.db") if tmp else db
     info = {"result": None, "error": None, "cost_model": label, "warning": warning, "db": None if tmp else str(db)}
     try:
-        info["result"] = tune(out, trials=trials, strategy=strategy, target=target, db=path, batch=batch,
-                              seed=seed, cost_model=model, builder=builder, runner=runner, progress=progress,
-                              lm=lm, learn=learn)  # fmt: skip
+        info["result"] = tune(
+            out,
+            trials=trials,
+            strategy=strategy,
+            target=target,
+            db=path,
+            batch=batch,
+            seed=seed,
+            cost_model=model,
+            builder=builder,
+            runner=runner,
+            progress=progress,
+            lm=lm,
+            learn=learn,
+        )
         if info["result"].kernel is None:
             info["error"] = f"tuning found no working candidate ({info['result'].errors} errors)"
     except Exception as e:  # noqa: BLE001 - one workload's failure becomes an error row
@@ -120,7 +157,6 @@ def tune_one(w: Workload, out, strategy: str, trials: int, *, db=None, target="l
 def template_trace(out, target="llvm"):
     """The trace of the hand template's program with its default parameters (what `tc.build`
     runs); None without a template."""
-    from minitc.autotune.space import Space
 
     try:
         space = Space(out, target)
@@ -145,8 +181,6 @@ def kernels_ms(out, traces: dict, target="llvm", rounds: int = 5, builder=None, 
     and each program's median over all rounds' samples (None where it fails). What a search's
     history shows is each program's first measurement, and the best of many noisy
     measurements is optimistic by its noise; this times the winners again on equal terms."""
-    from minitc.autotune.runner import LocalBuilder, LocalRunner, Task
-    from minitc.autotune.space import Space
 
     space = Space(out, target)
     task = Task.from_outputs(space.outputs, space.target.string)
@@ -157,7 +191,7 @@ def kernels_ms(out, traces: dict, target="llvm", rounds: int = 5, builder=None, 
     try:
         built = dict(zip(names, builder.build(task, [traces[n] for n in names])))
         for r in range(rounds):
-            order = names[r % len(names):] + names[: r % len(names)] if names else []
+            order = names[r % len(names) :] + names[: r % len(names)] if names else []
             for name, res in zip(order, runner.run(task, [built[n] for n in order])):
                 if res.error is None and res.latencies_ms:
                     samples[name] += list(res.latencies_ms)
@@ -169,11 +203,9 @@ def kernels_ms(out, traces: dict, target="llvm", rounds: int = 5, builder=None, 
     return {name: float(np.median(v)) if v else None for name, v in samples.items()}
 
 
-def compare(w: Workload, out, tuned: dict, threads: int, target="llvm", repeats=10, budget_s=2.0,
-            seed=0) -> tuple:
+def compare(w: Workload, out, tuned: dict, threads: int, target="llvm", repeats=10, budget_s=2.0, seed=0) -> tuple:
     """Check and time the tuned kernels ({label: tc.Function}), the template, numpy and torch,
     interleaved, with `threads` threads; returns ({impl: Timing}, {impl: error}, notes, load)."""
-    import minitc as tc
 
     inputs = w.make_inputs(np.random.default_rng(seed))
     numpy_fn = w.make_numpy()
@@ -209,30 +241,53 @@ def compare(w: Workload, out, tuned: dict, threads: int, target="llvm", repeats=
             if why:
                 errors[impl] = why
             else:
-                fns[impl] = (lambda f=f, buf=buf: f(*inputs, out=buf))
+                fns[impl] = lambda f=f, buf=buf: f(*inputs, out=buf)
         with BackgroundLoad() as load:
             timings = measure(fns, repeats=repeats, budget_s=budget_s)
     return timings, errors, notes, load.cpus
 
 
-def record(w: Workload, strategy: str, trials: int, info: dict, timings: dict, errors: dict, notes: list,
-           threads: int, background_cpus=None, suite=None, machine=None) -> dict:
+def record(
+    w: Workload,
+    strategy: str,
+    trials: int,
+    info: dict,
+    timings: dict,
+    errors: dict,
+    notes: list,
+    threads: int,
+    background_cpus=None,
+    suite=None,
+    machine=None,
+) -> dict:
     """One JSON row (see the module docstring): a workload tuned by one strategy."""
     r = info["result"]
     tuned_key = f"tuned:{strategy}"
-    ms = {impl: timings[key].median * 1e3 if key in timings else None
-          for impl, key in (("tuned", tuned_key), ("default", "default"), ("numpy", "numpy"), ("torch", "torch"))}  # fmt: skip
+    ms = {
+        impl: timings[key].median * 1e3 if key in timings else None
+        for impl, key in (("tuned", tuned_key), ("default", "default"), ("numpy", "numpy"), ("torch", "torch"))
+    }
     libs = {lib: ms[lib] for lib in LIBRARIES if ms[lib] is not None}
     best = min(libs, key=libs.get) if libs else None
     rate = w.work / (ms["tuned"] * 1e-3) / 1e9 if ms["tuned"] else None
     peak = machine.peak(w.kind, threads) if machine is not None else None
     error = info["error"] or errors.get(tuned_key)
-    spread = {impl: _r(100 * timings[key].spread, 1) for impl, key in
-              (("tuned", tuned_key), ("default", "default"), ("numpy", "numpy"), ("torch", "torch")) if key in timings}  # fmt: skip
+    spread = {
+        impl: _r(100 * timings[key].spread, 1)
+        for impl, key in (("tuned", tuned_key), ("default", "default"), ("numpy", "numpy"), ("torch", "torch"))
+        if key in timings
+    }
     return {
-        "suite": suite, "workload": w.name, "description": w.description, "kind": w.kind, "threads": threads,
-        "strategy": strategy, "cost_model": info["cost_model"], "trials_requested": trials,
-        "trials": r.trials if r else 0, "errors": r.errors if r else 0,
+        "suite": suite,
+        "workload": w.name,
+        "description": w.description,
+        "kind": w.kind,
+        "threads": threads,
+        "strategy": strategy,
+        "cost_model": info["cost_model"],
+        "trials_requested": trials,
+        "trials": r.trials if r else 0,
+        "errors": r.errors if r else 0,
         "best_ms": _sig(r.best_ms, 5) if r else None,
         **{f"{impl}_ms": _sig(v, 5) for impl, v in ms.items()},
         "best_library": best,
@@ -245,16 +300,38 @@ def record(w: Workload, strategy: str, trials: int, info: dict, timings: dict, e
         "seconds": _r(r.seconds, 2) if r else None,
         "overhead_s_per_trial": _r(r.overhead_s_per_trial, 3) if r else None,
         "history": [_sig(h, 5) for h in r.history] if r else [],
-        "workload_key": r.workload if r else None, "best_trace": r.best_trace if r else None,
-        "spread_pct": spread, "background_cpus": _r(background_cpus, 2),
-        "error": error, "notes": list(notes) + ([f"template: {errors['default']}"] if "default" in errors else []),
+        "workload_key": r.workload if r else None,
+        "best_trace": r.best_trace if r else None,
+        "spread_pct": spread,
+        "background_cpus": _r(background_cpus, 2),
+        "error": error,
+        "notes": list(notes) + ([f"template: {errors['default']}"] if "default" in errors else []),
         "db": info["db"],
-    }  # fmt: skip
+    }
 
 
-def tune_workload(w: Workload, strategies, trials: int, threads: int, *, db=None, target="llvm", seed=0,
-                  batch=16, cost_model="default", repeats=10, budget_s=2.0, say=None, progress_factory=None,
-                  suite=None, machine=None, builder=None, runner=None, lm=None, learn=False) -> list:
+def tune_workload(
+    w: Workload,
+    strategies,
+    trials: int,
+    threads: int,
+    *,
+    db=None,
+    target="llvm",
+    seed=0,
+    batch=16,
+    cost_model="default",
+    repeats=10,
+    budget_s=2.0,
+    say=None,
+    progress_factory=None,
+    suite=None,
+    machine=None,
+    builder=None,
+    runner=None,
+    lm=None,
+    learn=False,
+) -> list:
     """Tune `w` with each strategy (with `threads` threads), then compare; one record per
     strategy. `progress_factory(strategy)` gives the `progress` callback of each tune call."""
     from minitc.autotune.runner import LocalBuilder, LocalRunner
@@ -268,9 +345,22 @@ def tune_workload(w: Workload, strategies, trials: int, threads: int, *, db=None
         for strategy in strategies:
             say(f"{w.name}: tuning with {strategy} search, {trials} trials, {threads} thread(s)")
             bar = progress_factory(strategy) if progress_factory else None
-            infos[strategy] = tune_one(w, out, strategy, trials, db=db, target=target, seed=seed, batch=batch,
-                                       cost_model=cost_model, progress=bar, builder=builder, runner=runner,
-                                       lm=lm, learn=learn)  # fmt: skip
+            infos[strategy] = tune_one(
+                w,
+                out,
+                strategy,
+                trials,
+                db=db,
+                target=target,
+                seed=seed,
+                batch=batch,
+                cost_model=cost_model,
+                progress=bar,
+                builder=builder,
+                runner=runner,
+                lm=lm,
+                learn=learn,
+            )
             if bar is not None and hasattr(bar, "close"):
                 bar.close()
             if infos[strategy]["warning"]:
@@ -289,19 +379,32 @@ def tune_workload(w: Workload, strategies, trials: int, threads: int, *, db=None
     rows = [record(w, s, trials, infos[s], timings, errors, notes, threads, load, suite, machine) for s in strategies]
     for row in rows:
         row["default_kernel_ms"] = _sig(template_ms, 5)
-        row["kernel_speedup_vs_default"] = (_sig(template_ms / row["best_ms"], 4)
-                                            if template_ms and row["best_ms"] else None)  # fmt: skip
+        row["kernel_speedup_vs_default"] = (
+            _sig(template_ms / row["best_ms"], 4) if template_ms and row["best_ms"] else None
+        )
     return rows
 
 
-def run_tune_suite(workloads, suite: str, threads, strategies, trials: int, *, db=None, seed=0, batch=16,
-                   cost_model="default", repeats=10, budget_s=2.0, machine=None, progress=None, context=None,
-                   wait_quiet_s=0.0) -> list:
+def run_tune_suite(
+    workloads,
+    suite: str,
+    threads,
+    strategies,
+    trials: int,
+    *,
+    db=None,
+    seed=0,
+    batch=16,
+    cost_model="default",
+    repeats=10,
+    budget_s=2.0,
+    machine=None,
+    progress=None,
+    context=None,
+    wait_quiet_s=0.0,
+) -> list:
     """Records of every workload x thread count x strategy; `context` is attached to each."""
-    from minitc.benchmarks.progress import TuneProgress
     from minitc.autotune.runner import LocalBuilder, LocalRunner
-
-    from minitc.benchmarks.timing import wait_for_quiet
 
     records = []
     builder = LocalBuilder(workers=1)  # shared by all runs: worker processes start once
@@ -314,11 +417,30 @@ def run_tune_suite(workloads, suite: str, threads, strategies, trials: int, *, d
                     say = (lambda msg, tag=tag: progress(f"{tag} {msg}")) if progress else None
                     if wait_quiet_s > 0:
                         wait_for_quiet(wait_quiet_s)
-                    factory = (lambda s, w=w, tag=tag: TuneProgress(trials, w.work, w.unit, f"{tag} {w.name} {s} ",
-                                                                    every=batch, enabled=progress is not None))  # fmt: skip
-                    rows = tune_workload(w, strategies, trials, n, db=db, seed=seed, batch=batch, cost_model=cost_model,
-                                         repeats=repeats, budget_s=budget_s, say=say, progress_factory=factory,
-                                         suite=suite, machine=machine, builder=builder, runner=runner)  # fmt: skip
+
+                    def factory(s, w=w, tag=tag):
+                        return TuneProgress(
+                            trials, w.work, w.unit, f"{tag} {w.name} {s} ", every=batch, enabled=progress is not None
+                        )
+
+                    rows = tune_workload(
+                        w,
+                        strategies,
+                        trials,
+                        n,
+                        db=db,
+                        seed=seed,
+                        batch=batch,
+                        cost_model=cost_model,
+                        repeats=repeats,
+                        budget_s=budget_s,
+                        say=say,
+                        progress_factory=factory,
+                        suite=suite,
+                        machine=machine,
+                        builder=builder,
+                        runner=runner,
+                    )
                     for rec in rows:
                         records.append({**rec, **(context or {})})
                         if say:
@@ -331,8 +453,11 @@ def run_tune_suite(workloads, suite: str, threads, strategies, trials: int, *, d
 
 
 def summary(rec: dict) -> str:
-    parts = [f"{impl} {rec[impl + '_ms']:.4g} ms" for impl in ("tuned", "default", "numpy", "torch")
-             if rec.get(impl + "_ms") is not None]  # fmt: skip
+    parts = [
+        f"{impl} {rec[impl + '_ms']:.4g} ms"
+        for impl in ("tuned", "default", "numpy", "torch")
+        if rec.get(impl + "_ms") is not None
+    ]
     tail = f"  ERROR {rec['error']}" if rec.get("error") else ""
     return f"{rec['workload']} [{rec['threads']}T] {rec['strategy']}: " + ", ".join(parts) + tail
 
@@ -348,36 +473,67 @@ def impl_rate(rec: dict, impl: str):
 
 def format_table(records: list) -> str:
     """The suite's table: one row per workload, thread count and strategy."""
-    head = ["workload", "thr", "strategy", "trials", "err", "kernel ms", "tpl kernel", "tuned ms", "template ms",
-            "numpy ms", "torch ms", "tuned rate", "vs template", "vs best lib", "tune s", "s/trial"]  # fmt: skip
+    head = [
+        "workload",
+        "thr",
+        "strategy",
+        "trials",
+        "err",
+        "kernel ms",
+        "tpl kernel",
+        "tuned ms",
+        "template ms",
+        "numpy ms",
+        "torch ms",
+        "tuned rate",
+        "vs template",
+        "vs best lib",
+        "tune s",
+        "s/trial",
+    ]
     rows = []
     for r in records:
         unit = " GFLOP/s" if r["kind"] == "compute" else " GB/s"
-        rows.append([
-            r["workload"], str(r["threads"]), r["strategy"], f"{r['trials']}/{r['trials_requested']}", str(r["errors"]),
-            report._num(r.get("best_ms"), ".4g"), report._num(r.get("default_kernel_ms"), ".4g"),
-            *(report._ms(r, impl) for impl in ("tuned", "default", "numpy", "torch")),
-            report._num(impl_rate(r, "tuned"), ".1f", unit), report._num(r.get("speedup_vs_default"), ".2f", "x"),
-            report._num(r.get("ratio"), ".2f", "x"), report._num(r.get("seconds"), ".1f"),
-            report._num(r.get("overhead_s_per_trial"), ".2f"),
-        ])  # fmt: skip
+        rows.append(
+            [
+                r["workload"],
+                str(r["threads"]),
+                r["strategy"],
+                f"{r['trials']}/{r['trials_requested']}",
+                str(r["errors"]),
+                report._num(r.get("best_ms"), ".4g"),
+                report._num(r.get("default_kernel_ms"), ".4g"),
+                *(report._ms(r, impl) for impl in ("tuned", "default", "numpy", "torch")),
+                report._num(impl_rate(r, "tuned"), ".1f", unit),
+                report._num(r.get("speedup_vs_default"), ".2f", "x"),
+                report._num(r.get("ratio"), ".2f", "x"),
+                report._num(r.get("seconds"), ".1f"),
+                report._num(r.get("overhead_s_per_trial"), ".2f"),
+            ]
+        )
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
 
     def line(cells):
         return "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
 
     out = [line(head), "  ".join("-" * w for w in widths)] + [line(row) for row in rows]
-    out.append("kernel ms / tpl kernel: the tuned and the template kernel timed bare by the tuner's runner; the other "
-               "ms: in-process calls, interleaved (median ± half the IQR)")  # fmt: skip
-    out.append("vs template = template ms / tuned ms; vs best lib = best library ms / tuned ms (> 1: tuned minitc "
-               "is faster); s/trial = tuning overhead per trial (build, bookkeeping)")  # fmt: skip
+    out.append(
+        "kernel ms / tpl kernel: the tuned and the template kernel timed bare by the tuner's runner; the other "
+        "ms: in-process calls, interleaved (median ± half the IQR)"
+    )
+    out.append(
+        "vs template = template ms / tuned ms; vs best lib = best library ms / tuned ms (> 1: tuned minitc "
+        "is faster); s/trial = tuning overhead per trial (build, bookkeeping)"
+    )
     models = sorted({r["cost_model"] for r in records if r.get("cost_model")})
     if models:
         out.append(f"evolutionary cost model: {', '.join(models)}")
     for r in records:
         if (r.get("background_cpus") or 0) >= report.NOISY_CPUS:
-            out.append(f"warning {r['workload']} [{r['threads']}T]: other processes kept "
-                       f"{r['background_cpus']:.1f} CPUs busy while it was timed")  # fmt: skip
+            out.append(
+                f"warning {r['workload']} [{r['threads']}T]: other processes kept "
+                f"{r['background_cpus']:.1f} CPUs busy while it was timed"
+            )
         if r.get("error"):
             out.append(f"ERROR {r['workload']} [{r['threads']}T] {r['strategy']}: {r['error']}")
         for note in r.get("notes") or []:
@@ -397,11 +553,18 @@ def plot_curves(records: list, path: str, title: str | None = None) -> None:
         recs = [r for r in records if r["workload"] == name and r["threads"] == n]
         for r in recs:
             ys = [h if h is not None else math.nan for h in r["history"]]
-            ax.plot(range(1, len(ys) + 1), ys, label=f"{r['strategy']} (best {report._num(r.get('best_ms'), '.3g')} ms)")
+            ax.plot(
+                range(1, len(ys) + 1), ys, label=f"{r['strategy']} (best {report._num(r.get('best_ms'), '.3g')} ms)"
+            )
         first = recs[0]
         if first.get("default_kernel_ms"):
-            ax.axhline(first["default_kernel_ms"], color="gray", ls="--", lw=1,
-                       label=f"template {first['default_kernel_ms']:.3g} ms")  # fmt: skip
+            ax.axhline(
+                first["default_kernel_ms"],
+                color="gray",
+                ls="--",
+                lw=1,
+                label=f"template {first['default_kernel_ms']:.3g} ms",
+            )
         if first.get("default_ms"):
             ax.axhline(first["default_ms"], color="gray", ls=":", lw=1, label=f"template {first['default_ms']:.3g} ms*")
         lib = first.get("best_library")
@@ -414,10 +577,15 @@ def plot_curves(records: list, path: str, title: str | None = None) -> None:
         ax.set_yscale("log")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
-    fig.text(0.01, 0.005, "curves, dashed template: bare kernel timed by the tuner's runner process\n"
-             "*: timed in-process (tc.Function or the library call)", fontsize=7)
+    fig.text(
+        0.01,
+        0.005,
+        "curves, dashed template: bare kernel timed by the tuner's runner process\n"
+        "*: timed in-process (tc.Function or the library call)",
+        fontsize=7,
+    )
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.06 if rows == 1 else 0.03, 1, 1))

@@ -2,6 +2,7 @@
 shared-memory tiles filled by the whole block. Prints the loop nest and the CUDA C, checks the
 kernel in the GPU simulator, and runs it on the GPU when CuPy finds one.
 Run: python examples/gpu_matmul.py"""
+
 import numpy as np
 
 import minitc as tc

@@ -1,5 +1,6 @@
 """Quickstart: define a matmul, schedule it, look at the loop nest, compile it for this CPU and
 benchmark it against numpy. Run: python examples/quickstart.py"""
+
 import time
 
 import numpy as np

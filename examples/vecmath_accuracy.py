@@ -7,6 +7,7 @@ random inputs over the whole range plus [-5, 5] and near 0. References: float64 
 torch.special.erf) for float32 data, long double numpy for float64 data. Errors are in ulps of
 the correctly rounded result (erf: also absolute); non-finite results must match exactly.
 """
+
 import numpy as np
 import torch
 
@@ -36,7 +37,9 @@ def main():
     rng = np.random.default_rng(1)
     inputs = {
         "float32": np.concatenate([pos, -pos]),
-        "float64": np.concatenate([rng.uniform(-750, 750, 4_000_000), rng.uniform(-5, 5, 4_000_000), rng.standard_normal(1_000_000) * 1e-3]),
+        "float64": np.concatenate(
+            [rng.uniform(-750, 750, 4_000_000), rng.uniform(-5, 5, 4_000_000), rng.standard_normal(1_000_000) * 1e-3]
+        ),
     }
     for dtype, x in inputs.items():
         for name in ("exp", "sigmoid", "tanh", "erf"):
@@ -53,8 +56,11 @@ def main():
                 ulp = err / spacing
             bad = ~ok & ~((y == rounded) | (np.isnan(y) & np.isnan(rounded)))
             w = int(np.argmax(ulp))
-            print(f"{dtype} {name:8s} {len(x):9d} inputs: max {ulp[w]:.3f} ulp (x = {x[ok][w]!r}), "
-                  f"max abs error {err[np.abs(ref[ok]) <= 1].max():.3g} where |f| <= 1, non-finite mismatches {int(bad.sum())}")
+            print(
+                f"{dtype} {name:8s} {len(x):9d} inputs: max {ulp[w]:.3f} ulp (x = {x[ok][w]!r}), "
+                f"max abs error {err[np.abs(ref[ok]) <= 1].max():.3g} where |f| <= 1, "
+                f"non-finite mismatches {int(bad.sum())}"
+            )
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@
 top-k score of a workload = (best latency of all its candidates) / (best latency among the
 model's k highest-scored candidates); failed candidates count as infinitely slow.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,9 +32,9 @@ from pathlib import Path
 import numpy as np
 
 import minitc as tc
-from minitc.errors import ScheduleError
 from minitc.autotune.database import Database, Record
 from minitc.autotune.workload_key import canonical, describe, workload_key
+from minitc.errors import ScheduleError
 
 TARGET = "llvm"
 
@@ -44,16 +45,22 @@ def _p(shape, name):
 
 TRAIN = {
     "matmul_128x256x128": lambda: tc.ops.matmul(_p((128, 256), "A"), _p((256, 128), "B")),
-    "dense_64x256x512_relu": lambda: tc.ops.dense(_p((64, 256), "X"), _p((512, 256), "W"), _p((512,), "b"), activation="relu"),
+    "dense_64x256x512_relu": lambda: tc.ops.dense(
+        _p((64, 256), "X"), _p((512, 256), "W"), _p((512,), "b"), activation="relu"
+    ),
     "conv2d_16x32x32_k32_3x3": lambda: tc.ops.conv2d(_p((1, 16, 32, 32), "X"), _p((32, 16, 3, 3), "W"), padding=1),
     "batch_matmul_8x64x32x64": lambda: tc.ops.batch_matmul(_p((8, 64, 32), "A"), _p((8, 32, 64), "B")),
     "softmax_64x1024": lambda: tc.ops.softmax(_p((64, 1024), "X")),
     "layer_norm_128x512": lambda: tc.ops.layer_norm(_p((128, 512), "X"), _p((512,), "g"), _p((512,), "b")),
-    "depthwise_32x28x28_3x3": lambda: tc.ops.depthwise_conv2d(_p((1, 32, 28, 28), "X"), _p((32, 1, 3, 3), "W"), padding=1),
+    "depthwise_32x28x28_3x3": lambda: tc.ops.depthwise_conv2d(
+        _p((1, 32, 28, 28), "X"), _p((32, 1, 3, 3), "W"), padding=1
+    ),
     "max_pool2d_32x32x32_2": lambda: tc.ops.max_pool2d(_p((1, 32, 32, 32), "X"), 2),
 }
 HELD_OUT = {
-    "dense_96x384x192_gelu": lambda: tc.ops.dense(_p((96, 384), "X"), _p((192, 384), "W"), _p((192,), "b"), activation="gelu"),
+    "dense_96x384x192_gelu": lambda: tc.ops.dense(
+        _p((96, 384), "X"), _p((192, 384), "W"), _p((192,), "b"), activation="gelu"
+    ),
     "conv2d_32x16x16_k48_3x3": lambda: tc.ops.conv2d(_p((1, 32, 16, 16), "X"), _p((48, 32, 3, 3), "W"), padding=1),
     "layer_norm_256x256": lambda: tc.ops.layer_norm(_p((256, 256), "X"), _p((256,), "g"), _p((256,), "b")),
 }
@@ -111,7 +118,10 @@ def generate(db: Database, workloads: dict, n: int, seed: int, log=print) -> Non
                 for res in runner.run(task, builder.build(task, batch)):
                     db.add(Record(key, TARGET, hw, res.trace, res.latencies_ms, res.median_ms, res.error))
                     errors += res.error is not None
-            log(f"  measured {len(traces):4d} candidates of {name} ({errors} errors) in {time.perf_counter() - start:.0f} s")
+            log(
+                f"  measured {len(traces):4d} candidates of {name} ({errors} errors) "
+                f"in {time.perf_counter() - start:.0f} s"
+            )
     finally:
         if builder is not None:
             builder.close()
@@ -241,7 +251,9 @@ def main(argv=None) -> dict:
     for key, outputs, traces, lat in train_data.values():
         model.register(key, outputs)
         records += [(key, t, ms) for t, ms in zip(traces, lat)]
-    print(f"\npretraining on {len(records)} records of {len(train_data)} workloads ({model.num_parameters()} parameters)")
+    print(
+        f"\npretraining on {len(records)} records of {len(train_data)} workloads ({model.num_parameters()} parameters)"
+    )
     start = time.perf_counter()
     history = model.pretrain(records, epochs=args.epochs)
     pretrain_s = time.perf_counter() - start
@@ -264,19 +276,40 @@ def main(argv=None) -> dict:
         report("leave-one-workload-out over all workloads (zero-shot on the one left out)", loo)
 
     result = {
-        "command": " ".join(["python", "experiments/cost_model_eval.py"] + (argv if argv is not None else sys.argv[1:])),
-        "train": list(train), "held_out": list(held), "records": len(records),
-        "parameters": model.num_parameters(), "measure_s": measure_s, "pretrain_s": pretrain_s,
-        "zero_shot": zero, "online_25": online, "fresh_online_25": fresh, "leave_one_out": loo,
+        "command": " ".join(
+            ["python", "experiments/cost_model_eval.py"] + (argv if argv is not None else sys.argv[1:])
+        ),
+        "train": list(train),
+        "held_out": list(held),
+        "records": len(records),
+        "parameters": model.num_parameters(),
+        "measure_s": measure_s,
+        "pretrain_s": pretrain_s,
+        "zero_shot": zero,
+        "online_25": online,
+        "fresh_online_25": fresh,
+        "leave_one_out": loo,
         "mean": {
-            "zero_shot_top1": _mean(zero, "top1"), "zero_shot_top5": _mean(zero, "top5"),
-            "online_top1": _mean(online, "top1"), "online_top5": _mean(online, "top5"),
-            "fresh_online_top1": _mean(fresh, "top1"), "fresh_online_top5": _mean(fresh, "top5"),
-            "random_top1": _mean(zero, "random_top1"), "random_top5": _mean(zero, "random_top5"),
-            **({"loo_top1": _mean(loo, "top1"), "loo_top5": _mean(loo, "top5"),
-                "loo_random_top1": _mean(loo, "random_top1"), "loo_random_top5": _mean(loo, "random_top5")} if loo else {}),
+            "zero_shot_top1": _mean(zero, "top1"),
+            "zero_shot_top5": _mean(zero, "top5"),
+            "online_top1": _mean(online, "top1"),
+            "online_top5": _mean(online, "top5"),
+            "fresh_online_top1": _mean(fresh, "top1"),
+            "fresh_online_top5": _mean(fresh, "top5"),
+            "random_top1": _mean(zero, "random_top1"),
+            "random_top5": _mean(zero, "random_top5"),
+            **(
+                {
+                    "loo_top1": _mean(loo, "top1"),
+                    "loo_top5": _mean(loo, "top5"),
+                    "loo_random_top1": _mean(loo, "random_top1"),
+                    "loo_random_top5": _mean(loo, "random_top5"),
+                }
+                if loo
+                else {}
+            ),
         },
-    }  # fmt: skip
+    }
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     print(f"\nsaved the model to {args.out}; measuring {measure_s:.0f} s, pretraining {pretrain_s:.0f} s")

@@ -19,6 +19,7 @@ Timing: rounds in rotated order; before each system's samples the script sleeps 
 because TVM's and OpenBLAS's worker threads spin for a while after a call and slow whatever
 runs next (without the pause, numpy measured 1.87 ms instead of 1.42).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,15 @@ def tune_tvm(trials: int, work: str | None, seconds: float | None):
         work = tempfile.mkdtemp(prefix="tvm-ms-")
         # the default 30 s build timeout fails every candidate: each builder process first spends
         # about a minute importing tensor intrinsics
-        db = ms.tune_tir(func, target, work, max_trials_global=trials, num_trials_per_iter=64,
-                         builder=ms.builder.LocalBuilder(timeout_sec=600), seed=0)  # fmt: skip
+        db = ms.tune_tir(
+            func,
+            target,
+            work,
+            max_trials_global=trials,
+            num_trials_per_iter=64,
+            builder=ms.builder.LocalBuilder(timeout_sec=600),
+            seed=0,
+        )
         seconds = time.perf_counter() - start
         print(f"TVM: {trials} trials in {seconds:.0f} s (database in {work})", flush=True)
     kernel = tvm.compile(ms.tir_integration.compile_tir(db, func, target).mod, target=target)
@@ -85,7 +93,7 @@ def side_by_side(calls: dict, rounds: int = 15, number: int = 20) -> dict:
     samples = {name: [] for name in calls}
     names = list(calls)
     for r in range(rounds):
-        for name in names[r % len(names):] + names[: r % len(names)]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             time.sleep(0.3)  # other systems' spinning threads go idle
             for _ in range(3):
                 calls[name]()
@@ -112,7 +120,10 @@ def main() -> None:
     tvm_call, to_tvm, tvm_s = tune_tvm(args.trials, args.tvm_work, args.tvm_seconds)
     ta, tb = to_tvm(a), to_tvm(b)
     np.testing.assert_allclose(tvm_call(ta, tb).numpy(), expected, rtol=1e-3, atol=1e-2)
-    calls, seconds = {"numpy": lambda: np.matmul(a, b), f"TVM@{args.trials}": lambda: tvm_call(ta, tb)}, {f"TVM@{args.trials}": tvm_s}
+    calls, seconds = (
+        {"numpy": lambda: np.matmul(a, b), f"TVM@{args.trials}": lambda: tvm_call(ta, tb)},
+        {f"TVM@{args.trials}": tvm_s},
+    )
     for trials in (int(t) for t in args.tlm.split(",")):
         kernel, s = tune_minitc(trials)
         np.testing.assert_allclose(kernel(a, b), expected, rtol=1e-3, atol=1e-2)
@@ -125,8 +136,17 @@ def main() -> None:
         print(f"{name:9s} {t:.3f} ms  {gflops:6.1f} GFLOP/s  {peer / t:.2f}x TVM{tuned}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"command": "python experiments/tvm_peer.py " + " ".join(sys.argv[1:]), "date": time.strftime("%Y-%m-%d"),
-                       "median_ms": ms, "tuning_s": seconds, "threads": os.cpu_count()}, f, indent=1)  # fmt: skip
+            json.dump(
+                {
+                    "command": "python experiments/tvm_peer.py " + " ".join(sys.argv[1:]),
+                    "date": time.strftime("%Y-%m-%d"),
+                    "median_ms": ms,
+                    "tuning_s": seconds,
+                    "threads": os.cpu_count(),
+                },
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
 """`minitc lm ...`: build the language model's data, train it, and improve it with measurements.
 
-    minitc lm gen-data pretrain.jsonl --per-workload 512        # random programs as sentences
-    minitc lm pretrain pretrain.jsonl --out lm.pt                # loss on decision tokens only
-    minitc lm measure --db lm-records.db --per-workload 32       # measured programs (random)
-    minitc lm finetune lm.pt --db lm-records.db --out lm-ft.pt   # throughput-weighted
-    minitc lm loop lm-ft.pt --db lm-records.db --rounds 2        # measure with the model, fine-tune, repeat
-    minitc lm workloads                                          # the training and held-out sets
+minitc lm gen-data pretrain.jsonl --per-workload 512        # random programs as sentences
+minitc lm pretrain pretrain.jsonl --out lm.pt                # loss on decision tokens only
+minitc lm measure --db lm-records.db --per-workload 32       # measured programs (random)
+minitc lm finetune lm.pt --db lm-records.db --out lm-ft.pt   # throughput-weighted
+minitc lm loop lm-ft.pt --db lm-records.db --rounds 2        # measure with the model, fine-tune, repeat
+minitc lm workloads                                          # the training and held-out sets
 """
+
 from __future__ import annotations
 
 import json
@@ -15,9 +16,13 @@ from pathlib import Path
 
 import click
 
+from minitc.autotune.database import Database
+from minitc.autotune.tuner import tune
+from minitc.autotune.workload_key import describe, workload_key
+from minitc.lm.training_set import HELD_OUT, TRAINING, workload
+
 
 def _names(value: str | None, default) -> list:
-    from minitc.lm.training_set import HELD_OUT, TRAINING
 
     if not value:
         return list(default)
@@ -40,9 +45,6 @@ def lm():
 @lm.command("workloads")
 def workloads_cmd():
     """List the training and held-out workloads."""
-    from minitc.autotune.workload_key import describe
-
-    from minitc.lm.training_set import HELD_OUT, TRAINING
 
     for title, table in (("training", TRAINING), ("held out (never trained on)", HELD_OUT)):
         click.echo(f"{title}: {len(table)}")
@@ -55,17 +57,28 @@ def workloads_cmd():
 @click.option("--per-workload", default=512, show_default=True, type=click.IntRange(min=1))
 @click.option("--workloads", help="Comma-separated names (default: the training set).")
 @click.option("--seed", default=0, show_default=True)
-@click.option("--near-template", default=0.0, show_default=True, type=click.FloatRange(0.0, 1.0),
-              help="Share of each templated workload's programs drawn near the template's default program "
-                   "(the prompt's `default` line) rather than uniformly.")  # fmt: skip
+@click.option(
+    "--near-template",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(0.0, 1.0),
+    help="Share of each templated workload's programs drawn near the template's default program "
+    "(the prompt's `default` line) rather than uniformly.",
+)
 def gen_data_cmd(out, per_workload, workloads, seed, near_template):
     """Append random legal programs of each workload, as sentences, to OUT (JSON lines)."""
     from minitc.lm.data import gen_data
     from minitc.lm.training_set import TRAINING
 
     start = time.perf_counter()
-    n = gen_data(out, _names(workloads, TRAINING), per_workload, seed, near_template=near_template,
-                 progress=lambda i, t, name: _say(f"[{i}/{t}] {name}"))  # fmt: skip
+    n = gen_data(
+        out,
+        _names(workloads, TRAINING),
+        per_workload,
+        seed,
+        near_template=near_template,
+        progress=lambda i, t, name: _say(f"[{i}/{t}] {name}"),
+    )
     click.echo(f"wrote {n} sentences to {out} in {time.perf_counter() - start:.1f} s")
 
 
@@ -83,8 +96,16 @@ def pretrain_cmd(data, out, epochs, max_minutes, d_model, layers, lr, threads):
     from minitc.lm.pipeline import pretrain
 
     config = {"d_model": d_model, "n_layers": layers, "n_heads": 4, "d_ff": 4 * d_model}
-    meta = pretrain(list(data), out, config=config, epochs=epochs, lr=lr, max_seconds=max_minutes * 60, threads=threads,
-                    progress=_every(20))  # fmt: skip
+    meta = pretrain(
+        list(data),
+        out,
+        config=config,
+        epochs=epochs,
+        lr=lr,
+        max_seconds=max_minutes * 60,
+        threads=threads,
+        progress=_every(20),
+    )
     click.echo(json.dumps(meta, indent=1))
 
 
@@ -100,8 +121,13 @@ def _every(n: int):
 
 @lm.command("measure")
 @click.option("--db", required=True, type=click.Path(dir_okay=False), help="Records database to fill.")
-@click.option("--per-workload", default=32, show_default=True, type=click.IntRange(min=1),
-              help="Measured programs per workload (counting those already there: re-running resumes).")  # fmt: skip
+@click.option(
+    "--per-workload",
+    default=32,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Measured programs per workload (counting those already there: re-running resumes).",
+)
 @click.option("--strategy", type=click.Choice(("random", "tlm")), default="random", show_default=True)
 @click.option("--lm", "lm_path", type=click.Path(exists=True, dir_okay=False), help="Checkpoint for --strategy tlm.")
 @click.option("--workloads", help="Comma-separated names (default: the training set).")
@@ -115,11 +141,6 @@ def measure_cmd(db, per_workload, strategy, lm_path, workloads, seed):
 
 def measure(db, names, per_workload, strategy="random", lm_path=None, seed=0, add=False) -> None:
     """Measure each workload up to `per_workload` programs in `db` (with `add`: that many more)."""
-    from minitc.autotune.database import Database
-    from minitc.autotune.tuner import tune
-    from minitc.autotune.workload_key import workload_key
-
-    from minitc.lm.training_set import workload
 
     for n, name in enumerate(names):
         out = workload(name)
@@ -131,8 +152,10 @@ def measure(db, names, per_workload, strategy="random", lm_path=None, seed=0, ad
             continue
         start = time.perf_counter()
         r = tune(out, trials=todo, strategy=strategy, db=db, seed=seed + have, lm=lm_path)
-        _say(f"[{n + 1}/{len(names)}] {name}: {r.trials} measured, {r.errors} errors, best {r.best_ms} ms, "
-             f"{time.perf_counter() - start:.0f} s")  # fmt: skip
+        _say(
+            f"[{n + 1}/{len(names)}] {name}: {r.trials} measured, {r.errors} errors, best {r.best_ms} ms, "
+            f"{time.perf_counter() - start:.0f} s"
+        )
 
 
 @lm.command("finetune")
@@ -154,10 +177,17 @@ def finetune_cmd(checkpoint, db, out, epochs, sharpness, threads):
 @click.argument("checkpoint", type=click.Path(exists=True, dir_okay=False))
 @click.option("--db", required=True, type=click.Path(dir_okay=False))
 @click.option("--rounds", default=2, show_default=True, type=click.IntRange(min=1))
-@click.option("--per-round", default=16, show_default=True, type=click.IntRange(min=1),
-              help="Programs per workload the model proposes and has measured each round.")  # fmt: skip
+@click.option(
+    "--per-round",
+    default=16,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Programs per workload the model proposes and has measured each round.",
+)
 @click.option("--workloads", help="Comma-separated names (default: the training set).")
-@click.option("--out-dir", type=click.Path(file_okay=False), help="Where round checkpoints go (default: next to CHECKPOINT).")
+@click.option(
+    "--out-dir", type=click.Path(file_okay=False), help="Where round checkpoints go (default: next to CHECKPOINT)."
+)
 def loop_cmd(checkpoint, db, rounds, per_round, workloads, out_dir):
     """Iterate: the current model proposes programs, they are measured, the model is fine-tuned on
     all measurements, and the next round uses it. Resumable: a finished round is skipped."""

@@ -8,6 +8,7 @@
   throughput relative to the workload's best, so fine-tuning keeps the ranking, not only the
   top-1.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,15 +17,18 @@ from pathlib import Path
 
 import numpy as np
 
+from minitc.autotune.mutators import edit
+from minitc.autotune.space import Space
 from minitc.errors import ScheduleError
-
+from minitc.lm.hardware import hardware as host_hardware
 from minitc.lm.language import SentenceError, SentenceWriter, parse
 from minitc.lm.train import Example
 from minitc.lm.training_set import TRAINING, workload
 
 
-def gen_data(path, names=None, per_workload: int = 256, seed: int = 0, hardware=None, progress=None,
-             near_template: float = 0.0) -> int:  # fmt: skip
+def gen_data(
+    path, names=None, per_workload: int = 256, seed: int = 0, hardware=None, progress=None, near_template: float = 0.0
+) -> int:
     """Append `per_workload` random programs of each workload to the JSONL file `path`; returns
     how many sentences were written.
 
@@ -32,9 +36,6 @@ def gen_data(path, names=None, per_workload: int = 256, seed: int = 0, hardware=
     from the template's neighbourhood: its default program (the prompt's `default` line) after
     1-4 mutations. Uniform samples bear no relation to that line, so a model pretrained only on
     them learns to ignore it."""
-    from minitc.autotune.space import Space
-
-    from minitc.lm.hardware import hardware as host_hardware
 
     names = list(names or TRAINING)
     rng = np.random.default_rng(seed)
@@ -44,7 +45,9 @@ def gen_data(path, names=None, per_workload: int = 256, seed: int = 0, hardware=
             space = Space(workload(name), "llvm")
             write = SentenceWriter(space, hardware or host_hardware(space.target))
             seen = set()
-            for c in _template_neighbours(space, round(per_workload * near_template), rng) + _random_programs(space, per_workload, rng):
+            for c in _template_neighbours(space, round(per_workload * near_template), rng) + _random_programs(
+                space, per_workload, rng
+            ):
                 if len(seen) >= per_workload or c.key in seen:
                     continue
                 seen.add(c.key)
@@ -72,7 +75,6 @@ def _random_programs(space, count: int, rng) -> list:
 
 def _template_neighbours(space, count: int, rng) -> list:
     """Up to `count` distinct programs a few mutations away from the template's default one."""
-    from minitc.autotune.mutators import edit
 
     if count <= 0 or "template" not in space.sketches:
         return []
@@ -132,8 +134,11 @@ def demonstrations(db, target: str | None = None, sharpness: float = 4.0, worklo
     for key, _ in db.workloads():
         if workloads is not None and key not in workloads:
             continue
-        measured = [(trace_sentence(rec.trace), rec.median_ms) for rec in db.programs(key, target)
-                    if rec.ok and math.isfinite(rec.median_ms) and rec.median_ms > 0]  # fmt: skip
+        measured = [
+            (trace_sentence(rec.trace), rec.median_ms)
+            for rec in db.programs(key, target)
+            if rec.ok and math.isfinite(rec.median_ms) and rec.median_ms > 0
+        ]
         measured = [(parse(text), ms) for text, ms in measured if text]
         if measured:
             weights = throughput_weights([ms for _, ms in measured], sharpness)

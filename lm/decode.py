@@ -13,6 +13,7 @@ one batched forward with a key-value cache (the prompt is computed once and shar
 Within a value the mask is a prefix trie over the legal values' token sequences, so a tile's
 later factors can only complete a divisor tiling of what the earlier ones left.
 """
+
 from __future__ import annotations
 
 import threading
@@ -21,9 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from minitc.errors import ScheduleError
 from minitc.autotune.sampler import Decision, Sampler
-
+from minitc.errors import ScheduleError
 from minitc.lm.describe import decision_label
 from minitc.lm.language import Loc, SentenceWriter
 from minitc.lm.model import LMError, expand_cache
@@ -106,9 +106,11 @@ class Decoder:
             # fed `<unk>` for the GPU words, a CPU model would write plausible-looking nonsense
             missing = tok.missing_tokens(tok.prompt_text(prompt))
             if missing or not tok.writes_gpu():
-                raise LMError(f"this language model's vocabulary ({len(tok)} tokens) cannot write GPU sentences "
-                              f"(no tokens for {' '.join(missing) or 'the GPU decision slots'}): it was made for CPU "
-                              "targets; tune a GPU target with strategy='evolutionary', or train a model on GPU sentences")  # fmt: skip
+                raise LMError(
+                    f"this language model's vocabulary ({len(tok)} tokens) cannot write GPU sentences "
+                    f"(no tokens for {' '.join(missing) or 'the GPU decision slots'}): it was made for CPU "
+                    "targets; tune a GPU target with strategy='evolutionary', or train a model on GPU sentences"
+                )
         self.prompt = tok.prompt_ids(prompt)
         self.temperature, self.top_k = temperature, top_k
 

@@ -1,10 +1,13 @@
 """The subgraph and skeleton parts of a sentence, read off a computation and its design space:
 op kinds, shapes, reduction extents, access patterns and arithmetic of each stage, and the
 decision slots each sketch of the space has, all without the user's names."""
+
 from __future__ import annotations
 
 from minitc.arith import affine
+from minitc.autotune.space import template_defaults
 from minitc.expr import Binary, Call, Cast, Compare, Not, Select, Var
+from minitc.schedule.recorder import Schedule
 from minitc.schedule.state import Read, from_tensors
 from minitc.te import Reduce
 
@@ -23,8 +26,16 @@ def describe_stages(outputs) -> list:
         if isinstance(st.body, Reduce):
             reduce = (st.body.combiner, tuple(a.extent for a in st.body.axes))
         reads = tuple((number[r.stage], tuple(index_text(i, axes) for i in r.indices)) for r in st.reads())
-        out.append({"kind": st.tag or "compute", "dtype": st.dtype, "shape": tuple(st.shape),
-                    "reduce": reduce, "reads": reads, "ops": body_ops(st.body)})  # fmt: skip
+        out.append(
+            {
+                "kind": st.tag or "compute",
+                "dtype": st.dtype,
+                "shape": tuple(st.shape),
+                "reduce": reduce,
+                "reads": reads,
+                "ops": body_ops(st.body),
+            }
+        )
     return out
 
 
@@ -81,8 +92,6 @@ def decision_label(name: str, names: dict) -> str:
 def space_skeleton(space) -> tuple:
     """(sketch, slot names) per sketch: a template lists its parameters; the generic rules take
     their slots from the computation (tiles per axis, inline, cache, parallel, unroll)."""
-    from minitc.schedule.recorder import Schedule
-    from minitc.autotune.space import template_defaults
 
     out = []
     for sketch in space.sketches:
@@ -92,4 +101,3 @@ def space_skeleton(space) -> tuple:
         else:
             out.append((sketch, ()))
     return tuple(out)
-

@@ -11,6 +11,7 @@ A GPU's tokens (`hardware cuda sm_90 sms 132 warp 32 smem 48 regs 64 threads 102
 gbps 0`) come from the CUDA target alone, without touching a GPU: its architecture, its limits
 and the SM count it was queried with, else the architecture's usual part (an H100 for sm_90).
 Its peak rates are only written when measurements are given; 0 means "not measured"."""
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,16 @@ from minitc.target import hardware_fingerprint, is_gpu, parse_cuda_target, parse
 
 # SM count of the usual data-center part of an architecture, for a target that was not queried
 # from a device (0: the architecture has no single usual part).
-ARCH_SMS = {"sm_60": 56, "sm_70": 80, "sm_75": 40, "sm_80": 108, "sm_90": 132, "sm_90a": 132, "sm_100": 148, "sm_100a": 148}
+ARCH_SMS = {
+    "sm_60": 56,
+    "sm_70": 80,
+    "sm_75": 40,
+    "sm_80": 108,
+    "sm_90": 132,
+    "sm_90a": 132,
+    "sm_100": 148,
+    "sm_100a": 148,
+}
 # 32-bit registers per thread block, in units of 1024 (64 K on every architecture since Maxwell
 # but the Tegra ones: sm_53, sm_62 and sm_72 have 32 K).
 ARCH_REGS_K = {"sm_53": 32, "sm_62": 32, "sm_72": 32}
@@ -76,9 +86,17 @@ def gpu_hardware(target="cuda", measured: dict | None = None) -> GpuHardware:
     arch = t.arch
     sms = t.sm_count or ARCH_SMS.get(arch, 0)
     measured = measured or {}
-    return GpuHardware("cuda", arch, sms, WARP, t.limits.max_shared_bytes // 1024, ARCH_REGS_K.get(arch, 64),
-                       t.limits.max_threads_per_block, two_digits(measured.get("gflops", 0)),
-                       two_digits(measured.get("gbps", 0)))  # fmt: skip
+    return GpuHardware(
+        "cuda",
+        arch,
+        sms,
+        WARP,
+        t.limits.max_shared_bytes // 1024,
+        ARCH_REGS_K.get(arch, 64),
+        t.limits.max_threads_per_block,
+        two_digits(measured.get("gflops", 0)),
+        two_digits(measured.get("gbps", 0)),
+    )
 
 
 def hardware(target="llvm", measured: dict | None = None) -> Hardware | GpuHardware:
@@ -96,8 +114,17 @@ def hardware(target="llvm", measured: dict | None = None) -> Hardware | GpuHardw
             cache.parent.mkdir(parents=True, exist_ok=True)
             cache.write_text(json.dumps(measured))
     simd = simd_width(t, "float32")
-    return Hardware("llvm", t.cpu, t.num_cores, simd, _cache_kib(1), _cache_kib(2), _cache_kib(3),
-                    two_digits(measured["gflops"]), two_digits(measured["gbps"]))  # fmt: skip
+    return Hardware(
+        "llvm",
+        t.cpu,
+        t.num_cores,
+        simd,
+        _cache_kib(1),
+        _cache_kib(2),
+        _cache_kib(3),
+        two_digits(measured["gflops"]),
+        two_digits(measured["gbps"]),
+    )
 
 
 def same_machine(line_a: str, line_b: str) -> bool:

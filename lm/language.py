@@ -13,6 +13,7 @@ graph), axes `a<N>` (their order in the stage: spatial, then reduction), compute
 `@<N>` (the position among the legal loops), so one workload's sentence is the same whatever
 its tensors are called, and the vocabulary is closed.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,10 +21,10 @@ from pathlib import Path
 
 from lark import Lark, Transformer, UnexpectedInput
 
-from minitc.errors import MinitcError, ScheduleError
 from minitc.autotune.sampler import Sampler
-
+from minitc.errors import MinitcError, ScheduleError
 from minitc.lm.describe import decision_label, describe_stages, space_skeleton
+from minitc.schedule.state import from_tensors
 
 
 class SentenceError(MinitcError):
@@ -73,8 +74,10 @@ class Hardware:
     gbps: int  # measured STREAM-triad bandwidth, all cores
 
     def __str__(self) -> str:
-        return (f"hardware {self.target} {self.cpu} cores {self.cores} simd {self.simd} l1 {self.l1} l2 {self.l2} "
-                f"l3 {self.l3} gflops {self.gflops} gbps {self.gbps}")  # fmt: skip
+        return (
+            f"hardware {self.target} {self.cpu} cores {self.cores} simd {self.simd} l1 {self.l1} l2 {self.l2} "
+            f"l3 {self.l3} gflops {self.gflops} gbps {self.gbps}"
+        )
 
 
 @dataclass(frozen=True)
@@ -93,8 +96,10 @@ class GpuHardware:
     gbps: int = 0  # measured device-memory bandwidth; 0: not measured
 
     def __str__(self) -> str:
-        return (f"hardware {self.target} {self.arch} sms {self.sms} warp {self.warp} smem {self.smem} regs {self.regs} "
-                f"threads {self.threads} gflops {self.gflops} gbps {self.gbps}")  # fmt: skip
+        return (
+            f"hardware {self.target} {self.arch} sms {self.sms} warp {self.warp} smem {self.smem} regs {self.regs} "
+            f"threads {self.threads} gflops {self.gflops} gbps {self.gbps}"
+        )
 
 
 @dataclass(frozen=True)
@@ -112,7 +117,9 @@ class Sentence:
         """Everything before the decisions (what the model is conditioned on), ending in `=>`;
         with `defaults=False` without the `default` line (for models trained before it)."""
         lines = ["workload"] + [f"  {st}" for st in self.stages] + [str(self.hardware)]
-        lines.append("space " + " | ".join(name + (" : " + " ".join(slots) if slots else "") for name, slots in self.sketches))
+        lines.append(
+            "space " + " | ".join(name + (" : " + " ".join(slots) if slots else "") for name, slots in self.sketches)
+        )
         if defaults and self.defaults:
             lines.append("default " + _decisions(self.defaults))
         return "\n".join(lines) + "\n=>"
@@ -150,8 +157,10 @@ class SentenceWriter:
     def __init__(self, space, hardware: Hardware | GpuHardware):
         gpu = bool(getattr(space, "gpu", False))
         if gpu != isinstance(hardware, GpuHardware):
-            raise SentenceError(f"a {'GPU' if gpu else 'CPU'} design space ({space.target}) needs a "
-                                f"{'GPU' if gpu else 'CPU'} hardware line, got `{hardware}` (lm.hardware.hardware(space.target))")  # fmt: skip
+            raise SentenceError(
+                f"a {'GPU' if gpu else 'CPU'} design space ({space.target}) needs a "
+                f"{'GPU' if gpu else 'CPU'} hardware line, got `{hardware}` (lm.hardware.hardware(space.target))"
+            )
         self.stages = tuple(Stage(**d) for d in describe_stages(space.outputs))
         self.names = space_names(space)
         self.skeleton = space_skeleton(space)
@@ -172,10 +181,11 @@ def sentence(space, hardware: Hardware | GpuHardware, decisions=()) -> Sentence:
 
 def space_names(space) -> dict:
     """stage name -> (`s<N>`, {axis name: `a<N>`}) for the stages of the space's graph."""
-    from minitc.schedule.state import from_tensors
 
     state, _ = from_tensors(space.outputs)
-    return {st.name: (f"s{n}", {a.name: f"a{k}" for k, a in enumerate(st.all_axes)}) for n, st in enumerate(state.stages)}
+    return {
+        st.name: (f"s{n}", {a.name: f"a{k}" for k, a in enumerate(st.all_axes)}) for n, st in enumerate(state.stages)
+    }
 
 
 def template_program(space, names: dict) -> tuple:
@@ -209,7 +219,9 @@ class _SentenceSampler(Sampler):
     def _take(self, kind, name, domain):
         n = len(self.decisions)
         if n >= len(self.sentence_decisions):
-            raise SentenceError(f"the sentence has {n} decisions; the space asks for more (next: {decision_label(name, self.names)})")
+            raise SentenceError(
+                f"the sentence has {n} decisions; the space asks for more (next: {decision_label(name, self.names)})"
+            )
         label, value = self.sentence_decisions[n]
         expected = decision_label(name, self.names)
         if label != expected:
@@ -234,7 +246,9 @@ def space_values(space, s: Sentence) -> list:
     except ScheduleError as e:
         raise SentenceError(f"the sentence is not a legal program of this space: {e}") from None
     if len(candidate.decisions) != len(s.decisions):
-        raise SentenceError(f"the sentence has {len(s.decisions)} decisions; the program takes {len(candidate.decisions)}")
+        raise SentenceError(
+            f"the sentence has {len(s.decisions)} decisions; the program takes {len(candidate.decisions)}"
+        )
     return candidate.values
 
 
@@ -343,7 +357,8 @@ def parse(text: str) -> Sentence:
         where = f"line {e.line}, column {e.column}"
         context = e.get_context(text, span=30).splitlines()[0].strip()
         raise SentenceError(
-            f"malformed sentence at {where} (near {context!r}): got {got}, expected one of: {', '.join(expected) or 'end of text'}"
+            f"malformed sentence at {where} (near {context!r}): got {got}, "
+            f"expected one of: {', '.join(expected) or 'end of text'}"
         ) from None
     return _ToSentence().transform(tree)
 

@@ -5,6 +5,7 @@ schedule decisions. Decoding (lm/decode.py) advances every sample of a batch one
 from a shared prompt, so the model exposes a key/value cache: `forward` takes and returns it,
 `expand_cache` shares a batch-1 prompt across samples and `select_cache` keeps surviving rows.
 """
+
 from __future__ import annotations
 
 import json
@@ -225,9 +226,13 @@ def save_checkpoint(path, model: TensorLM, vocab: list, meta: dict, half: bool =
         raise LMError(f"checkpoint meta must be plain JSON-able data: {e}") from None
     if len(vocab) != model.cfg.vocab_size:
         raise LMError(f"vocab has {len(vocab)} tokens but the model's vocab_size is {model.cfg.vocab_size}")
-    payload = {"format": CHECKPOINT_FORMAT, "config": model.cfg.to_dict(), "vocab": list(vocab),
-               "state_dict": {k: v.half() if half and v.is_floating_point() else v for k, v in model.state_dict().items()},
-               "meta": meta}  # fmt: skip
+    payload = {
+        "format": CHECKPOINT_FORMAT,
+        "config": model.cfg.to_dict(),
+        "vocab": list(vocab),
+        "state_dict": {k: v.half() if half and v.is_floating_point() else v for k, v in model.state_dict().items()},
+        "meta": meta,
+    }
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
     try:
@@ -253,7 +258,9 @@ def load_checkpoint(path) -> tuple:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001  (a damaged file can fail anywhere in the unpickler)
-        raise fail(f"not a readable torch file ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+        raise fail(
+            f"not a readable torch file ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        ) from None
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         got = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
         raise fail(f"format is {got!r}, expected {CHECKPOINT_FORMAT!r}")

@@ -8,6 +8,7 @@ Which model `load_model()` picks: the MINITC_LM environment variable if set, els
 own fine-tuned model (`minitc tune --learn` writes it next to the records database), else the
 checkpoint shipped in the package (lm/checkpoints/cpu.pt).
 """
+
 from __future__ import annotations
 
 import os
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from minitc.autotune.database import Database, default_path
 from minitc.lm.model import LMError, ModelConfig, TensorLM, load_checkpoint, save_checkpoint
 from minitc.lm.tokenizer import Tokenizer
 from minitc.lm.train import evaluate, train
@@ -25,7 +27,6 @@ SHIPPED = Path(__file__).with_name("checkpoints") / "cpu.pt"
 
 
 def user_model_path() -> Path:
-    from minitc.autotune.database import default_path
 
     return default_path().parent / "lm-finetuned.pt"
 
@@ -42,8 +43,10 @@ def load_model(path=None) -> tuple:
     """(model, tokenizer, meta) of a checkpoint (default: see the module docstring)."""
     path = Path(path) if path is not None else default_model_path()
     if not path.exists():
-        raise LMError(f"no language model at {path}: train one with `minitc lm pretrain`, or reinstall minitc "
-                      "(the package ships lm/checkpoints/cpu.pt)")  # fmt: skip
+        raise LMError(
+            f"no language model at {path}: train one with `minitc lm pretrain`, or reinstall minitc "
+            "(the package ships lm/checkpoints/cpu.pt)"
+        )
     model, vocab, meta = load_checkpoint(path)
     return model, Tokenizer(vocab), meta
 
@@ -53,8 +56,19 @@ def _threads(n):
     torch.set_num_threads(n or max(1, (os.cpu_count() or 1)))
 
 
-def pretrain(data, out, *, config: dict | None = None, epochs: int = 2, batch_size: int = 32, lr: float = 5e-4,
-             max_seconds: float | None = 3600, seed: int = 0, threads: int | None = None, progress=None) -> dict:
+def pretrain(
+    data,
+    out,
+    *,
+    config: dict | None = None,
+    epochs: int = 2,
+    batch_size: int = 32,
+    lr: float = 5e-4,
+    max_seconds: float | None = 3600,
+    seed: int = 0,
+    threads: int | None = None,
+    progress=None,
+) -> dict:
     """Train a new model on the sentences of gen-data file(s) `data` (loss on decision tokens only)."""
     from minitc.lm.data import examples, read_sentences
 
@@ -70,22 +84,50 @@ def pretrain(data, out, *, config: dict | None = None, epochs: int = 2, batch_si
     train_set = examples(tok, [items[i][1] for i in order[n_val:]])
     model = TensorLM(ModelConfig(vocab_size=len(tok), **(config or {})))
     start = time.perf_counter()
-    losses = train(model, train_set, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed,
-                   max_seconds=max_seconds, progress=progress)  # fmt: skip
+    losses = train(
+        model,
+        train_set,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        max_seconds=max_seconds,
+        progress=progress,
+    )
     seconds = time.perf_counter() - start
     metrics = evaluate(model, val)
-    meta = {"stage": "pretrain", "sentences": len(train_set), "hardware": str(items[0][1].hardware), "workloads": sorted({w for w, _ in items}),
-            "seconds": round(seconds, 1), "steps": len(losses), "final_loss": float(np.mean(losses[-20:])) if losses else None,
-            "val_loss": metrics["loss"], "val_accuracy": metrics["accuracy"], "parameters": model.num_parameters()}  # fmt: skip
+    meta = {
+        "stage": "pretrain",
+        "sentences": len(train_set),
+        "hardware": str(items[0][1].hardware),
+        "workloads": sorted({w for w, _ in items}),
+        "seconds": round(seconds, 1),
+        "steps": len(losses),
+        "final_loss": float(np.mean(losses[-20:])) if losses else None,
+        "val_loss": metrics["loss"],
+        "val_accuracy": metrics["accuracy"],
+        "parameters": model.num_parameters(),
+    }
     save_checkpoint(out, model, tok.vocab, meta)
     return meta
 
 
-def finetune(checkpoint, db, out, *, epochs: int = 4, batch_size: int = 32, lr: float = 1e-4, sharpness: float = 4.0,
-             max_seconds: float | None = None, threads: int | None = None, seed: int = 0, progress=None) -> dict:
+def finetune(
+    checkpoint,
+    db,
+    out,
+    *,
+    epochs: int = 4,
+    batch_size: int = 32,
+    lr: float = 1e-4,
+    sharpness: float = 4.0,
+    max_seconds: float | None = None,
+    threads: int | None = None,
+    seed: int = 0,
+    progress=None,
+) -> dict:
     """Continue training `checkpoint` on the measured programs of the records database `db`,
     each weighted by its throughput relative to its workload's best (data.demonstrations)."""
-    from minitc.autotune.database import Database
 
     from minitc.lm.data import demonstrations, examples
 
@@ -98,12 +140,28 @@ def finetune(checkpoint, db, out, *, epochs: int = 4, batch_size: int = 32, lr: 
         raise LMError(f"no measured programs with sentences in {db}: run `minitc lm measure` first")
     data = examples(tok, [s for s, _ in demos], [w for _, w in demos])
     start = time.perf_counter()
-    losses = train(model, data, epochs=epochs, batch_size=batch_size, lr=lr, warmup=10, seed=seed,
-                   max_seconds=max_seconds, progress=progress)  # fmt: skip
+    losses = train(
+        model,
+        data,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        warmup=10,
+        seed=seed,
+        max_seconds=max_seconds,
+        progress=progress,
+    )
     history = list(meta.get("history", [])) + [{k: v for k, v in meta.items() if k != "history"}]
-    meta = {"stage": "finetune", "demonstrations": len(data), "hardware": str(demos[0][0].hardware), "weight_sum": round(sum(w for _, w in demos), 2),
-            "seconds": round(time.perf_counter() - start, 1), "steps": len(losses),
-            "final_loss": float(np.mean(losses[-20:])) if losses else None, "parameters": model.num_parameters(),
-            "history": history}  # fmt: skip
+    meta = {
+        "stage": "finetune",
+        "demonstrations": len(data),
+        "hardware": str(demos[0][0].hardware),
+        "weight_sum": round(sum(w for _, w in demos), 2),
+        "seconds": round(time.perf_counter() - start, 1),
+        "steps": len(losses),
+        "final_loss": float(np.mean(losses[-20:])) if losses else None,
+        "parameters": model.num_parameters(),
+        "history": history,
+    }
     save_checkpoint(out, model, tok.vocab, meta)
     return meta

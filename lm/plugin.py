@@ -8,19 +8,23 @@
 
 The factories import torch and measure the machine only when called.
 """
+
 from __future__ import annotations
 
 import warnings
 
+from minitc.autotune.cost_model import default_cost_model
 from minitc.autotune.registry import make_strategy, register_record_extras, register_strategy
+from minitc.lm.hardware import hardware
+from minitc.lm.language import SentenceWriter
 
 
 def tlm_strategy(space, rng, cost_model=None, lm=None, learn: bool = False, **_):
     if space.gpu:
-        warnings.warn("the shipped language model knows CPU sentences only; tuning the GPU with evolutionary search",
-                      stacklevel=4)  # fmt: skip
+        warnings.warn(
+            "the shipped language model knows CPU sentences only; tuning the GPU with evolutionary search", stacklevel=4
+        )
         return make_strategy("evolutionary", space, rng, cost_model)
-    from minitc.autotune.cost_model import default_cost_model
     from minitc.lm.strategy import tlm_search
 
     return tlm_search(space, rng, cost_model or default_cost_model(), lm, learn)
@@ -28,8 +32,6 @@ def tlm_strategy(space, rng, cost_model=None, lm=None, learn: bool = False, **_)
 
 def sentence_extras(space):
     """fn(candidate) -> {"sentence": its tensor-language sentence} for this space."""
-    from minitc.lm.hardware import hardware
-    from minitc.lm.language import SentenceWriter
 
     write = SentenceWriter(space, hardware(space.target))
     return lambda candidate: {"sentence": str(write(candidate.decisions))}

@@ -13,38 +13,52 @@ Once something has been measured, a share `refine` of each round instead polishe
 programs found so far: one- or two-decision edits (MetaSchedule's mutators), in random order
 until the cost model is trusted, then ranked by it. The model finds a good region in a few
 samples, but its later samples mostly repeat that region's likeliest programs; the edits
-reach the neighbours it rates lower (on conv-resnet, the three parameter changes between its
-favourite and the best program). Ranking the edits by the model's own likelihood instead was
-tried and did worse there (1.31-1.66 ms against 1.17-1.30 over three seeds).
+reach the neighbours it rates lower. The edits are not ranked by the model's own likelihood:
+that would steer them back to the programs the model already favours.
 
 The edits begin with a sweep: every one-switch flip of the best program (a template's
 pack_a/unroll_window/pad, the generic sketch's cache_write or inline), in order, before any
-random edit. MetaSchedule's mutators change a given switch in under 1% of edits, yet one
-switch is worth ~10% on conv-resnet; with the sweep, TLM@64 there was 1.02-1.03x of Evo@1000 side by
-side in all three seeds, against 0.93-1.08 without (tlm-eval, 2026-11-23). So that the sweep
-starts early, the first round (nothing measured yet) is `first_round` = 8 programs, not the
-tuner's batch of 16: conv-resnet's TLM@10 went from 0.70-0.91 to 1.02-1.03.
+random edit. MetaSchedule's mutators change a given switch in under 1% of edits, yet a single
+switch can be worth ~10% of a kernel's speed. So that the sweep starts early, the first round
+(nothing measured yet) is `first_round` = 8 programs, not the tuner's batch of 16. The
+measurements behind these choices are in docs/language-model.md.
 
 With `learn`, `tell` fine-tunes the model on this workload's measurements so far
 (throughput-weighted) before the next round.
 """
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 
-from minitc.errors import ScheduleError
 from minitc.autotune.mutators import edit, switch_flips
 from minitc.autotune.search import RandomSearch
-
+from minitc.errors import ScheduleError
 from minitc.lm.decode import Decoder
+from minitc.lm.hardware import hardware, same_machine
 
 
 class TLMSearch(RandomSearch):
-    def __init__(self, space, model, tok, hardware, rng=None, *, cost_model=None, oversample: int = 4,
-                 temperature: float = 1.0, top_k: int = 0, learn: bool = False, batch: int = 64,
-                 refine: float = 0.5, parents: int = 4, first_round: int = 8):  # fmt: skip
+    def __init__(
+        self,
+        space,
+        model,
+        tok,
+        hardware,
+        rng=None,
+        *,
+        cost_model=None,
+        oversample: int = 4,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        learn: bool = False,
+        batch: int = 64,
+        refine: float = 0.5,
+        parents: int = 4,
+        first_round: int = 8,
+    ):
         super().__init__(space, rng)
         self.model, self.tok, self.hardware = model, tok, hardware
         self.decoder = Decoder(model, tok, space, hardware, temperature=temperature, top_k=top_k)
@@ -150,13 +164,20 @@ class TLMSearch(RandomSearch):
         if self.cost_model is not None:
             self.cost_model.fit(self.workload, [c.trace for c in candidates], list(latencies_ms))
         if self.learn:
-            self.demos += [(self.decoder.write(c.decisions), ms) for c, ms in zip(candidates, latencies_ms) if math.isfinite(ms)]
+            self.demos += [
+                (self.decoder.write(c.decisions), ms) for c, ms in zip(candidates, latencies_ms) if math.isfinite(ms)
+            ]
             self._learn()
 
     def stats(self) -> dict:
         valid = 1.0 - self.invalid / self.generated if self.generated else None
-        return {"generated": self.generated, "invalid": self.invalid, "valid_rate": valid, "random_top_ups": self.fallback,
-                "edits": self.edits}
+        return {
+            "generated": self.generated,
+            "invalid": self.invalid,
+            "valid_rate": valid,
+            "random_top_ups": self.fallback,
+            "edits": self.edits,
+        }
 
     def finish(self) -> None:
         """With `learn`, keep what was learned: the user's own model, used by default from now on."""
@@ -193,7 +214,6 @@ def tlm_search(space, rng, cost_model=None, lm=None, learn: bool = False) -> TLM
 
     import torch
 
-    from minitc.lm.hardware import hardware, same_machine
     from minitc.lm.pipeline import load_model
 
     torch.set_num_threads(1)  # decoding is latency-bound; a second thread mostly waits
@@ -202,14 +222,20 @@ def tlm_search(space, rng, cost_model=None, lm=None, learn: bool = False) -> TLM
     if getattr(space, "gpu", False) and not trained_on_gpu(meta):
         from minitc.lm.model import LMError
 
-        raise LMError(f"the language model {str(lm) + ' ' if lm else ''}was trained on `{meta.get('hardware', 'CPU sentences')}` and never on a GPU's "
-                      "sentences, so it cannot propose GPU programs: tune a GPU target with strategy='evolutionary' "
-                      "(what `tc.tune` does on GPU targets), or train a model on GPU sentences")  # fmt: skip
+        raise LMError(
+            f"the language model {str(lm) + ' ' if lm else ''}was trained on "
+            f"`{meta.get('hardware', 'CPU sentences')}` and never on a GPU's "
+            "sentences, so it cannot propose GPU programs: tune a GPU target with strategy='evolutionary' "
+            "(what `tc.tune` does on GPU targets), or train a model on GPU sentences"
+        )
     trained_on = meta.get("hardware")
     if trained_on and not same_machine(trained_on, hw):  # measured rates alone differ with the load
-        warnings.warn(f"the language model was trained on `{trained_on}`; this machine is `{hw}`. It still runs, "
-                      "conditioned on this machine's hardware tokens, but its proposals may be weaker here "
-                      "(tune with --learn to adapt it to your measurements)", stacklevel=3)  # fmt: skip
+        warnings.warn(
+            f"the language model was trained on `{trained_on}`; this machine is `{hw}`. It still runs, "
+            "conditioned on this machine's hardware tokens, but its proposals may be weaker here "
+            "(tune with --learn to adapt it to your measurements)",
+            stacklevel=3,
+        )
     search = TLMSearch(space, model, tok, hw, rng, cost_model=cost_model, learn=learn)
     search.meta = meta
     return search

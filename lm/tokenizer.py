@@ -19,27 +19,36 @@ the decoder refuses GPU spaces for it. Then `default`, the keyword of the prompt
 shows the hand template's own program: a vocabulary without it (the first models') is given
 prompts without that line, as those models were trained.
 """
+
 from __future__ import annotations
 
 import re
 
+from minitc.autotune import space
 from minitc.errors import MinitcError
-
+from minitc.expr import BINARY_OPS, COMPARE_OPS, INTRINSICS
 from minitc.lm.language import Loc, Sentence
+from minitc.target.cpu import CPU_FEATURES
+from minitc.templates import TEMPLATES, load_templates
+from minitc.templates.gpu import GPU_TEMPLATES, load_gpu_templates
 
 SPECIAL = ["<pad>", "<bos>", "<eos>", "<unk>"]
-KEYWORDS = ("workload stage input reduce read ops hardware cores simd l1 l2 l3 gflops gbps space "
-            "| : => = ; ( ) [ ] true false null").split()  # fmt: skip
+KEYWORDS = (
+    "workload stage input reduce read ops hardware cores simd l1 l2 l3 gflops gbps space "
+    "| : => = ; ( ) [ ] true false null"
+).split()
 DTYPES = ["float32", "float64", "int32", "int64"]
 DIGITS = [str(d) for d in range(10)] + [f"##{d}" for d in range(10)]
 INDEX = ["*", "+", "-", "?"]
 MAX_STAGES, MAX_AXES, MAX_LOCATIONS = 64, 32, 128
 # Stage kinds: the operator tags of tc.ops (and untagged computations).
-TAGS = ("compute input pad matmul batch_matmul dense dense_epilogue conv2d depthwise_conv2d max_pool2d "
-        "avg_pool2d softmax softmax_max softmax_exp softmax_sum layer_norm layer_norm_mean layer_norm_var "
-        "elementwise reduce").split()  # fmt: skip
+TAGS = (
+    "compute input pad matmul batch_matmul dense dense_epilogue conv2d depthwise_conv2d max_pool2d "
+    "avg_pool2d softmax softmax_max softmax_exp softmax_sum layer_norm layer_norm_mean layer_norm_var "
+    "elementwise reduce"
+).split()
 TARGETS = ["llvm", "cuda"]
-# Slot names of the generic rules (autotune/rules.py) and label pieces (describe.decision_label).
+# Slot names of the generic rules (autotune/space_rules.py) and label pieces (describe.decision_label).
 RULE_SLOTS = ["sketch", "inline", "cache_write", "parallel", "unroll", "location", "cache", "local"]
 
 # -- GPU tokens (appended after the CPU vocabulary) ------------------------------------------------
@@ -70,8 +79,6 @@ def _params(templates: dict) -> list:
 def _design_space_words() -> list:
     """Template parameter names, categorical string values and sketch names of the CPU design
     spaces (in the order of the first vocabulary: candidate lists, then parameters)."""
-    from minitc.templates import TEMPLATES, load_templates
-    from minitc.autotune import space
 
     load_templates()
     params = _params(TEMPLATES)
@@ -82,22 +89,19 @@ def _design_space_words() -> list:
 
 
 def _gpu_design_space_words() -> list:
-    """Parameter names of the GPU templates (minitc/schedules/gpu)."""
-    from minitc.templates.gpu import GPU_TEMPLATES, load_gpu_templates
+    """Parameter names of the GPU templates (minitc/templates/gpu)."""
 
     load_gpu_templates()
     return _params(GPU_TEMPLATES)
 
 
 def _cpu_names() -> list:
-    from minitc.target.cpu import CPU_FEATURES
 
     return sorted(CPU_FEATURES)
 
 
 def cpu_vocab() -> list:
     """The vocabulary of CPU sentences (that of the shipped lm/checkpoints/cpu.pt), in its order."""
-    from minitc.expr import BINARY_OPS, COMPARE_OPS, INTRINSICS
 
     words = SPECIAL + KEYWORDS + DTYPES + DIGITS + INDEX + ["sum", "max", "min"]
     words += [f"s{n}" for n in range(MAX_STAGES)] + [f"a{n}" for n in range(MAX_AXES)]

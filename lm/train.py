@@ -4,6 +4,7 @@ Only decision-value tokens are targets (the loss mask): the prompt part of a sen
 given at decoding time, so learning to predict it would waste capacity. Each example carries a
 weight; fine-tuning sets it to the normalised measured throughput so fast schedules count more.
 """
+
 from __future__ import annotations
 
 import math
@@ -73,9 +74,21 @@ def lr_factor(step: int, warmup: int, total: int) -> float:
     return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
 
 
-def train(model: TensorLM, examples: list[Example], *, epochs: int = 1, batch_size: int = 32, lr: float = 3e-4,
-          weight_decay: float = 0.01, warmup: int = 50, grad_clip: float = 1.0, pad_id: int = 0, seed: int = 0,
-          progress=None, max_seconds: float | None = None) -> list[float]:
+def train(
+    model: TensorLM,
+    examples: list[Example],
+    *,
+    epochs: int = 1,
+    batch_size: int = 32,
+    lr: float = 3e-4,
+    weight_decay: float = 0.01,
+    warmup: int = 50,
+    grad_clip: float = 1.0,
+    pad_id: int = 0,
+    seed: int = 0,
+    progress=None,
+    max_seconds: float | None = None,
+) -> list[float]:
     """Train with AdamW and a warm-up + cosine schedule; returns the loss of every step.
 
     `progress(step, total_steps, loss)` is called after each step (step counts from 1).
@@ -89,8 +102,10 @@ def train(model: TensorLM, examples: list[Example], *, epochs: int = 1, batch_si
     warmup = min(warmup, max(1, total_steps // 5))
     # Decay matrices only: biases and LayerNorm gains have no scale to regularise.
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
     optimizer = torch.optim.AdamW(groups, lr=lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, warmup, total_steps))
     history, step, deadline = [], 0, None if max_seconds is None else time.monotonic() + max_seconds

@@ -3,17 +3,29 @@
 
 This module is the API facade: it re-exports the public names of the layers below it (the
 map is in the README); code inside minitc imports the modules themselves."""
-from minitc import dtypes
-from minitc.errors import BuildError, DTypeError, IRError, LayoutError, MinitcError, RaceError, ScheduleError, ShapeError
-from minitc.expr import cast, maximum, minimum, select
+
+from minitc import dtypes, ops
+from minitc.autotune.tuner import tune
+from minitc.backends.llvm.runtime import get_num_threads, set_num_threads
+from minitc.driver import build, codegen, lower
+from minitc.errors import (
+    BuildError,
+    DTypeError,
+    IRError,
+    LayoutError,
+    MinitcError,
+    RaceError,
+    ScheduleError,
+    ShapeError,
+)
+from minitc.expr import call, cast, maximum, minimum, select
+from minitc.schedule import Schedule, Step, Trace
 from minitc.te import Tensor, compute, max, min, placeholder, reduce_axis, sum
 
 if_then_else = select
 
 
 def _intrinsic(name):
-    from minitc.expr import call
-
     def fn(x):
         return call(name, x)
 
@@ -32,8 +44,9 @@ floor = _intrinsic("floor")
 ceil = _intrinsic("ceil")
 sigmoid = _intrinsic("sigmoid")
 
-from minitc import ops  # noqa: E402
-from minitc.autotune.tuner import tune  # noqa: E402
-from minitc.backends.llvm.runtime import get_num_threads, set_num_threads  # noqa: E402
-from minitc.driver import build, codegen, lower  # noqa: E402
-from minitc.schedule import Schedule, Step, Trace  # noqa: E402
+__all__ = [
+    "BuildError", "DTypeError", "IRError", "LayoutError", "MinitcError", "RaceError", "ScheduleError", "ShapeError",
+    "Schedule", "Step", "Tensor", "Trace", "abs", "build", "cast", "ceil", "codegen", "compute", "dtypes", "erf", "exp",
+    "floor", "get_num_threads", "if_then_else", "log", "lower", "max", "maximum", "min", "minimum", "ops",
+    "placeholder", "reduce_axis", "select", "set_num_threads", "sigmoid", "sqrt", "sum", "tanh", "tune",
+]  # fmt: skip

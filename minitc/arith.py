@@ -5,10 +5,11 @@ Index expressions after lowering are mostly affine in the loop variables (`io*32
 three questions of them: is it affine in these variables (and with what coefficients), what is
 its range given the loop extents, and what is its simplest form.
 """
+
 from __future__ import annotations
 
 from minitc import dtypes
-from minitc.expr import Binary, Cast, Const, Expr, Var, binary, const
+from minitc.expr import Binary, Cast, Const, Expr, Var, binary, const, walk
 
 INT = dtypes.INDEX
 
@@ -93,7 +94,6 @@ def coefficient(e: Expr, var: Var):
 
 
 def _mentions(e: Expr, var: Var) -> bool:
-    from minitc.expr import walk
 
     return any(n is var for n in walk(e))
 
@@ -126,7 +126,6 @@ def _count_terms(e: Expr) -> int:
 
 
 def _vars_in_order(e: Expr) -> list:
-    from minitc.expr import walk
 
     seen, out = set(), []
     for n in walk(e):

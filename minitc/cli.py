@@ -8,6 +8,7 @@ To add a command, write a click command anywhere and name it in COMMANDS as
 "module:attribute"; it is imported only when used (so `minitc --help` stays fast and one
 command's heavy imports do not slow down another).
 """
+
 from __future__ import annotations
 
 import importlib

@@ -6,10 +6,12 @@ workload on this machine if the records database has one, else the operator's te
 target (minitc/templates/); without a target, the naive loop nest. The backends
 (minitc.backends) do the rest.
 """
+
 from __future__ import annotations
 
 from minitc.autotune.tuner import tuned_schedule
-from minitc.backends import build_schedule, codegen_schedule, lower_gpu as _lower_gpu, lower_schedule
+from minitc.backends import build_schedule, codegen_schedule, lower_schedule
+from minitc.backends import lower_gpu as _lower_gpu
 from minitc.errors import ScheduleError
 from minitc.ir import Kernel
 from minitc.schedule import Schedule
@@ -22,7 +24,9 @@ def _as_schedule(what, target: str | None = None, db=None) -> Schedule:
     template for `target`; the naive nest when target is None."""
     if isinstance(what, Schedule):
         return what
-    if isinstance(what, Tensor) or (isinstance(what, (list, tuple)) and what and all(isinstance(t, Tensor) for t in what)):
+    if isinstance(what, Tensor) or (
+        isinstance(what, (list, tuple)) and what and all(isinstance(t, Tensor) for t in what)
+    ):
         if target is None:
             return Schedule(what)
         tuned = tuned_schedule(what, target, db) if db is not False else None

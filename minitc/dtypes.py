@@ -1,4 +1,5 @@
 """The scalar data types minitc knows, and how they combine."""
+
 import numpy as np
 
 from minitc.errors import DTypeError

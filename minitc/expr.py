@@ -4,6 +4,7 @@ Nodes are small immutable objects compared by identity; a `Var` is a distinct va
 two of them share a name. Operators on expressions build new nodes, with light constant folding
 so that index arithmetic stays readable.
 """
+
 from __future__ import annotations
 
 import math

@@ -23,6 +23,7 @@ The kernel is compiled once into nested Python closures (one compile function pe
 chosen from a table) over an environment list with one slot per loop variable and buffer, so
 no tree is walked per iteration.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager

@@ -3,6 +3,7 @@ reference interpreter (interp.py), the tensor-expression evaluator (te_eval.py) 
 simulator all use, so the correctness oracles cannot disagree. Each function takes a numpy
 scalar or array and keeps its dtype; the code generators implement the same functions
 (backends/llvm/vecmath.py, backends/cuda/exprs.py)."""
+
 from __future__ import annotations
 
 import math

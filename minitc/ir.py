@@ -14,6 +14,7 @@ A `Kernel` has parameter buffers (inputs then outputs) and a body statement buil
 and expressions from expr.py plus `Load(buffer, indices)`. Buffers are dense, row-major and have
 static shapes; indices are int64.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -31,6 +31,7 @@ name earlier in printing order, in which case it prints as `name_1`, `name_2`, .
 `format_kernel`, a variable used where no enclosing loop binds it prints as `name?`, and a
 buffer that is neither a parameter nor allocated by an enclosing `alloc` prints as `name?`.
 """
+
 from __future__ import annotations
 
 import math

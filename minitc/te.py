@@ -8,6 +8,7 @@ Shapes are static integers. A compute's body is a scalar expression of its axes;
 (`sum`, `max`, `min`) may only be the whole body (give a reduction inside a bigger expression
 its own stage).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -156,7 +157,9 @@ def compute(shape, fcompute, name: str | None = None, tag: str = "", attrs: dict
         names = [f"i{d}" for d in range(len(shape))]
     else:
         if len(params) != len(shape):
-            raise ShapeError(f"compute shape {shape} has {len(shape)} dimensions but the lambda takes {len(params)} arguments")
+            raise ShapeError(
+                f"compute shape {shape} has {len(shape)} dimensions but the lambda takes {len(params)} arguments"
+            )
         names = [p.name for p in params]
     axes = tuple(IterVar(n, s, "spatial") for n, s in zip(names, shape))
     body = as_expr(fcompute(*axes))
@@ -182,7 +185,9 @@ def _check_body(body: Expr, axes: tuple, name: str) -> None:
     for node in nodes:
         if isinstance(node, Var) and node not in allowed:
             what = "reduce axis" if isinstance(node, IterVar) and node.kind == "reduce" else "variable"
-            raise ShapeError(f"compute {name}: {what} {node.name} is used but not bound by this compute or its reduction")
+            raise ShapeError(
+                f"compute {name}: {what} {node.name} is used but not bound by this compute or its reduction"
+            )
 
 
 def _reduce(combiner: str, expr, axis) -> Reduce:

@@ -17,14 +17,14 @@ Semantics follow the IR: dtypes stay as declared (float32 arithmetic in float32)
 may be out of bounds (its indices are clipped before the gather, its values discarded). A
 load out of bounds where its value is actually used raises ShapeError naming the compute.
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 import numpy as np
 
 from minitc.errors import DTypeError, MinitcError, ShapeError
-from minitc.intrinsics import NUMPY_INTRINSICS
 from minitc.expr import Binary, Call, Cast, Compare, Const, IterVar, Not, Select, Var
+from minitc.intrinsics import NUMPY_INTRINSICS
 from minitc.te import ComputeOp, PlaceholderOp, Reduce, Tensor, TensorRead, graph
 
 CHUNK_ELEMENTS = 1 << 24  # points per evaluation block (x 4-8 bytes per live temporary)
@@ -83,7 +83,6 @@ def _blocks(extents: list, limit: int):
         for start in range(0, extents[axis], step):
             stop = min(start + step, extents[axis])
             yield [(i, i + 1) for i in point] + [(start, stop)] + [(0, e) for e in extents[p:]]
-
 
 
 def _compute(t: Tensor, values: dict, limit: int) -> np.ndarray:
@@ -147,9 +146,12 @@ def _contraction(op: ComputeOp):
 def _plain_read(read, letters: dict) -> bool:
     """A tensor read whose indices are distinct axes of the compute, each spanning its whole
     dimension (else einsum would quietly compute another shape: the point path checks)."""
-    return (isinstance(read, TensorRead) and all(ix in letters for ix in read.indices)
-            and len(set(read.indices)) == len(read.indices)
-            and all(ix.extent == n for ix, n in zip(read.indices, read.tensor.shape)))  # fmt: skip
+    return (
+        isinstance(read, TensorRead)
+        and all(ix in letters for ix in read.indices)
+        and len(set(read.indices)) == len(read.indices)
+        and all(ix.extent == n for ix, n in zip(read.indices, read.tensor.shape))
+    )
 
 
 def _reduce_max(v, axis, dtype):

@@ -13,6 +13,7 @@ with the path to it: `kernel matmul, in loop i_o > loop j: ...`. It checks
   write a `local` buffer allocated outside that loop at an index that does not depend on the
   parallel loop (every thread would write the same elements: a race).
 """
+
 from __future__ import annotations
 
 import numbers

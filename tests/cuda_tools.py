@@ -1,6 +1,7 @@
 """Tools the CUDA tests share: finding nvcc and libnvrtc, compiling with NVRTC as CuPy does, and
 the host harness that builds generated CUDA C with g++ and runs it on the CPU (GPU threads become
 std::threads, __syncthreads a std::barrier)."""
+
 import ctypes
 import glob
 import os

@@ -6,6 +6,7 @@ back is the schedule of the primitives that were accepted; lowering it may still
 ScheduleError (rules checked on the whole schedule). Anything that lowers must compute exactly
 what numpy computes.
 """
+
 from __future__ import annotations
 
 import minitc as tc
@@ -13,8 +14,21 @@ from minitc.errors import ScheduleError
 from minitc.schedule.state import LoopRef
 
 PRIMITIVES = (
-    "split", "split", "split", "reorder", "fuse", "unroll", "parallel", "vectorize", "vectorize",
-    "compute_at", "compute_at", "reverse_compute_at", "compute_inline", "cache_write", "cache_read",
+    "split",
+    "split",
+    "split",
+    "reorder",
+    "fuse",
+    "unroll",
+    "parallel",
+    "vectorize",
+    "vectorize",
+    "compute_at",
+    "compute_at",
+    "reverse_compute_at",
+    "compute_inline",
+    "cache_write",
+    "cache_read",
 )
 
 

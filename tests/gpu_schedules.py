@@ -5,6 +5,7 @@ Below them, the examples of the CUDA renderer tests (test_cuda_codegen.py, test_
 ALL, a few custom kernels (negative modulo, integers, intrinsics), every tc.ops operator with a
 trivial binding and the shared-memory templates with their default GPU schedule; `example(name)`
 gives (schedule, reference, input arrays) and `lower_examples()` all of them lowered."""
+
 import math
 import runpy
 from pathlib import Path
@@ -105,22 +106,33 @@ def integers(n=90):
     B = tc.placeholder((n,), "int64", name="B")
     Y = tc.compute(
         (n,),
-        lambda i: tc.cast(A[i], "int64") // B[i] + B[i] % tc.cast(A[i], "int64") + B[i] * 3_000_000_000
-        + tc.maximum(B[i], 7) - tc.minimum(tc.cast(A[i], "int64"), -2)
-        + tc.select(~(A[i] > 3) & (B[i] != 0), tc.cast(tc.cast(B[i], "bool"), "int64"), tc.cast(tc.cast(A[i], "float32") * 0.5, "int64")),
+        lambda i: (
+            tc.cast(A[i], "int64") // B[i]
+            + B[i] % tc.cast(A[i], "int64")
+            + B[i] * 3_000_000_000
+            + tc.maximum(B[i], 7)
+            - tc.minimum(tc.cast(A[i], "int64"), -2)
+            + tc.select(
+                ~(A[i] > 3) & (B[i] != 0),
+                tc.cast(tc.cast(B[i], "bool"), "int64"),
+                tc.cast(tc.cast(A[i], "float32") * 0.5, "int64"),
+            )
+        ),
         name="Y",
-    )  # fmt: skip
+    )
 
     def reference(a, b):
         a64 = a.astype("int64")
         with np.errstate(all="ignore"):
-            pick = np.where(~(a > 3) & (b != 0), b.astype(bool).astype("int64"), (a.astype("float32") * 0.5).astype("int64"))
+            pick = np.where(
+                ~(a > 3) & (b != 0), b.astype(bool).astype("int64"), (a.astype("float32") * 0.5).astype("int64")
+            )
             return a64 // b + b % a64 + b * 3_000_000_000 + np.maximum(b, 7) - np.minimum(a64, -2) + pick
 
     rng = np.random.default_rng(1)
     a = rng.integers(-9, 10, n).astype("int32")
     a[a == 0] = 5
-    b = rng.integers(-2**40, 2**40, n).astype("int64")
+    b = rng.integers(-(2**40), 2**40, n).astype("int64")
     b[:9] = [1, -1, 5, -5, 7, -7, 2**40, -(2**40), 3]
     return trivial_binding(Y), reference, [a, b]
 
@@ -130,20 +142,39 @@ def intrinsics(dtype):
     X = tc.placeholder((70,), dtype, name="X")
     fns = (tc.exp, tc.log, tc.sqrt, tc.tanh, tc.erf, tc.abs, tc.floor, tc.ceil, tc.sigmoid)
     one = lambda f, i: tc.select(X[i] > 0, f(X[i]), f(tc.abs(X[i]) + 0.25)) if f in (tc.log, tc.sqrt) else f(X[i])  # noqa: E731
-    Y = tc.compute((70,), lambda i: sum((one(f, i) for f in fns), const(0.0, dtype)) / 3.0 + tc.maximum(X[i], -float("inf")), name="Y")
+    Y = tc.compute(
+        (70,),
+        lambda i: sum((one(f, i) for f in fns), const(0.0, dtype)) / 3.0 + tc.maximum(X[i], -float("inf")),
+        name="Y",
+    )
     Z = tc.compute((70,), lambda i: tc.minimum(tc.select(X[i] > 1.5, const(float("nan"), dtype), X[i]), 0.1), name="Z")
 
     def reference(x):
         safe = lambda v: np.where(x > 0, v(np.where(x > 0, x, 1)), v(np.abs(x) + 0.25))  # noqa: E731
         e = np.array([math.erf(v) for v in x], dtype)
-        total = np.exp(x) + safe(np.log) + safe(np.sqrt) + np.tanh(x) + e + np.abs(x) + np.floor(x) + np.ceil(x) + 1 / (1 + np.exp(-x))
+        total = (
+            np.exp(x)
+            + safe(np.log)
+            + safe(np.sqrt)
+            + np.tanh(x)
+            + e
+            + np.abs(x)
+            + np.floor(x)
+            + np.ceil(x)
+            + 1 / (1 + np.exp(-x))
+        )
         return (total / 3 + x).astype(dtype), np.minimum(np.where(x > 1.5, np.nan, x), 0.1).astype(dtype)
 
     x = np.random.default_rng(2).standard_normal(70).astype(dtype)
     return trivial_binding([Y, Z]), reference, [x]
 
 
-CUSTOM = {"negative_mod": negative_mod, "integers": integers, "intrinsics_f32": lambda: intrinsics("float32"), "intrinsics_f64": lambda: intrinsics("float64")}
+CUSTOM = {
+    "negative_mod": negative_mod,
+    "integers": integers,
+    "intrinsics_f32": lambda: intrinsics("float32"),
+    "intrinsics_f64": lambda: intrinsics("float64"),
+}
 
 
 TEMPLATES = ("batch_matmul", "conv2d", "dense", "depthwise_conv2d", "matmul")  # shared-memory tiles
@@ -151,7 +182,7 @@ TEMPLATES = ("batch_matmul", "conv2d", "dense", "depthwise_conv2d", "matmul")  #
 
 def example(name: str):
     """(schedule, reference(*arrays), input arrays) for an example name: `op_<op>` is the op with
-    a trivial binding, `tpl_<op>` the op with its default GPU schedule (minitc/schedules/gpu)."""
+    a trivial binding, `tpl_<op>` the op with its default GPU schedule (minitc/templates/gpu)."""
     if name.startswith(("op_", "tpl_")):
         kind, op = name.split("_", 1)
         inst = tc.ops.OPS[op].instantiate("small", np.random.default_rng(0))

@@ -1,5 +1,6 @@
 """Shared test helpers: golden files, trace round trips, interpreter checks and a hand-built
 kernel for the LLVM backend tests."""
+
 from pathlib import Path
 
 import numpy as np

@@ -1,6 +1,7 @@
 """Helpers shared by the tensor-language tests (test_lm_language.py, test_lm_gpu.py)."""
-from minitc.lm.language import Loc, parse, sentence, space_values
+
 from minitc.errors import ScheduleError
+from minitc.lm.language import Loc, parse, sentence, space_values
 
 
 def typed(values) -> list:

@@ -1,5 +1,6 @@
-"""The benchmark runner (`python -m benchmarks`, `minitc bench`): end to end on the smoke suite,
+"""The benchmark runner (`python -m minitc.benchmarks`, `minitc bench`): end to end on the smoke suite,
 the JSON schema, error rows for broken kernels, the plot, and its error messages."""
+
 import json
 import subprocess
 import sys
@@ -10,16 +11,31 @@ from click.testing import CliRunner
 
 import minitc as tc
 from minitc.benchmarks import suites as wl
-from minitc.benchmarks.timing import Timing, measure, quiesce, settle, wait_for_quiet
 from minitc.benchmarks.runner import mismatch
+from minitc.benchmarks.timing import Timing, measure, quiesce, settle, wait_for_quiet
 from minitc.cli import main
 
 FAST = ["--repeats", "3", "--budget", "0.02", "-q"]
 RECORD_KEYS = {
-    "suite", "workload", "description", "kind", "threads", "minitc_ms", "numpy_ms", "torch_ms",
-    "best_library", "ratio", "peak_pct", "compile_s", "spread_pct", "background_cpus", "error",
-    "notes", "machine", "run",
-}  # fmt: skip
+    "suite",
+    "workload",
+    "description",
+    "kind",
+    "threads",
+    "minitc_ms",
+    "numpy_ms",
+    "torch_ms",
+    "best_library",
+    "ratio",
+    "peak_pct",
+    "compile_s",
+    "spread_pct",
+    "background_cpus",
+    "error",
+    "notes",
+    "machine",
+    "run",
+}
 
 
 def bench(*args):
@@ -69,8 +85,9 @@ def test_smoke_json_schema(smoke):
         assert m["cpus"] >= 1 and [p["threads"] for p in m["peaks"]] == [1, 2]
         for p in m["peaks"]:
             assert p["fma_gflops"] > 1 and p["triad_gbps"] > 0.1 and p["launch_overhead_us"] >= 0
-        assert r["run"]["command"].endswith("--suite smoke --threads 1,2 --repeats 3 --budget 0.02 --json "
-                                            + r["run"]["command"].split("--json ")[1])  # fmt: skip
+        assert r["run"]["command"].endswith(
+            "--suite smoke --threads 1,2 --repeats 3 --budget 0.02 --json " + r["run"]["command"].split("--json ")[1]
+        )
         assert r["run"]["versions"]["numpy"] == np.__version__
 
 
@@ -110,8 +127,9 @@ def test_wrong_or_failing_kernels_become_error_rows(monkeypatch, tmp_path):
 def test_without_torch_the_torch_column_is_empty(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` fail
     path = tmp_path / "out.json"
-    result = bench("--suite", "smoke", "--workloads", "eltwise-64k", "--threads", "1", "--no-machine",
-                   "--json", str(path), *FAST)  # fmt: skip
+    result = bench(
+        "--suite", "smoke", "--workloads", "eltwise-64k", "--threads", "1", "--no-machine", "--json", str(path), *FAST
+    )
     assert result.exit_code == 0, result.output + repr(result.exception)
     (r,) = json.loads(path.read_text())
     assert r["torch_ms"] is None and r["best_library"] == "numpy" and r["run"]["versions"]["torch"] is None
@@ -121,8 +139,18 @@ def test_without_torch_the_torch_column_is_empty(monkeypatch, tmp_path):
 def test_plot_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
     path = tmp_path / "chart.png"
-    result = bench("--suite", "smoke", "--workloads", "matmul-64,eltwise-64k", "--threads", "1", "--no-machine",
-                   "--plot", str(path), *FAST)  # fmt: skip
+    result = bench(
+        "--suite",
+        "smoke",
+        "--workloads",
+        "matmul-64,eltwise-64k",
+        "--threads",
+        "1",
+        "--no-machine",
+        "--plot",
+        str(path),
+        *FAST,
+    )
     assert result.exit_code == 0, result.output + repr(result.exception)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -153,13 +181,14 @@ def test_minitc_group_lists_bench_and_python_m_works():
     result = CliRunner().invoke(main, ["--help"])
     assert result.exit_code == 0 and "bench" in result.output
     proc = subprocess.run([sys.executable, "-m", "benchmarks", "--help"], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0 and "--suite" in proc.stdout and "python -m benchmarks" in proc.stdout
+    assert proc.returncode == 0 and "--suite" in proc.stdout and "python -m minitc.benchmarks" in proc.stdout
 
 
 def test_measure_interleaves_and_limits_slow_calls():
     order = []
-    timings = measure({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, repeats=5,
-                      min_sample_s=0, budget_s=1.0)  # fmt: skip
+    timings = measure(
+        {"a": lambda: order.append("a"), "b": lambda: order.append("b")}, repeats=5, min_sample_s=0, budget_s=1.0
+    )
     assert all(isinstance(t, Timing) and len(t.samples) == 5 and t.number == 1 for t in timings.values())
     half = order[len(order) // 2 :]
     assert "a" in half and "b" in half  # rounds alternate: both are still measured late

@@ -2,6 +2,7 @@
 expressions at full size (CUDA C renders) and at tiny size (the simulator matches the numpy
 reference and torch), the Triton kernels' source, the one-line message when the GPU stack is
 missing, and the whole runner end to end on a CPU stand-in for CUDA (kernels in the simulator)."""
+
 import ast
 import importlib.util
 import json
@@ -120,8 +121,14 @@ def test_triton_kernels_in_the_interpreter():
     """Where Triton is installed: its CPU interpreter runs the kernels at fixed tile sizes."""
     pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(TRITON_CHECK)], capture_output=True, text=True,
-                          env=env, cwd=Path(gpu_core.__file__).parents[1], timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(TRITON_CHECK)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=Path(gpu_core.__file__).parents[1],
+        timeout=120,
+    )
     if proc.stderr.startswith("skip: "):
         pytest.skip(proc.stderr.strip())
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
@@ -136,10 +143,13 @@ def test_without_a_gpu_stack_the_suite_stops_with_one_line(monkeypatch):
     assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--threads", "1"], "--threads: not used by the GPU suites"),
-    (["--workloads", "nope"], "unknown workload(s) 'nope' in suite 'gpu-core'"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--threads", "1"], "--threads: not used by the GPU suites"),
+        (["--workloads", "nope"], "unknown workload(s) 'nope' in suite 'gpu-core'"),
+    ],
+)
 def test_bad_gpu_options_are_usage_errors(args, message):
     result = bench("--suite", "gpu-core", *args)
     assert result.exit_code == 2 and message in result.output
@@ -169,9 +179,11 @@ def _fake_gpu(monkeypatch):
     cupy = SimpleNamespace(
         __version__="fake",
         from_dlpack=lambda t: t.numpy(),  # the simulator writes through the numpy view
-        cuda=SimpleNamespace(Device=lambda i=0: SimpleNamespace(attributes={"ClockRate": 1_000_000}),
-                             runtime=SimpleNamespace(driverGetVersion=lambda: 13000)),
-    )  # fmt: skip
+        cuda=SimpleNamespace(
+            Device=lambda i=0: SimpleNamespace(attributes={"ClockRate": 1_000_000}),
+            runtime=SimpleNamespace(driverGetVersion=lambda: 13000),
+        ),
+    )
     device = SimpleNamespace(id=0, name="Simulated GPU", arch="sm_90", sm_count=2)
     monkeypatch.setattr(gpu_core, "requirements", lambda suite: (torch, cupy, device))
     monkeypatch.setattr(gpu_core, "TARGET", "cuda-sim")
@@ -198,8 +210,22 @@ def test_gpu_smoke_end_to_end_on_a_stand_in(monkeypatch, tmp_path):
     monkeypatch.setattr(tc, "tune", fake_tune)
     path, png = tmp_path / "gpu.json", tmp_path / "gpu.png"
     plot = ["--plot", str(png)] if _has_matplotlib() else []
-    result = bench("--suite", "gpu-smoke", "--workloads", "dense-small,softmax-small", "--repeats", "3",
-                   "--budget", "0.01", "--tune", "2", "--json", str(path), *plot, "-q")  # fmt: skip
+    result = bench(
+        "--suite",
+        "gpu-smoke",
+        "--workloads",
+        "dense-small,softmax-small",
+        "--repeats",
+        "3",
+        "--budget",
+        "0.01",
+        "--tune",
+        "2",
+        "--json",
+        str(path),
+        *plot,
+        "-q",
+    )
     assert result.exit_code == 0, result.output + repr(result.exception)
     dense, softmax = json.loads(path.read_text())
     for r in (dense, softmax):

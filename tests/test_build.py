@@ -1,5 +1,6 @@
 """End to end: tc.build for the CPU. Every operator of tc.ops against its numpy reference, the
 quickstart schedule, calling conventions and argument errors."""
+
 import numpy as np
 import pytest
 

@@ -1,5 +1,6 @@
 """The TLP cost model: trace features, the ranking loss, learning a known ranking, the protocol
 (fit / predict shapes, errors as infinite latencies) and save/load."""
+
 import json
 import math
 
@@ -7,11 +8,11 @@ import numpy as np
 import pytest
 
 import minitc as tc
-from minitc.errors import MinitcError
-from minitc.schedule.trace import STEP_KINDS
 from minitc.autotune.cost_model import RandomModel, TLPModel, labels_of, lambda_rank_loss
 from minitc.autotune.features import COLUMN, NUM_FEATURES, Featurizer, parse_steps
 from minitc.autotune.space import Space
+from minitc.errors import MinitcError
+from minitc.schedule.trace import STEP_KINDS
 
 torch = pytest.importorskip("torch")
 

@@ -11,22 +11,22 @@ operator): the generated text and whether CUDA's compilers accept it, no GPU nee
 Running the generated code (on the host, through the runtime with a fake CuPy, on a GPU) is
 test_cuda_runtime.py.
 """
+
 import re
 import subprocess
 
 import numpy as np
 import pytest
+from cuda_tools import find_nvcc, find_nvrtc, nvrtc_compile
+from gpu_schedules import EXAMPLES, example, lower_examples, trivial_binding
 
 import minitc as tc
-from minitc.backends.cuda.codegen import C_TYPES, float_literal, render_launch, render_program, sanitize
 from minitc import ir
+from minitc.backends.cuda.codegen import C_TYPES, float_literal, render_launch, render_program, sanitize
 from minitc.driver import lower_gpu
 from minitc.errors import BuildError
 from minitc.expr import Var, const
 from minitc.lowering.gpu import Launch
-
-from cuda_tools import find_nvcc, find_nvrtc, nvrtc_compile
-from gpu_schedules import EXAMPLES, example, lower_examples, trivial_binding
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,11 @@ def test_structure(programs, name):
             name = sanitize(b.name)
             expected = f"{ctype}* __restrict__ {name}" if b in written else f"const {ctype}* __restrict__ {name}"
             assert re.search(rf"(?<!const ){re.escape(expected)}\b", head), (expected, head)
-        shared = {st.buffer for st in ir.walk_stmts(launch.body) if isinstance(st, ir.Allocate) and st.buffer.scope == "shared"}
+        shared = {
+            st.buffer
+            for st in ir.walk_stmts(launch.body)
+            if isinstance(st, ir.Allocate) and st.buffer.scope == "shared"
+        }
         assert text.count("__shared__") == len(shared)
         for b in shared:  # declared once, before any loop
             decl = re.search(rf"__shared__ (__align__\(16\) )?float {b.name}\[{b.size}\];", text)
@@ -128,7 +132,10 @@ def test_names_are_sanitized_and_unique():
 def test_guard_only_when_loop_is_shorter_than_the_block():
     a = ir.Buffer("A", (48,), "float32")
     t1, t2 = Var("t1"), Var("t2")
-    body = ir.seq(ir.For(t1, 32, "threadIdx.x", ir.Store(a, (t1,), const(1.0))), ir.For(t2, 48, "threadIdx.x", ir.Store(a, (t2,), const(2.0))))
+    body = ir.seq(
+        ir.For(t1, 32, "threadIdx.x", ir.Store(a, (t1,), const(1.0))),
+        ir.For(t2, 48, "threadIdx.x", ir.Store(a, (t2,), const(2.0))),
+    )
     text = render_launch(Launch("k", [a], body, (1, 1, 1), (48, 1, 1)))
     assert "if ((int)threadIdx.x < 32) {" in text and "< 48" not in text
 
@@ -137,7 +144,12 @@ def test_loop_kinds():
     a = ir.Buffer("A", (4, 100), "float32")
     t, v, u, w, one = Var("t"), Var("v"), Var("u"), Var("w"), Var("one")
     store = ir.Store(a, (v, u + w + one), const(1.0))
-    body = ir.For(t, 4, "threadIdx.x", ir.For(v, 4, "vthread", ir.For(u, 90, "unrolled", ir.For(w, 8, "vectorized", ir.For(one, 1, "serial", store)))))
+    body = ir.For(
+        t,
+        4,
+        "threadIdx.x",
+        ir.For(v, 4, "vthread", ir.For(u, 90, "unrolled", ir.For(w, 8, "vectorized", ir.For(one, 1, "serial", store)))),
+    )
     text = render_launch(Launch("k", [a], ir.For(t, 4, "threadIdx.x", ir.seq()), (1, 1, 1), (4, 1, 1)))
     assert "threadIdx" not in text  # an unused index is not declared
     text = render_launch(Launch("k", [a], body, (1, 1, 1), (4, 1, 1)))
@@ -159,7 +171,6 @@ def test_unsupported_constructs_raise_build_error():
         render_launch(Launch("k", [], ir.For(i, 8, "threadIdx.x", ir.Store(a, (i,), const(0.0))), (1, 1, 1), (8, 1, 1)))
 
 
-
 # -- nvcc ----------------------------------------------------------------------------------------
 
 
@@ -174,9 +185,21 @@ def nvcc_results(programs, tmp_path_factory):
     (d / "all.cu").write_text("\n".join(render_program(p) for p, _, _ in programs.values()))
     common = ["-std=c++17", "-Werror", "all-warnings", "all.cu"]
     runs = {
-        "sm_75": subprocess.Popen([nvcc, "-ptx", "-arch=sm_75", "-o", "all.ptx", *common], cwd=d, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
-        "sm_90": subprocess.Popen([nvcc, "-cubin", "-arch=sm_90", "-Xptxas", "-v", "-o", "all.cubin", *common], cwd=d, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
-    }  # fmt: skip
+        "sm_75": subprocess.Popen(
+            [nvcc, "-ptx", "-arch=sm_75", "-o", "all.ptx", *common],
+            cwd=d,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        ),
+        "sm_90": subprocess.Popen(
+            [nvcc, "-cubin", "-arch=sm_90", "-Xptxas", "-v", "-o", "all.cubin", *common],
+            cwd=d,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        ),
+    }
     results = {arch: (p.wait(timeout=300), p.stdout.read()) for arch, p in runs.items()}
     results["ptx"] = (d / "all.ptx").read_text() if (d / "all.ptx").exists() else ""
     return results
@@ -217,4 +240,3 @@ def test_nvrtc_compiles_everything_without_warnings(programs, arch):
     assert status == 0 and "warning" not in log, log[-4000:]
     status, log = nvrtc_compile(lib, 'extern "C" __global__ void k(float* x) { x[0] = y; }', list(OPTIONS))
     assert status != 0 and re.search(r"\((\d+)\): error", log)  # the format runtime._compile_error parses
-

@@ -8,6 +8,7 @@
   CuPy, tc.build(target="cuda") says how to install it;
 - marked `cuda` (skipped without CuPy and a GPU): tc.build(target="cuda") matches numpy.
 """
+
 import contextlib
 import sys
 import time
@@ -15,14 +16,13 @@ import types
 
 import numpy as np
 import pytest
-
-import minitc as tc
-from minitc.backends.cuda.codegen import render_program
-from minitc import ir
-from minitc.errors import BuildError, ShapeError
-
 from cuda_tools import build_host_library, cupy_usable, run_on_host
 from gpu_schedules import EXAMPLES, example, lower_examples
+
+import minitc as tc
+from minitc import ir
+from minitc.backends.cuda.codegen import render_program
+from minitc.errors import BuildError, ShapeError
 
 
 @pytest.fixture(scope="module")
@@ -119,11 +119,21 @@ def make_fake_cupy(directory):
                 d.mkdir()
                 self.library = build_host_library(self.code, d, "-O0")
             threads = "__syncthreads" in self.code
-            return lambda grid, block, args: run_on_host(self.library, name, [a.data.ptr for a in args], grid, block, threads)
+            return lambda grid, block, args: run_on_host(
+                self.library, name, [a.data.ptr for a in args], grid, block, threads
+            )
 
-    attributes = {"MaxThreadsPerBlock": 1024, "MaxBlockDimX": 1024, "MaxBlockDimY": 1024, "MaxBlockDimZ": 64,
-                  "MaxGridDimX": 2**31 - 1, "MaxGridDimY": 65535, "MaxGridDimZ": 65535,
-                  "MaxSharedMemoryPerBlock": 49152, "MultiProcessorCount": 132}  # fmt: skip
+    attributes = {
+        "MaxThreadsPerBlock": 1024,
+        "MaxBlockDimX": 1024,
+        "MaxBlockDimY": 1024,
+        "MaxBlockDimZ": 64,
+        "MaxGridDimX": 2**31 - 1,
+        "MaxGridDimY": 65535,
+        "MaxGridDimZ": 65535,
+        "MaxSharedMemoryPerBlock": 49152,
+        "MultiProcessorCount": 132,
+    }
     cuda = types.SimpleNamespace(
         runtime=types.SimpleNamespace(getDeviceCount=lambda: 1, getDeviceProperties=lambda i: {"name": b"Fake H100"}),
         Device=lambda: types.SimpleNamespace(id=0, attributes=attributes, compute_capability="90"),
@@ -136,9 +146,13 @@ def make_fake_cupy(directory):
         return np.full(shape, np.nan if np.dtype(dtype).kind == "f" else -999999, dtype).view(FakeArray)
 
     return types.SimpleNamespace(
-        __name__="cupy", cuda=cuda, RawModule=RawModule, ndarray=FakeArray, empty=empty,
+        __name__="cupy",
+        cuda=cuda,
+        RawModule=RawModule,
+        ndarray=FakeArray,
+        empty=empty,
         asarray=lambda x: np.array(x).view(FakeArray),
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture
@@ -277,4 +291,3 @@ def test_gpu_function_checks_arguments_and_takes_torch():
     y = f(x)
     assert isinstance(y, torch.Tensor) and y.is_cuda
     np.testing.assert_allclose(y.cpu().numpy(), reference(*inputs), rtol=2e-5, atol=2e-5)
-

@@ -1,13 +1,14 @@
 """The numpy GPU simulator (backends/cuda/sim.py): results against numpy and the reference
 interpreter, masks and select, races, barriers, bounds, and the argument checks."""
+
+import gpu_schedules
 import numpy as np
 import pytest
 
-import gpu_schedules
 import minitc as tc
+from minitc import ir
 from minitc.backends.cuda import sim
 from minitc.backends.cuda.sim import SimFunction
-from minitc import ir
 from minitc.errors import DTypeError, IRError, LayoutError, RaceError, ScheduleError, ShapeError
 from minitc.expr import Var, const, select
 from minitc.interp import interpret
@@ -156,7 +157,9 @@ def test_reading_a_shared_element_another_thread_wrote_without_a_barrier_races()
 
 
 def test_overwriting_a_shared_element_another_thread_read_without_a_barrier_races():
-    with pytest.raises(RaceError, match=r"shared buffer S\[\d\].* writes it and thread .* read it before it; no barrier"):
+    with pytest.raises(
+        RaceError, match=r"shared buffer S\[\d\].* writes it and thread .* read it before it; no barrier"
+    ):
         shared_roll(False, write_after_read=True)(rand(8))
 
 
@@ -188,7 +191,9 @@ def test_matmul_without_the_first_barrier_races_across_iterations():
 def test_two_threads_writing_one_global_element_race():
     X, Y = Buffer("X", (4,), "float32"), Buffer("Y", (4,), "float32")
     body = threads(4, lambda bx, tx: Store(Y, (const(0),), Load(X, (tx,))))
-    with pytest.raises(RaceError, match=r"kernel k: race on global buffer Y\[0\]: thread \(\d, 0, 0\) .* in the same store"):
+    with pytest.raises(
+        RaceError, match=r"kernel k: race on global buffer Y\[0\]: thread \(\d, 0, 0\) .* in the same store"
+    ):
         SimFunction(program(body, [X], [Y]))(rand(4))
 
 
@@ -197,14 +202,18 @@ def test_blocks_racing_on_global_memory(monkeypatch, max_lanes):
     monkeypatch.setattr(sim, "MAX_LANES", max_lanes)
     X, Y = Buffer("X", (8,), "float32"), Buffer("Y", (8,), "float32")
     same_elements = threads(4, lambda bx, tx: Store(Y, (tx,), Load(X, (bx * 4 + tx,))), blocks=2)
-    with pytest.raises(RaceError, match=r"Y\[0\]: thread \(0, 0, 0\) of block \(\d, 0, 0\) writes it .*different blocks"):
+    with pytest.raises(
+        RaceError, match=r"Y\[0\]: thread \(0, 0, 0\) of block \(\d, 0, 0\) writes it .*different blocks"
+    ):
         SimFunction(program(same_elements, [X], [Y]))(rand(8))
 
     def neighbours(bx, tx):  # write one's own element, then read the other block's (in any order)
         i = bx * 4 + tx
         return seq(Store(Y, (i,), Load(X, (i,))), Store(X, (i,), Load(Y, ((i + 4) % 8,))))
 
-    message = r"global buffer Y\[\d\]: .* (reads it and .* wrote|writes it and .* read) it before it; threads of different"
+    message = (
+        r"global buffer Y\[\d\]: .* (reads it and .* wrote|writes it and .* read) it before it; threads of different"
+    )
     with pytest.raises(RaceError, match=message):
         SimFunction(program(threads(4, neighbours, blocks=2), [], [X, Y]))(rand(8), rand(8))
 
@@ -212,11 +221,15 @@ def test_blocks_racing_on_global_memory(monkeypatch, max_lanes):
 def test_many_threads_reading_one_element_is_fine():
     X, Y = Buffer("X", (1,), "float32"), Buffer("Y", (2, 4), "float32")
     T = Buffer("T", (2,), "float32")
-    body = threads(4, lambda bx, tx: seq(
-        IfThenElse(tx < 1, Store(T, (bx,), Load(X, (const(0),)) + 1.0)),
-        Barrier(),
-        Store(Y, (bx, tx), Load(T, (bx,)) + Load(X, (const(0),))),
-    ), blocks=2)  # fmt: skip
+    body = threads(
+        4,
+        lambda bx, tx: seq(
+            IfThenElse(tx < 1, Store(T, (bx,), Load(X, (const(0),)) + 1.0)),
+            Barrier(),
+            Store(Y, (bx, tx), Load(T, (bx,)) + Load(X, (const(0),))),
+        ),
+        blocks=2,
+    )
     y, _ = SimFunction(program(body, [X], [Y, T]))(np.ones(1, "float32"))
     np.testing.assert_array_equal(y, np.full((2, 4), 3.0, "float32"))
 
@@ -235,7 +248,10 @@ def test_a_barrier_reached_by_some_threads_of_a_block_is_an_error():
 def test_out_of_bounds_on_an_active_lane_is_an_error():
     X, Y = Buffer("X", (4,), "float32"), Buffer("Y", (4,), "float32")
     body = threads(4, lambda bx, tx: Store(Y, (tx,), Load(X, (tx + 1,))))
-    message = r"kernel k: out-of-bounds load from X\[4\]: shape is \(4,\) \(thread \(3, 0, 0\) of block \(0, 0, 0\), at bx=0, tx=3\)"
+    message = (
+        r"kernel k: out-of-bounds load from X\[4\]: shape is \(4,\) "
+        r"\(thread \(3, 0, 0\) of block \(0, 0, 0\), at bx=0, tx=3\)"
+    )
     with pytest.raises(IRError, match=message):
         SimFunction(program(body, [X], [Y]))(rand(4))
 

@@ -11,21 +11,22 @@ float4/float2/double2 accesses; everything else stays the plain loop, byte for b
   the same kernels; both match numpy;
 - marked `cuda` (skipped without CuPy and a GPU): tc.build(target="cuda") matches numpy.
 """
+
 import re
 import subprocess
 
 import numpy as np
 import pytest
+from cuda_tools import build_host_library, cupy_usable, find_nvcc, find_nvrtc, nvrtc_compile, run_on_host
 
 import minitc as tc
+from minitc import ir
 from minitc.backends.cuda.codegen import render_program
 from minitc.backends.cuda.sim import SimFunction
-from minitc import ir
 from minitc.driver import lower_gpu
 from minitc.expr import Var, const
 from minitc.ir import Allocate, Barrier, Buffer, For, Kernel, Load, Store, seq
 from minitc.lowering.gpu import GpuProgram, plan_launches
-from cuda_tools import build_host_library, cupy_usable, find_nvcc, find_nvrtc, nvrtc_compile, run_on_host
 
 RNG = np.random.default_rng(7)
 
@@ -101,7 +102,12 @@ def shared_reverse(n=64):
     X, Y, S = Buffer("X", (n,), "float32"), Buffer("Y", (n,), "float32"), Buffer("S", (n,), "float32", "shared")
     b, t, v, u, w = Var("b"), Var("t"), Var("v"), Var("u"), Var("w")
     fill = For(t, n // 4, "threadIdx.x", For(v, 4, "vectorized", Store(S, (t * 4 + v,), Load(X, (t * 4 + v,)))))
-    use = For(u, n // 4, "threadIdx.x", For(w, 4, "vectorized", Store(Y, (u * 4 + w,), Load(S, ((n // 4 - 1 - u) * 4 + w,)) + 1.0)))
+    use = For(
+        u,
+        n // 4,
+        "threadIdx.x",
+        For(w, 4, "vectorized", Store(Y, (u * 4 + w,), Load(S, ((n // 4 - 1 - u) * 4 + w,)) + 1.0)),
+    )
     body = For(b, 1, "blockIdx.x", Allocate(S, seq(fill, Barrier(), use)))
     return program("shared_reverse", body, [X], [Y]), (lambda x: x.reshape(-1, 4)[::-1].reshape(-1) + 1), [rand(n)]
 
@@ -112,7 +118,12 @@ def accumulate(n=64):
     X, Y = Buffer("X", (n,), "float32"), Buffer("Y", (n,), "float32")
     t, v = Var("t"), Var("v")
     init = For(t, n, "threadIdx.x", Store(Y, (t,), Load(X, (t,))))
-    step = For(t, n // 4, "threadIdx.x", For(v, 4, "vectorized", Store(Y, (t * 4 + v,), Load(Y, (t * 4 + v,)) * 0.5 + Load(X, (t * 4 + v,)))))
+    step = For(
+        t,
+        n // 4,
+        "threadIdx.x",
+        For(v, 4, "vectorized", Store(Y, (t * 4 + v,), Load(Y, (t * 4 + v,)) * 0.5 + Load(X, (t * 4 + v,)))),
+    )
     kernel = Kernel("accumulate", [X, Y], 1, seq(init, step))
     return plan_launches(kernel), (lambda x: x * 0.5 + x), [rand(n)]
 
@@ -147,7 +158,9 @@ def misaligned_store(n=64):
     """Hand-written IR: Y[4t + v + 1] = X[4t + v] * 2, the loop variable plus an odd constant."""
     X, Y = Buffer("X", (n,), "float32"), Buffer("Y", (n + 4,), "float32")
     t, v = Var("t"), Var("v")
-    body = For(t, n // 4, "threadIdx.x", For(v, 4, "vectorized", Store(Y, (t * 4 + v + 1,), Load(X, (t * 4 + v,)) * 2.0)))
+    body = For(
+        t, n // 4, "threadIdx.x", For(v, 4, "vectorized", Store(Y, (t * 4 + v + 1,), Load(X, (t * 4 + v,)) * 2.0))
+    )
 
     def ref(x):
         y = np.zeros(n + 4, "float32")
@@ -164,7 +177,12 @@ def neighbour(n=64):
     t, v = Var("t"), Var("v")
     prev = tc.maximum(t * 4 + v - 1, t * 4)
     init = For(t, n, "threadIdx.x", Store(Y, (t,), const(0.0)))
-    body = For(t, n // 4, "threadIdx.x", For(v, 4, "vectorized", Store(Y, (t * 4 + v,), Load(Y, (prev,)) + Load(X, (t * 4 + v,)))))
+    body = For(
+        t,
+        n // 4,
+        "threadIdx.x",
+        For(v, 4, "vectorized", Store(Y, (t * 4 + v,), Load(Y, (prev,)) + Load(X, (t * 4 + v,)))),
+    )
     ref = lambda x: np.cumsum(x.reshape(-1, 4), axis=1, dtype="float32").reshape(-1)  # noqa: E731
     return plan_launches(Kernel("neighbour", [X, Y], 1, seq(init, body))), ref, [rand(n)]
 
@@ -241,7 +259,12 @@ def serial(prog):
     """The program with every vectorized loop made serial: what the renderer used to emit."""
     launches = []
     for launch in prog.launches:
-        body = ir.map_stmt(launch.body, lambda s: ir.For(s.var, s.extent, "serial", s.body) if isinstance(s, For) and s.kind == "vectorized" else None)
+        body = ir.map_stmt(
+            launch.body,
+            lambda s: (
+                ir.For(s.var, s.extent, "serial", s.body) if isinstance(s, For) and s.kind == "vectorized" else None
+            ),
+        )
         launches.append(type(launch)(launch.name, launch.params, body, launch.grid, launch.block, launch.shared_bytes))
     return type(prog)(prog.kernel, launches, prog.temporaries)
 
@@ -272,9 +295,14 @@ def test_float2_and_double2(cases):
 
 def test_shared_fill_is_float4_and_aligned(cases):
     src = body_of(render_program(cases["shared_fill"][0]))
-    assert "__shared__ __align__(16) float A_shared[256];" in src and "__shared__ __align__(16) float B_shared[256];" in src
+    assert (
+        "__shared__ __align__(16) float A_shared[256];" in src
+        and "__shared__ __align__(16) float B_shared[256];" in src
+    )
     assert src.count("*reinterpret_cast<float4*>(&") == 2 and src.count("*reinterpret_cast<const float4*>(&") == 2
-    assert "*reinterpret_cast<float4*>(&A_shared[ax0 * 16 + ax1_o * 4]) = make_float4(A_v.x, A_v.y, A_v.z, A_v.w);" in src
+    assert (
+        "*reinterpret_cast<float4*>(&A_shared[ax0 * 16 + ax1_o * 4]) = make_float4(A_v.x, A_v.y, A_v.z, A_v.w);" in src
+    )
     assert "if ((int)threadIdx.x < 4) {" in src  # the bound loop's guard is outside the vector loop
 
 
@@ -329,9 +357,21 @@ def nvcc_logs(cases, tmp_path_factory):
     (d / "vector.cu").write_text("\n".join(render_program(p) for p, _, _ in cases.values()))
     common = ["-std=c++17", "-Werror", "all-warnings", "vector.cu"]
     runs = {
-        "sm_75": subprocess.Popen([nvcc, "-ptx", "-arch=sm_75", "-o", "vector.ptx", *common], cwd=d, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
-        "sm_90": subprocess.Popen([nvcc, "-cubin", "-arch=sm_90", "-o", "vector.cubin", *common], cwd=d, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
-    }  # fmt: skip
+        "sm_75": subprocess.Popen(
+            [nvcc, "-ptx", "-arch=sm_75", "-o", "vector.ptx", *common],
+            cwd=d,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        ),
+        "sm_90": subprocess.Popen(
+            [nvcc, "-cubin", "-arch=sm_90", "-o", "vector.cubin", *common],
+            cwd=d,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        ),
+    }
     logs = {arch: (p.wait(timeout=300), p.stdout.read()) for arch, p in runs.items()}
     logs["ptx"] = (d / "vector.ptx").read_text() if (d / "vector.ptx").exists() else ""
     return logs
@@ -346,7 +386,10 @@ def test_nvcc_compiles_without_warnings(nvcc_logs, arch):
 
 def test_ptx_has_vector_instructions(nvcc_logs, cases):
     ptx = nvcc_logs["ptx"]
-    entries = {name: ptx.split(f".entry {name}(", 1)[1].split(".entry", 1)[0] for name in ("elementwise_f4", "shared_fill", "elementwise_d2")}
+    entries = {
+        name: ptx.split(f".entry {name}(", 1)[1].split(".entry", 1)[0]
+        for name in ("elementwise_f4", "shared_fill", "elementwise_d2")
+    }
     assert "ld.global.nc.v4.f32" in entries["elementwise_f4"] and "st.global.v4.f32" in entries["elementwise_f4"]
     assert "st.shared.v4.f32" in entries["shared_fill"]
     assert "st.global.v2.f64" in entries["elementwise_d2"]
@@ -379,7 +422,9 @@ def aligned_copy(a: np.ndarray, align: int = 256) -> np.ndarray:
 @pytest.fixture(scope="module")
 def host_library(cases, tmp_path_factory):
     return build_host_library(
-        "\n".join(render_program(p) for p, _, _ in cases.values()), tmp_path_factory.mktemp("host_vector"), flags=("-fsanitize=alignment",)
+        "\n".join(render_program(p) for p, _, _ in cases.values()),
+        tmp_path_factory.mktemp("host_vector"),
+        flags=("-fsanitize=alignment",),
     )
 
 
@@ -391,7 +436,14 @@ def test_host_run_matches_numpy(host_library, cases, capfd, name):
     arrays = dict(zip(map(id, prog.buffers), [aligned_copy(x) for x in inputs] + outputs))
     for launch in prog.launches:
         barrier = any(isinstance(st, ir.Barrier) for st in ir.walk_stmts(launch.body))
-        run_on_host(host_library, launch.name, [arrays[id(b)].ctypes.data for b in launch.params], launch.grid, launch.block, barrier)
+        run_on_host(
+            host_library,
+            launch.name,
+            [arrays[id(b)].ctypes.data for b in launch.params],
+            launch.grid,
+            launch.block,
+            barrier,
+        )
     np.testing.assert_allclose(outputs[0], reference(*inputs), rtol=2e-5, atol=2e-5)
     err = capfd.readouterr().err
     assert "misaligned" not in err and "runtime error" not in err, err[-2000:]

@@ -1,5 +1,6 @@
 """Tuning records: round trip, best-of queries, workload keys, corrupt or foreign files, and a
 writer killed with SIGKILL mid-run."""
+
 import os
 import signal
 import sqlite3

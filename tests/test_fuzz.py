@@ -8,13 +8,14 @@ match numpy. Every fifth case also runs the reference interpreter on the same IR
 
 MINITC_FUZZ_CASES sets the number of cases (default 320); MINITC_FUZZ_SEED the seed.
 """
+
 import os
 
 import numpy as np
 import pytest
+from fuzz_schedules import random_schedule
 
 import minitc as tc
-from fuzz_schedules import random_schedule
 from minitc.interp import interpret
 
 CASES = int(os.environ.get("MINITC_FUZZ_CASES", "320"))

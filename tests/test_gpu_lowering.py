@@ -2,18 +2,18 @@
 schedule race-free (minitc/lowering/gpu.py), the GPU templates of every op and the GPU design
 space, all checked against numpy in the GPU simulator (target "cuda-sim"); the tests marked
 `cuda` run design-space samples and the tuner on a real GPU."""
+
 import numpy as np
 import pytest
+from cuda_tools import cupy_usable
+from gpu_schedules import matmul_shared
 
 import minitc as tc
 import minitc.ops as ops
+from minitc.autotune.space import Space
 from minitc.driver import lower_gpu
 from minitc.errors import ScheduleError
 from minitc.lowering.gpu import GpuLimits, plan_launches
-from minitc.autotune.space import Space
-
-from cuda_tools import cupy_usable
-from gpu_schedules import matmul_shared
 
 needs_gpu = pytest.mark.skipif(not cupy_usable(), reason="needs CuPy and a CUDA GPU")
 
@@ -86,7 +86,9 @@ def test_tiles_read_down_their_columns_get_a_padded_row():
         shapes.update({b.name: b.shape for b in _shared_buffers(program)})
     assert shapes == {"X_shared": (32, 17), "W_shared": (32, 17), "A_shared": (32, 17), "B_shared": (16, 32)}
     x, w = _rand(128, 64), _rand(96, 64, seed=1)
-    np.testing.assert_allclose(tc.build(ops.dense(X, W), target="cuda-sim", db=False)(x, w), x @ w.T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        tc.build(ops.dense(X, W), target="cuda-sim", db=False)(x, w), x @ w.T, rtol=1e-4, atol=1e-4
+    )
 
 
 def _shared_buffers(program):
@@ -221,7 +223,9 @@ def test_gpu_space_samples_are_legal_and_correct(name, target, runs):
     assert sketches == set(space.sketches)
 
 
-@pytest.mark.parametrize("target,n,trials", [("cuda-sim", 16, 4), pytest.param("cuda", 256, 16, marks=[pytest.mark.cuda, needs_gpu])])
+@pytest.mark.parametrize(
+    "target,n,trials", [("cuda-sim", 16, 4), pytest.param("cuda", 256, 16, marks=[pytest.mark.cuda, needs_gpu])]
+)
 def test_tuning_pipeline_runs(tmp_path, target, n, trials):
     _, _, C = _matmul(n, n, n)
     r = tc.tune(C, trials=trials, strategy="random", target=target, db=tmp_path / "r.db")
@@ -252,8 +256,26 @@ def test_minitc_tune_on_the_simulator_and_without_a_gpu(tmp_path):
     from minitc.cli import main
 
     db, out = str(tmp_path / "r.db"), str(tmp_path / "r.json")
-    res = CliRunner().invoke(main, ["tune", "matmul", "--shape", "16,16,16", "--target", "cuda-sim", "--trials", "2",
-                                    "--strategy", "random", "--db", db, "--json", out, "-q"])  # fmt: skip
+    res = CliRunner().invoke(
+        main,
+        [
+            "tune",
+            "matmul",
+            "--shape",
+            "16,16,16",
+            "--target",
+            "cuda-sim",
+            "--trials",
+            "2",
+            "--strategy",
+            "random",
+            "--db",
+            db,
+            "--json",
+            out,
+            "-q",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "template (measured first)" in res.output and "cuda-sim times the numpy simulator" in res.output
     data = json.load(open(out))
@@ -264,7 +286,9 @@ def test_minitc_tune_on_the_simulator_and_without_a_gpu(tmp_path):
         return  # a GPU machine: the no-GPU message cannot be seen here
     except ImportError:
         pass
-    res = CliRunner().invoke(main, ["tune", "matmul", "--shape", "16,16,16", "--target", "cuda", "--trials", "1", "--db", db])
+    res = CliRunner().invoke(
+        main, ["tune", "matmul", "--shape", "16,16,16", "--target", "cuda", "--trials", "1", "--db", db]
+    )
     assert res.exit_code != 0 and "needs CuPy" in res.output
 
 
@@ -288,7 +312,11 @@ def test_full_size_gpu_spaces_lower_and_render_without_rejections():
     fused loops, half the dense + gelu programs got whole-matrix per-thread tiles."""
     from minitc.backends.cuda.codegen import render_program
 
-    X, W, b = tc.placeholder((4096, 768), name="X"), tc.placeholder((3072, 768), name="W"), tc.placeholder((3072,), name="b")
+    X, W, b = (
+        tc.placeholder((4096, 768), name="X"),
+        tc.placeholder((3072, 768), name="W"),
+        tc.placeholder((3072,), name="b"),
+    )
     Xc, Wc = tc.placeholder((8, 256, 14, 14), name="X"), tc.placeholder((256, 256, 3, 3), name="W")
     for out in (tc.ops.dense(X, W, b, activation="gelu"), tc.ops.conv2d(Xc, Wc, padding=1)):
         space, rng = Space(out, "cuda"), np.random.default_rng(1)

@@ -1,4 +1,5 @@
 """The reference interpreter: results against numpy, exact dtype rules, bounds checks, speed."""
+
 import math
 import time
 
@@ -211,10 +212,15 @@ def test_intrinsics(name):
 def test_max_reduction_from_minus_inf_and_nan_propagation():
     X, Y = Buffer("X", (3, 5), "float32"), Buffer("Y", (3,), "float32")
     i, k = Var("i"), Var("k")
-    body = For(i, 3, "serial", seq(
-        Store(Y, (i,), const(-math.inf)),
-        For(k, 5, "serial", Store(Y, (i,), maximum(Load(Y, (i,)), Load(X, (i, k))))),
-    ))  # fmt: skip
+    body = For(
+        i,
+        3,
+        "serial",
+        seq(
+            Store(Y, (i,), const(-math.inf)),
+            For(k, 5, "serial", Store(Y, (i,), maximum(Load(Y, (i,)), Load(X, (i, k))))),
+        ),
+    )
     x = rand(3, 5)
     x[2, 3] = np.nan
     y = np.zeros(3, "float32")

@@ -5,20 +5,36 @@ A module's layer is the longest entry of LAYERS that names it or a package above
 that name a module (`"minitc.lm.cli:lm"` in the command table, `importlib.import_module(...)`)
 count as imports. `minitc` itself (the API facade, `import minitc as tc`) sits with the driver.
 """
+
 from __future__ import annotations
 
 import ast
 import re
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 DIRS = {"minitc": "minitc", "backends": "minitc.backends", "lm": "minitc.lm", "benchmarks": "minitc.benchmarks"}
 
 LAYERS = [
-    ("IR and tensor expressions", ("minitc.errors", "minitc.dtypes", "minitc.expr", "minitc.arith", "minitc.te",
-                                   "minitc.ir", "minitc.printer", "minitc.verify", "minitc.interp", "minitc.te_eval",
-                                   "minitc.intrinsics", "minitc.ops")),
+    (
+        "IR and tensor expressions",
+        (
+            "minitc.errors",
+            "minitc.dtypes",
+            "minitc.expr",
+            "minitc.arith",
+            "minitc.te",
+            "minitc.ir",
+            "minitc.printer",
+            "minitc.verify",
+            "minitc.interp",
+            "minitc.te_eval",
+            "minitc.intrinsics",
+            "minitc.ops",
+        ),
+    ),
     ("schedule primitives and traces", ("minitc.schedule",)),
     ("lowering", ("minitc.lowering",)),
     ("target description", ("minitc.target",)),
@@ -100,7 +116,9 @@ def violations(sources: dict) -> list:
                 continue
             there = layer_of(target)
             if here is not None and there is not None and there > here:
-                found.append(f"{module}:{line} ({LAYERS[here][0]}) imports {target} ({LAYERS[there][0]}), a layer above")
+                found.append(
+                    f"{module}:{line} ({LAYERS[here][0]}) imports {target} ({LAYERS[there][0]}), a layer above"
+                )
             if private and target.rsplit(".", 1)[0] != package and target != package:
                 found.append(f"{module}:{line} takes private {', '.join(private)} from {target}")
     return found

@@ -1,6 +1,6 @@
 """Tests of the LLVM backend that need no JIT: target parsing and rendering.
 
-- targets (backends/llvm/target.py): the host target and named ones, their normalised strings,
+- targets (minitc/target/cpu.py): the host target and named ones, their normalised strings,
   SIMD widths, malformed and unknown options;
 - rendering (backends/llvm/codegen.py, pure): kernels built by hand from the IR classes become
   LLVM IR text: signature, noalias, vector loads and stores, contract flags, exact float
@@ -8,20 +8,19 @@
 
 Compiling and running kernels is test_llvm_jit.py.
 """
+
 import math
 
 import llvmlite.binding as llvm
 import pytest
+from helpers import relu_kernel
 
 from minitc.backends.llvm.codegen import render
-from minitc.target import parse_cpu_target, parse_target
-from minitc.target.cpu import simd_width
 from minitc.errors import BuildError
 from minitc.expr import Var, const, select
 from minitc.ir import Buffer, For, Kernel, Load, Store, seq
-
-from helpers import relu_kernel
-
+from minitc.target import parse_cpu_target, parse_target
+from minitc.target.cpu import simd_width
 
 # -- targets ---------------------------------------------------------------------------------------
 
@@ -75,7 +74,6 @@ def test_parse_target_dispatches_on_the_kind():
 # -- rendering (pure) -------------------------------------------------------------------------------
 
 
-
 def test_render_signature_and_flags():
     text = render(relu_kernel(), "llvm -mcpu=znver1")
     assert "define void @relu_affine(ptr noalias nocapture %arg0, ptr noalias nocapture %arg1" in text
@@ -89,10 +87,15 @@ def test_render_signature_and_flags():
 def test_render_exact_float_constants():
     X, Y = Buffer("X", (4,), "float32"), Buffer("Y", (4,), "float64")
     i = Var("i")
-    body = For(i, 4, "serial", seq(
-        Store(X, (i,), const(-math.inf, "float32")),
-        Store(Y, (i,), select(i < 2, const(math.nan, "float64"), const(0.1, "float64"))),
-    ))
+    body = For(
+        i,
+        4,
+        "serial",
+        seq(
+            Store(X, (i,), const(-math.inf, "float32")),
+            Store(Y, (i,), select(i < 2, const(math.nan, "float64"), const(0.1, "float64"))),
+        ),
+    )
     text = render(Kernel("consts", [X, Y], 0, body))
     assert "0xFFF0000000000000" in text and "0x7FF8000000000000" in text
     assert "0x3FB999999999999A" in text  # 0.1 as a double, exactly
@@ -117,4 +120,3 @@ def test_unsupported_constructs_raise_build_error():
         render(Kernel("bad", [X], 0, Store(X, (0,), const(0.0))))
     with pytest.raises(BuildError, match="dtype bool"):
         render(Kernel("bad", [Buffer("Bo", (4,), "bool")], 0, For(i, 4, "serial", Store(X, (i,), const(0.0)))))
-

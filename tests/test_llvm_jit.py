@@ -8,24 +8,24 @@ parallel loops (with a serial stand-in for the runtime when backends/llvm/runtim
 missing), the compile cache and its thread safety, and LLVM's errors. Checks of the generated
 machine code (ymm, vfmadd) need an AVX2+FMA host and skip elsewhere.
 """
+
 import ctypes
 import importlib.util
-import re
 import math
+import re
 import threading
 
 import llvmlite.binding as llvm
 import numpy as np
 import pytest
+from helpers import relu_kernel
 
 from minitc.backends.llvm.jit import compile_kernel
-from minitc.target import parse_target
-from minitc.target.cpu import enabled_features
 from minitc.errors import BuildError
 from minitc.expr import Var, call, cast, const, maximum, minimum, select
 from minitc.ir import Allocate, Buffer, For, IfThenElse, Kernel, Load, Store, seq
-
-from helpers import relu_kernel
+from minitc.target import parse_target
+from minitc.target.cpu import enabled_features
 
 HOST_FEATURES = enabled_features(parse_target("llvm"))
 needs_avx2 = pytest.mark.skipif(not {"avx2", "fma"} <= HOST_FEATURES, reason="needs an AVX2+FMA host")
@@ -91,9 +91,18 @@ def matmul_kernel(n=64, tile=8):
         return For(ii, tile, "unrolled", For(ji, tile, "vectorized", stmt))
 
     init = tile_loop(ii0, ji0, Store(acc, (ii0, ji0), const(0.0, "float32")))
-    update = For(k, n, "serial", tile_loop(ii1, ji1, Store(
-        acc, (ii1, ji1), Load(acc, (ii1, ji1)) + Load(A, (io * tile + ii1, k)) * Load(B, (k, jo * tile + ji1))
-    )))
+    update = For(
+        k,
+        n,
+        "serial",
+        tile_loop(
+            ii1,
+            ji1,
+            Store(
+                acc, (ii1, ji1), Load(acc, (ii1, ji1)) + Load(A, (io * tile + ii1, k)) * Load(B, (k, jo * tile + ji1))
+            ),
+        ),
+    )
     copy = tile_loop(ii2, ji2, Store(C, (io * tile + ii2, jo * tile + ji2), Load(acc, (ii2, ji2))))
     body = For(io, n // tile, "parallel", For(jo, n // tile, "serial", Allocate(acc, seq(init, update, copy))))
     return Kernel("matmul", [A, B, C], 2, body)
@@ -106,10 +115,10 @@ def test_matmul_tiled_parallel_fma():
     ck = run(matmul_kernel(), a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
     assert "@minitc_parallel_launch" in ck.llvm_ir_unoptimized
-    task_asm = ck.asm[ck.asm.index(f"{ck.name}_par0:"):]
+    task_asm = ck.asm[ck.asm.index(f"{ck.name}_par0:") :]
     # FMA vector code inside the task; which of the three operand orders LLVM picks depends on the cpu
     assert re.search(r"vfmadd(132|213|231)ps", task_asm) and "ymm" in task_asm
-    task_ir = ck.llvm_ir[ck.llvm_ir.index(f"@{ck.name}_par0("):]
+    task_ir = ck.llvm_ir[ck.llvm_ir.index(f"@{ck.name}_par0(") :]
     assert "alloca" not in task_ir and "phi <8 x float>" in task_ir  # the tile lives in registers
 
 
@@ -138,8 +147,12 @@ def test_lazy_select_padding(kind):
     i = io * 8 + ii
     pad = Store(Y, (i,), select((i >= 2) & (i < n + 2), Load(X, (i - 2,)), 0.0))
     wild = Store(Z, (i,), select(i < n, Load(X, (i + (i // n) * 10**12,)), -1.0))
-    ck = run(Kernel("pad", [X, Y, Z], 1, For(io, 2, "serial", For(ii, 8, kind, seq(pad, wild)))),
-             x := f32(n), y := np.zeros(n + 4, np.float32), z := np.zeros(n + 4, np.float32))
+    ck = run(
+        Kernel("pad", [X, Y, Z], 1, For(io, 2, "serial", For(ii, 8, kind, seq(pad, wild)))),
+        x := f32(n),
+        y := np.zeros(n + 4, np.float32),
+        z := np.zeros(n + 4, np.float32),
+    )
     np.testing.assert_array_equal(y, np.pad(x, (2, 2)))
     np.testing.assert_array_equal(z, np.concatenate([x, -np.ones(4, np.float32)]))
     if kind == "vectorized":
@@ -157,8 +170,10 @@ def test_floordiv_mod_python_semantics(kind):
     i = io * 8 + ii
     a, b = Load(A, (i,)), Load(B, (i,))
     body = seq(
-        Store(Q, (i,), a // b), Store(R, (i,), a % b),
-        Store(Q3, (i,), a // -3), Store(R3, (i,), a % 4),
+        Store(Q, (i,), a // b),
+        Store(R, (i,), a % b),
+        Store(Q3, (i,), a // -3),
+        Store(R3, (i,), a % 4),
         Store(QI, (i,), i // 3 + i % 5),  # provably non-negative: udiv/urem
     )
     k = Kernel("divmod", [A, B, Q, R, Q3, R3, QI], 2, For(io, n // 8, "serial", For(ii, 8, kind, body)))
@@ -179,8 +194,14 @@ def test_floordiv_mod_python_semantics(kind):
 
 
 INTRINSICS = {
-    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "abs": np.abs,
-    "floor": np.floor, "ceil": np.ceil, "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "tanh": np.tanh,
+    "abs": np.abs,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "erf": np.vectorize(math.erf),
 }
 
@@ -241,10 +262,15 @@ def test_max_reduction_with_neg_inf_init():
     rows, cols = 6, 40
     X, Y = Buffer("X", (rows, cols), "float32"), Buffer("Y", (rows,), "float32")
     i, k = Var("i"), Var("k")
-    body = For(i, rows, "serial", seq(
-        Store(Y, (i,), const(-math.inf, "float32")),
-        For(k, cols, "serial", Store(Y, (i,), maximum(Load(Y, (i,)), Load(X, (i, k))))),
-    ))
+    body = For(
+        i,
+        rows,
+        "serial",
+        seq(
+            Store(Y, (i,), const(-math.inf, "float32")),
+            For(k, cols, "serial", Store(Y, (i,), maximum(Load(Y, (i,)), Load(X, (i, k))))),
+        ),
+    )
     x = f32(rows, cols)
     x[2, :] = -np.inf  # an all -inf row stays -inf
     y = np.zeros(rows, np.float32)
@@ -258,10 +284,25 @@ def test_strided_gather_and_scatter_in_vectorized_loop():
     X, Y, Z = Buffer("X", (n, n), "float32"), Buffer("Y", (n, n), "float32"), Buffer("Z", (n, n), "float32")
     i, jo, ji = Var("i"), Var("jo"), Var("ji")
     j = jo * 8 + ji
-    body = For(i, n, "serial", For(jo, 2, "serial", For(ji, 8, "vectorized", seq(
-        Store(Y, (i, j), Load(X, (j, i)) * 2.0),  # gather: stride n
-        Store(Z, (j, i), Load(X, (i, j)) + Load(X, (i, const(0)))),  # scatter + scalar broadcast load
-    ))))
+    body = For(
+        i,
+        n,
+        "serial",
+        For(
+            jo,
+            2,
+            "serial",
+            For(
+                ji,
+                8,
+                "vectorized",
+                seq(
+                    Store(Y, (i, j), Load(X, (j, i)) * 2.0),  # gather: stride n
+                    Store(Z, (j, i), Load(X, (i, j)) + Load(X, (i, const(0)))),  # scatter + scalar broadcast load
+                ),
+            ),
+        ),
+    )
     x = f32(n, n)
     y, z = np.zeros((n, n), np.float32), np.zeros((n, n), np.float32)
     ck = run(Kernel("transpose", [X, Y, Z], 1, body), x, y, z)
@@ -274,8 +315,10 @@ def test_cross_lane_reduction_falls_back_to_scalar_lanes():
     X, S = Buffer("X", (16,), "float32"), Buffer("S", (1,), "float32")
     jo, ji = Var("jo"), Var("ji")
     zero = const(0)
-    body = seq(Store(S, (zero,), const(0.0, "float32")), For(jo, 2, "serial", For(ji, 8, "vectorized",
-               Store(S, (zero,), Load(S, (zero,)) + Load(X, (jo * 8 + ji,))))))
+    body = seq(
+        Store(S, (zero,), const(0.0, "float32")),
+        For(jo, 2, "serial", For(ji, 8, "vectorized", Store(S, (zero,), Load(S, (zero,)) + Load(X, (jo * 8 + ji,))))),
+    )
     x, s = f32(16), np.zeros(1, np.float32)
     ck = run(Kernel("vsum", [X, S], 1, body), x, s)
     np.testing.assert_allclose(s[0], x.sum(), rtol=1e-5)
@@ -288,13 +331,24 @@ def test_heap_and_stack_allocations():
     T = Buffer("T", (n,), "float32", scope="global")
     L = Buffer("L", (4,), "float32", scope="local")
     i, k = Var("i"), Var("k")
-    body = Allocate(T, seq(
-        For(i, n, "serial", Store(T, (i,), Load(X, (i,)) * 2.0)),
-        For(i, n // 4, "serial", Allocate(L, seq(
-            For(k, 4, "unrolled", Store(L, (k,), Load(T, (i * 4 + k,)) + 1.0)),
-            For(k, 4, "serial", Store(Y, (i * 4 + k,), Load(L, (3 - k,)))),
-        ))),
-    ))
+    body = Allocate(
+        T,
+        seq(
+            For(i, n, "serial", Store(T, (i,), Load(X, (i,)) * 2.0)),
+            For(
+                i,
+                n // 4,
+                "serial",
+                Allocate(
+                    L,
+                    seq(
+                        For(k, 4, "unrolled", Store(L, (k,), Load(T, (i * 4 + k,)) + 1.0)),
+                        For(k, 4, "serial", Store(Y, (i * 4 + k,), Load(L, (3 - k,)))),
+                    ),
+                ),
+            ),
+        ),
+    )
     x, y = f32(n), np.zeros(n, np.float32)
     ck = run(Kernel("allocs", [X, Y], 1, body), x, y)
     np.testing.assert_allclose(y, (x * 2 + 1).reshape(-1, 4)[:, ::-1].ravel(), rtol=1e-6)
@@ -305,8 +359,17 @@ def test_heap_and_stack_allocations():
 def test_parallel_loop_captures_outer_vars_and_buffers():
     X, Y = Buffer("X", (4, 6, 8), "float32"), Buffer("Y", (4, 6, 8), "float32")
     b, i, j = Var("b"), Var("i"), Var("j")
-    body = For(b, 4, "serial", For(i, 6, "parallel", For(j, 8, "serial",
-               Store(Y, (b, i, j), Load(X, (b, i, j)) + cast(b * 100 + i, "float32")))))
+    body = For(
+        b,
+        4,
+        "serial",
+        For(
+            i,
+            6,
+            "parallel",
+            For(j, 8, "serial", Store(Y, (b, i, j), Load(X, (b, i, j)) + cast(b * 100 + i, "float32"))),
+        ),
+    )
     x, y = f32(4, 6, 8), np.zeros((4, 6, 8), np.float32)
     ck = run(Kernel("par_capture", [X, Y], 1, body), x, y)
     expect = x + (np.arange(4)[:, None, None] * 100 + np.arange(6)[None, :, None]).astype(np.float32)
@@ -340,7 +403,7 @@ def test_odd_and_wide_vector_widths_with_else_branch(lanes):
     x, y = np.random.default_rng(1).standard_normal(n), np.zeros(n + lanes)
     ck = run(Kernel(f"odd{lanes}", [X, Y], 1, body), x, y)
     np.testing.assert_allclose(y[:n], x * np.arange(n), rtol=1e-12)
-    np.testing.assert_array_equal(y[n:3 * lanes], 7.0)
+    np.testing.assert_array_equal(y[n : 3 * lanes], 7.0)
     assert f"<{lanes} x double>" in ck.llvm_ir_unoptimized
 
 
@@ -348,8 +411,10 @@ def test_long_unrolled_and_vectorized_loops_become_serial():
     n = 100  # above the explicit-unroll and vector-width limits (64)
     X, Y = Buffer("X", (n,), "int32"), Buffer("Y", (n,), "int32")
     i, j = Var("i"), Var("j")
-    body = seq(For(i, n, "unrolled", Store(Y, (i,), Load(X, (i,)) * 2)),
-               For(j, n, "vectorized", Store(Y, (j,), Load(Y, (j,)) + maximum(Load(X, (j,)), 0))))
+    body = seq(
+        For(i, n, "unrolled", Store(Y, (i,), Load(X, (i,)) * 2)),
+        For(j, n, "vectorized", Store(Y, (j,), Load(Y, (j,)) + maximum(Load(X, (j,)), 0))),
+    )
     x, y = np.arange(-50, 50, dtype=np.int32), np.zeros(n, np.int32)
     ck = run(Kernel("long_loops", [X, Y], 1, body), x, y)
     np.testing.assert_array_equal(y, x * 2 + np.maximum(x, 0))
@@ -374,16 +439,24 @@ def test_noalias_reaches_loops_inside_parallel_tasks():
     n = 64
     A, B, C = (Buffer(s, (n, n), "float32") for s in "ABC")
     i, j, k, j0 = Var("i"), Var("j"), Var("k"), Var("j0")
-    body = For(i, n, "parallel", seq(
-        For(j0, n, "serial", Store(C, (i, j0), const(0.0, "float32"))),
-        For(k, n, "serial", For(j, n, "serial", Store(
-            C, (i, j), Load(C, (i, j)) + Load(A, (i, k)) * Load(B, (k, j))
-        ))),
-    ))
+    body = For(
+        i,
+        n,
+        "parallel",
+        seq(
+            For(j0, n, "serial", Store(C, (i, j0), const(0.0, "float32"))),
+            For(
+                k,
+                n,
+                "serial",
+                For(j, n, "serial", Store(C, (i, j), Load(C, (i, j)) + Load(A, (i, k)) * Load(B, (k, j)))),
+            ),
+        ),
+    )
     a, b, c = f32(n, n), f32(n, n, seed=1), np.zeros((n, n), np.float32)
     ck = run(Kernel("mm_serial_inner", [A, B, C], 2, body), a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
-    task_asm = ck.asm[ck.asm.index(f"{ck.name}_par0:"):]
+    task_asm = ck.asm[ck.asm.index(f"{ck.name}_par0:") :]
     assert task_asm.count("vfmadd231ps") >= 8
     assert "vfmadd213ss" not in task_asm and "vfmadd231ss" not in task_asm
 

@@ -2,23 +2,41 @@
 space (GPU templates and GPU rules) that print, parse and replay exactly, a vocabulary that
 writes every legal GPU decision with no `<unk>`, and a shipped CPU model that still loads with
 the same token ids and refuses GPU spaces instead of writing nonsense. No GPU is needed."""
+
 import dataclasses
 
 import numpy as np
 import pytest
 import torch
+from lm_helpers import check_domain, check_round_trip, draw, where
 
 import minitc as tc
-from minitc.lm.decode import Decoder
-from minitc.lm.hardware import ARCH_SMS, gpu_hardware, hardware
-from minitc.lm.language import GpuHardware, Hardware, Sentence, SentenceError, SentenceWriter, Stage, parse, sentence, space_values
-from minitc.lm.model import LMError, ModelConfig, TensorLM
-from minitc.lm.pipeline import SHIPPED, load_model
-from minitc.lm.tokenizer import CUDA_ARCHS, GPU_KEYWORDS, LATER_KEYWORDS, Tokenizer, cpu_vocab, default_vocab, gpu_tokens
 from minitc.autotune import gpu_space_rules
 from minitc.autotune.space import CANDIDATES, Space
-
-from lm_helpers import check_domain, check_round_trip, draw, where
+from minitc.lm.decode import Decoder
+from minitc.lm.hardware import ARCH_SMS, gpu_hardware, hardware
+from minitc.lm.language import (
+    GpuHardware,
+    Hardware,
+    Sentence,
+    SentenceError,
+    SentenceWriter,
+    Stage,
+    parse,
+    sentence,
+    space_values,
+)
+from minitc.lm.model import LMError, ModelConfig, TensorLM
+from minitc.lm.pipeline import SHIPPED, load_model
+from minitc.lm.tokenizer import (
+    CUDA_ARCHS,
+    GPU_KEYWORDS,
+    LATER_KEYWORDS,
+    Tokenizer,
+    cpu_vocab,
+    default_vocab,
+    gpu_tokens,
+)
 
 OPS = sorted(tc.ops.OPS)
 SPACES_PER_OP, SAMPLES_PER_OP_SPACE = 2, 10  # 500 programs over every op
@@ -150,7 +168,10 @@ def test_gpu_skeletons_and_labels(workload_samples, hw):
     """The skeletons name the GPU templates' parameters; the labels name the GPU rules' slots."""
     skeletons = {name: sentence(space, hw).sketches for name, (space, _) in workload_samples.items()}
     assert skeletons["matmul"] == (("template", ("matmul", "bm", "bn", "tm", "tn", "bk", "shared")), ("generic", ()))
-    assert skeletons["conv2d-pad"] == (("template", ("conv2d", "kt", "vk", "wt", "vw", "bc", "shared")), ("generic", ()))
+    assert skeletons["conv2d-pad"] == (
+        ("template", ("conv2d", "kt", "vk", "wt", "vw", "bc", "shared")),
+        ("generic", ()),
+    )
     assert skeletons["softmax"] == (("generic", ()),)
     slots = set()
     for space, candidates in workload_samples.values():
@@ -193,11 +214,29 @@ def generic_text(workload_samples, hw):
     [
         ("bad keyword", lambda t: t.replace(" sms ", " sns "), lambda t: t.index("sns"), "'sns'", ["'sms'", "'cores'"]),
         ("bad count", lambda t: t.replace("warp 32", "warp x"), lambda t: t.index("warp x") + 5, "'x'", ["int"]),
-        ("threads missing", lambda t: t.replace(" threads 1024", ""), lambda t: t.index("gflops"), "'gflops'", ["'threads'"]),
-        ("truncated", lambda t: t[: t.index(".threads = ") + len(".threads = ")], None, "end of text", ["int", "'true'", "'('"]),
-        ("bad value", lambda t: t.replace("sketch = generic", "sketch = 0.5"), lambda t: t.index("0.5") + 1, "'.'", ["';'"]),
+        (
+            "threads missing",
+            lambda t: t.replace(" threads 1024", ""),
+            lambda t: t.index("gflops"),
+            "'gflops'",
+            ["'threads'"],
+        ),
+        (
+            "truncated",
+            lambda t: t[: t.index(".threads = ") + len(".threads = ")],
+            None,
+            "end of text",
+            ["int", "'true'", "'('"],
+        ),
+        (
+            "bad value",
+            lambda t: t.replace("sketch = generic", "sketch = 0.5"),
+            lambda t: t.index("0.5") + 1,
+            "'.'",
+            ["';'"],
+        ),
     ],
-)  # fmt: skip
+)
 def test_malformed_gpu_sentences_name_position_and_expected_tokens(generic_text, case, edit, at, got, expected):
     bad = edit(generic_text)
     assert bad != generic_text
@@ -244,7 +283,13 @@ def test_every_legal_gpu_value_and_label_has_tokens(op_samples, workload_samples
             checked += 1
     assert checked == len(OPS) * SPACES_PER_OP * SAMPLES_PER_OP_SPACE + len(WORKLOADS) * SAMPLES_PER_WORKLOAD
     # and every value the GPU rules and templates can offer, sampled or not
-    for values in (gpu_space_rules.THREAD_FACTORS, gpu_space_rules.REGISTER_FACTORS, gpu_space_rules.BLOCK_SIZES, gpu_space_rules.REDUCE_STEPS, (True, False)):
+    for values in (
+        gpu_space_rules.THREAD_FACTORS,
+        gpu_space_rules.REGISTER_FACTORS,
+        gpu_space_rules.BLOCK_SIZES,
+        gpu_space_rules.REDUCE_STEPS,
+        (True, False),
+    ):
         domains.setdefault(tuple(values), None)
     for name in ("bm", "bn", "tm", "tn", "bk", "kt", "vk", "wt", "vw", "bc"):
         domains.setdefault(tuple(CANDIDATES[name]), None)
@@ -257,7 +302,9 @@ def test_gpu_tokens_are_appended_after_the_cpu_vocabulary(tok):
     assert tok.reads_defaults() and not Tokenizer(cpu + gpu_tokens()).reads_defaults()
     assert len(cpu) == 441 and not set(gpu_tokens()) & set(cpu)
     assert tok.writes_gpu() and not Tokenizer(cpu).writes_gpu()
-    assert {"sms", "warp", "smem", "regs", "threads", "sm_90", "bm", "kt", "shared", "step", "inner", "block"} <= set(gpu_tokens())
+    assert {"sms", "warp", "smem", "regs", "threads", "sm_90", "bm", "kt", "shared", "step", "inner", "block"} <= set(
+        gpu_tokens()
+    )
 
 
 # -- 5. the shipped CPU model ----------------------------------------------------------------------
@@ -320,7 +367,9 @@ def test_a_gpu_vocabulary_model_decodes_legal_gpu_programs(workload_samples, tok
     torch.set_num_threads(1)
     torch.manual_seed(0)
     try:
-        model = TensorLM(ModelConfig(vocab_size=len(tok), d_model=32, n_layers=1, n_heads=2, d_ff=64, max_len=1024)).eval()
+        model = TensorLM(
+            ModelConfig(vocab_size=len(tok), d_model=32, n_layers=1, n_heads=2, d_ff=64, max_len=1024)
+        ).eval()
         rng = np.random.default_rng(3)
         for name in ("matmul", "conv2d-pad", "softmax"):
             space, _ = workload_samples[name]

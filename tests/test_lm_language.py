@@ -1,28 +1,40 @@
 """The tensor language (lm/): sentences print and parse back exactly and replay to the same
 program, malformed or foreign sentences raise SentenceError, every legal decision value has
 tokens, and constrained decoding with an (untrained) model writes only legal programs."""
+
 import numpy as np
 import pytest
 import torch
+from lm_helpers import check_domain, check_round_trip, draw, where
 
 import minitc as tc
+from minitc.autotune.space import Space
+from minitc.autotune.workload_key import workload_key
+from minitc.errors import ScheduleError
 from minitc.lm.decode import Decoder
 from minitc.lm.hardware import hardware
 from minitc.lm.language import Hardware, Loc, Sentence, SentenceError, Stage, parse, sentence, space_values
 from minitc.lm.model import ModelConfig, TensorLM
 from minitc.lm.tokenizer import Tokenizer
 from minitc.lm.training_set import HELD_OUT, TRAINING
-from minitc.errors import ScheduleError
-from minitc.autotune.space import Space
-from minitc.autotune.workload_key import workload_key
-
-from lm_helpers import check_domain, check_round_trip, draw, where
 
 OPS = sorted(tc.ops.OPS)
 WORKLOADS = {**TRAINING, **HELD_OUT}
 SPACES_PER_OP, SAMPLES_PER_OP_SPACE, SAMPLES_PER_WORKLOAD = 3, 16, 20  # 1200 + 860 programs
-DECODE_OPS = ["matmul", "batch_matmul", "dense", "conv2d", "depthwise_conv2d", "max_pool2d", "avg_pool2d",
-              "softmax", "layer_norm", "sum", "add", "bias_add"]  # fmt: skip
+DECODE_OPS = [
+    "matmul",
+    "batch_matmul",
+    "dense",
+    "conv2d",
+    "depthwise_conv2d",
+    "max_pool2d",
+    "avg_pool2d",
+    "softmax",
+    "layer_norm",
+    "sum",
+    "add",
+    "bias_add",
+]
 DECODE_PER_OP = 90  # ~1000 decoded programs in all
 
 
@@ -110,8 +122,10 @@ def test_prompt_shows_the_hand_templates_program(workload_samples, hw, tok):
         with_template += 1
         template = sentence(space, hw, space.replay(space.default_values()).decisions)
         assert prompt.defaults == template.decisions, name  # what tc.build runs, as decisions
-        assert f"\ndefault sketch = template ; " in prompt.prompt()
-        assert space_values(space, Sentence(prompt.stages, hw, prompt.sketches, prompt.defaults)) == space.default_values()
+        assert "\ndefault sketch = template ; " in prompt.prompt()
+        assert (
+            space_values(space, Sentence(prompt.stages, hw, prompt.sketches, prompt.defaults)) == space.default_values()
+        )
         # a vocabulary from before the `default` keyword gets the prompt it was trained on
         old = Tokenizer([t for t in tok.vocab if t != "default"])
         assert "default" not in old.prompt_text(prompt) and old.unk not in old.prompt_ids(prompt)
@@ -165,14 +179,38 @@ def matmul_text(workload_samples, hw):
 @pytest.mark.parametrize(
     "case, edit, at, got, expected",
     [
-        ("truncated", lambda t: t[: t.index("sketch = ") + len("sketch = ")], None, "end of text", ["'('", "int", "loc", "word", "'true'"]),
-        ("bad value", lambda t: t.replace("sketch = template", "sketch = 3.5"), lambda t: t.index("3.5") + 1, "'.'", ["';'"]),
+        (
+            "truncated",
+            lambda t: t[: t.index("sketch = ") + len("sketch = ")],
+            None,
+            "end of text",
+            ["'('", "int", "loc", "word", "'true'"],
+        ),
+        (
+            "bad value",
+            lambda t: t.replace("sketch = template", "sketch = 3.5"),
+            lambda t: t.index("3.5") + 1,
+            "'.'",
+            ["';'"],
+        ),
         ("bad keyword", lambda t: t.replace(" cores ", " kores "), lambda t: t.index("kores"), "'kores'", ["'cores'"]),
         ("missing ;", lambda t: t.rstrip(" ;"), None, "end of text", ["';'"]),
-        ("bad dtype", lambda t: t.replace("input float32", "input float16", 1), lambda t: t.index("float16"), "'float16'", ["dtype"]),
-        ("empty default", lambda t: t[: t.index("default ") + 7] + t[t.index("\n=>"):], lambda t: t.index("=>"), "'=>'", ["label"]),
+        (
+            "bad dtype",
+            lambda t: t.replace("input float32", "input float16", 1),
+            lambda t: t.index("float16"),
+            "'float16'",
+            ["dtype"],
+        ),
+        (
+            "empty default",
+            lambda t: t[: t.index("default ") + 7] + t[t.index("\n=>") :],
+            lambda t: t.index("=>"),
+            "'=>'",
+            ["label"],
+        ),
     ],
-)  # fmt: skip
+)
 def test_malformed_sentences_name_line_column_and_expected_tokens(matmul_text, case, edit, at, got, expected):
     bad = edit(matmul_text)
     assert bad != matmul_text
@@ -257,8 +295,10 @@ def test_bool_is_not_an_int_decision(workload_samples, hw):
 # -- 3. tokenizer coverage -------------------------------------------------------------------------
 
 
-_TINY_PROMPT = ("workload stage input float32 [1] hardware llvm znver2 cores 1 simd 8 l1 1 l2 1 l3 1 "
-                "gflops 1 gbps 1 space generic =>\n")  # fmt: skip
+_TINY_PROMPT = (
+    "workload stage input float32 [1] hardware llvm znver2 cores 1 simd 8 l1 1 l2 1 l3 1 "
+    "gflops 1 gbps 1 space generic =>\n"
+)
 
 
 def test_every_legal_value_of_every_slot_has_tokens(op_samples, workload_samples, tok):

@@ -1,5 +1,6 @@
 """The tensor language model: causality, the key/value cache, learning a tiny set, example
 weights, checkpoints and their errors. Tiny configs keep the file fast on a laptop CPU."""
+
 import os
 
 import pytest
@@ -91,7 +92,12 @@ def test_expanded_prompt_gives_identical_rows_and_select_keeps_rows():
         torch.testing.assert_close(logits[row], reference[0, 6:], atol=1e-5, rtol=0)
     kept = select_cache(cache, torch.tensor([0, 2]))
     prompt_keys, _, own_keys, own_values = kept[1]
-    assert prompt_keys.shape == (1, 2, 6, 16) and own_keys.shape == own_values.shape == (2, 2, 3, 16)  # prompt kept once
+    assert prompt_keys.shape == (1, 2, 6, 16) and own_keys.shape == own_values.shape == (
+        2,
+        2,
+        3,
+        16,
+    )  # prompt kept once
     with torch.no_grad():
         logits, _ = model(torch.tensor([[5], [5]]), kept)
     torch.testing.assert_close(logits[0], logits[1], atol=1e-5, rtol=0)
@@ -158,8 +164,13 @@ def test_checkpoint_round_trip(tmp_path):
 
 
 def _payload(model):
-    return {"format": "minitc-lm-1", "config": model.cfg.to_dict(), "vocab": [str(i) for i in range(VOCAB)],
-            "state_dict": model.state_dict(), "meta": {}}
+    return {
+        "format": "minitc-lm-1",
+        "config": model.cfg.to_dict(),
+        "vocab": [str(i) for i in range(VOCAB)],
+        "state_dict": model.state_dict(),
+        "meta": {},
+    }
 
 
 def test_damaged_checkpoints_raise_checkpoint_error(tmp_path):

@@ -1,6 +1,7 @@
 """The language model's pipeline end to end, with tiny models: data generation, pretraining,
 tuning with the `tlm` strategy (records hold sentences), fine-tuning on the records, `--learn`,
 the shipped checkpoint, and the `minitc lm` commands."""
+
 import json
 
 import numpy as np
@@ -9,14 +10,14 @@ import torch
 from click.testing import CliRunner
 
 import minitc as tc
+from minitc.autotune.database import Database
+from minitc.autotune.tuner import tune
 from minitc.lm.cli import lm as lm_cli
 from minitc.lm.data import demonstrations, gen_data, read_sentences
 from minitc.lm.language import parse
 from minitc.lm.model import LMError, ModelConfig, TensorLM, load_checkpoint, save_checkpoint
 from minitc.lm.pipeline import SHIPPED, finetune, load_model, pretrain, user_model_path
 from minitc.lm.tokenizer import Tokenizer
-from minitc.autotune.database import Database
-from minitc.autotune.tuner import tune
 
 TINY = {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64}
 
@@ -50,7 +51,9 @@ def test_gen_data_then_pretrain_a_tiny_model(tmp_path):
 
 def _decision_distance(sentence) -> int:
     """How many decisions differ from the sentence's own `default` line."""
-    return sum(a != b for a, b in zip(sentence.decisions, sentence.defaults)) + abs(len(sentence.decisions) - len(sentence.defaults))
+    return sum(a != b for a, b in zip(sentence.decisions, sentence.defaults)) + abs(
+        len(sentence.decisions) - len(sentence.defaults)
+    )
 
 
 def test_gen_data_near_template_draws_from_the_default_programs_neighbourhood(tmp_path):
@@ -98,9 +101,9 @@ def test_tlm_tuning_records_sentences_and_finetuning_uses_them(tmp_path, tiny_ch
 
 
 def test_tlm_search_spends_half_of_later_rounds_on_edits_of_the_best_programs(tiny_checkpoint):
-    from minitc.lm.strategy import tlm_search
     from minitc.autotune.mutators import is_switch
     from minitc.autotune.space import Space
+    from minitc.lm.strategy import tlm_search
 
     space = Space(_matmul(), "llvm")
     search = tlm_search(space, np.random.default_rng(0), lm=tiny_checkpoint)
@@ -121,9 +124,9 @@ def test_tlm_search_spends_half_of_later_rounds_on_edits_of_the_best_programs(ti
 
 
 def test_tlm_search_first_sweeps_the_switches_of_its_best_program(tiny_checkpoint):
-    from minitc.lm.strategy import tlm_search
     from minitc.autotune.mutators import is_switch
     from minitc.autotune.space import Space
+    from minitc.lm.strategy import tlm_search
 
     space = Space(_matmul(), "llvm")
     search = tlm_search(space, np.random.default_rng(1), lm=tiny_checkpoint)
@@ -149,9 +152,9 @@ def test_tlm_search_first_sweeps_the_switches_of_its_best_program(tiny_checkpoin
 def test_tlm_search_warns_about_another_machine_not_another_measurement(tmp_path, tiny_checkpoint):
     import warnings
 
+    from minitc.autotune.space import Space
     from minitc.lm.hardware import hardware
     from minitc.lm.strategy import tlm_search
-    from minitc.autotune.space import Space
 
     space = Space(_matmul(), "llvm")
     model, vocab, _ = load_checkpoint(tiny_checkpoint)
@@ -186,9 +189,9 @@ def test_missing_model_is_a_clear_error(tmp_path):
 def test_the_shipped_model_loads_and_proposes_valid_programs():
     if not SHIPPED.exists():
         pytest.fail(f"the package must ship a model at {SHIPPED}")
+    from minitc.autotune.space import Space
     from minitc.lm.decode import Decoder
     from minitc.lm.hardware import hardware
-    from minitc.autotune.space import Space
 
     model, tok, meta = load_model(SHIPPED)
     assert meta["parameters"] == model.num_parameters() and 1e6 <= meta["parameters"] <= 5e6
@@ -203,7 +206,9 @@ def test_lm_commands(tmp_path):
     listed = runner.invoke(lm_cli, ["workloads"])
     assert listed.exit_code == 0 and "held out" in listed.output and "matmul-512" in listed.output
     out = tmp_path / "d.jsonl"
-    made = runner.invoke(lm_cli, ["gen-data", str(out), "--per-workload", "3", "--workloads", "gpt2-softmax", "--near-template", "0.5"])
+    made = runner.invoke(
+        lm_cli, ["gen-data", str(out), "--per-workload", "3", "--workloads", "gpt2-softmax", "--near-template", "0.5"]
+    )
     assert made.exit_code == 0, made.output
     assert len(read_sentences(out)) == 3
     bad = runner.invoke(lm_cli, ["gen-data", str(out), "--workloads", "nope"])
@@ -214,9 +219,27 @@ def test_tlm_eval_suite_runs_and_tabulates(tmp_path, tiny_checkpoint):
     from minitc.cli import main
 
     out = tmp_path / "eval.json"
-    result = CliRunner().invoke(main, ["bench", "--suite", "tlm-eval", "--workloads", "softmax-bert", "--tlm-k", "1,2",
-                                       "--evo-trials", "2", "--lm", str(tiny_checkpoint), "--json", str(out), "-q",
-                                       "--tlm-seeds", "3,4"])  # fmt: skip
+    result = CliRunner().invoke(
+        main,
+        [
+            "bench",
+            "--suite",
+            "tlm-eval",
+            "--workloads",
+            "softmax-bert",
+            "--tlm-k",
+            "1,2",
+            "--evo-trials",
+            "2",
+            "--lm",
+            str(tiny_checkpoint),
+            "--json",
+            str(out),
+            "-q",
+            "--tlm-seeds",
+            "3,4",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "TLM@1/Evo@2" in result.output and "geomean" in result.output
     # a second seed runs TLM again against the same evolutionary run
@@ -253,10 +276,25 @@ def test_an_earlier_run_lends_only_its_evolutionary_winners(tiny_checkpoint):
     from minitc.benchmarks.tlm_eval import evaluate_workload
     from minitc.lm.training_set import HELD_OUT
 
-    earlier = {"evo_ms": {"2": 1.0}, "evo_seconds": {"2": 1.0}, "evo_history": [1.0, 1.0], "evo_times": [0.5, 1.0],
-               "evo_errors": 0, "winners": {"Evo@2": "[]", "TLM@1": "stale"}, "first_winners": {"Evo@2": "[]", "TLM@1": "stale"}}
-    row = evaluate_workload("softmax-bert", HELD_OUT["softmax-bert"], [1], [2], seed=0, lm=str(tiny_checkpoint),
-                            evo_from=earlier, retime_rounds=0)  # fmt: skip
+    earlier = {
+        "evo_ms": {"2": 1.0},
+        "evo_seconds": {"2": 1.0},
+        "evo_history": [1.0, 1.0],
+        "evo_times": [0.5, 1.0],
+        "evo_errors": 0,
+        "winners": {"Evo@2": "[]", "TLM@1": "stale"},
+        "first_winners": {"Evo@2": "[]", "TLM@1": "stale"},
+    }
+    row = evaluate_workload(
+        "softmax-bert",
+        HELD_OUT["softmax-bert"],
+        [1],
+        [2],
+        seed=0,
+        lm=str(tiny_checkpoint),
+        evo_from=earlier,
+        retime_rounds=0,
+    )
     assert row["winners"]["Evo@2"] == "[]" and row["first_winners"]["Evo@2"] == "[]"
     assert row["winners"]["TLM@1"] != "stale" and row["winners"]["TLM@1"] == row["first_winners"]["TLM@1"]
     assert json.loads(row["winners"]["TLM@1"])  # this run's program: a trace with steps
@@ -265,8 +303,11 @@ def test_an_earlier_run_lends_only_its_evolutionary_winners(tiny_checkpoint):
 def test_time_to_match_uses_the_same_rule_for_both_searches():
     from minitc.benchmarks.tlm_report import _first_match
 
-    row = {"retimed_ms": {"TLM@1": 2.0, "TLM@10": 1.0, "Evo@64": 0.99, "Evo@256": 1.2, "Evo@1000": 1.0},
-           "tlm_seconds": {1: 5.0, 10: 8.0}, "evo_seconds": {"64": 20.0, "256": 80.0, "1000": 300.0}}  # as read from JSON
+    row = {
+        "retimed_ms": {"TLM@1": 2.0, "TLM@10": 1.0, "Evo@64": 0.99, "Evo@256": 1.2, "Evo@1000": 1.0},
+        "tlm_seconds": {1: 5.0, 10: 8.0},
+        "evo_seconds": {"64": 20.0, "256": 80.0, "1000": 300.0},
+    }  # as read from JSON
     assert _first_match(row, "TLM", [1, 10], 1000) == {"k": 10, "seconds": 8.0}
     assert _first_match(row, "Evo", [64, 256, 1000], 1000) == {"k": 64, "seconds": 20.0}
     row["retimed_ms"]["TLM@10"] = 1.005  # within the timing noise (MATCH_TOLERANCE, 1%) counts
@@ -280,14 +321,27 @@ def test_a_stored_run_is_reported_again_under_the_current_rules(tmp_path):
     from minitc.benchmarks.tlm_report import report
 
     def row(tlm10, evo64):
-        return {"workload": "softmax-bert", "template_ms": 1.0, "valid_rate": 1.0,
-                "tlm_ms": {"1": 2.0, "10": tlm10}, "evo_ms": {"64": evo64, "1000": 1.0},
-                "tlm_seconds": {"1": 5.0, "10": 8.0}, "evo_seconds": {"64": 20.0, "1000": 300.0},
-                "retimed_ms": {"TLM@1": 2.0, "TLM@10": tlm10, "Evo@64": evo64, "Evo@1000": 1.0}}  # fmt: skip
+        return {
+            "workload": "softmax-bert",
+            "template_ms": 1.0,
+            "valid_rate": 1.0,
+            "tlm_ms": {"1": 2.0, "10": tlm10},
+            "evo_ms": {"64": evo64, "1000": 1.0},
+            "tlm_seconds": {"1": 5.0, "10": 8.0},
+            "evo_seconds": {"64": 20.0, "1000": 300.0},
+            "retimed_ms": {"TLM@1": 2.0, "TLM@10": tlm10, "Evo@64": evo64, "Evo@1000": 1.0},
+        }
 
     path = tmp_path / "run.json"
-    path.write_text(json.dumps({"run": {"command": "python -m benchmarks --suite tlm-eval --tlm-seeds 3,4"},
-                                "rows": [row(1.005, 1.5)], "more_seeds": {"4": [row(1.2, 1.5)]}}))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {
+                "run": {"command": "python -m benchmarks --suite tlm-eval --tlm-seeds 3,4"},
+                "rows": [row(1.005, 1.5)],
+                "more_seeds": {"4": [row(1.2, 1.5)]},
+            }
+        )
+    )
     text = report(path)
     assert "TLM@10 after 8 s, Evo@1000 after 300 s (Evo s / TLM s = 38)" in text  # 1.005 ms is within 1%
     seeds = {line.split()[1]: line.split() for line in text.splitlines() if line.startswith("seed ")}
@@ -299,10 +353,10 @@ def test_a_smaller_budget_answers_as_the_tuner_would():
     finalists re-measured, not their fastest first measurement (a lucky one here)."""
     from types import SimpleNamespace
 
-    from minitc.benchmarks.tlm_eval import _confirmed_winners, _first_winners
     from minitc.autotune.database import Record
     from minitc.autotune.space import Space
     from minitc.autotune.tuner import encode_trace
+    from minitc.benchmarks.tlm_eval import _confirmed_winners, _first_winners
 
     out = _matmul(64)
     space = Space(out, "llvm")

@@ -1,12 +1,13 @@
 """Safe measurement: candidates are built in worker processes and run in an isolated runner;
 planted crashing, hanging and wrong kernels become error results and measuring goes on."""
+
 import llvmlite.binding as llvm
 import pytest
 
 import minitc as tc
+from minitc.autotune.runner import BuildResult, LocalBuilder, LocalRunner, Task
 from minitc.backends.llvm import jit
 from minitc.target import parse_target
-from minitc.autotune.runner import BuildResult, LocalBuilder, LocalRunner, Task
 
 
 @pytest.fixture(scope="module")

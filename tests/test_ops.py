@@ -1,5 +1,6 @@
 """tc.ops: every operator's tensor-expression definition, evaluated with te_eval, against its
 plain-numpy reference; the references against torch; argument errors; te_eval semantics."""
+
 import numpy as np
 import pytest
 
@@ -83,19 +84,29 @@ def test_matmul_int32():
 
 @pytest.mark.parametrize(
     "sa,sb,ta,tb",
-    [((2, 3, 4), (2, 4, 5), False, False), ((3, 4, 2), (3, 4, 5), True, False),
-     ((1, 3, 4), (4, 5, 4), False, True), ((4, 3, 6), (1, 6, 2), False, False)],
-)  # fmt: skip
+    [
+        ((2, 3, 4), (2, 4, 5), False, False),
+        ((3, 4, 2), (3, 4, 5), True, False),
+        ((1, 3, 4), (4, 5, 4), False, True),
+        ((4, 3, 6), (1, 6, 2), False, False),
+    ],
+)
 def test_batch_matmul(sa, sb, ta, tb):
     _check(ops.batch_matmul, ref.batch_matmul, [_rand(*sa), _rand(*sb, seed=3)], transpose_a=ta, transpose_b=tb)
 
 
 @pytest.mark.parametrize(
     "bias,act,stages",
-    [(False, None, ["dense"]), (True, None, ["dense", "dense_bias"]), (False, "relu", ["dense", "dense_relu"]),
-     (True, "relu", ["dense", "dense_bias_relu"]), (True, "gelu", ["dense", "dense_bias_gelu"]),
-     (True, "sigmoid", ["dense", "dense_bias_sigmoid"]), (False, "tanh", ["dense", "dense_tanh"])],
-)  # fmt: skip
+    [
+        (False, None, ["dense"]),
+        (True, None, ["dense", "dense_bias"]),
+        (False, "relu", ["dense", "dense_relu"]),
+        (True, "relu", ["dense", "dense_bias_relu"]),
+        (True, "gelu", ["dense", "dense_bias_gelu"]),
+        (True, "sigmoid", ["dense", "dense_bias_sigmoid"]),
+        (False, "tanh", ["dense", "dense_tanh"]),
+    ],
+)
 def test_dense(bias, act, stages):
     x, w = _rand(5, 7), _rand(6, 7, seed=2)
     b = _rand(6, seed=4) if bias else None
@@ -114,37 +125,59 @@ def test_dense_custom_name():
 
 @pytest.mark.parametrize(
     "xs,ws,stride,padding,dilation",
-    [((1, 3, 7, 7), (4, 3, 3, 3), 1, 0, 1), ((1, 3, 7, 7), (4, 3, 3, 3), 1, 1, 1),
-     ((2, 4, 10, 8), (3, 4, 3, 3), 2, 1, 1), ((1, 2, 11, 11), (5, 2, 3, 3), 1, 2, 2),
-     ((1, 2, 9, 13), (3, 2, 3, 5), (2, 1), (1, 2), (1, 2)), ((2, 3, 6, 5), (2, 3, 1, 1), 1, 0, 1),
-     ((1, 1, 8, 8), (1, 1, 2, 2), 2, 0, 1)],
-)  # fmt: skip
+    [
+        ((1, 3, 7, 7), (4, 3, 3, 3), 1, 0, 1),
+        ((1, 3, 7, 7), (4, 3, 3, 3), 1, 1, 1),
+        ((2, 4, 10, 8), (3, 4, 3, 3), 2, 1, 1),
+        ((1, 2, 11, 11), (5, 2, 3, 3), 1, 2, 2),
+        ((1, 2, 9, 13), (3, 2, 3, 5), (2, 1), (1, 2), (1, 2)),
+        ((2, 3, 6, 5), (2, 3, 1, 1), 1, 0, 1),
+        ((1, 1, 8, 8), (1, 1, 2, 2), 2, 0, 1),
+    ],
+)
 def test_conv2d(xs, ws, stride, padding, dilation):
     out = _check(
-        ops.conv2d, ref.conv2d, [_rand(*xs), _rand(*ws, seed=5)], names=["X", "W"],
-        stride=stride, padding=padding, dilation=dilation,
-    )  # fmt: skip
+        ops.conv2d,
+        ref.conv2d,
+        [_rand(*xs), _rand(*ws, seed=5)],
+        names=["X", "W"],
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+    )
     assert _stages(out) == (["conv2d_pad", "conv2d"] if padding else ["conv2d"])
 
 
 @pytest.mark.parametrize(
     "xs,ws,stride,padding,dilation",
-    [((1, 4, 8, 8), (4, 1, 3, 3), 1, 1, 1), ((2, 3, 9, 7), (3, 3, 3), 2, 1, 1),
-     ((1, 2, 8, 8), (4, 1, 3, 3), 1, 0, 1), ((1, 3, 10, 10), (3, 1, 3, 3), 1, 2, 2)],
-)  # fmt: skip
+    [
+        ((1, 4, 8, 8), (4, 1, 3, 3), 1, 1, 1),
+        ((2, 3, 9, 7), (3, 3, 3), 2, 1, 1),
+        ((1, 2, 8, 8), (4, 1, 3, 3), 1, 0, 1),
+        ((1, 3, 10, 10), (3, 1, 3, 3), 1, 2, 2),
+    ],
+)
 def test_depthwise_conv2d(xs, ws, stride, padding, dilation):
     _check(
-        ops.depthwise_conv2d, ref.depthwise_conv2d, [_rand(*xs), _rand(*ws, seed=6)],
-        stride=stride, padding=padding, dilation=dilation,
-    )  # fmt: skip
+        ops.depthwise_conv2d,
+        ref.depthwise_conv2d,
+        [_rand(*xs), _rand(*ws, seed=6)],
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+    )
 
 
 @pytest.mark.parametrize("pool", ["max_pool2d", "avg_pool2d"])
 @pytest.mark.parametrize(
     "xs,kernel,stride,padding",
-    [((1, 3, 8, 8), 2, None, 0), ((2, 2, 9, 7), 3, 2, 1), ((1, 4, 10, 10), (3, 2), (1, 2), (1, 0)),
-     ((1, 1, 5, 5), 3, 1, 1)],
-)  # fmt: skip
+    [
+        ((1, 3, 8, 8), 2, None, 0),
+        ((2, 2, 9, 7), 3, 2, 1),
+        ((1, 4, 10, 10), (3, 2), (1, 2), (1, 0)),
+        ((1, 1, 5, 5), 3, 1, 1),
+    ],
+)
 def test_pool(pool, xs, kernel, stride, padding):
     x = -np.abs(_rand(*xs)) - 1  # all negative: zero padding would win a max, -inf must not
     out = _check(getattr(ops, pool), getattr(ref, pool), [x], kernel=kernel, stride=stride, padding=padding)
@@ -316,21 +349,31 @@ def test_references_match_torch():
     for stride, padding, dilation in [(1, 0, 1), (2, 1, 1), ((1, 2), (2, 1), 2)]:
         np.testing.assert_allclose(
             ref.conv2d(x, w, stride, padding, dilation),
-            F.conv2d(t(x), t(w), stride=stride, padding=padding, dilation=dilation).numpy(), rtol=RTOL, atol=ATOL,
-        )  # fmt: skip
+            F.conv2d(t(x), t(w), stride=stride, padding=padding, dilation=dilation).numpy(),
+            rtol=RTOL,
+            atol=ATOL,
+        )
     dw = _rand(6, 1, 3, 3, seed=2)
     np.testing.assert_allclose(
-        ref.depthwise_conv2d(x, dw, 2, 1), F.conv2d(t(x), t(dw), stride=2, padding=1, groups=3).numpy(), rtol=RTOL, atol=ATOL
+        ref.depthwise_conv2d(x, dw, 2, 1),
+        F.conv2d(t(x), t(dw), stride=2, padding=1, groups=3).numpy(),
+        rtol=RTOL,
+        atol=ATOL,
     )
     for kernel, stride, padding in [(2, None, 0), (3, 2, 1), ((3, 2), (1, 2), (1, 0))]:
         np.testing.assert_allclose(
             ref.max_pool2d(x, kernel, stride, padding), F.max_pool2d(t(x), kernel, stride, padding).numpy(), rtol=RTOL
         )
         np.testing.assert_allclose(
-            ref.avg_pool2d(x, kernel, stride, padding), F.avg_pool2d(t(x), kernel, stride, padding).numpy(), rtol=RTOL, atol=ATOL
+            ref.avg_pool2d(x, kernel, stride, padding),
+            F.avg_pool2d(t(x), kernel, stride, padding).numpy(),
+            rtol=RTOL,
+            atol=ATOL,
         )
     a, g, b = _rand(4, 3, 10) * 3, _rand(10, seed=3), _rand(10, seed=4)
-    np.testing.assert_allclose(ref.layer_norm(a, g, b), F.layer_norm(t(a), (10,), t(g), t(b)).numpy(), rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(
+        ref.layer_norm(a, g, b), F.layer_norm(t(a), (10,), t(g), t(b)).numpy(), rtol=RTOL, atol=ATOL
+    )
     for axis in (0, 1, -1):
         np.testing.assert_allclose(ref.softmax(a, axis), F.softmax(t(a), dim=axis).numpy(), rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(ref.gelu(a), F.gelu(t(a)).numpy(), rtol=RTOL, atol=ATOL)
@@ -403,11 +446,19 @@ def _point_by_point(out, inputs):
 @pytest.mark.parametrize("case", ["matmul", "matmul_tt", "batch_matmul", "dense_gelu"])
 def test_te_eval_contractions_use_einsum_and_agree_point_by_point(case):
     rng = np.random.default_rng(1)
-    shapes = {"matmul": [(9, 13), (13, 7)], "matmul_tt": [(13, 9), (7, 13)], "batch_matmul": [(3, 5, 4), (3, 4, 6)],
-              "dense_gelu": [(6, 8), (5, 8), (5,)]}[case]  # fmt: skip
+    shapes = {
+        "matmul": [(9, 13), (13, 7)],
+        "matmul_tt": [(13, 9), (7, 13)],
+        "batch_matmul": [(3, 5, 4), (3, 4, 6)],
+        "dense_gelu": [(6, 8), (5, 8), (5,)],
+    }[case]
     phs = [tc.placeholder(sh, name=f"in{n}") for n, sh in enumerate(shapes)]
-    out = {"matmul": lambda: ops.matmul(*phs), "matmul_tt": lambda: ops.matmul(*phs, transpose_a=True, transpose_b=True),
-           "batch_matmul": lambda: ops.batch_matmul(*phs), "dense_gelu": lambda: ops.dense(*phs, activation="gelu")}[case]()  # fmt: skip
+    out = {
+        "matmul": lambda: ops.matmul(*phs),
+        "matmul_tt": lambda: ops.matmul(*phs, transpose_a=True, transpose_b=True),
+        "batch_matmul": lambda: ops.batch_matmul(*phs),
+        "dense_gelu": lambda: ops.dense(*phs, activation="gelu"),
+    }[case]()
     product = [t for t in te.graph([out]) if isinstance(t.op, te.ComputeOp) and t.op.reduce_axes]
     assert len(product) == 1 and te_eval._contraction(product[0].op) is not None
     inputs = {p: rng.standard_normal(p.shape).astype("float32") for p in phs}

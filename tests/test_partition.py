@@ -1,11 +1,12 @@
 """Loop partitioning of guarded tails (minitc/lowering/partition.py): the partitioned nest means the
 same as the original (reference interpreter, on random schedules) and its hot loops are
 guard-free."""
-import numpy as np
 
-import minitc as tc
+import numpy as np
 from fuzz_schedules import random_schedule
 from helpers import interpret_outputs, random_inputs
+
+import minitc as tc
 from minitc.ir import For, IfThenElse, Kernel, walk_stmts
 from minitc.lowering.partition import partition_tails
 from minitc.printer import format_stmt
@@ -53,7 +54,9 @@ def test_tiles_past_the_edge_are_dropped_not_guarded():
         kernel = tc.lower(s)
         assert "if " in format_stmt(kernel.body)
         part = _partitioned(kernel)
-        assert not any(isinstance(st, IfThenElse) and "< 24" in format_stmt(st) for st in walk_stmts(part.body)), format_stmt(part.body)
+        assert not any(isinstance(st, IfThenElse) and "< 24" in format_stmt(st) for st in walk_stmts(part.body)), (
+            format_stmt(part.body)
+        )
         x = random_inputs(kernel)
         np.testing.assert_array_equal(interpret_outputs(part, x)[0], x[0] * 2.0)
 

@@ -1,4 +1,5 @@
 """The pseudo-Python printer: exact text, precedence, constants, and name deduplication."""
+
 import math
 
 from minitc.expr import Cast, Const, Var, call, cast, compare, const, logical, maximum, minimum, select
@@ -16,11 +17,29 @@ def matmul_relu_kernel(kinds=("parallel", "serial", "unrolled", "vectorized")):
     i1, i2, i3 = Var("i_i"), Var("i_i"), Var("i_i")  # three distinct variables, one name
     row = lambda ii: io * 32 + ii  # noqa: E731
     update = Load(CL, (i2,)) + Load(A, (row(i2), k)) * Load(B, (k, j))
-    body = For(io, 2, kinds[0], For(j, 16, kinds[1], Allocate(CL, seq(
-        For(i1, 32, kinds[2], Store(CL, (i1,), const(0.0))),
-        For(k, 32, "serial", For(i2, 32, kinds[3], Store(CL, (i2,), update))),
-        For(i3, 32, "serial", IfThenElse(row(i3) < 60, Store(C, (row(i3), j), maximum(Load(CL, (i3,)), 0.0)))),
-    ))))  # fmt: skip
+    body = For(
+        io,
+        2,
+        kinds[0],
+        For(
+            j,
+            16,
+            kinds[1],
+            Allocate(
+                CL,
+                seq(
+                    For(i1, 32, kinds[2], Store(CL, (i1,), const(0.0))),
+                    For(k, 32, "serial", For(i2, 32, kinds[3], Store(CL, (i2,), update))),
+                    For(
+                        i3,
+                        32,
+                        "serial",
+                        IfThenElse(row(i3) < 60, Store(C, (row(i3), j), maximum(Load(CL, (i3,)), 0.0))),
+                    ),
+                ),
+            ),
+        ),
+    )
     return Kernel("matmul_relu", [A, B, C], 2, body)
 
 
@@ -58,11 +77,19 @@ def test_if_else_alloc_scope_and_outputs():
     Z = Buffer("Z", (8,), "float64")
     T = Buffer("T", (2, 4), "int32", "global")
     i = Var("i")
-    body = Allocate(T, For(i, 8, "serial", IfThenElse(
-        (i < 4) & compare("ne", Load(X, (i,)), Const(0, "int32")),  # Expr has no __ne__
-        Store(Y, (i,), Load(X, (i,)) * Const(3, "int32")),
-        Seq((Store(Y, (i,), Const(-1, "int32")), Store(Z, (i,), Const(1.5, "float64")))),
-    )))  # fmt: skip
+    body = Allocate(
+        T,
+        For(
+            i,
+            8,
+            "serial",
+            IfThenElse(
+                (i < 4) & compare("ne", Load(X, (i,)), Const(0, "int32")),  # Expr has no __ne__
+                Store(Y, (i,), Load(X, (i,)) * Const(3, "int32")),
+                Seq((Store(Y, (i,), Const(-1, "int32")), Store(Z, (i,), Const(1.5, "float64")))),
+            ),
+        ),
+    )
     text = format_kernel(Kernel("k", [X, Y, Z], 1, body))
     assert text == (
         "def k(X: int32[8]) -> (Y: int32[8], Z: float64[8]):\n"
@@ -158,10 +185,7 @@ def test_unbound_var_and_undeclared_buffer_are_marked():
     i, k = Var("i"), Var("k")
     body = seq(For(i, 4, "serial", Store(A, (i,), Load(T, (k,)))), Store(A, (i,), const(0.0)))
     assert format_kernel(Kernel("k", [A], 0, body)) == (
-        "def k() -> (A: float32[4]):\n"
-        "    for i in range(4):\n"
-        "        A[i] = T?[k?]\n"
-        "    A[i?] = 0.0\n"
+        "def k() -> (A: float32[4]):\n    for i in range(4):\n        A[i] = T?[k?]\n    A[i?] = 0.0\n"
     )
 
 

@@ -150,8 +150,9 @@ class Kernels:
         self.engine.finalize_object()
         addr = self.engine.get_function_address
         self.tasks = {k: addr(k) for k in ("count_task", "nested_task", "sum_task", "pair_task")}
-        self._run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                                     ctypes.c_int64)(addr("run"))
+        self._run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
+            addr("run")
+        )
         self.threads = ctypes.CFUNCTYPE(ctypes.c_int64)(addr("threads"))
 
     def run(self, task, array, n, repeats=1):

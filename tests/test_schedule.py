@@ -1,10 +1,11 @@
 """Every schedule primitive: golden loop nest, trace round trip, and the interpreter's result
 against numpy; illegal uses raise ScheduleError naming the loop and the reason."""
+
 import numpy as np
 import pytest
+from helpers import check_golden, interpret_outputs, random_inputs, roundtrip
 
 import minitc as tc
-from helpers import check_golden, interpret_outputs, random_inputs, roundtrip
 
 M, N, K = 10, 12, 6
 

@@ -1,5 +1,6 @@
 """Design spaces: every rule on every operator yields only legal, numpy-correct candidates;
 decisions replay to the same program; the hand templates are points of their spaces."""
+
 import numpy as np
 import pytest
 

@@ -1,4 +1,5 @@
 """Tensor expressions: construction rules, dtypes and the errors users see."""
+
 import numpy as np
 import pytest
 

@@ -1,14 +1,15 @@
-"""Schedule templates of the convolution family (minitc/schedules/conv.py): conv2d,
+"""Schedule templates of the convolution family (minitc/templates/conv.py): conv2d,
 depthwise_conv2d, max_pool2d and avg_pool2d built with their defaults (`tc.build(Y)`) and with
 explicit sizes, against the numpy references, on shapes that do not divide the tile sizes;
 every template's trace round-trips through JSON."""
+
 import numpy as np
 import pytest
+from helpers import roundtrip
 
 import minitc as tc
-from minitc.target import parse_target
-from helpers import roundtrip
 from minitc.ops import reference as ref
+from minitc.target import parse_target
 from minitc.templates import DEFAULTS, TEMPLATES, load_templates
 
 pytestmark = pytest.mark.avx2

@@ -1,13 +1,14 @@
-"""Templates of the memory-bound operators (minitc/schedules/{elementwise,reduce,norm}.py):
+"""Templates of the memory-bound operators (minitc/templates/{elementwise,reduce,norm}.py):
 tc.build(out) with the defaults against tc.ops.reference on shapes that do and do not divide
 the vector width and tiles, explicit non-default parameters, the loop structure they promise,
 and trace round trips."""
+
 import numpy as np
 import pytest
+from helpers import roundtrip
 
 import minitc as tc
 from minitc.target import parse_target
-from helpers import roundtrip
 from minitc.templates import DEFAULTS, TEMPLATES, load_templates
 
 pytestmark = pytest.mark.avx2
@@ -82,7 +83,9 @@ def test_bias_add_channels():
     _check(out, [X, B], [x, b], tc.ops.reference.bias_add(x, b, axis=1))
 
 
-@pytest.mark.parametrize("params", [dict(vector=8, parallel=True), dict(vector=5, parallel=False, inline=False), dict(vector=64)])
+@pytest.mark.parametrize(
+    "params", [dict(vector=8, parallel=True), dict(vector=5, parallel=False, inline=False), dict(vector=64)]
+)
 def test_elementwise_params(params):
     rng = np.random.default_rng(4)
     x = _data(rng, (3, 100))
@@ -153,7 +156,10 @@ def test_reduce_loop_structure():
 # -- softmax and layer_norm ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("shape,axis", [((7, 13), -1), ((7, 13), 0), ((17,), 0), ((3, 4, 37), 1), ((3, 4, 37), 0), ((3, 5, 37), -1), ((40, 128), -1)])
+@pytest.mark.parametrize(
+    "shape,axis",
+    [((7, 13), -1), ((7, 13), 0), ((17,), 0), ((3, 4, 37), 1), ((3, 4, 37), 0), ((3, 5, 37), -1), ((40, 128), -1)],
+)
 def test_softmax(shape, axis):
     rng = np.random.default_rng(7)
     x = _data(rng, shape, 3.0)
@@ -162,7 +168,9 @@ def test_softmax(shape, axis):
     _check(out, [X], [x], tc.ops.reference.softmax(x, axis=axis))
 
 
-@pytest.mark.parametrize("params", [dict(rows=3, vector=8, chunk=8, parallel=True), dict(rows=1, vector=16, chunk=5, parallel=False)])
+@pytest.mark.parametrize(
+    "params", [dict(rows=3, vector=8, chunk=8, parallel=True), dict(rows=1, vector=16, chunk=5, parallel=False)]
+)
 @pytest.mark.parametrize("axis", [0, -1])
 def test_softmax_params(params, axis):
     rng = np.random.default_rng(8)

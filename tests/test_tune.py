@@ -1,4 +1,5 @@
 """Tuning: strategies, records, resume, planted failures, and the task scheduler."""
+
 import math
 
 import llvmlite.binding as llvm
@@ -6,13 +7,13 @@ import numpy as np
 import pytest
 
 import minitc as tc
-from minitc.backends.llvm import jit
-from minitc.target import parse_target
 from minitc.autotune.database import Database
 from minitc.autotune.runner import BuildResult, LocalBuilder
-from minitc.autotune.task_scheduler import gradient, tune_tasks
 from minitc.autotune.search import EvolutionarySearch, RandomSearch
 from minitc.autotune.space import Space
+from minitc.autotune.task_scheduler import gradient, tune_tasks
+from minitc.backends.llvm import jit
+from minitc.target import parse_target
 
 
 class RandomScores:
@@ -39,7 +40,9 @@ def test_tune_records_and_builds_the_best(tmp_path, strategy):
     A, B, C = _matmul()
     db = tmp_path / "r.db"
     calls = []
-    r = tc.tune(C, trials=6, strategy=strategy, db=db, batch=3, cost_model=RandomScores(), progress=lambda *a: calls.append(a))
+    r = tc.tune(
+        C, trials=6, strategy=strategy, db=db, batch=3, cost_model=RandomScores(), progress=lambda *a: calls.append(a)
+    )
     assert r.trials == 6 and len(r.history) == 6 and len(calls) == 6
     assert r.best_ms is not None and r.best_ms > 0
     finite = [h for h in r.history if h is not None]
@@ -66,7 +69,7 @@ def test_resume_never_measures_a_candidate_twice(tmp_path):
     with Database(db) as d:
         traces = [r.trace for r in d.records(first.workload)]
     assert len(set(after_first)) == 5 and set(after_first[5:]) <= set(after_first[:5])  # re-measures only
-    new = traces[len(after_first):len(after_first) + 5]
+    new = traces[len(after_first) : len(after_first) + 5]
     assert len(set(new)) == 5 and not set(new) & set(after_first)
     assert second.best_ms is not None
 
@@ -76,9 +79,11 @@ class PlantedBuilder(LocalBuilder):
 
     def __init__(self):
         super().__init__(workers=1)
-        self.planted = [_object("store volatile i32 1, ptr null\nret void", "p_crash"),
-                        _object("entry:\nbr label %l\nl:\n%v = load volatile i32, ptr %a\nbr label %l", "p_hang"),
-                        _object("store float 0.0, ptr %c\nret void", "p_wrong")]
+        self.planted = [
+            _object("store volatile i32 1, ptr null\nret void", "p_crash"),
+            _object("entry:\nbr label %l\nl:\n%v = load volatile i32, ptr %a\nbr label %l", "p_hang"),
+            _object("store float 0.0, ptr %c\nret void", "p_wrong"),
+        ]
 
     def build(self, task, traces):
         built = super().build(task, traces)
@@ -100,8 +105,15 @@ def test_planted_failures_become_error_records_and_tuning_finishes(tmp_path):
     A, B, C = _matmul(32)
     from minitc.autotune.runner import LocalRunner
 
-    r = tc.tune(C, trials=6, strategy="random", db=tmp_path / "r.db", batch=6,
-                builder=PlantedBuilder(), runner=LocalRunner(timeout=3, repeats=2, min_repeat_ms=1))
+    r = tc.tune(
+        C,
+        trials=6,
+        strategy="random",
+        db=tmp_path / "r.db",
+        batch=6,
+        builder=PlantedBuilder(),
+        runner=LocalRunner(timeout=3, repeats=2, min_repeat_ms=1),
+    )
     assert r.errors == 3 and r.trials == 6 and r.best_ms is not None
     with Database(tmp_path / "r.db") as d:
         errors = sorted(rec.error.split(":")[0] for rec in d.records(r.workload) if not rec.ok)
@@ -111,8 +123,10 @@ def test_planted_failures_become_error_records_and_tuning_finishes(tmp_path):
 def test_strategies_ask_only_new_candidates():
     A, B, C = _matmul(64)
     space = Space(C, "llvm")
-    for search in (RandomSearch(space, np.random.default_rng(0)),
-                   EvolutionarySearch(space, RandomScores(), np.random.default_rng(0))):
+    for search in (
+        RandomSearch(space, np.random.default_rng(0)),
+        EvolutionarySearch(space, RandomScores(), np.random.default_rng(0)),
+    ):
         first = search.ask(8)
         assert len(first) == 8 and len({c.key for c in first}) == 8
         search.tell(first, [1.0 + n for n in range(8)])
@@ -126,7 +140,9 @@ def test_gradient_scheduler(tmp_path):
     assert gradient(2.0, [3.0, 2.0, 1.5, 1.4, 1.3]) > gradient(1.0, [3.0, 2.0, 1.5, 1.4, 1.3])
     A, B, C = _matmul(32)
     X = tc.placeholder((64, 32), name="X")
-    results = tune_tasks([(C, 1.0), (tc.ops.softmax(X), 3.0)], trials=8, strategy="random", db=tmp_path / "t.db", batch=2)
+    results = tune_tasks(
+        [(C, 1.0), (tc.ops.softmax(X), 3.0)], trials=8, strategy="random", db=tmp_path / "t.db", batch=2
+    )
     assert sum(r.trials for r in results) == 8 and all(r.trials >= 2 for r in results)
 
 

@@ -1,17 +1,18 @@
 """`minitc tune`, `minitc show` and the tuning benchmark suites, end to end on tiny workloads
 (a few trials each), plus the --shape syntax, FLOPs and the workload recovery of `show`."""
+
 import io
 import json
 
 import pytest
 from click.testing import CliRunner
 
+from minitc.autotune.workload_key import describe, workload_key
 from minitc.benchmarks import suites as wl
-from minitc.cli import main
 from minitc.benchmarks.progress import TuneProgress
+from minitc.cli import main
 from minitc.commands.recover import recover
 from minitc.commands.spec import command_args, flops, parse_call
-from minitc.autotune.workload_key import describe, workload_key
 
 TUNE_FIELDS = {"workload", "best_ms", "trials", "errors", "history", "seconds", "overhead_s_per_trial"}
 TABLE_FIELDS = {"tuned_ms", "default_ms", "numpy_ms", "torch_ms", "best_library", "ratio", "gflops", "flops"}
@@ -27,8 +28,9 @@ def tuned(tmp_path_factory):
     """One `minitc tune` run: 4 random trials of a 32^3 matmul into a fresh database."""
     tmp = tmp_path_factory.mktemp("tune")
     db, out = tmp / "r.db", tmp / "out.json"
-    result = run("tune", "matmul", "--shape", "32,32,32", "--trials", 4, "--strategy", "random", "--db", db,
-                 "--json", out, *FAST)  # fmt: skip
+    result = run(
+        "tune", "matmul", "--shape", "32,32,32", "--trials", 4, "--strategy", "random", "--db", db, "--json", out, *FAST
+    )
     assert result.exit_code == 0, result.output + repr(result.exception)
     return result.output, json.loads(out.read_text()), db
 
@@ -53,8 +55,16 @@ def test_tune_writes_json(tuned):
 
 def test_tune_prints_table(tuned):
     output, _, _ = tuned
-    for text in ("tuned (random)", "template (tc.build)", "numpy", "torch", "GFLOP/s", "vs best library",
-                 "4/4 trials", "wall time"):  # fmt: skip
+    for text in (
+        "tuned (random)",
+        "template (tc.build)",
+        "numpy",
+        "torch",
+        "GFLOP/s",
+        "vs best library",
+        "4/4 trials",
+        "wall time",
+    ):
         assert text in output, text
 
 
@@ -86,19 +96,22 @@ def test_show_without_records(tmp_path):
     assert "hand template" in result.output and "def softmax_kernel(" in result.output
 
 
-@pytest.mark.parametrize("args, message", [
-    (["tune", "matmull", "--shape", "8,8,8"], "Did you mean matmul"),
-    (["tune", "matmul", "--shape", "8,8"], "M,N,K"),
-    (["tune", "matmul", "--shape", "8,x8,a"], "integers"),
-    (["tune", "matmul"], "needs --shape M,N,K"),
-    (["tune", "matmul", "--shape", "8,8,8", "--stride", "2"], "does not apply to matmul"),
-    (["tune", "conv2d", "--shape", "1,3,4,4,8,7,7"], "ShapeError"),
-    (["tune", "max_pool2d", "--shape", "1,2,8,8"], "needs --kernel"),
-    (["tune", "sum", "--shape", "4,4", "--axis", "x"], "--axis"),
-    (["tune", "matmul", "--shape", "8,8,8", "--target", "opencl"], "--target"),
-    (["bench", "--suite", "cpu-core", "--trials", "3"], "only apply to the tuning suites"),
-    (["bench", "--suite", "smoke-tune", "--strategies", "greedy"], "random, evolutionary"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["tune", "matmull", "--shape", "8,8,8"], "Did you mean matmul"),
+        (["tune", "matmul", "--shape", "8,8"], "M,N,K"),
+        (["tune", "matmul", "--shape", "8,x8,a"], "integers"),
+        (["tune", "matmul"], "needs --shape M,N,K"),
+        (["tune", "matmul", "--shape", "8,8,8", "--stride", "2"], "does not apply to matmul"),
+        (["tune", "conv2d", "--shape", "1,3,4,4,8,7,7"], "ShapeError"),
+        (["tune", "max_pool2d", "--shape", "1,2,8,8"], "needs --kernel"),
+        (["tune", "sum", "--shape", "4,4", "--axis", "x"], "--axis"),
+        (["tune", "matmul", "--shape", "8,8,8", "--target", "opencl"], "--target"),
+        (["bench", "--suite", "cpu-core", "--trials", "3"], "only apply to the tuning suites"),
+        (["bench", "--suite", "smoke-tune", "--strategies", "greedy"], "random, evolutionary"),
+    ],
+)
 def test_usage_errors(args, message):
     result = run(*args)
     assert result.exit_code == 2, result.output
@@ -107,8 +120,11 @@ def test_usage_errors(args, message):
 
 def test_show_unknown_workload(tuned):
     _, _, db = tuned
-    for args, message in ((["ffffffff"], "no workload key starts with"), (["relu"], "give its shape"),
-                          (["--shape", "4,4"], "give the op before --shape")):  # fmt: skip
+    for args, message in (
+        (["ffffffff"], "no workload key starts with"),
+        (["relu"], "give its shape"),
+        (["--shape", "4,4"], "give the op before --shape"),
+    ):
         result = run("show", *args, "--db", db)
         assert result.exit_code == 2 and message in result.output, result.output
 
@@ -116,9 +132,27 @@ def test_show_unknown_workload(tuned):
 def test_tune_suite_smoke(tmp_path):
     """The cpu-tune machinery on one tiny workload, both strategies, 2 trials each."""
     out, plot = tmp_path / "suite.json", tmp_path / "curves.png"
-    result = run("bench", "--suite", "smoke-tune", "--workloads", "matmul-64", "--trials", 2, "--strategies",
-                 "random,evolutionary", "--cost-model", "random", "--no-machine", "--repeats", 3, "--json", out,
-                 "--plot", plot, *FAST)  # fmt: skip
+    result = run(
+        "bench",
+        "--suite",
+        "smoke-tune",
+        "--workloads",
+        "matmul-64",
+        "--trials",
+        2,
+        "--strategies",
+        "random,evolutionary",
+        "--cost-model",
+        "random",
+        "--no-machine",
+        "--repeats",
+        3,
+        "--json",
+        out,
+        "--plot",
+        plot,
+        *FAST,
+    )
     assert result.exit_code == 0, result.output + repr(result.exception)
     assert "tpl kernel" in result.output and "vs template" in result.output
     records = json.loads(out.read_text())
@@ -137,24 +171,54 @@ def test_tune_suite_smoke(tmp_path):
 # the --shape syntax (no compilation)
 
 
-@pytest.mark.parametrize("op, shape, options, expected", [
-    ("matmul", "512,512,512", {}, ["matmul", "--shape", "512,512,512"]),
-    ("matmul", "64,32,16", {"transpose_b": True}, ["matmul", "--shape", "64,32,16", "--transpose-b"]),
-    ("batch_matmul", "12,128,128,64", {}, ["batch_matmul", "--shape", "12,128,128,64"]),
-    ("dense", "128,768,3072", {"bias": True, "activation": "relu"},
-     ["dense", "--shape", "128,768,3072", "--bias", "--activation", "relu"]),
-    ("conv2d", "1,64,56,56,64,3,3", {"stride": "1", "padding": "1"}, ["conv2d", "--shape", "1,64,56,56,64,3,3", "--padding", "1"]),
-    ("depthwise_conv2d", "1,8,12,12,3,3,2", {"stride": "2"}, ["depthwise_conv2d", "--shape", "1,8,12,12,3,3,2", "--stride", "2"]),
-    ("max_pool2d", "1,4,16,16", {"kernel": "3", "stride": "2", "padding": "1"},
-     ["max_pool2d", "--shape", "1,4,16,16", "--kernel", "3", "--stride", "2", "--padding", "1"]),
-    ("avg_pool2d", "1,4,16,16", {"kernel": "2", "stride": "1"},
-     ["avg_pool2d", "--shape", "1,4,16,16", "--kernel", "2", "--stride", "1"]),
-    ("softmax", "1536,128", {}, ["softmax", "--shape", "1536,128"]),
-    ("layer_norm", "64,96", {}, ["layer_norm", "--shape", "64,96"]),
-    ("add", "16,1,8:4,1", {}, ["add", "--shape", "16,1,8:4,1"]),
-    ("bias_add", "2,8,4,4", {}, ["bias_add", "--shape", "2,8,4,4"]),
-    ("mean", "4,5,6", {"axis": "0,2", "keepdims": True}, ["mean", "--shape", "4,5,6", "--axis", "0,2", "--keepdims"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "op, shape, options, expected",
+    [
+        ("matmul", "512,512,512", {}, ["matmul", "--shape", "512,512,512"]),
+        ("matmul", "64,32,16", {"transpose_b": True}, ["matmul", "--shape", "64,32,16", "--transpose-b"]),
+        ("batch_matmul", "12,128,128,64", {}, ["batch_matmul", "--shape", "12,128,128,64"]),
+        (
+            "dense",
+            "128,768,3072",
+            {"bias": True, "activation": "relu"},
+            ["dense", "--shape", "128,768,3072", "--bias", "--activation", "relu"],
+        ),
+        (
+            "conv2d",
+            "1,64,56,56,64,3,3",
+            {"stride": "1", "padding": "1"},
+            ["conv2d", "--shape", "1,64,56,56,64,3,3", "--padding", "1"],
+        ),
+        (
+            "depthwise_conv2d",
+            "1,8,12,12,3,3,2",
+            {"stride": "2"},
+            ["depthwise_conv2d", "--shape", "1,8,12,12,3,3,2", "--stride", "2"],
+        ),
+        (
+            "max_pool2d",
+            "1,4,16,16",
+            {"kernel": "3", "stride": "2", "padding": "1"},
+            ["max_pool2d", "--shape", "1,4,16,16", "--kernel", "3", "--stride", "2", "--padding", "1"],
+        ),
+        (
+            "avg_pool2d",
+            "1,4,16,16",
+            {"kernel": "2", "stride": "1"},
+            ["avg_pool2d", "--shape", "1,4,16,16", "--kernel", "2", "--stride", "1"],
+        ),
+        ("softmax", "1536,128", {}, ["softmax", "--shape", "1536,128"]),
+        ("layer_norm", "64,96", {}, ["layer_norm", "--shape", "64,96"]),
+        ("add", "16,1,8:4,1", {}, ["add", "--shape", "16,1,8:4,1"]),
+        ("bias_add", "2,8,4,4", {}, ["bias_add", "--shape", "2,8,4,4"]),
+        (
+            "mean",
+            "4,5,6",
+            {"axis": "0,2", "keepdims": True},
+            ["mean", "--shape", "4,5,6", "--axis", "0,2", "--keepdims"],
+        ),
+    ],
+)
 def test_shape_syntax_round_trips_and_recovers(op, shape, options, expected):
     call = parse_call(op, shape, options)
     assert command_args(call) == expected
@@ -197,8 +261,21 @@ def test_progress_bar_writes_lines_off_a_terminal():
 def test_tune_defaults_to_the_shipped_language_model(tmp_path):
     """What the README's main job runs (there on a 1024^3 matmul): no strategy given -> tlm."""
     out = tmp_path / "out.json"
-    result = run("tune", "matmul", "--shape", "32,32,32", "--trials", 3, "--batch", 3, "--db", tmp_path / "r.db",
-                 "--json", out, *FAST)  # fmt: skip
+    result = run(
+        "tune",
+        "matmul",
+        "--shape",
+        "32,32,32",
+        "--trials",
+        3,
+        "--batch",
+        3,
+        "--db",
+        tmp_path / "r.db",
+        "--json",
+        out,
+        *FAST,
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     assert data["strategy"] == "tlm" and data["trials"] == 3 and data["tuned_ms"] > 0

@@ -2,6 +2,7 @@
 float64 (float32 data) or long double (float64 data) references, in vector and scalar code,
 on random values over the whole useful range and on the edge cases (inf, nan, +-0,
 subnormals, the overflow and underflow thresholds)."""
+
 import math
 
 import numpy as np

@@ -1,4 +1,5 @@
 """The IR verifier: well-formed kernels pass, each malformed construct gets its own message."""
+
 import pytest
 
 from minitc.errors import IRError
@@ -24,10 +25,28 @@ def test_tiled_kernel_with_everything_verifies():
     T = Buffer("T", (8,), "float32", "local")
     io, ii, j1, j2 = Var("io"), Var("ii"), Var("j"), Var("j")
     i = io * 4 + ii
-    body = For(io, 2, "parallel", For(ii, 4, "unrolled", Allocate(T, seq(
-        For(j1, 8, "vectorized", Store(T, (j1,), Load(A, (i, j1)) * 2.0)),
-        For(j2, 8, "serial", IfThenElse(j2 < 4, Store(B, (i, j2), Load(T, (j2,))), Store(B, (i, j2), const(0.0)))),
-    ))))  # fmt: skip
+    body = For(
+        io,
+        2,
+        "parallel",
+        For(
+            ii,
+            4,
+            "unrolled",
+            Allocate(
+                T,
+                seq(
+                    For(j1, 8, "vectorized", Store(T, (j1,), Load(A, (i, j1)) * 2.0)),
+                    For(
+                        j2,
+                        8,
+                        "serial",
+                        IfThenElse(j2 < 4, Store(B, (i, j2), Load(T, (j2,))), Store(B, (i, j2), const(0.0))),
+                    ),
+                ),
+            ),
+        ),
+    )
     verify(kernel(body))
 
 

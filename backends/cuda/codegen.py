@@ -23,6 +23,7 @@ Statements (one method each, `STMT_EMITTERS`):
                array declared where it is allocated
   Barrier      `__syncthreads();`
 """
+
 from __future__ import annotations
 
 import re
@@ -30,14 +31,19 @@ import re
 import numpy as np
 
 from minitc import dtypes
+from minitc.backends.cuda.exprs import (
+    C_TYPES,
+    HELPERS,
+    INT32,
+    ExprWriter,
+    float_literal,  # noqa: F401  (re-exported: tests import it from here)
+    int_literal,
+)
+from minitc.backends.cuda.vector import VectorWriter
 from minitc.errors import BuildError
 from minitc.expr import Const, Var, walk
 from minitc.ir import BLOCK_TAGS, THREAD_TAGS, Allocate, Barrier, For, IfThenElse, Seq, Store, stmt_exprs, walk_stmts
 from minitc.lowering.gpu import GpuProgram, Launch
-
-from minitc.backends.cuda.exprs import C_TYPES, HELPERS, INT32, ExprWriter, int_literal
-from minitc.backends.cuda.exprs import float_literal  # noqa: F401  (re-exported: tests import it from here)
-from minitc.backends.cuda.vector import VectorWriter
 
 MAX_UNROLL = 64  # beyond this, `#pragma unroll 8` (as the LLVM backend does)
 INDENT = "    "
@@ -49,7 +55,14 @@ RESERVED = set(
     "threadIdx blockIdx blockDim gridDim warpSize min max abs llabs fabs fabsf exp expf log logf sqrt sqrtf tanh "
     "tanhf erf erff floor floorf ceil ceilf".split()
 )
-STMT_EMITTERS = {For: "emit_for", Store: "emit_store", Seq: "emit_seq", IfThenElse: "emit_if", Allocate: "emit_allocate", Barrier: "emit_barrier"}
+STMT_EMITTERS = {
+    For: "emit_for",
+    Store: "emit_store",
+    Seq: "emit_seq",
+    IfThenElse: "emit_if",
+    Allocate: "emit_allocate",
+    Barrier: "emit_barrier",
+}
 
 
 def render_program(program: GpuProgram) -> str:

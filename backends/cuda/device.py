@@ -1,8 +1,9 @@
 """The GPU that CuPy sees: its name, architecture and the limits a launch must respect.
 
-    current_device() -> Device   (cached per device id; BuildError without CuPy or a GPU)
-    device_target("cuda") -> CudaTarget of that GPU (its architecture, limits, name, SMs)
+current_device() -> Device   (cached per device id; BuildError without CuPy or a GPU)
+device_target("cuda") -> CudaTarget of that GPU (its architecture, limits, name, SMs)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -74,7 +75,9 @@ def _read(cupy, dev, dev_id: int) -> Device:
     )
     name = props.get("name", b"")
     name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
-    return Device(dev_id, name.strip("\x00 ") or f"CUDA device {dev_id}", f"sm_{cc}", get("MultiProcessorCount", 0), limits)
+    return Device(
+        dev_id, name.strip("\x00 ") or f"CUDA device {dev_id}", f"sm_{cc}", get("MultiProcessorCount", 0), limits
+    )
 
 
 def device_target(target="cuda") -> CudaTarget:

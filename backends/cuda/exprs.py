@@ -11,6 +11,7 @@ Integers are int64 in the IR; an integer subexpression is computed in 32 bits wh
 of every node in it (minitc/arith.py) fit, which is exact and saves registers and multiplies.
 Other int64 arithmetic outside addresses wraps like the interpreter's (unsigned helpers).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -52,21 +53,59 @@ __device__ __forceinline__ long long mtc_mul(long long a, long long b) { return 
 # C precedence, higher binds tighter
 PREC_ATOM, PREC_UNARY, PREC_MUL, PREC_ADD, PREC_REL, PREC_EQ, PREC_AND, PREC_OR = 16, 15, 13, 12, 10, 9, 5, 4
 INFIX = {
-    "add": ("+", PREC_ADD), "sub": ("-", PREC_ADD), "mul": ("*", PREC_MUL), "div": ("/", PREC_MUL),
-    "floordiv": ("/", PREC_MUL), "mod": ("%", PREC_MUL), "and": ("&&", PREC_AND), "or": ("||", PREC_OR),
-    "lt": ("<", PREC_REL), "le": ("<=", PREC_REL), "gt": (">", PREC_REL), "ge": (">=", PREC_REL),
-    "eq": ("==", PREC_EQ), "ne": ("!=", PREC_EQ),
-}  # fmt: skip
+    "add": ("+", PREC_ADD),
+    "sub": ("-", PREC_ADD),
+    "mul": ("*", PREC_MUL),
+    "div": ("/", PREC_MUL),
+    "floordiv": ("/", PREC_MUL),
+    "mod": ("%", PREC_MUL),
+    "and": ("&&", PREC_AND),
+    "or": ("||", PREC_OR),
+    "lt": ("<", PREC_REL),
+    "le": ("<=", PREC_REL),
+    "gt": (">", PREC_REL),
+    "ge": (">=", PREC_REL),
+    "eq": ("==", PREC_EQ),
+    "ne": ("!=", PREC_EQ),
+}
 WRAPPING = {"add": "mtc_add", "sub": "mtc_sub", "mul": "mtc_mul"}
 MATH = {
-    "float32": {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf", "erf": "erff", "abs": "fabsf", "floor": "floorf", "ceil": "ceilf"},
-    "float64": {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "abs": "fabs", "floor": "floor", "ceil": "ceil"},
+    "float32": {
+        "exp": "expf",
+        "log": "logf",
+        "sqrt": "sqrtf",
+        "tanh": "tanhf",
+        "erf": "erff",
+        "abs": "fabsf",
+        "floor": "floorf",
+        "ceil": "ceilf",
+    },
+    "float64": {
+        "exp": "exp",
+        "log": "log",
+        "sqrt": "sqrt",
+        "tanh": "tanh",
+        "erf": "erf",
+        "abs": "fabs",
+        "floor": "floor",
+        "ceil": "ceil",
+    },
     "int32": {"abs": "abs"},
     "int64": {"abs": "llabs"},
-}  # fmt: skip
+}
 INF = {"float32": "__int_as_float(0x7f800000)", "float64": "__longlong_as_double(0x7ff0000000000000LL)"}
 NAN = {"float32": "__int_as_float(0x7fc00000)", "float64": "__longlong_as_double(0x7ff8000000000000LL)"}
-EXPR_EMITTERS = {Const: "ev_const", Var: "ev_var", Load: "ev_load", Binary: "ev_binary", Compare: "ev_compare", Not: "ev_not", Select: "ev_select", Cast: "ev_cast", Call: "ev_call"}  # fmt: skip
+EXPR_EMITTERS = {
+    Const: "ev_const",
+    Var: "ev_var",
+    Load: "ev_load",
+    Binary: "ev_binary",
+    Compare: "ev_compare",
+    Not: "ev_not",
+    Select: "ev_select",
+    Cast: "ev_cast",
+    Call: "ev_call",
+}
 
 
 class Code:
@@ -160,7 +199,9 @@ class ExprWriter:
     def ev_var(self, e: Var) -> Code:
         ctype = self.var_types.get(e)
         if ctype is None:
-            raise BuildError(f"variable {e.name!r} is used in launch {self.launch.name!r} outside any loop that binds it")
+            raise BuildError(
+                f"variable {e.name!r} is used in launch {self.launch.name!r} outside any loop that binds it"
+            )
         return Code(self.name(e), PREC_ATOM, ctype)
 
     def ev_load(self, e: Load) -> Code:

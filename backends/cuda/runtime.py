@@ -11,6 +11,7 @@ architecture (`-arch`) of the visible GPU itself and refuses a second one, so `t
 not passed on; CuPy also adds `-ftz=true` (float32 denormals flush to zero, unlike numpy).
 Kernels are launched on CuPy's current stream, or torch's current stream for torch tensors.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -19,12 +20,11 @@ import re
 
 import numpy as np
 
-from minitc.errors import BuildError, DTypeError, LayoutError, ShapeError
-from minitc.backends.function import is_torch, numpy_dtype, split_arguments
-from minitc.lowering.gpu import GpuProgram
-
 from minitc.backends.cuda.codegen import render_program, sanitize
 from minitc.backends.cuda.device import current_device, import_cupy
+from minitc.backends.function import is_torch, numpy_dtype, split_arguments
+from minitc.errors import BuildError, DTypeError, LayoutError, ShapeError
+from minitc.lowering.gpu import GpuProgram
 
 OPTIONS = ("-std=c++17",)
 _MODULES: dict = {}  # sha256 of (source, options) -> cupy.RawModule
@@ -213,7 +213,9 @@ class GpuFunction:
             raise ShapeError(f"{role} {buf.name} has shape {tuple(x.shape)}, expected {buf.shape}")
         if x.dtype != numpy_dtype(buf.dtype):
             got = x.dtype.name if x.dtype.isnative else f"{x.dtype.str} (non-native byte order)"
-            raise DTypeError(f"{role} {buf.name} has dtype {got}, expected {buf.dtype}; convert with .astype('{buf.dtype}')")
+            raise DTypeError(
+                f"{role} {buf.name} has dtype {got}, expected {buf.dtype}; convert with .astype('{buf.dtype}')"
+            )
         if not x.flags.c_contiguous:
             fix = "cupy.ascontiguousarray(...)" if on_device else "np.ascontiguousarray(...)"
             raise LayoutError(f"{role} {buf.name} is not C-contiguous; pass {fix}")

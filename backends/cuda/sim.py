@@ -19,17 +19,17 @@ many), in lockstep through the loop nest, compiled once into closures (sim_exprs
 
 Threads that do not race give the same result in any interleaving, so lockstep order is exact.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-from minitc.errors import IRError, RaceError
-from minitc.backends.function import HostCallable
-from minitc.interp import binding, fill_value, loop_extent
-from minitc.ir import GPU_TAGS, Allocate, Barrier, For, IfThenElse, Seq, Store, walk_stmts
-
 from minitc.backends.cuda.sim_exprs import Context, compile_access, compile_expr
 from minitc.backends.cuda.sim_memory import Chunk, Env, Mem, Tracker
+from minitc.backends.function import HostCallable
+from minitc.errors import IRError, RaceError
+from minitc.interp import binding, fill_value, loop_extent
+from minitc.ir import GPU_TAGS, Allocate, Barrier, For, IfThenElse, Seq, Store, walk_stmts
 
 MAX_LANES = 1 << 17  # lanes simulated at once; bigger launches run in chunks of whole blocks
 MAX_LOCAL_BYTES = 1 << 28  # per-lane (local) buffers of a chunk, all together

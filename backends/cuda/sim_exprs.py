@@ -5,16 +5,16 @@ The arithmetic is the reference interpreter's (minitc/interp.py) on whole arrays
 `//` and `%` toward minus infinity, nan-propagating min/max, and `select` evaluating each branch
 only on the lanes that take it.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
+from minitc.backends.cuda.sim_memory import compile_flat
 from minitc.errors import IRError
 from minitc.expr import Binary, Call, Cast, Compare, Const, Not, Select, Var
 from minitc.interp import compare_fn, intrinsic_fn
 from minitc.ir import Load
-
-from minitc.backends.cuda.sim_memory import compile_flat
 
 
 class Context:
@@ -37,7 +37,9 @@ class Context:
     def buffer_slot(self, buffer, what: str) -> int:
         slot = self.buffers.get(buffer)
         if slot is None:
-            raise IRError(f"kernel {self.name}: {what} buffer {buffer.name}, which is neither a parameter nor allocated here")
+            raise IRError(
+                f"kernel {self.name}: {what} buffer {buffer.name}, which is neither a parameter nor allocated here"
+            )
         return slot
 
 

@@ -6,6 +6,7 @@ global buffers are the arrays themselves (key = flat index), shared buffers hold
 block of the chunk (key = block * size + flat), local buffers one copy per lane
 (key = lane * size + flat).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,9 +29,13 @@ class Chunk:
         t, g = self.all % tpb, self.lblock + b0
         (bx, by, _), (gx, gy, _) = block, grid
         self.tags = {
-            "threadIdx.x": t % bx, "threadIdx.y": t // bx % by, "threadIdx.z": t // (bx * by),
-            "blockIdx.x": g % gx, "blockIdx.y": g // gx % gy, "blockIdx.z": g // (gx * gy),
-        }  # fmt: skip
+            "threadIdx.x": t % bx,
+            "threadIdx.y": t // bx % by,
+            "threadIdx.z": t // (bx * by),
+            "blockIdx.x": g % gx,
+            "blockIdx.y": g // gx % gy,
+            "blockIdx.z": g // (gx * gy),
+        }
         self.dims = dict(zip(("threadIdx.x", "threadIdx.y", "threadIdx.z"), block))
         self.dims.update(zip(("blockIdx.x", "blockIdx.y", "blockIdx.z"), grid))
         self.epoch = epoch  # barriers passed, per block of the launch (shared by every chunk)
@@ -192,7 +197,9 @@ class Tracker:
             p = int(np.argmax(bad))
             self._race(env, key[p], s.lane[p], "writes", int(old[p]), "wrote")
         rb = self.r_block[key]
-        bad = (rb == MANY) | ((rb >= 0) & ((rb != s.block) | ((self.r_epoch[key] == s.epoch) & (self.r_lane[key] != s.lane))))
+        bad = (rb == MANY) | (
+            (rb >= 0) & ((rb != s.block) | ((self.r_epoch[key] == s.epoch) & (self.r_lane[key] != s.lane)))
+        )
         if bad.any():
             p = int(np.argmax(bad))
             reader = int(self.r_lane[key[p]]) if rb[p] != MANY else MANY

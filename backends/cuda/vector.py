@@ -35,15 +35,15 @@ becomes
         *reinterpret_cast<float4*>(&Y[j_o * 4]) = make_float4(X_v.x * B[0], X_v.y * B[0], X_v.z * B[0], X_v.w * B[0]);
     }
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from minitc import arith
+from minitc.backends.cuda.exprs import C_TYPES
 from minitc.expr import Binary, Const, Expr, Select, Var, const, transform, walk
 from minitc.ir import For, Load, Store
-
-from minitc.backends.cuda.exprs import C_TYPES
 
 VECTOR_TYPES = {("float32", 2): "float2", ("float32", 4): "float4", ("float64", 2): "double2"}
 VECTOR_SCOPES = ("global", "shared")
@@ -177,7 +177,9 @@ class VectorWriter:
                 offset = self.offset_text(self.flat_offset(store.buffer, indices, "store to"))
                 self.line(f"{self.name(store.buffer)}[{offset}] = {value};")
         else:
-            target = f"*reinterpret_cast<{plan.vtype}*>(&{self.name(store.buffer)}[{self.offset_text(plan.store_base)}])"
+            target = (
+                f"*reinterpret_cast<{plan.vtype}*>(&{self.name(store.buffer)}[{self.offset_text(plan.store_base)}])"
+            )
             self.line(f"{target} = make_{plan.vtype}({', '.join(values)});")
         if decls:
             self.close()

@@ -1,16 +1,16 @@
 """Ahead-of-time compilation to object code, so that building (render + O3 + codegen) can run
 in one process and measuring in another: the tuner builds candidates in a pool of workers and
 loads each object file into an isolated runner process."""
+
 from __future__ import annotations
 
 import threading
 
 import llvmlite.binding as llvm
 
-from minitc.errors import BuildError
-
 from minitc.backends.llvm import jit
 from minitc.backends.llvm.codegen import render, sanitize
+from minitc.errors import BuildError
 from minitc.target import parse_target
 
 _LOCK = threading.Lock()

@@ -3,6 +3,7 @@
 Codegen writes IR as text (not through llvmlite.ir) so that every flag, attribute and
 metadata node is visible in one place and rendering needs no LLVM at all.
 """
+
 from __future__ import annotations
 
 import math

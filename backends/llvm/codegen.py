@@ -15,21 +15,21 @@ Loop kinds:
   vectorized  the body emitted once on <extent x T> vectors (vector.py).
   parallel    outlined into a task function run by the runtime's thread pool (parallel.py).
 """
+
 from __future__ import annotations
 
 import numbers
 import re
 
 from minitc import dtypes
-from minitc.errors import BuildError
-from minitc.ir import Allocate, For, IfThenElse, Kernel, Seq, Store, walk_stmts
-from minitc.lowering.partition import partition_tails
-
 from minitc.backends.llvm.builder import Function, Value, const, scalar_type
 from minitc.backends.llvm.exprs import ExprEmitter
 from minitc.backends.llvm.parallel import ParallelEmitter
-from minitc.target import parse_target
 from minitc.backends.llvm.vector import MemoryEmitter
+from minitc.errors import BuildError
+from minitc.ir import Allocate, For, IfThenElse, Kernel, Seq, Store, walk_stmts
+from minitc.lowering.partition import partition_tails
+from minitc.target import parse_target
 
 STMT_EMITTERS = {
     For: "emit_for",

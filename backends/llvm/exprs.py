@@ -4,15 +4,15 @@ Every method returns a `Value` that is a scalar, or a vector of `self.lanes` lan
 depends on the lane variable of an enclosing vectorized loop. Scalars are broadcast only where
 they meet a vector (`self.match`), so loop-invariant work stays scalar.
 """
+
 from __future__ import annotations
 
 from minitc import arith, dtypes
+from minitc.backends.llvm import vecmath
+from minitc.backends.llvm.builder import Value, const, mangle, splat_const, vec_type
 from minitc.errors import BuildError
 from minitc.expr import Binary, Call, Cast, Compare, Const, Expr, IterVar, Not, Select, Var
 from minitc.ir import Load
-
-from minitc.backends.llvm import vecmath
-from minitc.backends.llvm.builder import Value, const, mangle, splat_const, vec_type
 
 EXPR_EMITTERS = {
     Const: "emit_const",

@@ -9,6 +9,7 @@ Compiled kernels are cached in-process by sha256(unoptimised IR + target string)
 function is named `<kernel>_<hash12>` so modules never clash inside the shared engine. All LLVM
 work happens under one lock (LLVM's global context is not thread-safe).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -19,9 +20,8 @@ import time
 
 import llvmlite.binding as llvm
 
-from minitc.errors import BuildError
-
 from minitc.backends.llvm.codegen import render, sanitize
+from minitc.errors import BuildError
 from minitc.target import parse_target
 from minitc.target.cpu import LLVMTarget, ensure_llvm_initialized
 
@@ -166,9 +166,7 @@ def _compile(ir, name, target, key, num_params, start) -> CompiledKernel:
     address = engine.get_function_address(name)
     if not address:
         raise BuildError(f"LLVM produced no function {name}")
-    return CompiledKernel(
-        name, address, optimized, ir, target, key, num_params, time.perf_counter() - start
-    )
+    return CompiledKernel(name, address, optimized, ir, target, key, num_params, time.perf_counter() - start)
 
 
 def _ensure_runtime():

@@ -20,13 +20,13 @@ loop vectorize and keep loads in registers as they would in the entry function.
 
 A parallel loop inside another parallel loop (or of extent 1) runs serially in its task.
 """
-from __future__ import annotations
 
-from minitc.expr import Var
-from minitc.ir import Allocate, For, Load, Store, stmt_exprs, walk_stmts
+from __future__ import annotations
 
 from minitc.backends.llvm.builder import Function, Value
 from minitc.backends.llvm.vector import nodes
+from minitc.expr import Var
+from minitc.ir import Allocate, For, Load, Store, stmt_exprs, walk_stmts
 
 RUNTIME_DECLS = {
     "minitc_parallel_launch": "declare void @minitc_parallel_launch(ptr, ptr, i64)",
@@ -116,9 +116,7 @@ class ParallelEmitter:
         self.ptrs = {b: f"%b{k}" for k, b in enumerate(buffers)}
         self.in_parallel = True
         try:
-            self.counted_loop(
-                s.var, Value("%start", "int64"), Value("%end", "int64"), (0, s.extent - 1), s.body
-            )
+            self.counted_loop(s.var, Value("%start", "int64"), Value("%end", "int64"), (0, s.extent - 1), s.body)
             self.module.functions += [task.text(), body.text()]
         finally:
             self.fn, self.env, self.ptrs, self.in_parallel = saved

@@ -17,6 +17,7 @@ model's hardware tokens both come from here).
 Peaks are the best sample of several (a peak is what the machine *can* do); the medians are
 kept as well, since on a shared machine the clock drifts between runs.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -49,9 +50,12 @@ def fma_kernel(tasks: int, iters: int) -> Kernel:
         return For(u, ACC_ROWS, "unrolled", For(v, LANES, "vectorized", stmt))
 
     init = tile(u0, v0, Store(acc, (u0, v0), Load(XY, (const(1), v0))))
-    update = For(it, iters, "serial", tile(u1, v1, Store(
-        acc, (u1, v1), Load(acc, (u1, v1)) * Load(XY, (const(0), v1)) + Load(XY, (const(1), v1))
-    )))
+    update = For(
+        it,
+        iters,
+        "serial",
+        tile(u1, v1, Store(acc, (u1, v1), Load(acc, (u1, v1)) * Load(XY, (const(0), v1)) + Load(XY, (const(1), v1)))),
+    )
     copy = tile(u2, v2, Store(out, (t, u2, v2), Load(acc, (u2, v2))))
     body = For(t, tasks, "parallel", Allocate(acc, seq(init, update, copy)))
     return Kernel("peak_fma", [XY, out], 1, body)

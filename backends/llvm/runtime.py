@@ -15,8 +15,6 @@ import time
 
 import llvmlite.binding as llvm
 
-from minitc.errors import BuildError
-
 from minitc.backends.llvm.thread_pool_ir import (
     MAX_THREADS,
     SPIN_ITERS,
@@ -25,6 +23,7 @@ from minitc.backends.llvm.thread_pool_ir import (
     bench_module,
     thread_pool_module,
 )
+from minitc.errors import BuildError
 
 _build_lock = threading.Lock()
 _rt = None  # the _Runtime once built; never freed (worker threads execute its code)
@@ -50,8 +49,10 @@ class _Runtime:
         llvm.initialize_native_asmprinter()
         arch, _, rest = llvm.get_process_triple().partition("-")
         if arch not in SUPPORTED_ARCHS or "linux" not in rest:
-            raise BuildError(f"the minitc parallel runtime needs Linux on x86_64 or aarch64, "
-                             f"not {llvm.get_process_triple()}; use a serial schedule instead")
+            raise BuildError(
+                f"the minitc parallel runtime needs Linux on x86_64 or aarch64, "
+                f"not {llvm.get_process_triple()}; use a serial schedule instead"
+            )
         try:
             self.engine = _jit(thread_pool_module(arch))
         except RuntimeError as err:  # a bug in this file, not a user error

@@ -372,7 +372,11 @@ class _RuntimeIR:
     def _accessor_fns(self):
         fn, b = self._fn("minitc_num_threads", _i64, [], internal=False)
         b.ret(b.load_atomic(self.num_threads, "monotonic", 8))
-        for name, gv in (("set_num_threads", self.num_threads), ("set_spin", self.spin_iters), ("set_ncpus", self.ncpus)):
+        for name, gv in (
+            ("set_num_threads", self.num_threads),
+            ("set_spin", self.spin_iters),
+            ("set_ncpus", self.ncpus),
+        ):
             fn, b = self._fn(f"minitc_rt_{name}", _void, [_i64], internal=False)
             b.store_atomic(fn.args[0], gv, "monotonic", 8)
             b.ret_void()

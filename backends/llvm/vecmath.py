@@ -27,6 +27,7 @@ sigmoid 3.0 ulp, tanh 1.0 ulp; inf, -inf, nan, -0 and subnormal results as numpy
   erf      float32 only: x P(x^2) / Q(x^2) on [-4, 4] (the rational approximation of Eigen and
            XLA), clamped outside: |erf(x) - 1| < 2e-8 there.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -44,9 +45,23 @@ EXP_CONST = {
 }
 EXP_POLY = {  # coefficients of r^k, highest first, for the part after 1 + r (times r^2)
     "float32": (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1),
-    "float64": tuple(1.0 / _f for _f in (
-        6227020800.0, 479001600.0, 39916800.0, 3628800.0, 362880.0, 40320.0, 5040.0, 720.0, 120.0, 24.0, 6.0, 2.0,
-    )),
+    "float64": tuple(
+        1.0 / _f
+        for _f in (
+            6227020800.0,
+            479001600.0,
+            39916800.0,
+            3628800.0,
+            362880.0,
+            40320.0,
+            5040.0,
+            720.0,
+            120.0,
+            24.0,
+            6.0,
+            2.0,
+        )
+    ),
 }
 LOG2E = 1.4426950408889634
 MAGIC = {"float32": 12582912.0, "float64": 6755399441055744.0}  # 1.5 * 2^mantissa bits
@@ -57,10 +72,21 @@ TANH_P64 = (-9.64399179425052238628e-1, -9.92877231001918586564e1, -1.6146876844
 TANH_Q64 = (1.0, 1.12811678491632931402e2, 2.23548839060100448583e3, 4.84406305325125486048e3)
 ERF_CLAMP = 4.0
 ERF_P32 = (  # odd numerator, coefficients of x^13 ... x^1
-    -2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
-    -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02,
+    -2.72614225801306e-10,
+    2.77068142495902e-08,
+    -2.10102402082508e-06,
+    -5.69250639462346e-05,
+    -7.34990630326855e-04,
+    -2.95459980854025e-03,
+    -1.60960333262415e-02,
 )
-ERF_Q32 = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03, -1.42647390514189e-02)
+ERF_Q32 = (
+    -1.45660718464996e-05,
+    -2.13374055278905e-04,
+    -1.68282697438203e-03,
+    -7.37332916720468e-03,
+    -1.42647390514189e-02,
+)
 
 
 @dataclass(frozen=True)
@@ -154,7 +180,13 @@ class _Body:
 
     def function(self, symbol: str, result: str) -> MathFunction:
         text = "\n".join(
-            [f"define internal {self.ft} @{symbol}({self.ft} %x) #1 {{", "entry:", *self.lines, f"  ret {self.ft} {result}", "}"]
+            [
+                f"define internal {self.ft} @{symbol}({self.ft} %x) #1 {{",
+                "entry:",
+                *self.lines,
+                f"  ret {self.ft} {result}",
+                "}",
+            ]
         )
         return MathFunction(symbol, {symbol: text, **self.decls})
 

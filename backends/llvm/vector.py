@@ -11,16 +11,16 @@ A body whose lanes could interfere (a cross-lane reduction, a buffer written and
 different indices) or that contains loops is instead emitted as scalar code once per lane, which
 is always correct.
 """
+
 from __future__ import annotations
 
 from minitc import arith, dtypes
+from minitc.backends.llvm.builder import Value, elem_bytes, lane_ids, mangle, scalar_type, vec_type
 from minitc.errors import BuildError
 from minitc.expr import Const, Expr, Var, cast, substitute
 from minitc.expr import binary as mk_binary
 from minitc.expr import const as mk_const
 from minitc.ir import Allocate, For, Load, Store, stmt_exprs, walk_stmts
-
-from minitc.backends.llvm.builder import Value, elem_bytes, lane_ids, mangle, scalar_type, vec_type
 
 MAX_LANES = 64
 

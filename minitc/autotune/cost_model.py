@@ -17,6 +17,7 @@ group, a random subset of one workload's records; failed candidates: 0).
     model.pretrain([(workload, trace, latency_ms), ...], epochs=40)   # offline, from records
     model.save("tlp.pt"); model = TLPModel.load("tlp.pt")
 """
+
 from __future__ import annotations
 
 import copy
@@ -29,8 +30,8 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from minitc.errors import MinitcError
 from minitc.autotune.features import NUM_FEATURES, Featurizer, pad_batch
+from minitc.errors import MinitcError
 
 
 class CostModel:
@@ -179,7 +180,9 @@ class TLPModel(CostModel):
         names = {f.name for f in fields(TLPConfig)}
         unknown = sorted(set(hyper) - names)
         if unknown:
-            raise MinitcError(f"TLPModel: unknown hyper-parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+            raise MinitcError(
+                f"TLPModel: unknown hyper-parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}"
+            )
         self.config = TLPConfig(**hyper)
         self.seed, self.device = seed, torch.device(device)
         self.featurizer = Featurizer(self.config.max_steps)
@@ -275,7 +278,9 @@ class TLPModel(CostModel):
         except Exception as e:  # noqa: BLE001 - any unreadable file gets the same answer
             raise MinitcError(f"{path} is not a saved TLPModel ({type(e).__name__}: {e})") from None
         if meta.get("version") != cls.VERSION:
-            raise MinitcError(f"{path} is a TLPModel of format version {meta.get('version')}; this minitc reads {cls.VERSION}")
+            raise MinitcError(
+                f"{path} is a TLPModel of format version {meta.get('version')}; this minitc reads {cls.VERSION}"
+            )
         model = cls(seed=meta["seed"], device=device, **meta["config"])
         model.net.load_state_dict(blob["state_dict"])
         model.trained = meta["trained"]
@@ -327,7 +332,9 @@ class TLPModel(CostModel):
         scores = self._forward([m for ms, _ in groups for m in ms])
         losses, at = [], 0
         for ms, y in groups:
-            loss = lambda_rank_loss(scores[at : at + len(ms)], torch.as_tensor(y, dtype=scores.dtype, device=self.device))
+            loss = lambda_rank_loss(
+                scores[at : at + len(ms)], torch.as_tensor(y, dtype=scores.dtype, device=self.device)
+            )
             at += len(ms)
             if loss is not None:
                 losses.append(loss)
@@ -346,7 +353,9 @@ class TLPModel(CostModel):
         losses = []
         with torch.no_grad():
             for matrices, y in val.values():
-                loss = lambda_rank_loss(self._forward(matrices), torch.as_tensor(y, dtype=torch.float32, device=self.device))
+                loss = lambda_rank_loss(
+                    self._forward(matrices), torch.as_tensor(y, dtype=torch.float32, device=self.device)
+                )
                 if loss is not None:
                     losses.append(float(loss))
         return float(np.mean(losses)) if losses else math.inf

@@ -8,6 +8,7 @@ nothing already recorded, and running the same command again resumes from the re
 Location: `Database(path)`, else the `MINITC_DB` environment variable, else
 `$XDG_CACHE_HOME/minitc/records.db` (`~/.cache/minitc/records.db`).
 """
+
 from __future__ import annotations
 
 import json
@@ -83,27 +84,37 @@ class Database:
             self.conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             self._check_and_init()
         except sqlite3.DatabaseError as e:
-            raise DatabaseError(f"{self.path} is not a usable minitc records database ({e}); move it away or pass another db=") from None
+            raise DatabaseError(
+                f"{self.path} is not a usable minitc records database ({e}); move it away or pass another db="
+            ) from None
 
     def _check_and_init(self) -> None:
         c = self.conn
         app_id = c.execute("PRAGMA application_id").fetchone()[0]
         tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if app_id != APPLICATION_ID and tables:
-            raise DatabaseError(f"{self.path} is an SQLite file of another application (tables: {', '.join(sorted(tables))}), not minitc records")
+            raise DatabaseError(
+                f"{self.path} is an SQLite file of another application (tables: {', '.join(sorted(tables))}), "
+                "not minitc records"
+            )
         version = c.execute("PRAGMA user_version").fetchone()[0]
         if tables and version != SCHEMA_VERSION:
-            raise DatabaseError(f"{self.path} has records schema version {version}; this minitc reads version {SCHEMA_VERSION}")
+            raise DatabaseError(
+                f"{self.path} has records schema version {version}; this minitc reads version {SCHEMA_VERSION}"
+            )
         c.execute("PRAGMA journal_mode=WAL")
         c.execute("PRAGMA synchronous=NORMAL")  # durable against a killed process in WAL mode
         if not tables:
-            c.executescript(f"BEGIN; PRAGMA application_id={APPLICATION_ID}; PRAGMA user_version={SCHEMA_VERSION};{SCHEMA} COMMIT;")
+            c.executescript(
+                f"BEGIN; PRAGMA application_id={APPLICATION_ID}; PRAGMA user_version={SCHEMA_VERSION};{SCHEMA} COMMIT;"
+            )
         c.execute("PRAGMA quick_check").fetchone()
 
     # -- writing -----------------------------------------------------------------------------
     def add_workload(self, key: str, description: str, canonical) -> None:
         self.conn.execute(
-            "INSERT OR IGNORE INTO workloads VALUES (?, ?, ?, ?)", (key, description, json.dumps(canonical), time.time())
+            "INSERT OR IGNORE INTO workloads VALUES (?, ?, ?, ?)",
+            (key, description, json.dumps(canonical), time.time()),
         )
 
     def add(self, record: Record) -> int:
@@ -112,8 +123,14 @@ class Database:
             "INSERT INTO records (workload, target, hardware, trace, latencies_ms, median_ms, error, created)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                record.workload, record.target, record.hardware, record.trace,
-                json.dumps(list(record.latencies_ms)), record.median_ms, record.error, record.created,
+                record.workload,
+                record.target,
+                record.hardware,
+                record.trace,
+                json.dumps(list(record.latencies_ms)),
+                record.median_ms,
+                record.error,
+                record.created,
             ),
         )
         return cur.lastrowid
@@ -135,7 +152,9 @@ class Database:
 
     # A trace measured more than once (the tuner re-measures its finalists) counts with its
     # latest measurement only: the rows below are each program's latest record.
-    _LATEST = "SELECT * FROM records WHERE id IN (SELECT MAX(id) FROM records WHERE {} GROUP BY target, hardware, trace)"
+    _LATEST = (
+        "SELECT * FROM records WHERE id IN (SELECT MAX(id) FROM records WHERE {} GROUP BY target, hardware, trace)"
+    )
 
     def programs(self, workload: str, target: str | None = None, hardware: str | None = None) -> list:
         """The latest record of every distinct program (trace) of a workload, oldest first."""

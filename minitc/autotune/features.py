@@ -14,6 +14,7 @@ stay within [0, 3].
 A trace text is either a bare step list (`Trace.to_json`) or a tuner record
 `{"sketch": ..., "decisions": ..., "steps": [...]}`; both give the same features.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,19 +29,44 @@ from minitc.schedule.state import State, from_tensors
 from minitc.schedule.trace import STEP_KINDS, Step
 
 STEP_FEATURES = (
-    "role_output", "role_cache", "role_input", "role_other",  # the stage the step acts on
-    "stage_reduce", "stage_loops", "stage_iters",  # that stage after the step
-    "n_loops", "factor", "nparts", "imperfect",  # the step's own arguments
-    "extent", "first_extent", "last_extent", "outer_extent", "inner_extent",
-    "reduce_frac", "position", "innermost",
-    "attach_outer", "target_output",  # compute_at / reverse_compute_at
-    "scope_local", "layout", "readers",  # cache_read / cache_write
+    "role_output",
+    "role_cache",
+    "role_input",
+    "role_other",  # the stage the step acts on
+    "stage_reduce",
+    "stage_loops",
+    "stage_iters",  # that stage after the step
+    "n_loops",
+    "factor",
+    "nparts",
+    "imperfect",  # the step's own arguments
+    "extent",
+    "first_extent",
+    "last_extent",
+    "outer_extent",
+    "inner_extent",
+    "reduce_frac",
+    "position",
+    "innermost",
+    "attach_outer",
+    "target_output",  # compute_at / reverse_compute_at
+    "scope_local",
+    "layout",
+    "readers",  # cache_read / cache_write
     "replayed",
-)  # fmt: skip
+)
 SUMMARY_FEATURES = (
-    "summary", "sum_iters", "sum_parallel", "sum_vector", "sum_unroll", "sum_inner",
-    "sum_inner_reduce", "sum_attached", "sum_inlined", "sum_steps",
-)  # fmt: skip
+    "summary",
+    "sum_iters",
+    "sum_parallel",
+    "sum_vector",
+    "sum_unroll",
+    "sum_inner",
+    "sum_inner_reduce",
+    "sum_attached",
+    "sum_inlined",
+    "sum_steps",
+)
 FEATURES = tuple(f"kind_{k}" for k in STEP_KINDS) + STEP_FEATURES + SUMMARY_FEATURES
 NUM_FEATURES = len(FEATURES)
 COLUMN = {name: n for n, name in enumerate(FEATURES)}

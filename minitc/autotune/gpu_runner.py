@@ -6,15 +6,15 @@ With target `cuda-sim` the runner executes candidates in the numpy simulator ins
 "timings" are then the simulator's wall time and mean nothing about a GPU, but the whole
 tuning pipeline (space, build, check, records) runs on a machine without one, as in the tests.
 """
+
 from __future__ import annotations
 
 import time
 
-
-from minitc.errors import MinitcError
 from minitc.autotune.runner import BuildResult, LocalRunner, mismatch
 from minitc.autotune.worker import WorkerCrashed
 from minitc.backends import build_schedule, lower_gpu
+from minitc.errors import MinitcError
 from minitc.schedule import Schedule, Trace
 
 
@@ -91,5 +91,11 @@ class GpuRunner(LocalRunner):
 
     def _call(self, b):
         return self._worker.call(
-            "gpu_run", self._task.outputs, self._task.args, b.trace, self.repeats, self.min_repeat_ms, timeout=self.timeout
+            "gpu_run",
+            self._task.outputs,
+            self._task.args,
+            b.trace,
+            self.repeats,
+            self.min_repeat_ms,
+            timeout=self.timeout,
         )

@@ -16,16 +16,17 @@ Every factor is drawn from a short list of values that divide what is left of th
 the sampled tiles are bounded (at most 1024 threads and 64 registers of tile per thread, checked
 before anything is lowered) and nearly every draw is a legal program.
 """
+
 from __future__ import annotations
 
 from minitc.arith import affine
+from minitc.autotune.sampler import Sampler
+from minitc.autotune.space_rules import split_levels
 from minitc.dtypes import bits
 from minitc.errors import ScheduleError
 from minitc.templates.elementwise import inline_producers
 from minitc.templates.gpu import MAX_THREADS, SHARED_BYTES, bind_flat, bind_unbound
 from minitc.templates.gpu.gemm import cooperative_fetch
-from minitc.autotune.space_rules import split_levels
-from minitc.autotune.sampler import Sampler
 
 THREAD_FACTORS = (1, 2, 4, 8, 16, 32, 64)
 REGISTER_FACTORS = (1, 2, 4, 8)
@@ -53,8 +54,12 @@ def multi_level_tiling_gpu(s, out: str, anchor: str, sampler: Sampler) -> None:
     for ref, lp in zip(loops, st.loops):
         n = lp.extent
         # only values within what is left of the thread and register budgets: legal by construction
-        t = sampler.categorical(f"{out}.{lp.name}.threads", _divisors_in(n, _within(THREAD_FACTORS, MAX_THREADS // threads)))
-        tile = sampler.categorical(f"{out}.{lp.name}.tile", _divisors_in(n // t, _within(REGISTER_FACTORS, MAX_REGISTER_TILE // regs)))
+        t = sampler.categorical(
+            f"{out}.{lp.name}.threads", _divisors_in(n, _within(THREAD_FACTORS, MAX_THREADS // threads))
+        )
+        tile = sampler.categorical(
+            f"{out}.{lp.name}.tile", _divisors_in(n // t, _within(REGISTER_FACTORS, MAX_REGISTER_TILE // regs))
+        )
         threads, regs = threads * t, regs * tile
         block_extent.append(t * tile)
         levels.append(split_levels(s, ref, (n // (t * tile), t, tile)))
@@ -93,7 +98,6 @@ def multi_level_tiling_gpu(s, out: str, anchor: str, sampler: Sampler) -> None:
             cache = s.cache_read(name, "shared", [anchor])
             s.compute_at(cache, r0[-1])
             cooperative_fetch(s, cache, (1, threads))
-
 
 
 def _tile_bytes(stage, name: str, extents: dict):

@@ -1,11 +1,11 @@
 """Mutators: a new candidate from an old one by changing one decision within its domain
 (MetaSchedule never edits structure, only decisions). Each returns new decision values or None
 when it finds nothing to change."""
+
 from __future__ import annotations
 
-from minitc.errors import ScheduleError
-
 from minitc.autotune.sampler import Decision
+from minitc.errors import ScheduleError
 
 
 def _pick(rng, decisions: list):
@@ -38,8 +38,11 @@ def mutate_tile(decisions: list, rng):
                 return _replace([e.value for e in decisions], n, tuple(factors))
         return _replace([e.value for e in decisions], n, _other(d, rng))
     numeric = [
-        n for n, d in enumerate(decisions)
-        if d.kind == "categorical" and len(d.domain) > 1 and _numbers(d.domain)
+        n
+        for n, d in enumerate(decisions)
+        if d.kind == "categorical"
+        and len(d.domain) > 1
+        and _numbers(d.domain)
         and not d.name.endswith((".unroll", ".parallel"))
     ]
     return _change(decisions, numeric, rng)
@@ -62,7 +65,9 @@ def _change(decisions: list, eligible: list, rng):
 
 
 def mutate_unroll(decisions: list, rng):
-    return _change(decisions, [n for n, d in enumerate(decisions) if d.name.endswith(".unroll") and len(d.domain) > 1], rng)
+    return _change(
+        decisions, [n for n, d in enumerate(decisions) if d.name.endswith(".unroll") and len(d.domain) > 1], rng
+    )
 
 
 def mutate_compute_location(decisions: list, rng):
@@ -70,7 +75,9 @@ def mutate_compute_location(decisions: list, rng):
 
 
 def mutate_parallel(decisions: list, rng):
-    return _change(decisions, [n for n, d in enumerate(decisions) if d.name.endswith(".parallel") and len(d.domain) > 1], rng)
+    return _change(
+        decisions, [n for n, d in enumerate(decisions) if d.name.endswith(".parallel") and len(d.domain) > 1], rng
+    )
 
 
 def mutate_other(decisions: list, rng):

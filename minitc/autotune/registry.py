@@ -9,6 +9,7 @@ registers the `tlm` strategy and the tensor-language sentence every record store
     register_runner("mine", factory)     # factory(target) -> runner (run, fresh, close)
     register_record_extras("sentence", factory)  # factory(space) -> fn(candidate) -> dict, or None
 """
+
 from __future__ import annotations
 
 from importlib.metadata import entry_points

@@ -10,6 +10,7 @@ take the tuner down; each failure becomes a result with an error string instead.
 Builder and runner are small protocols (`build(task, traces)`, `run(task, built)`) over plain
 picklable data, so they can later be spread over a cluster (e.g. Ray actors) unchanged.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -24,6 +25,8 @@ import numpy as np
 from minitc.autotune.worker import Worker, WorkerCrashed, WorkerTimeout
 from minitc.autotune.workload_key import workload_key
 from minitc.backends import lower_schedule
+from minitc.backends.llvm.aot import compile_object, load_object
+from minitc.backends.llvm.runtime import get_num_threads, set_num_threads
 from minitc.errors import MinitcError, ScheduleError
 from minitc.schedule import Schedule, Trace
 from minitc.target import is_gpu
@@ -93,7 +96,6 @@ def _random_array(t, rng):
 
 def build_candidate(outputs, args, target: str, trace: str, key: str = "") -> BuildResult:
     """Replay a trace and compile it to object code (runs in a builder process)."""
-    from minitc.backends.llvm.aot import compile_object
 
     start = time.perf_counter()
     try:
@@ -111,7 +113,9 @@ def build_candidate(outputs, args, target: str, trace: str, key: str = "") -> Bu
     except MinitcError as e:
         return BuildResult(trace, error=f"build: {type(e).__name__}: {e}", seconds=time.perf_counter() - start)
     except Exception:  # a bug in minitc itself: keep tuning, but say so
-        return BuildResult(trace, error=f"build: internal error: {traceback.format_exc(limit=3)}", seconds=time.perf_counter() - start)
+        return BuildResult(
+            trace, error=f"build: internal error: {traceback.format_exc(limit=3)}", seconds=time.perf_counter() - start
+        )
     return BuildResult(trace, symbol, obj, len(kernel.params), None, time.perf_counter() - start)
 
 
@@ -143,7 +147,9 @@ class LocalBuilder:
         out = []
         for trace in traces:
             try:
-                out.append(worker.call("build", task.outputs, task.args, task.target, trace, task.key, timeout=self.timeout))
+                out.append(
+                    worker.call("build", task.outputs, task.args, task.target, trace, task.key, timeout=self.timeout)
+                )
             except WorkerTimeout:
                 out.append(BuildResult(trace, error=f"build: timed out after {self.timeout:.0f} s"))
             except MinitcError as e:
@@ -163,7 +169,6 @@ _RUNNER: dict = {}
 
 
 def runner_setup(inputs, expected, rtol, threads) -> bool:
-    from minitc.backends.llvm.runtime import set_num_threads
 
     set_num_threads(threads)
     _RUNNER.update(inputs=inputs, expected=expected, rtol=rtol)
@@ -183,8 +188,6 @@ def mismatch(outputs, expected, rtol: float) -> str | None:
 def runner_run(symbol, obj, num_params, repeats, min_repeat_ms):
     """Load a candidate, check it against the expected outputs, then time it."""
     import ctypes
-
-    from minitc.backends.llvm.aot import load_object
 
     inputs, expected, rtol = _RUNNER["inputs"], _RUNNER["expected"], _RUNNER["rtol"]
     try:
@@ -216,7 +219,9 @@ class LocalRunner:
 
     CRASHES: tuple = (WorkerCrashed,)  # worker failures recorded as the candidate's error
 
-    def __init__(self, timeout: float = 10.0, repeats: int = 5, min_repeat_ms: float = 20.0, threads: int | None = None):
+    def __init__(
+        self, timeout: float = 10.0, repeats: int = 5, min_repeat_ms: float = 20.0, threads: int | None = None
+    ):
         self.timeout, self.repeats, self.min_repeat_ms = timeout, repeats, min_repeat_ms
         self.threads = threads
         self._worker = Worker()
@@ -233,7 +238,6 @@ class LocalRunner:
         )
 
     def _setup(self, task: Task) -> None:
-        from minitc.backends.llvm.runtime import get_num_threads
 
         threads = self.threads or get_num_threads()
         self._worker.call("setup", task.inputs, task.expected, task.rtol, threads, timeout=120)

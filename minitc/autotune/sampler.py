@@ -10,6 +10,7 @@ and the language model can be constrained to legal values slot by slot.
     sampler = Sampler(rng)                    # fresh random decisions
     sampler = Sampler(forced=[...])           # replay recorded decisions
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -76,7 +77,9 @@ class Sampler:
                     raise ScheduleError(f"decision {n} ({name}): {value!r} is not one of its legal values")
                 value = domain[int(self.rng.integers(len(domain)))]
         elif self.forced is not None and self.on_invalid != "random":
-            raise ScheduleError(f"decision {n} ({name}) was not recorded: the trace has only {len(self.forced)} decisions")
+            raise ScheduleError(
+                f"decision {n} ({name}) was not recorded: the trace has only {len(self.forced)} decisions"
+            )
         else:
             value = domain[int(self.rng.integers(len(domain)))]
         self.decisions.append(Decision(kind, name, domain, value))

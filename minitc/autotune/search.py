@@ -7,6 +7,7 @@
 a population seeded from the best measured candidates plus random ones, evolved for a few
 generations by mutation, scored by a cost model, and picked epsilon-greedily.
 """
+
 from __future__ import annotations
 
 import math
@@ -14,9 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from minitc.errors import ScheduleError
 from minitc.autotune.mutators import mutate
 from minitc.autotune.space import Candidate, Space
+from minitc.errors import ScheduleError
 
 
 class RandomSearch:
@@ -158,4 +159,3 @@ class EvolutionarySearch(RandomSearch):
     def tell(self, candidates: list, latencies_ms: list) -> None:
         super().tell(candidates, latencies_ms)
         self.model.fit(self.workload, [c.trace for c in candidates], list(latencies_ms))
-

@@ -2,30 +2,31 @@
 
 A workload's space has up to two sketches:
 
-- `template`: the operator's hand template (minitc/schedules, or minitc/schedules/gpu for a
+- `template`: the operator's hand template (minitc/templates, or minitc/templates/gpu for a
   CUDA target) with each keyword parameter a categorical decision over candidates built around
   the shape, always including the template's own default, so the hand-written schedule is one
   point of the space;
-- `generic`: the MetaSchedule-style rules of rules.py (gpu_space_rules.py on a GPU), for any
+- `generic`: the MetaSchedule-style rules of space_rules.py (gpu_space_rules.py on a GPU), for any
   computation.
 
 The first decision picks the sketch. `Space.sample(rng)` draws a random candidate;
 `Space.replay(decisions)` rebuilds one from its decisions (what mutation, the database and the
 language model use).
 """
+
 from __future__ import annotations
 
 import hashlib
 import inspect
 from dataclasses import dataclass
 
+from minitc.autotune.gpu_space_rules import gpu_generic_sketch
+from minitc.autotune.sampler import Sampler
+from minitc.autotune.space_rules import generic_sketch
 from minitc.errors import ScheduleError
 from minitc.schedule.recorder import Schedule
 from minitc.target import is_gpu, parse_target
 from minitc.templates import DEFAULTS, TEMPLATES, load_templates
-from minitc.autotune.gpu_space_rules import gpu_generic_sketch
-from minitc.autotune.space_rules import generic_sketch
-from minitc.autotune.sampler import Sampler
 
 
 def _divisors(n: int) -> list:

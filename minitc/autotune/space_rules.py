@@ -12,6 +12,7 @@ innermost loops are unrolled up to the sampled unroll step. With the write cache
 computed into a local tile attached under S1 (the register tile: loops R0 S2 R1 S3), and the
 copy-out carries the elementwise epilogue.
 """
+
 from __future__ import annotations
 
 from minitc.autotune.sampler import Sampler
@@ -132,7 +133,6 @@ def compute_locations(s, anchor: str, sampler: Sampler) -> None:
         where = sampler.compute_location(f"{st.name}.location", ("root",) + tuple(loops))
         if where != "root":
             s.compute_at(st.name, s.loops(consumer.name)[[lp.name for lp in consumer.loops].index(where)])
-            inner = s.state.stage(st.name)
             _, spatial, reduce = _loop_groups(s, st.name)
             if reduce and spatial:
                 s.reorder(*reduce, *spatial)

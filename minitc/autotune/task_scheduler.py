@@ -10,12 +10,14 @@ After one round-robin pass, each round goes to the task with the largest
 (w_t its weight, best_t its best latency after n rounds: the recent improvement rate, plus an
 optimistic term for tasks that have had few rounds); ties are broken at random.
 """
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 
+from minitc.autotune.runner import LocalBuilder, LocalRunner
 from minitc.autotune.tuner import TuningSession
 
 ALPHA, WINDOW = 0.2, 3
@@ -31,19 +33,39 @@ def gradient(weight: float, bests: list) -> float:
     return weight * (ALPHA * (back - best) / WINDOW + (1 - ALPHA) * best / n)
 
 
-def tune_tasks(tasks: list, trials: int, strategy: str = "evolutionary", target: str = "llvm", db=None, *,
-               batch: int = 16, seed: int = 0, cost_model=None, progress=None) -> list:
+def tune_tasks(
+    tasks: list,
+    trials: int,
+    strategy: str = "evolutionary",
+    target: str = "llvm",
+    db=None,
+    *,
+    batch: int = 16,
+    seed: int = 0,
+    cost_model=None,
+    progress=None,
+) -> list:
     """Tune several (outputs, weight) tasks within `trials` measurements in total; returns a
     TuneResult per task, in order. `progress(task index, session)` is called after each round."""
-    from minitc.autotune.runner import LocalBuilder, LocalRunner
 
     rng = np.random.default_rng(seed)
     builder, runner = LocalBuilder(workers=1), LocalRunner()
     sessions, bests = [], []
     try:
         for n, (outputs, _) in enumerate(tasks):
-            sessions.append(TuningSession(outputs, strategy, target, db, batch=batch, seed=seed + n,
-                                          cost_model=cost_model, builder=builder, runner=runner))
+            sessions.append(
+                TuningSession(
+                    outputs,
+                    strategy,
+                    target,
+                    db,
+                    batch=batch,
+                    seed=seed + n,
+                    cost_model=cost_model,
+                    builder=builder,
+                    runner=runner,
+                )
+            )
             bests.append([])
         used = 0
 

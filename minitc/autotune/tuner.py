@@ -10,6 +10,7 @@ language model proposes, the cost model re-ranks; see lm/strategy.py).
 Running the same call again resumes: candidates already in the database are not measured
 again, and the evolutionary search starts from the best of them.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -68,9 +69,16 @@ class TuneResult:
 
     def to_json(self) -> dict:
         return {
-            "workload": self.workload, "best_ms": self.best_ms, "trials": self.trials, "errors": self.errors,
-            "history": self.history, "seconds": self.seconds, "overhead_s_per_trial": self.overhead_s_per_trial,
-            "phases": self.phases, "times": self.times, "search_stats": self.search_stats,
+            "workload": self.workload,
+            "best_ms": self.best_ms,
+            "trials": self.trials,
+            "errors": self.errors,
+            "history": self.history,
+            "seconds": self.seconds,
+            "overhead_s_per_trial": self.overhead_s_per_trial,
+            "phases": self.phases,
+            "times": self.times,
+            "search_stats": self.search_stats,
         }
 
 
@@ -84,9 +92,25 @@ class TuningSession:
     """Tuning of one workload, advanced a round at a time (the task scheduler interleaves
     sessions; `tune` runs one to the end)."""
 
-    def __init__(self, outputs, strategy="tlm", target="llvm", db=None, *, batch=16, seed=0, cost_model=None,
-                 builder=None, runner=None, progress=None, trials=None, overlap=False, lm=None, learn=False,
-                 template_first=True):
+    def __init__(
+        self,
+        outputs,
+        strategy="tlm",
+        target="llvm",
+        db=None,
+        *,
+        batch=16,
+        seed=0,
+        cost_model=None,
+        builder=None,
+        runner=None,
+        progress=None,
+        trials=None,
+        overlap=False,
+        lm=None,
+        learn=False,
+        template_first=True,
+    ):
         self.start = time.perf_counter()
         if target_kind(target) == "cuda":
             target = device_target(target)  # tune for the GPU that is here
@@ -106,7 +130,9 @@ class TuningSession:
             values, steps = decode_trace(rec.trace)
             ckey = hashlib.sha256(steps.to_json().encode()).hexdigest()[:24]
             self.search.seed(ckey, values, rec.median_ms if rec.ok else math.inf)
-        if template_first and "template" in self.space.sketches:  # measure the hand template first: never lose to tc.build
+        if (
+            template_first and "template" in self.space.sketches
+        ):  # measure the hand template first: never lose to tc.build
             self.search.queue.append(self.space.replay(self.space.default_values()))
         self.task = Task.from_outputs(self.space.outputs, self.target)
         self.own = (builder is None, runner is None)
@@ -186,8 +212,20 @@ class TuningSession:
         overhead = max(0.0, seconds - self.kernel_s) / max(self.done, 1)
         phases = dict(self.phases, kernel=self.kernel_s, total=seconds)
         stats = self.search.stats() if hasattr(self.search, "stats") else {}
-        return TuneResult(kernel, best_ms, self.done, self.errors, self.history, best_trace, self.key, seconds, overhead,
-                          phases, self.times, stats)  # fmt: skip
+        return TuneResult(
+            kernel,
+            best_ms,
+            self.done,
+            self.errors,
+            self.history,
+            best_trace,
+            self.key,
+            seconds,
+            overhead,
+            phases,
+            self.times,
+            stats,
+        )
 
     def close(self) -> None:
         if self.own[0]:
@@ -197,9 +235,22 @@ class TuningSession:
 
 
 def tune(
-    outputs, trials: int = 64, strategy: str = "tlm", target: str = "llvm", db=None, *,
-    batch: int = 16, seed: int = 0, cost_model=None, builder=None, runner=None, progress=None, overlap: bool = False,
-    lm=None, learn: bool = False, template_first: bool = True,
+    outputs,
+    trials: int = 64,
+    strategy: str = "tlm",
+    target: str = "llvm",
+    db=None,
+    *,
+    batch: int = 16,
+    seed: int = 0,
+    cost_model=None,
+    builder=None,
+    runner=None,
+    progress=None,
+    overlap: bool = False,
+    lm=None,
+    learn: bool = False,
+    template_first: bool = True,
 ) -> TuneResult:
     """Tune the computation of `outputs` (a tensor or a list) for `target` with `trials`
     measured candidates. `db` is a path or Database (default: the user's records database,
@@ -212,9 +263,23 @@ def tune(
     configure the tlm strategy (a checkpoint path; fine-tune on this run and keep the model).
     `runner` is a runner object or the name of a registered one (default "local": a process
     of this machine; registry.py)."""
-    session = TuningSession(outputs, strategy, target, db, batch=batch, seed=seed, cost_model=cost_model, builder=builder,
-                            runner=runner, progress=progress, trials=trials, overlap=overlap, lm=lm, learn=learn,
-                            template_first=template_first)
+    session = TuningSession(
+        outputs,
+        strategy,
+        target,
+        db,
+        batch=batch,
+        seed=seed,
+        cost_model=cost_model,
+        builder=builder,
+        runner=runner,
+        progress=progress,
+        trials=trials,
+        overlap=overlap,
+        lm=lm,
+        learn=learn,
+        template_first=template_first,
+    )
     try:
         while session.done < trials and not session.exhausted:
             session.round(min(batch, trials - session.done))

@@ -5,6 +5,7 @@ framed on its stdin/stdout. Unlike multiprocessing's spawn, it never re-imports 
 script, so `tc.tune(...)` works from any script or notebook. Whatever the kernel or a library
 prints goes to stderr, never into the protocol stream.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,6 +15,7 @@ import struct
 import subprocess
 import sys
 
+from minitc.autotune import gpu_runner, runner
 from minitc.errors import MinitcError
 
 _HEADER = struct.Struct("<Q")
@@ -95,7 +97,6 @@ class Worker:
 
 
 def _handlers() -> dict:
-    from minitc.autotune import runner, gpu_runner
 
     return {
         "build": runner.build_candidate,

@@ -1,5 +1,6 @@
 """Workload keys: a structural identity for a computation, independent of Python object ids
 and of the names the user gave its tensors, so tuning records survive restarts and renames."""
+
 from __future__ import annotations
 
 import hashlib
@@ -18,7 +19,13 @@ def _encode(e: Expr, axes: dict, stages: dict):
     if isinstance(e, Read):
         return ["r", stages[e.stage]] + [_encode(i, axes, stages) for i in e.indices]
     if isinstance(e, Reduce):
-        return ["reduce", e.combiner, [axes[a] for a in e.axes], _encode(e.init, axes, stages), _encode(e.source, axes, stages)]
+        return [
+            "reduce",
+            e.combiner,
+            [axes[a] for a in e.axes],
+            _encode(e.init, axes, stages),
+            _encode(e.source, axes, stages),
+        ]
     head = {Binary: "b", Compare: "cmp", Not: "not", Select: "sel", Cast: "cast", Call: "call"}.get(type(e))
     if head is None:
         head = type(e).__name__

@@ -8,11 +8,13 @@ description)` keeps the first whose workload key matches. A workload built some 
 (a hand-written `tc.compute`, an unusual parameter) is not recovered: then `show` needs the
 `<op> --shape ...` form.
 """
+
 from __future__ import annotations
 
 import itertools
 import re
 
+from minitc.autotune.workload_key import workload_key
 from minitc.commands.spec import ACTIVATIONS, OpCall
 from minitc.ops import window_output_size
 
@@ -90,8 +92,11 @@ def _reduce_calls(ins, out):
     for n in range(1, len(x) + 1):
         for axes in itertools.combinations(range(len(x)), n):
             for keepdims in (False, True):
-                kept = tuple(1 if d in axes else e for d, e in enumerate(x)) if keepdims else tuple(
-                    e for d, e in enumerate(x) if d not in axes)
+                kept = (
+                    tuple(1 if d in axes else e for d, e in enumerate(x))
+                    if keepdims
+                    else tuple(e for d, e in enumerate(x) if d not in axes)
+                )
                 if (kept or (1,)) != tuple(out):
                     continue
                 axis = None if n == len(x) else (axes[0] if n == 1 else axes)
@@ -130,7 +135,6 @@ def calls_for(description: str) -> list:
 
 def recover(key: str, description: str):
     """The OpCall whose workload key is `key`, or None."""
-    from minitc.autotune.workload_key import workload_key
 
     for call in calls_for(description):
         try:

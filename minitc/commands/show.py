@@ -1,10 +1,11 @@
 """`minitc show [WORKLOAD]`: what the tuning records database knows.
 
-    minitc show                                   # workloads, record counts, best ms
-    minitc show 1a2b3c                            # a workload by (a unique prefix of) its key
-    minitc show matmul --shape 512,512,512        # the same by op and shape, as for tune
-    minitc show 1a2b3c --llvm | --asm             # plus the optimized LLVM IR / assembly
+minitc show                                   # workloads, record counts, best ms
+minitc show 1a2b3c                            # a workload by (a unique prefix of) its key
+minitc show matmul --shape 512,512,512        # the same by op and shape, as for tune
+minitc show 1a2b3c --llvm | --asm             # plus the optimized LLVM IR / assembly
 """
+
 from __future__ import annotations
 
 import datetime
@@ -12,7 +13,15 @@ from pathlib import Path
 
 import click
 
-from minitc.commands.spec import FAMILY_OF, op_options, pop_op_options, shape_help
+import minitc as tc
+from minitc.autotune.database import Database, DatabaseError, default_path
+from minitc.autotune.space import Space
+from minitc.autotune.tuner import decode_trace
+from minitc.autotune.workload_key import describe, workload_key
+from minitc.commands.recover import recover
+from minitc.commands.spec import FAMILY_OF, command_args, op_options, parse_call, pop_op_options, shape_help
+from minitc.schedule.recorder import Schedule
+from minitc.target import hardware_fingerprint, parse_target
 
 HELP = f"""Show tuning records.
 
@@ -68,13 +77,11 @@ def step_line(step) -> str:
 
 
 def _db_path(db) -> Path:
-    from minitc.autotune.database import default_path
 
     return Path(db) if db else default_path()
 
 
 def _open(path: Path):
-    from minitc.autotune.database import Database, DatabaseError
 
     try:
         return Database(path)
@@ -83,7 +90,6 @@ def _open(path: Path):
 
 
 def _machine(target: str) -> tuple:
-    from minitc.target import hardware_fingerprint, parse_target
 
     try:
         t = parse_target(target)
@@ -104,13 +110,25 @@ def list_workloads(path: Path, target: str) -> None:
             errors = sum(not r.ok for r in recs)
             best = db.best(key, tstring, hw)
             programs = len(db.programs(key))  # finalists are measured again: more records than programs
-            rows.append([key[:12], str(programs), str(len(recs)), str(errors), f"{best[0].median_ms:.4g}" if best else "-", desc])
+            rows.append(
+                [
+                    key[:12],
+                    str(programs),
+                    str(len(recs)),
+                    str(errors),
+                    f"{best[0].median_ms:.4g}" if best else "-",
+                    desc,
+                ]
+            )
     click.echo(f"records database: {path} ({len(rows)} workload{'s' if len(rows) != 1 else ''})")
     if not rows:
         return
     head = ["workload", "programs", "records", "errors", "best ms", "description"]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-    fmt = lambda cells: "  ".join(c.ljust(w) if i in (0, 5) else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+
+    def fmt(cells):
+        return "  ".join(c.ljust(w) if i in (0, 5) else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
     click.echo(fmt(head).rstrip())
     for r in rows:
         click.echo(fmt(r).rstrip())
@@ -127,16 +145,17 @@ def resolve_key(path: Path, prefix: str) -> tuple:
         return matches[0]
     if not matches:
         hint = f"; for the op, give its shape: minitc show {prefix} --shape ..." if prefix in FAMILY_OF else ""
-        raise click.BadParameter(f"no workload key starts with {prefix!r} in {path} (`minitc show` lists them){hint}",
-                                 param_hint="WORKLOAD")  # fmt: skip
+        raise click.BadParameter(
+            f"no workload key starts with {prefix!r} in {path} (`minitc show` lists them){hint}", param_hint="WORKLOAD"
+        )
     listed = "; ".join(f"{k[:16]} ({d})" for k, d in matches[:6])
-    raise click.BadParameter(f"{prefix!r} matches {len(matches)} workloads: {listed}; give more of the key",
-                             param_hint="WORKLOAD")  # fmt: skip
+    raise click.BadParameter(
+        f"{prefix!r} matches {len(matches)} workloads: {listed}; give more of the key", param_hint="WORKLOAD"
+    )
 
 
 def _decision_lines(out, values, target) -> list:
     """Named decisions (replayed in the design space), or the bare values if that fails."""
-    from minitc.autotune.space import Space
 
     try:
         cand = Space(out, target).replay(values, strict=True)
@@ -148,8 +167,11 @@ def _decision_lines(out, values, target) -> list:
 @click.command("show", help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("workload", required=False, metavar="[WORKLOAD]")
 @op_options
-@click.option("--db", type=click.Path(dir_okay=False),
-              help="Records database (default: $MINITC_DB, else ~/.cache/minitc/records.db).")  # fmt: skip
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False),
+    help="Records database (default: $MINITC_DB, else ~/.cache/minitc/records.db).",
+)
 @click.option("--target", default="llvm", show_default=True, help="Target whose records to show.")
 @click.option("--llvm", "show_llvm", is_flag=True, help="Also print the optimized LLVM IR.")
 @click.option("--asm", "show_asm", is_flag=True, help="Also print the assembly.")
@@ -165,13 +187,6 @@ def show(workload, db, target, show_llvm, show_asm, **kwargs):
 
 
 def show_workload(path, workload, shape, options, target, show_llvm, show_asm) -> None:
-    import minitc as tc
-
-    from minitc.schedule.recorder import Schedule
-    from minitc.autotune.tuner import decode_trace
-    from minitc.autotune.workload_key import describe, workload_key
-    from minitc.commands.recover import recover
-    from minitc.commands.spec import command_args, parse_call
 
     tstring, hw = _machine(target)
     if shape or options:
@@ -202,8 +217,10 @@ def show_workload(path, workload, shape, options, target, show_llvm, show_asm) -
         rec = best[0]
         values, steps = decode_trace(rec.trace)
         where = f" (recorded on {rec.hardware}, not this machine)" if other_hw else ""
-        click.echo(f"best record #{rec.id}: {rec.median_ms:.4g} ms median of {len(rec.latencies_ms)}, "
-                   f"{_date(rec.created)}{where}")  # fmt: skip
+        click.echo(
+            f"best record #{rec.id}: {rec.median_ms:.4g} ms median of {len(rec.latencies_ms)}, "
+            f"{_date(rec.created)}{where}"
+        )
         click.echo(f"trace ({len(steps)} steps):")
         for i, step in enumerate(steps, 1):
             click.echo(f"  {i:3d}. {step_line(step)}")
@@ -219,8 +236,10 @@ def show_workload(path, workload, shape, options, target, show_llvm, show_asm) -
     elif path.exists() and not total:
         click.echo("no records for this workload yet")
     if out is None:
-        click.echo("loop nest: unavailable: the workload was not made by a `minitc tune OP --shape ...` call this "
-                   "command recognises; run `minitc show OP --shape ...` with its op and shape")  # fmt: skip
+        click.echo(
+            "loop nest: unavailable: the workload was not made by a `minitc tune OP --shape ...` call this "
+            "command recognises; run `minitc show OP --shape ...` with its op and shape"
+        )
         return
     if schedule is None:
         click.echo("loop nest of the hand template (tc.build(out, db=False)):")

@@ -10,6 +10,7 @@ takes per operator family, which options apply, and the `tc.ops` call they make.
 description in the records database (`describe()`), the calls that could have made it (the
 caller keeps the one whose workload key matches).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 
 import click
 
+import minitc as tc
 from minitc.ops import window_output_size
 
 F32 = "float32"
@@ -35,40 +37,78 @@ class Family:
 FAMILIES = {
     "matmul": Family("M,N,K", "--shape 512,512,512", "A[M,K] @ B[K,N]", ("transpose_a", "transpose_b")),
     "batch_matmul": Family("B,M,N,K", "--shape 12,128,128,64", "A[B,M,K] @ B[B,K,N]", ("transpose_a", "transpose_b")),
-    "dense": Family("M,IN,OUT", "--shape 128,768,3072 --bias --activation relu",
-                    "X[M,IN] @ W[OUT,IN].T (+ bias[OUT]) (+ activation)", ("bias", "activation")),
-    "conv2d": Family("N,C,H,W,K,R,S", "--shape 1,64,56,56,64,3,3 --stride 1 --padding 1",
-                     "X[N,C,H,W] conv W[K,C,R,S]", ("stride", "padding", "dilation")),
-    "depthwise_conv2d": Family("N,C,H,W,R,S[,M]", "--shape 1,128,56,56,3,3 --padding 1",
-                               "X[N,C,H,W] conv W[C*M,1,R,S] (M: channel multiplier, default 1)",
-                               ("stride", "padding", "dilation")),
-    "pool": Family("N,C,H,W", "--shape 1,64,112,112 --kernel 3 --stride 2 --padding 1",
-                   "X[N,C,H,W]; --kernel is required, --stride defaults to it", ("kernel", "stride", "padding")),
+    "dense": Family(
+        "M,IN,OUT",
+        "--shape 128,768,3072 --bias --activation relu",
+        "X[M,IN] @ W[OUT,IN].T (+ bias[OUT]) (+ activation)",
+        ("bias", "activation"),
+    ),
+    "conv2d": Family(
+        "N,C,H,W,K,R,S",
+        "--shape 1,64,56,56,64,3,3 --stride 1 --padding 1",
+        "X[N,C,H,W] conv W[K,C,R,S]",
+        ("stride", "padding", "dilation"),
+    ),
+    "depthwise_conv2d": Family(
+        "N,C,H,W,R,S[,M]",
+        "--shape 1,128,56,56,3,3 --padding 1",
+        "X[N,C,H,W] conv W[C*M,1,R,S] (M: channel multiplier, default 1)",
+        ("stride", "padding", "dilation"),
+    ),
+    "pool": Family(
+        "N,C,H,W",
+        "--shape 1,64,112,112 --kernel 3 --stride 2 --padding 1",
+        "X[N,C,H,W]; --kernel is required, --stride defaults to it",
+        ("kernel", "stride", "padding"),
+    ),
     "softmax": Family("D0,D1,...", "--shape 1536,128 [--axis -1]", "along --axis (default -1)", ("axis",)),
     "layer_norm": Family("D0,...,D", "--shape 512,768 [--eps 1e-5]", "over the last axis; gamma, beta [D]", ("eps",)),
     "unary": Family("D0,D1,...", "--shape 1024,1024", "elementwise on X", ()),
-    "binary": Family("D0,...[:E0,...]", "--shape 1024,1024  or  --shape 64,1,32:8,1",
-                     "X op Y; Y has X's shape unless given after ':' (numpy broadcasting)", ()),
+    "binary": Family(
+        "D0,...[:E0,...]",
+        "--shape 1024,1024  or  --shape 64,1,32:8,1",
+        "X op Y; Y has X's shape unless given after ':' (numpy broadcasting)",
+        (),
+    ),
     "bias_add": Family("D0,D1,...", "--shape 1,64,56,56 [--axis 1]", "X + bias[D_axis] (--axis default 1)", ("axis",)),
-    "reduce": Family("D0,D1,...", "--shape 4096,4096 --axis 1 [--keepdims]",
-                     "over --axis: an int, a list like 0,2, or 'all' (default)", ("axis", "keepdims")),
-}  # fmt: skip
+    "reduce": Family(
+        "D0,D1,...",
+        "--shape 4096,4096 --axis 1 [--keepdims]",
+        "over --axis: an int, a list like 0,2, or 'all' (default)",
+        ("axis", "keepdims"),
+    ),
+}
 
 FAMILY_OF = {
-    "matmul": "matmul", "batch_matmul": "batch_matmul", "dense": "dense", "conv2d": "conv2d",
-    "depthwise_conv2d": "depthwise_conv2d", "max_pool2d": "pool", "avg_pool2d": "pool",
-    "softmax": "softmax", "layer_norm": "layer_norm", "bias_add": "bias_add",
+    "matmul": "matmul",
+    "batch_matmul": "batch_matmul",
+    "dense": "dense",
+    "conv2d": "conv2d",
+    "depthwise_conv2d": "depthwise_conv2d",
+    "max_pool2d": "pool",
+    "avg_pool2d": "pool",
+    "softmax": "softmax",
+    "layer_norm": "layer_norm",
+    "bias_add": "bias_add",
     **{op: "unary" for op in ("relu", "gelu", "sigmoid", "tanh", "exp")},
     **{op: "binary" for op in ("add", "sub", "mul", "div", "maximum", "minimum")},
     **{op: "reduce" for op in ("sum", "max", "min", "mean")},
-}  # fmt: skip
+}
 
 # option name -> how it is written on the command line
 OPTION_FLAGS = {
-    "stride": "--stride", "padding": "--padding", "dilation": "--dilation", "kernel": "--kernel",
-    "axis": "--axis", "keepdims": "--keepdims", "bias": "--bias", "activation": "--activation",
-    "eps": "--eps", "transpose_a": "--transpose-a", "transpose_b": "--transpose-b",
-}  # fmt: skip
+    "stride": "--stride",
+    "padding": "--padding",
+    "dilation": "--dilation",
+    "kernel": "--kernel",
+    "axis": "--axis",
+    "keepdims": "--keepdims",
+    "bias": "--bias",
+    "activation": "--activation",
+    "eps": "--eps",
+    "transpose_a": "--transpose-a",
+    "transpose_b": "--transpose-b",
+}
 
 
 def shape_help() -> str:
@@ -128,7 +168,6 @@ class OpCall:
 
     def build(self):
         """Placeholders (named after the op's parameters) and the output tensor."""
-        import minitc as tc
 
         fn = tc.ops.OPS[self.op].build
         names = list(inspect.signature(fn).parameters)
@@ -181,7 +220,9 @@ def flops(op: str, *shapes, **params):
     if op in ("conv2d", "depthwise_conv2d"):
         (n, c, h, w), wshape = shapes[:2]
         k, r, s = wshape[0], wshape[-2], wshape[-1]
-        (sh, sw), (ph, pw), (dh, dw) = (_pair(params.get(p, d)) for p, d in (("stride", 1), ("padding", 0), ("dilation", 1)))
+        (sh, sw), (ph, pw), (dh, dw) = (
+            _pair(params.get(p, d)) for p, d in (("stride", 1), ("padding", 0), ("dilation", 1))
+        )
         oh, ow = window_output_size(h, ph, r, sh, dh), window_output_size(w, pw, s, sw, dw)
         per_output = (c if op == "conv2d" else 1) * r * s
         return 2.0 * n * k * oh * ow * per_output
@@ -228,7 +269,9 @@ def _axis(text, multiple: bool):
     try:
         axes = tuple(int(t) for t in text.split(",") if t.strip())
     except ValueError:
-        raise _bad(f"expected an int{' or a list like 0,2 or all' if multiple else ''}, got {text!r}", "--axis") from None
+        raise _bad(
+            f"expected an int{' or a list like 0,2 or all' if multiple else ''}, got {text!r}", "--axis"
+        ) from None
     if not axes or (len(axes) > 1 and not multiple):
         raise _bad(f"expected {'axes like 0,2' if multiple else 'one int'}, got {text!r}", "--axis")
     return axes[0] if len(axes) == 1 else axes
@@ -267,7 +310,9 @@ def parse_call(op: str, shape: str | None, options: dict, hint: str = "OP") -> O
 def _need(op, shape, fam, counts) -> tuple:
     dims = _ints(shape, op, "--shape")
     if len(dims) not in counts:
-        raise _bad(f"{op} takes {fam.syntax} ({' or '.join(map(str, counts))} numbers), got {shape!r}; e.g. {op} {fam.example}")
+        raise _bad(
+            f"{op} takes {fam.syntax} ({' or '.join(map(str, counts))} numbers), got {shape!r}; e.g. {op} {fam.example}"
+        )
     return dims
 
 
@@ -289,8 +334,10 @@ def _parse_dense(op, shape, o, fam):
 
 
 def _conv_params(o, pool=False):
-    params = [("stride", _int_or_pair(o.get("stride"), "--stride", 1) or (None if pool else 1)),
-              ("padding", _int_or_pair(o.get("padding"), "--padding", 0) or 0)]  # fmt: skip
+    params = [
+        ("stride", _int_or_pair(o.get("stride"), "--stride", 1) or (None if pool else 1)),
+        ("padding", _int_or_pair(o.get("padding"), "--padding", 0) or 0),
+    ]
     if not pool:
         params.append(("dilation", _int_or_pair(o.get("dilation"), "--dilation", 1) or 1))
     return tuple(params)
@@ -337,10 +384,14 @@ def _parse_any_rank(op, shape, o, fam):
 
 
 _PARSERS = {
-    "matmul": _parse_matmul, "batch_matmul": _parse_matmul, "dense": _parse_dense, "conv2d": _parse_conv,
-    "depthwise_conv2d": _parse_conv, "pool": _parse_pool, **{f: _parse_any_rank for f in
-    ("softmax", "layer_norm", "unary", "binary", "bias_add", "reduce")},
-}  # fmt: skip
+    "matmul": _parse_matmul,
+    "batch_matmul": _parse_matmul,
+    "dense": _parse_dense,
+    "conv2d": _parse_conv,
+    "depthwise_conv2d": _parse_conv,
+    "pool": _parse_pool,
+    **{f: _parse_any_rank for f in ("softmax", "layer_norm", "unary", "binary", "bias_add", "reduce")},
+}
 
 
 _DEFAULT_VALUES = {"stride": (1, None), "padding": (0,), "dilation": (1,), "eps": (1e-5,), "keepdims": (False,)}

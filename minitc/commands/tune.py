@@ -5,6 +5,7 @@ The op and its shape are parsed by spec.py; the workload (inputs, numpy and torc
 comes from benchmarks/baselines.py, and tuning plus timing from benchmarks/tuning.py, the same
 code the `cpu-tune` benchmark suite runs.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -13,8 +14,17 @@ import time
 
 import click
 
+import minitc as tc
+from minitc.autotune.database import default_path
 from minitc.autotune.registry import strategy_names
-from minitc.commands.spec import op_options, pop_op_options, shape_help
+from minitc.autotune.workload_key import workload_key
+from minitc.benchmarks import report
+from minitc.benchmarks.baselines import workload_for
+from minitc.benchmarks.cli import command_line, versions
+from minitc.benchmarks.progress import TuneProgress
+from minitc.benchmarks.tuning import impl_rate, plot_curves, tune_workload
+from minitc.commands.spec import command_args, op_options, parse_call, pop_op_options, shape_help
+from minitc.errors import MinitcError
 from minitc.target import is_gpu, parse_target
 
 HELP = f"""Tune an operator: search for a fast schedule of `tc.ops.OP` with SHAPE.
@@ -49,34 +59,50 @@ def _ms(ms, spread=None) -> str:
 
 def format_result(rec: dict, key: str, target: str) -> str:
     """The table `minitc tune` prints for one tuned workload."""
-    from minitc.benchmarks.tuning import impl_rate
 
     unit = "GFLOP/s" if rec["kind"] == "compute" else "GB/s"
     best_lib = rec.get("best_library")
     best_ms = rec.get(f"{best_lib}_ms") if best_lib else None
-    rows = [("tuned (" + rec["strategy"] + ")", "tuned"), ("template (tc.build)", "default"),
-            ("numpy", "numpy"), ("torch", "torch")]  # fmt: skip
+    rows = [
+        ("tuned (" + rec["strategy"] + ")", "tuned"),
+        ("template (tc.build)", "default"),
+        ("numpy", "numpy"),
+        ("torch", "torch"),
+    ]
     head = ["", "ms", unit, "vs best library"]
     cells = []
     for label, impl in rows:
         ms = rec.get(f"{impl}_ms")
         rate = impl_rate(rec, impl)
-        cells.append([label, _ms(ms, (rec.get("spread_pct") or {}).get(impl)), "-" if rate is None else f"{rate:.1f}",
-                      f"{best_ms / ms:.2f}x" if ms and best_ms else "-"])  # fmt: skip
+        cells.append(
+            [
+                label,
+                _ms(ms, (rec.get("spread_pct") or {}).get(impl)),
+                "-" if rate is None else f"{rate:.1f}",
+                f"{best_ms / ms:.2f}x" if ms and best_ms else "-",
+            ]
+        )
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
 
     def line(row):
         return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
 
-    out = [f"{rec['description']}: workload {key[:12]}, {target}, {rec['threads']} thread(s)",
-           line(head), "  ".join("-" * w for w in widths)] + [line(c) for c in cells]  # fmt: skip
-    out.append(f"tuning: {rec['trials']}/{rec['trials_requested']} trials, {rec['errors']} errors, "
-               f"{rec['seconds'] or 0:.1f} s ({rec['overhead_s_per_trial'] or 0:.2f} s overhead per trial); "
-               f"the tuner's re-measured best: {_ms(rec.get('best_ms'))} ms")  # fmt: skip
+    out = [
+        f"{rec['description']}: workload {key[:12]}, {target}, {rec['threads']} thread(s)",
+        line(head),
+        "  ".join("-" * w for w in widths),
+    ] + [line(c) for c in cells]
+    out.append(
+        f"tuning: {rec['trials']}/{rec['trials_requested']} trials, {rec['errors']} errors, "
+        f"{rec['seconds'] or 0:.1f} s ({rec['overhead_s_per_trial'] or 0:.2f} s overhead per trial); "
+        f"the tuner's re-measured best: {_ms(rec.get('best_ms'))} ms"
+    )
     if rec.get("default_kernel_ms"):
         speedup = rec.get("kernel_speedup_vs_default")
-        out.append(f"the template timed the same way (bare kernel): {_ms(rec['default_kernel_ms'])} ms"
-                   + (f"; speedup of the tuned kernel over it: {speedup:.2f}x" if speedup else ""))  # fmt: skip
+        out.append(
+            f"the template timed the same way (bare kernel): {_ms(rec['default_kernel_ms'])} ms"
+            + (f"; speedup of the tuned kernel over it: {speedup:.2f}x" if speedup else "")
+        )
     if rec.get("cost_model"):
         out.append(f"cost model: {rec['cost_model']}")
     out.append("vs best library = best of numpy/torch ms / ms (> 1: faster than both); ms = median ± half the IQR")
@@ -84,11 +110,15 @@ def format_result(rec: dict, key: str, target: str) -> str:
         out.append(f"speedup over the template, in-process calls: {rec['speedup_vs_default']:.2f}x")
     tuned, best = rec.get("tuned_ms"), rec.get("best_ms")
     if tuned and best and tuned > 2 * best:
-        out.append("note: the table times calls through tc.Function, whose Python call overhead (~20 us) dominates "
-                   "here; the tuner times the bare kernel")  # fmt: skip
+        out.append(
+            "note: the table times calls through tc.Function, whose Python call overhead (~20 us) dominates "
+            "here; the tuner times the bare kernel"
+        )
     if rec.get("background_cpus") and rec["background_cpus"] >= 0.25:
-        out.append(f"warning: other processes kept {rec['background_cpus']:.1f} CPUs busy while timing; "
-                   "the numbers are unreliable")  # fmt: skip
+        out.append(
+            f"warning: other processes kept {rec['background_cpus']:.1f} CPUs busy while timing; "
+            "the numbers are unreliable"
+        )
     for note in rec.get("notes") or []:
         out.append(f"note: {note}")
     return "\n".join(out)
@@ -98,37 +128,78 @@ def format_result(rec: dict, key: str, target: str) -> str:
 @click.argument("op", metavar="OP")
 @op_options
 @click.option("--trials", default=64, show_default=True, type=click.IntRange(min=1), help="Candidates to measure.")
-@click.option("--strategy", type=click.Choice(strategy_names()), default="tlm", show_default=True,
-              help="tlm: the language model proposes, the cost model re-ranks, edits polish the best; evolutionary: MetaSchedule's search.")
-@click.option("--lm", "lm_path", type=click.Path(dir_okay=False, exists=True),
-              help="Language-model checkpoint for tlm (default: $MINITC_LM, your --learn model, the shipped one).")
-@click.option("--learn", is_flag=True, help="tlm: fine-tune the model on this run's measurements and keep it as your default.")
-@click.option("--target", default="llvm", show_default=True,
-              help="'llvm' (host CPU), 'llvm -mcpu=...', 'cuda' (an NVIDIA GPU) or 'cuda-sim' (the numpy simulator).")
-@click.option("--db", type=click.Path(dir_okay=False),
-              help="Records database (default: $MINITC_DB, else ~/.cache/minitc/records.db).")  # fmt: skip
+@click.option(
+    "--strategy",
+    type=click.Choice(strategy_names()),
+    default="tlm",
+    show_default=True,
+    help="tlm: the language model proposes, the cost model re-ranks, edits polish the best; "
+    "evolutionary: MetaSchedule's search.",
+)
+@click.option(
+    "--lm",
+    "lm_path",
+    type=click.Path(dir_okay=False, exists=True),
+    help="Language-model checkpoint for tlm (default: $MINITC_LM, your --learn model, the shipped one).",
+)
+@click.option(
+    "--learn", is_flag=True, help="tlm: fine-tune the model on this run's measurements and keep it as your default."
+)
+@click.option(
+    "--target",
+    default="llvm",
+    show_default=True,
+    help="'llvm' (host CPU), 'llvm -mcpu=...', 'cuda' (an NVIDIA GPU) or 'cuda-sim' (the numpy simulator).",
+)
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False),
+    help="Records database (default: $MINITC_DB, else ~/.cache/minitc/records.db).",
+)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), help="Write the result as JSON.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True),
-              help="Write best-so-far latency vs trials (PNG; needs matplotlib).")  # fmt: skip
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Write best-so-far latency vs trials (PNG; needs matplotlib).",
+)
 @click.option("--seed", default=0, show_default=True, type=int, help="Search seed.")
 @click.option("--threads", type=click.IntRange(min=1), help="Threads for tuning and timing (default: all CPUs).")
 @click.option("--batch", default=16, show_default=True, type=click.IntRange(min=1), help="Candidates per round.")
-@click.option("--cost-model", type=click.Choice(("default", "random")), default="default", show_default=True,
-              help="Evolutionary search: default_cost_model() or random scores.")  # fmt: skip
-@click.option("--budget", "budget_s", default=1.0, show_default=True, type=click.FloatRange(min=0),
-              help="Seconds of timing per implementation in the final comparison.")  # fmt: skip
+@click.option(
+    "--cost-model",
+    type=click.Choice(("default", "random")),
+    default="default",
+    show_default=True,
+    help="Evolutionary search: default_cost_model() or random scores.",
+)
+@click.option(
+    "--budget",
+    "budget_s",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds of timing per implementation in the final comparison.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
-def tune(op, trials, strategy, lm_path, learn, target, db, json_path, plot_path, seed, threads, batch, cost_model,
-         budget_s, quiet, **kwargs):  # fmt: skip
-    import minitc as tc
-    from minitc.benchmarks import report
-    from minitc.benchmarks.baselines import workload_for
-    from minitc.benchmarks.tuning import plot_curves, tune_workload
-
-    from minitc.autotune.database import default_path
-    from minitc.autotune.workload_key import workload_key
-    from minitc.benchmarks.progress import TuneProgress
-    from minitc.commands.spec import command_args, parse_call
+def tune(
+    op,
+    trials,
+    strategy,
+    lm_path,
+    learn,
+    target,
+    db,
+    json_path,
+    plot_path,
+    seed,
+    threads,
+    batch,
+    cost_model,
+    budget_s,
+    quiet,
+    **kwargs,
+):
 
     start = time.perf_counter()
     shape, options = pop_op_options(kwargs)
@@ -149,16 +220,39 @@ def tune(op, trials, strategy, lm_path, learn, target, db, json_path, plot_path,
     say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))
     say(f"{w.description}: workload {key[:12]}; records in {db_path}")
     bar = TuneProgress(trials, w.work, w.unit, enabled=not quiet, every=batch)
-    (rec,) = tune_workload(w, [strategy], trials, threads, db=db_path, target=target, seed=seed, batch=batch,
-                           cost_model=cost_model, budget_s=budget_s, say=say, progress_factory=lambda s: bar,
-                           lm=lm_path, learn=learn)  # fmt: skip
+    (rec,) = tune_workload(
+        w,
+        [strategy],
+        trials,
+        threads,
+        db=db_path,
+        target=target,
+        seed=seed,
+        batch=batch,
+        cost_model=cost_model,
+        budget_s=budget_s,
+        say=say,
+        progress_factory=lambda s: bar,
+        lm=lm_path,
+        learn=learn,
+    )
     click.echo(format_result(rec, key, target))
     wall = time.perf_counter() - start
     click.echo(f"wall time: {wall:.1f} s (tuning {rec['seconds'] or 0:.1f} s, then timing)")
     if json_path:
-        data = {**rec, "workload": key, "name": rec["workload"], "op": op, "shape": shape, "params": _plain(call.kwargs),
-                "target": target, "seed": seed, "batch": batch, "wall_s": round(wall, 2),
-                "run": _run_info()}  # fmt: skip
+        data = {
+            **rec,
+            "workload": key,
+            "name": rec["workload"],
+            "op": op,
+            "shape": shape,
+            "params": _plain(call.kwargs),
+            "target": target,
+            "seed": seed,
+            "batch": batch,
+            "wall_s": round(wall, 2),
+            "run": _run_info(),
+        }
         data.pop("workload_key", None)
         with open(json_path, "w") as f:
             json.dump(data, f, indent=1)
@@ -173,33 +267,54 @@ def tune(op, trials, strategy, lm_path, learn, target, db, json_path, plot_path,
 
 def _tune_gpu(call, name, trials, strategy, target, db, json_path, seed, batch, quiet) -> None:
     """Tune on the GPU: the tuner's own CUDA-event timings of the template (measured first) and
-    of the best program; torch's kernels are compared by `python -m benchmarks --suite gpu-core`."""
-    import minitc as tc
-
-    from minitc.errors import MinitcError
-    from minitc.autotune.database import default_path
+    of the best program; torch's kernels are compared by `python -m minitc.benchmarks --suite gpu-core`."""
 
     out = call.build()
     db_path = str(db or default_path())
-    progress = None if quiet else (lambda done, total, errors, best: click.echo(
-        f"\r{done}/{total} trials, {errors} errors, best {best if best is None else f'{best:.4f} ms'}", err=True, nl=done == total))
+    progress = (
+        None
+        if quiet
+        else (
+            lambda done, total, errors, best: click.echo(
+                f"\r{done}/{total} trials, {errors} errors, best {best if best is None else f'{best:.4f} ms'}",
+                err=True,
+                nl=done == total,
+            )
+        )
+    )
     try:
-        r = tc.tune(out, trials=trials, strategy=strategy, target=target, db=db_path, seed=seed, batch=batch,
-                    progress=progress)  # fmt: skip
+        r = tc.tune(
+            out, trials=trials, strategy=strategy, target=target, db=db_path, seed=seed, batch=batch, progress=progress
+        )
     except MinitcError as e:
         raise click.ClickException(str(e)) from None
     template_ms = r.history[0] if r.history else None
-    lines = [f"{name} on {target}: {r.trials} trials, {r.errors} errors, {r.seconds:.1f} s; records in {db_path}",
-             f"template (measured first): {template_ms if template_ms is None else f'{template_ms:.4f} ms'}",
-             f"tuned (re-measured best):  {r.best_ms if r.best_ms is None else f'{r.best_ms:.4f} ms'}"]  # fmt: skip
+    lines = [
+        f"{name} on {target}: {r.trials} trials, {r.errors} errors, {r.seconds:.1f} s; records in {db_path}",
+        f"template (measured first): {template_ms if template_ms is None else f'{template_ms:.4f} ms'}",
+        f"tuned (re-measured best):  {r.best_ms if r.best_ms is None else f'{r.best_ms:.4f} ms'}",
+    ]
     if target.startswith("cuda-sim"):
         lines.append("note: cuda-sim times the numpy simulator, not a GPU; the numbers only show the pipeline works")
     click.echo("\n".join(lines))
     if json_path:
         with open(json_path, "w") as f:
-            json.dump({"name": name, "target": target, "strategy": strategy, "trials": r.trials, "errors": r.errors,
-                       "seconds": r.seconds, "template_ms": template_ms, "best_ms": r.best_ms, "history": r.history,
-                       "run": _run_info()}, f, indent=1)  # fmt: skip
+            json.dump(
+                {
+                    "name": name,
+                    "target": target,
+                    "strategy": strategy,
+                    "trials": r.trials,
+                    "errors": r.errors,
+                    "seconds": r.seconds,
+                    "template_ms": template_ms,
+                    "best_ms": r.best_ms,
+                    "history": r.history,
+                    "run": _run_info(),
+                },
+                f,
+                indent=1,
+            )
             f.write("\n")
     if r.best_ms is None:
         raise click.ClickException("no candidate ran correctly")
@@ -217,7 +332,6 @@ def _plain(params: dict) -> dict:
 
 
 def _run_info() -> dict:
-    from minitc.benchmarks.cli import command_line, versions
 
     return {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),

@@ -2,6 +2,7 @@
 
 Set MINITC_DEBUG=2 to print the IR after every pass (MINITC_DEBUG=1 prints the final IR).
 """
+
 from __future__ import annotations
 
 import os
@@ -10,10 +11,11 @@ import sys
 from minitc import ir
 from minitc.errors import IRError, ScheduleError
 from minitc.expr import IterVar, free_vars
-from minitc.schedule.state import State
 from minitc.lowering.bounds import BoundInference
 from minitc.lowering.nest import NestBuilder
 from minitc.lowering.passes import check_no_bindings, check_parallel_nesting, inline_stages, simplify_stmt
+from minitc.schedule.state import State
+from minitc.verify import verify
 
 
 def debug_level() -> int:
@@ -102,7 +104,6 @@ def lower_state(state: State, inputs: list, outputs: list, name: str = "kernel",
         body = sink_guards(body)
         _dump("sink guards below barriers", body)
     kernel = ir.Kernel(name, [params[n] for n in list(inputs) + list(outputs)], len(inputs), body)
-    from minitc.verify import verify
 
     try:
         verify(kernel)

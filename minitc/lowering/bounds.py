@@ -4,9 +4,11 @@ the loop extents that follow, and the value of every axis in terms of the loop v
 A stage at the root computes its whole shape. A stage attached with compute_at computes the
 union of what its consumers read during one iteration of the attach loop (a conservative
 superset is always correct); on a GPU, a shared-memory stage computes what the whole block
-reads, so its region also spans the thread-bound loops around the attach loop. A stage attached with reverse_compute_at computes exactly the tile
-its producer has just finished (that must be exact, so it is checked to be a box).
+reads, so its region also spans the thread-bound loops around the attach loop. A stage
+attached with reverse_compute_at computes exactly the tile its producer has just finished
+(that must be exact, so it is checked to be a box).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -15,9 +17,9 @@ from minitc.arith import bounds, simplify
 from minitc.errors import ScheduleError
 from minitc.expr import Const, Expr, Var, binary, compare, const, substitute, walk
 from minitc.ir import THREAD_TAGS
+from minitc.lowering.intervals import exact_box, interval, union
 from minitc.schedule.stages import axis_map
 from minitc.schedule.state import Split, Stage, State
-from minitc.lowering.intervals import exact_box, interval, union
 
 
 @dataclass

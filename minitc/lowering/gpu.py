@@ -18,6 +18,7 @@ launch dimension). That reading is exact only if the schedule obeys three rules,
 
 The simulator (backends/cuda/sim.py) then checks every access of a real run for races.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -71,7 +72,9 @@ def plan_launches(kernel: ir.Kernel, limits: GpuLimits = GpuLimits()) -> GpuProg
     while isinstance(body, ir.Allocate):  # lowering makes every root allocation global on a GPU
         temporaries.append(body.buffer)
         body = body.body
-    parts = [p for p in (body.stmts if isinstance(body, ir.Seq) else (body,)) if not (isinstance(p, ir.Seq) and not p.stmts)]
+    parts = [
+        p for p in (body.stmts if isinstance(body, ir.Seq) else (body,)) if not (isinstance(p, ir.Seq) and not p.stmts)
+    ]
     order = list(kernel.params) + temporaries
     launches = []
     for n, part in enumerate(parts):
@@ -117,9 +120,13 @@ def _check_dims(name: str, grid: tuple, block: tuple, limits: GpuLimits) -> None
         )
     for d, (b, g) in enumerate(zip(block, grid)):
         if b > limits.max_block[d]:
-            raise ScheduleError(f"kernel {name}: threadIdx.{DIMS[d]} extent {b} is over the limit of {limits.max_block[d]}")
+            raise ScheduleError(
+                f"kernel {name}: threadIdx.{DIMS[d]} extent {b} is over the limit of {limits.max_block[d]}"
+            )
         if g > limits.max_grid[d]:
-            raise ScheduleError(f"kernel {name}: blockIdx.{DIMS[d]} extent {g} is over the limit of {limits.max_grid[d]}")
+            raise ScheduleError(
+                f"kernel {name}: blockIdx.{DIMS[d]} extent {g} is over the limit of {limits.max_grid[d]}"
+            )
 
 
 class _RaceRules:
@@ -176,7 +183,8 @@ class _RaceRules:
         outer_var = outer[0]
         if any(outer_var in _vars(e) for st in ir.walk_stmts(s.body) for e in ir.stmt_exprs(st)):
             raise ScheduleError(
-                f"kernel {self.name}: loop {s.var.name} is bound to {s.kind} inside loop {outer_var.name}, also bound to "
+                f"kernel {self.name}: loop {s.var.name} is bound to {s.kind} inside loop {outer_var.name}, "
+                "also bound to "
                 f"{s.kind}, and uses it; both would take the same thread index, so most of their iterations never run. "
                 "Bind the inner stage's loops to other indices, or make it a shared-memory stage"
             )

@@ -6,6 +6,7 @@ loops while all other variables stay fixed, which values does `e` take? The answ
 lies in [lo, lo + width]. The widths are exact for affine expressions and conservative for `//`
 and `%`.
 """
+
 from __future__ import annotations
 
 from minitc.arith import affine, simplify

@@ -6,14 +6,15 @@ the rest of the body (compute_at) or after it (reverse_compute_at); on a GPU, ba
 each shared-memory fill. Guards sit just inside the
 innermost loop they depend on.
 """
+
 from __future__ import annotations
 
 from minitc import ir
 from minitc.errors import ScheduleError
 from minitc.expr import Var, logical, substitute, transform, walk
+from minitc.lowering.bounds import StageInfo
 from minitc.schedule.state import Read, Stage, State
 from minitc.te import Reduce, combine
-from minitc.lowering.bounds import StageInfo
 
 
 class NestBuilder:
@@ -57,7 +58,9 @@ class NestBuilder:
             store = ir.Store(buf, idx, self.lower_expr(st.body, info.values))
             return self.nest(st, info, loops, store, info.guards, info.vars)
         body = st.body
-        update = ir.Store(buf, idx, combine(body.combiner, ir.Load(buf, idx), self.lower_expr(body.source, info.values)))
+        update = ir.Store(
+            buf, idx, combine(body.combiner, ir.Load(buf, idx), self.lower_expr(body.source, info.values))
+        )
         first = next(n for n, lp in enumerate(st.loops) if lp.reduce)
         shared, rest = loops[:first], loops[first:]
         shared_vars = {info.vars[st.loops[p].name] for p in shared}

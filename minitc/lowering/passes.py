@@ -1,4 +1,5 @@
 """Passes around nest construction: inlining before it, checks and simplification after it."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -9,7 +10,6 @@ from minitc.errors import ScheduleError
 from minitc.expr import Binary, Compare, Const, Var, substitute, transform
 from minitc.schedule.state import Read, State
 from minitc.te import Reduce
-
 
 # A parallel loop of one iteration still marks a parallel region, and a bound one of one
 # iteration still guards its body to a single thread.

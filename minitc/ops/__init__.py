@@ -23,6 +23,7 @@ instances of the same operator in one graph different `name=`s.
 `reference` holds a plain-numpy version of each operator with the same name and arguments;
 `OPS` maps every operator name to (build, reference, make_inputs), see registry.py.
 """
+
 from minitc.ops import reference
 from minitc.ops._util import window_output_size
 from minitc.ops.elementwise import add, bias_add, div, exp, gelu, maximum, minimum, mul, relu, sigmoid, sub, tanh
@@ -33,11 +34,36 @@ from minitc.ops.reduce import max, mean, min, sum  # noqa: A004 - numpy-style na
 from minitc.ops.registry import OPS, SIZES, Example, Instance, OpSpec
 
 __all__ = [
-    "OPS", "SIZES", "Example", "Instance", "OpSpec", "reference", "window_output_size",
-    "matmul", "batch_matmul", "dense",
-    "conv2d", "depthwise_conv2d", "max_pool2d", "avg_pool2d",
-    "softmax", "layer_norm",
-    "add", "sub", "mul", "div", "maximum", "minimum",
-    "relu", "gelu", "sigmoid", "tanh", "exp", "bias_add",
-    "sum", "max", "min", "mean",
-]  # fmt: skip
+    "OPS",
+    "SIZES",
+    "Example",
+    "Instance",
+    "OpSpec",
+    "reference",
+    "window_output_size",
+    "matmul",
+    "batch_matmul",
+    "dense",
+    "conv2d",
+    "depthwise_conv2d",
+    "max_pool2d",
+    "avg_pool2d",
+    "softmax",
+    "layer_norm",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "maximum",
+    "minimum",
+    "relu",
+    "gelu",
+    "sigmoid",
+    "tanh",
+    "exp",
+    "bias_add",
+    "sum",
+    "max",
+    "min",
+    "mean",
+]

@@ -4,6 +4,7 @@ Every check raises `ShapeError` or `DTypeError` with a message that starts with 
 name, says what was expected and what was given, so a user can fix the call without reading
 minitc's source.
 """
+
 from __future__ import annotations
 
 from minitc import dtypes
@@ -14,9 +15,7 @@ from minitc.te import Tensor
 def tensor(op: str, what: str, x) -> Tensor:
     """`x` must be a minitc Tensor (a placeholder or a compute)."""
     if not isinstance(x, Tensor):
-        raise DTypeError(
-            f"{op}: {what} must be a minitc Tensor (tc.placeholder or tc.compute), got {type(x).__name__}"
-        )
+        raise DTypeError(f"{op}: {what} must be a minitc Tensor (tc.placeholder or tc.compute), got {type(x).__name__}")
     return x
 
 
@@ -44,9 +43,7 @@ def floating(op: str, *xs: Tensor) -> str:
     """The common dtype of the tensors, which must be a float type."""
     dtype = numeric(op, *xs)
     if not dtypes.is_float(dtype):
-        raise DTypeError(
-            f"{op} needs float inputs, got {dtype}; cast them first, e.g. tc.ops.cast(x, 'float32')"
-        )
+        raise DTypeError(f"{op} needs float inputs, got {dtype}; cast them first, e.g. tc.ops.cast(x, 'float32')")
     return dtype
 
 

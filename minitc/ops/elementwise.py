@@ -3,15 +3,18 @@
 Each operator is one compute stage named after the operator (`add`, `relu`, ...) unless the
 caller passes `name=`.
 """
+
 from __future__ import annotations
 
 import math
 
 from minitc import dtypes
 from minitc.errors import DTypeError, ShapeError
-from minitc.expr import Expr, as_expr, binary, call, maximum as _maximum, minimum as _minimum
-from minitc.te import Tensor, compute
+from minitc.expr import Expr, as_expr, binary, call
+from minitc.expr import maximum as _maximum
+from minitc.expr import minimum as _minimum
 from minitc.ops import _util
+from minitc.te import Tensor, compute
 
 _SQRT1_2 = 1.0 / math.sqrt(2.0)
 
@@ -44,9 +47,7 @@ def _scalar(op: str, what: str, value):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         if hasattr(value, "dtype") and hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
             return value.item()  # a numpy scalar adopts the tensor's dtype, like a Python number
-        raise DTypeError(
-            f"{op}: {what} must be a minitc Tensor or a Python number, got {type(value).__name__}"
-        )
+        raise DTypeError(f"{op}: {what} must be a minitc Tensor or a Python number, got {type(value).__name__}")
     return value
 
 
@@ -183,8 +184,8 @@ def bias_add(X, bias, axis: int = 1, name: str | None = None) -> Tensor:
         raise ShapeError(f"{op}: X of shape {X.shape} has no axis 1; pass axis=0 (or -1) for 1-D X")
     ax = _util.axis(op, X, axis)
     if bias.shape[0] != X.shape[ax]:
-        raise ShapeError(
-            f"{op}: bias has {bias.shape[0]} elements but axis {axis} of X {X.shape} has {X.shape[ax]}"
-        )
+        raise ShapeError(f"{op}: bias has {bias.shape[0]} elements but axis {axis} of X {X.shape} has {X.shape[ax]}")
     _util.numeric(op, X, bias)
-    return compute(X.shape, lambda *i: X[i] + bias[i[ax]], name=name or op, tag="elementwise", attrs={"op": op, "axis": ax})
+    return compute(
+        X.shape, lambda *i: X[i] + bias[i[ax]], name=name or op, tag="elementwise", attrs={"op": op, "axis": ax}
+    )

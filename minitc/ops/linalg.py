@@ -4,13 +4,15 @@ Stage naming: the product stage carries the operator's name (`matmul`, `batch_ma
 `dense`); dense's epilogue (bias and/or activation) is one more stage named
 `<name>_<parts>`, e.g. `dense_bias`, `dense_relu`, `dense_bias_gelu`.
 """
+
 from __future__ import annotations
 
 from minitc import te
 from minitc.errors import ShapeError
-from minitc.te import Tensor, compute, reduce_axis
 from minitc.ops import _util
-from minitc.ops.elementwise import ACTIVATIONS, activation as apply_activation
+from minitc.ops.elementwise import ACTIVATIONS
+from minitc.ops.elementwise import activation as apply_activation
+from minitc.te import Tensor, compute, reduce_axis
 
 
 def matmul(A, B, transpose_a: bool = False, transpose_b: bool = False, name: str | None = None) -> Tensor:
@@ -37,7 +39,9 @@ def matmul(A, B, transpose_a: bool = False, transpose_b: bool = False, name: str
         b = B[j, k] if transpose_b else B[k, j]
         return te.sum(a * b, axis=k)
 
-    return compute((M, N), body, name=name or op, tag=op, attrs={"transpose_a": transpose_a, "transpose_b": transpose_b})
+    return compute(
+        (M, N), body, name=name or op, tag=op, attrs={"transpose_a": transpose_a, "transpose_b": transpose_b}
+    )
 
 
 def batch_matmul(A, B, transpose_a: bool = False, transpose_b: bool = False, name: str | None = None) -> Tensor:
@@ -66,7 +70,9 @@ def batch_matmul(A, B, transpose_a: bool = False, transpose_b: bool = False, nam
         y = B[bb, j, k] if transpose_b else B[bb, k, j]
         return te.sum(x * y, axis=k)
 
-    return compute((batch, M, N), body, name=name or op, tag=op, attrs={"transpose_a": transpose_a, "transpose_b": transpose_b})
+    return compute(
+        (batch, M, N), body, name=name or op, tag=op, attrs={"transpose_a": transpose_a, "transpose_b": transpose_b}
+    )
 
 
 def dense(X, W, bias=None, activation=None, name: str | None = None) -> Tensor:

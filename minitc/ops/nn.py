@@ -5,13 +5,14 @@ Stage naming: the main stage carries the operator's name (`conv2d`, `depthwise_c
 `<name>_pad` comes first (zeros for convolutions and average pooling, the dtype's lowest value,
 -inf for floats, for max pooling). Reduce axes are `rc` (input channel), `ry`, `rx` (window).
 """
+
 from __future__ import annotations
 
 from minitc import dtypes, te
 from minitc.errors import ShapeError
 from minitc.expr import select
-from minitc.te import Tensor, compute, reduce_axis
 from minitc.ops import _util
+from minitc.te import Tensor, compute, reduce_axis
 
 
 def pad_hw(X: Tensor, ph: int, pw: int, value, name: str) -> Tensor:
@@ -51,9 +52,7 @@ def conv2d(X, W, stride=1, padding=0, dilation=1, name: str | None = None) -> Te
     N, C, H, Wd = X.shape
     K, C2, R, S = W.shape
     if C != C2:
-        raise ShapeError(
-            f"{op}: X {X.shape} has {C} input channels but W {W.shape} expects {C2} (W is [K, C, R, S])"
-        )
+        raise ShapeError(f"{op}: X {X.shape} has {C} input channels but W {W.shape} expects {C2} (W is [K, C, R, S])")
     _util.numeric(op, X, W)
     OH = _util.out_size(op, "vertical", H, ph, R, sh, dh)
     OW = _util.out_size(op, "horizontal", Wd, pw, S, sw, dw)
@@ -65,7 +64,9 @@ def conv2d(X, W, stride=1, padding=0, dilation=1, name: str | None = None) -> Te
         x = P[n, rc, oh * sh + ry * dh, ow * sw + rx * dw]
         return te.sum(x * W[k, rc, ry, rx], axis=(rc, ry, rx))
 
-    return compute((N, K, OH, OW), body, name=base, tag=op, attrs={"stride": (sh, sw), "padding": (ph, pw), "dilation": (dh, dw)})
+    return compute(
+        (N, K, OH, OW), body, name=base, tag=op, attrs={"stride": (sh, sw), "padding": (ph, pw), "dilation": (dh, dw)}
+    )
 
 
 def depthwise_conv2d(X, W, stride=1, padding=0, dilation=1, name: str | None = None) -> Tensor:
@@ -104,7 +105,9 @@ def depthwise_conv2d(X, W, stride=1, padding=0, dilation=1, name: str | None = N
         w = W[k, 0, ry, rx] if W.ndim == 4 else W[k, ry, rx]
         return te.sum(x * w, axis=(ry, rx))
 
-    return compute((N, K, OH, OW), body, name=base, tag=op, attrs={"stride": (sh, sw), "padding": (ph, pw), "dilation": (dh, dw)})
+    return compute(
+        (N, K, OH, OW), body, name=base, tag=op, attrs={"stride": (sh, sw), "padding": (ph, pw), "dilation": (dh, dw)}
+    )
 
 
 def _pool_args(op: str, X, kernel, stride, padding):

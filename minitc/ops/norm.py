@@ -6,13 +6,14 @@ Stage naming, with `base` = `name` or the operator name:
 The per-row statistics have the input's shape without the reduced axis (shape (1,) for 1-D
 input).
 """
+
 from __future__ import annotations
 
 from minitc import te
 from minitc.errors import ShapeError
 from minitc.expr import call
-from minitc.te import Tensor, compute, reduce_axis
 from minitc.ops import _util
+from minitc.te import Tensor, compute, reduce_axis
 
 
 def softmax(X, axis: int = -1, name: str | None = None) -> Tensor:

@@ -5,11 +5,12 @@ are dropped, or kept with extent 1 when keepdims=True; since a minitc tensor has
 dimension, reducing every axis without keepdims gives shape (1,), not a 0-d scalar.
 Each is one stage named after the operator (or `name`); reduce axes are named `r<axis>`.
 """
+
 from __future__ import annotations
 
 from minitc import te
-from minitc.te import Tensor, compute, reduce_axis
 from minitc.ops import _util
+from minitc.te import Tensor, compute, reduce_axis
 
 
 def _reduction(op: str, combiner, X, axis, keepdims: bool, name, scale=None) -> Tensor:
@@ -25,7 +26,9 @@ def _reduction(op: str, combiner, X, axis, keepdims: bool, name, scale=None) -> 
         value = X[index] if scale is None else X[index] * scale
         return combiner(value, axis=rvars)
 
-    return compute(shape, body, name=name or op, tag="reduce", attrs={"op": op, "axis": tuple(reduced), "keepdims": keepdims})
+    return compute(
+        shape, body, name=name or op, tag="reduce", attrs={"op": op, "axis": tuple(reduced), "keepdims": keepdims}
+    )
 
 
 def sum(X, axis=None, keepdims: bool = False, name: str | None = None) -> Tensor:  # noqa: A001

@@ -5,6 +5,7 @@ They are written independently of the tensor-expression definitions (einsum, np.
 windows) so that the two can check each other. Float inputs are computed in float64 and the
 result is cast back to the inputs' dtype; integer inputs stay integers.
 """
+
 from __future__ import annotations
 
 import math
@@ -235,4 +236,3 @@ def min(X, axis=None, keepdims=False):  # noqa: A001
 
 def mean(X, axis=None, keepdims=False):
     return _reduce(np.mean, X, axis, keepdims)
-

@@ -15,6 +15,7 @@ thousand to a few hundred thousand points, random shapes and parameters: strides
 dilation, transposes, axes), "medium" (fixed, realistic workloads for benchmarks, e.g. matmul
 256^3 and a ResNet-18 3x3 convolution). tiny and medium are deterministic; small draws from rng.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -23,8 +24,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from minitc.te import Tensor, placeholder
 from minitc.ops import elementwise, linalg, nn, norm, reduce, reference
+from minitc.te import Tensor, placeholder
 
 SIZES = ("tiny", "small", "medium")
 

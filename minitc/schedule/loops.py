@@ -3,6 +3,7 @@
 Each is a pure function `(state, stage name, loop names, ...) -> state` that raises
 ScheduleError naming the loop and the reason when the request is illegal.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -72,7 +73,7 @@ def fuse(state: State, stage: str, loops: tuple) -> tuple[State, str]:
         if b != a + 1:
             raise ScheduleError(
                 f"fuse: loops {na} and {nb} of stage {stage} are not adjacent in the loop order "
-                f"({', '.join(l.name for l in st.loops)}); reorder them first"
+                f"({', '.join(lp.name for lp in st.loops)}); reorder them first"
             )
     kinds = {st.loops[p].reduce for p in positions}
     if len(kinds) > 1:
@@ -135,7 +136,7 @@ def annotate(state: State, stage: str, loop: str, kind: str) -> State:
             f"cannot vectorize loop {loop} of stage {stage}: extent {lp.extent} exceeds {MAX_VECTOR_LANES} lanes; "
             "split it and vectorize the inner loop"
         )
-    loops = tuple(replace(l, kind=kind) if l.name == loop else l for l in st.loops)
+    loops = tuple(replace(lp, kind=kind) if lp.name == loop else lp for lp in st.loops)
     return state.replace_stage(replace(st, loops=loops))
 
 
@@ -152,7 +153,9 @@ def bind(state: State, stage: str, loop: str, tag: str) -> State:
     and each index can be bound once per stage.
     """
     if tag not in GPU_TAGS:
-        raise ScheduleError(f"bind of loop {loop} of {stage}: unknown thread tag {tag!r}; use one of {', '.join(GPU_TAGS)}")
+        raise ScheduleError(
+            f"bind of loop {loop} of {stage}: unknown thread tag {tag!r}; use one of {', '.join(GPU_TAGS)}"
+        )
     st = state.stage(stage)
     lp = st.loop(loop)
     if lp.reduce and tag != "vthread":
@@ -166,7 +169,7 @@ def bind(state: State, stage: str, loop: str, tag: str) -> State:
                 f"cannot bind loop {loop} of stage {stage} to {tag}: loop {other.name} is already bound to it; "
                 "fuse the two loops and bind the fused one"
             )
-    loops = tuple(replace(l, kind=tag) if l.name == loop else l for l in st.loops)
+    loops = tuple(replace(lp, kind=tag) if lp.name == loop else lp for lp in st.loops)
     return state.replace_stage(replace(st, loops=loops))
 
 

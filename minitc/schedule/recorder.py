@@ -1,13 +1,14 @@
 """`Schedule`: the user-facing recorder. Each method builds a trace step and applies it with
 `apply_step`, the same function replay uses, so a trace always replays to the same program."""
+
 from __future__ import annotations
 
 from minitc.errors import ScheduleError
-from minitc.te import Tensor
 from minitc.schedule import loops as loop_prims
 from minitc.schedule import stages as stage_prims
 from minitc.schedule.state import LoopRef, State, from_tensors, stage_tensor
 from minitc.schedule.trace import Step, Trace
+from minitc.te import Tensor
 
 _KIND_OF_STEP = {"unroll": "unrolled", "parallel": "parallel", "vectorize": "vectorized"}
 
@@ -100,7 +101,9 @@ class Schedule:
         if missing:
             raise ScheduleError(f"args is missing input(s) {', '.join(missing)} that the computation reads")
         if sorted(given_outputs) != sorted(outputs):
-            raise ScheduleError(f"args must list the outputs {', '.join(outputs)}, got {', '.join(given_outputs) or 'none'}")
+            raise ScheduleError(
+                f"args must list the outputs {', '.join(outputs)}, got {', '.join(given_outputs) or 'none'}"
+            )
         return inputs, given_outputs
 
     def loops(self, tensor) -> tuple:

@@ -4,6 +4,7 @@ and the caching stages (cache_write, cache_read).
 Each is a pure function on the schedule state. Rules that depend on the final schedule (every
 consumer inside the attach loop, vectorized loops innermost, ...) are checked again by lowering.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -11,8 +12,8 @@ from dataclasses import replace
 from minitc.arith import affine
 from minitc.errors import ScheduleError
 from minitc.expr import IterVar, transform
-from minitc.te import Reduce
 from minitc.schedule.state import Attach, Read, Stage, State, initial_loops, unique_name
+from minitc.te import Reduce
 
 SCOPES = ("global", "local", "shared")
 
@@ -79,7 +80,9 @@ def compute_at(state: State, stage: str, target: str, loop: str) -> State:
         raise ScheduleError(f"compute_at: {stage} is an output of the schedule; attach its producers to it instead")
     _check_target(state, stage, target, loop, "compute_at")
     if not depends_on(state, target, stage):
-        raise ScheduleError(f"compute_at: {target} does not read {stage}, so {stage} cannot be computed inside its loop {loop}")
+        raise ScheduleError(
+            f"compute_at: {target} does not read {stage}, so {stage} cannot be computed inside its loop {loop}"
+        )
     return state.replace_stage(replace(st, attach=Attach(target, loop), inline=False))
 
 
@@ -261,4 +264,3 @@ def _map_body(body, fn):
 def _check_scope(scope: str, primitive: str) -> None:
     if scope not in SCOPES:
         raise ScheduleError(f"{primitive}: unknown scope {scope!r}; use one of {', '.join(SCOPES)}")
-

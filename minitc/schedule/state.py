@@ -6,14 +6,14 @@ them from the stage's axes, loop kinds) and *where* (at the root, inside another
 inlined). Lowering turns the state into IR, inferring how much of each stage every attach point
 needs. All objects here are immutable; primitives return new states.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 from minitc.errors import ScheduleError
-from minitc.expr import Expr, IterVar, substitute, transform
+from minitc.expr import Expr, IterVar, substitute, transform, walk
 from minitc.te import ComputeOp, Reduce, Tensor, TensorRead, graph
-
 
 
 class Read(Expr):
@@ -95,19 +95,22 @@ class Stage:
         for lp in self.loops:
             if lp.name == name:
                 return lp
-        raise ScheduleError(f"stage {self.name} has no loop {name!r} (its loops: {', '.join(l.name for l in self.loops)})")
+        raise ScheduleError(
+            f"stage {self.name} has no loop {name!r} (its loops: {', '.join(lp.name for lp in self.loops)})"
+        )
 
     def position(self, name: str) -> int:
         for n, lp in enumerate(self.loops):
             if lp.name == name:
                 return n
-        raise ScheduleError(f"stage {self.name} has no loop {name!r} (its loops: {', '.join(l.name for l in self.loops)})")
+        raise ScheduleError(
+            f"stage {self.name} has no loop {name!r} (its loops: {', '.join(lp.name for lp in self.loops)})"
+        )
 
     def reads(self) -> list:
         """The Read nodes of the body, in order."""
         if self.body is None:
             return []
-        from minitc.expr import walk
 
         return [n for n in walk(self.body) if isinstance(n, Read)]
 
@@ -128,7 +131,9 @@ class State:
         for s in self.stages:
             if s.name == name:
                 return s
-        raise ScheduleError(f"no stage named {name!r} in this schedule (stages: {', '.join(s.name for s in self.stages)})")
+        raise ScheduleError(
+            f"no stage named {name!r} in this schedule (stages: {', '.join(s.name for s in self.stages)})"
+        )
 
     def has(self, name: str) -> bool:
         return any(s.name == name for s in self.stages)

@@ -4,6 +4,7 @@ A step keeps structure apart from decisions: `kind`, `stage`, `loops` and `args`
 primitive was applied where; `decisions` holds the numbers (split factors) that a search may
 change. Replaying a trace with other decisions gives another program of the same design space.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,18 @@ from dataclasses import dataclass, replace
 from minitc.errors import ScheduleError
 
 STEP_KINDS = (
-    "split", "fuse", "reorder", "unroll", "parallel", "vectorize",
-    "compute_at", "reverse_compute_at", "compute_inline", "cache_write", "cache_read", "bind",
+    "split",
+    "fuse",
+    "reorder",
+    "unroll",
+    "parallel",
+    "vectorize",
+    "compute_at",
+    "reverse_compute_at",
+    "compute_inline",
+    "cache_write",
+    "cache_read",
+    "bind",
 )
 
 
@@ -35,7 +46,9 @@ class Step:
     @staticmethod
     def from_json(d: dict) -> Step:
         if not isinstance(d, dict) or d.get("kind") not in STEP_KINDS or not isinstance(d.get("stage"), str):
-            raise ScheduleError(f"malformed trace step {d!r}: needs 'kind' (one of {', '.join(STEP_KINDS)}) and 'stage'")
+            raise ScheduleError(
+                f"malformed trace step {d!r}: needs 'kind' (one of {', '.join(STEP_KINDS)}) and 'stage'"
+            )
         args = tuple(tuple(a) if isinstance(a, list) else a for a in d.get("args", ()))
         return Step(d["kind"], d["stage"], tuple(d.get("loops", ())), args, tuple(d.get("decisions", ())))
 

@@ -9,6 +9,7 @@ A target kind maps to the function that parses its strings (KINDS); a backend fo
 registers one with `register_target_kind`. Probing what the host measures (peak FMA rate,
 bandwidth) needs generated kernels, so it lives with the LLVM backend (backends/llvm/probe.py).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,7 +30,7 @@ def register_target_kind(kind: str, parse) -> None:
 
 
 def target_kind(target) -> str:
-    """"llvm", "cuda" or "cuda-sim" (any registered kind): the first word of a target string,
+    """ "llvm", "cuda" or "cuda-sim" (any registered kind): the first word of a target string,
     or the kind of a parsed target."""
     if isinstance(target, LLVMTarget):
         return "llvm"
@@ -69,7 +70,20 @@ def hardware_fingerprint(target) -> str:
 
 
 __all__ = [
-    "CPU_FEATURES", "GPU_KINDS", "KINDS", "CudaTarget", "GpuLimits", "LLVMTarget", "Target", "enabled_features",
-    "hardware_fingerprint", "is_gpu", "parse_cpu_target", "parse_cuda_target", "parse_target", "register_target_kind",
-    "simd_width", "target_kind",
+    "CPU_FEATURES",
+    "GPU_KINDS",
+    "KINDS",
+    "CudaTarget",
+    "GpuLimits",
+    "LLVMTarget",
+    "Target",
+    "enabled_features",
+    "hardware_fingerprint",
+    "is_gpu",
+    "parse_cpu_target",
+    "parse_cuda_target",
+    "parse_target",
+    "register_target_kind",
+    "simd_width",
+    "target_kind",
 ]

@@ -8,6 +8,7 @@
 `LLVMTarget.string` is the normalised form (`llvm -mcpu=znver2 -num-cores=2`): the same machine
 always prints the same way, so it can key caches and tuning records.
 """
+
 from __future__ import annotations
 
 import functools

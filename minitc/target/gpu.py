@@ -3,6 +3,7 @@
 Without `-arch`, the architecture is sm_90 (H100) with the limits every GPU since Volta has;
 `minitc.backends.cuda.device.device_target` fills in those of the GPU CuPy sees.
 """
+
 from __future__ import annotations
 
 import re

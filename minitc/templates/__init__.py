@@ -14,6 +14,7 @@ A template is registered for an operator tag (`tc.compute(..., tag=...)`, set by
 applies it with its defaults; `tc.build(tensor)` uses it. Outputs without a template keep the
 naive loop nest.
 """
+
 from __future__ import annotations
 
 from minitc.errors import ScheduleError
@@ -58,11 +59,15 @@ def load_templates() -> None:
     _LOADED = True
 
 
-def template_schedule(outputs, target="llvm") -> Schedule:
+def template_schedule(outputs, target="llvm", **params) -> Schedule:
     """The schedule `tc.build(tensor)` uses: the operator's template with default tile sizes
-    for `target`, or the naive loop nest when the operator has no template."""
+    for `target`, or the naive loop nest when the operator has no template. Keyword arguments
+    override template parameters (CPU templates: `template_schedule(C, "llvm", mr=4, nr=24)`)."""
     if is_gpu(target):
         from minitc.templates.gpu import gpu_template_schedule
+
+        if params:
+            raise ScheduleError("template parameters can be given for CPU targets only; GPU templates take defaults")
 
         return gpu_template_schedule(outputs, target)
     load_templates()
@@ -72,9 +77,11 @@ def template_schedule(outputs, target="llvm") -> Schedule:
     out = s.state.outputs[0]
     tag = s.state.stage(out).tag
     if tag not in TEMPLATES:
+        if params:
+            raise ScheduleError(f"{out} ({tag}) has no template to take parameters {', '.join(params)}")
         return s
-    tgt = parse_target(target) if isinstance(target, str) else target
-    params = DEFAULTS[tag](s, out, tgt) if tag in DEFAULTS else {}
+    tgt = parse_target(target)
+    params = {**(DEFAULTS[tag](s, out, tgt) if tag in DEFAULTS else {}), **params}
     try:
         TEMPLATES[tag](s, out, tgt, **params)
     except ScheduleError as e:  # a template must never make a computation unbuildable

@@ -28,11 +28,11 @@ Every template uses only the public primitives and always applies the same steps
 change decisions, not structure), so its trace is a point of the tuner's design space. The
 `@defaults` functions choose sizes that divide the shape where they can; any size is correct.
 """
+
 from __future__ import annotations
 
-from minitc.target.cpu import simd_width
-
 from minitc.errors import ScheduleError
+from minitc.target.cpu import simd_width
 from minitc.templates import defaults, template
 
 ACC_REGISTERS = 12  # of the 16 vector registers: the rest hold broadcasts and input vectors
@@ -124,9 +124,7 @@ def _static_makespan(works: list, threads: int) -> float:
 
 
 @template("conv2d")
-def schedule_conv2d(
-    s, out, target, kb=4, ohb=3, owv=1, lanes=8, rcb=0, kgroups=1, unroll_window=True, pad="tile"
-):
+def schedule_conv2d(s, out, target, kb=4, ohb=3, owv=1, lanes=8, rcb=0, kgroups=1, unroll_window=True, pad="tile"):
     """Direct NCHW convolution (see the module docstring). kb: output channels, ohb: output rows
     and owv: vectors of `lanes` output columns per micro-kernel; rcb: input channels per
     reduction block (0: all); kgroups: parallel groups of output-channel blocks per row tile;

@@ -8,12 +8,12 @@ parallelize the rows. Memory-bound: the goal is one pass over the data with full
 
 Shared helpers for the memory-bound templates (lane counts, extents, thresholds) live here too.
 """
-from __future__ import annotations
 
-from minitc.target.cpu import simd_width
+from __future__ import annotations
 
 from minitc import dtypes
 from minitc.errors import ScheduleError
+from minitc.target.cpu import simd_width
 from minitc.templates import defaults, template
 
 MAX_LANES = 64

@@ -25,11 +25,11 @@ the `@defaults` functions pick them for the shape and target (`pick_tiles`: fact
 the extents where possible; other shapes get guarded tails, which the LLVM backend peels off
 the hot loops, minitc/lowering/partition.py).
 """
+
 from __future__ import annotations
 
-from minitc.target.cpu import simd_width
-
 from minitc.errors import ScheduleError
+from minitc.target.cpu import simd_width
 from minitc.templates import defaults, template
 
 PARALLEL = ("auto", "n", "m", "batch", "none")
@@ -190,8 +190,9 @@ def _pack(s, acc: str, at, vec: int, kc: int = 0) -> None:
 
 def _schedule_pack(s, bl, vec: int, transposed: bool, kext: int, attached: bool = True):
     """The packing loop of a [.., K, nc] panel: contiguous vector copies, or for a transposed
-    source unrolled 8x8 blocks of scalar copies (reads along k, writes along j; measured faster
-    than 8-lane gathers or either plain loop order on Zen 2). Returns the outermost loop."""
+    source unrolled 8x8 blocks of scalar copies (reads along k, writes along j: both sides
+    touch whole cache lines, where 8-lane gathers or either plain loop order stride one of
+    them). Returns the outermost loop."""
     loops = s.loops(bl)
     batch, (kx, jx) = loops[:-2], loops[-2:]
     if attached:  # batch dims of an attached panel have extent 1
@@ -327,26 +328,50 @@ def _matmul_like(s, out, target, **params):
 @template("matmul")
 def schedule_matmul(s, out, target, mr=6, nr=16, nc=16, ku=4, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto"):
     """C = A @ B (any transposes): mr x nr register tile, B packed in [K, nc] panels."""
-    _matmul_like(s, out, target, mr=mr, nr=nr, nc=nc, ku=ku, kc=kc, mc=mc, pack_b=pack_b, pack_a=pack_a, parallel=parallel)
+    _matmul_like(
+        s, out, target, mr=mr, nr=nr, nc=nc, ku=ku, kc=kc, mc=mc, pack_b=pack_b, pack_a=pack_a, parallel=parallel
+    )
 
 
 @template("batch_matmul")
-def schedule_batch_matmul(s, out, target, mr=6, nr=16, nc=16, ku=4, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto"):
+def schedule_batch_matmul(
+    s, out, target, mr=6, nr=16, nc=16, ku=4, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto"
+):
     """C[b] = A[b] @ B[b]: the matmul structure inside a loop over the batch."""
-    _matmul_like(s, out, target, mr=mr, nr=nr, nc=nc, ku=ku, kc=kc, mc=mc, pack_b=pack_b, pack_a=pack_a, parallel=parallel)
+    _matmul_like(
+        s, out, target, mr=mr, nr=nr, nc=nc, ku=ku, kc=kc, mc=mc, pack_b=pack_b, pack_a=pack_a, parallel=parallel
+    )
 
 
 @template("dense")
 def schedule_dense(s, out, target, mr=4, nr=24, nc=24, ku=4, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto"):
     """Y = X @ W.T: W ([out, in]) is packed transposed into [in, nc] panels."""
-    _matmul_like(s, out, target, mr=mr, nr=nr, nc=nc, ku=ku, kc=kc, mc=mc, pack_b=pack_b, pack_a=pack_a, parallel=parallel)
+    _matmul_like(
+        s, out, target, mr=mr, nr=nr, nc=nc, ku=ku, kc=kc, mc=mc, pack_b=pack_b, pack_a=pack_a, parallel=parallel
+    )
 
 
 @template("dense_epilogue")
-def schedule_dense_epilogue(s, out, target, mr=4, nr=24, nc=24, ku=4, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto"):
+def schedule_dense_epilogue(
+    s, out, target, mr=4, nr=24, nc=24, ku=4, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto"
+):
     """act(X @ W.T + bias): the product is computed per output tile into a register
     accumulator (compute_at), and bias/activation are applied as the tile is stored."""
-    gemm_schedule(s, out, gemm_producer(s, out), target, mr=mr, nr=nr, nc=nc, ku=ku, kc=kc, mc=mc, pack_b=pack_b, pack_a=pack_a, parallel=parallel)
+    gemm_schedule(
+        s,
+        out,
+        gemm_producer(s, out),
+        target,
+        mr=mr,
+        nr=nr,
+        nc=nc,
+        ku=ku,
+        kc=kc,
+        mc=mc,
+        pack_b=pack_b,
+        pack_a=pack_a,
+        parallel=parallel,
+    )
 
 
 def gemm_producer(s, out: str) -> str:

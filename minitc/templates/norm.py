@@ -15,12 +15,21 @@ softmax over another axis: tiles of `chunk` columns of the last axis instead of 
 each statistic is then vectorized along the columns with the softmax axis as its reduction
 loop (reduce.py's "kept" case).
 """
+
 from __future__ import annotations
 
 from minitc import dtypes
 from minitc.errors import ScheduleError
 from minitc.templates import defaults, template
-from minitc.templates.elementwise import check_int, default_vector, extent, parallelize, pick_lanes, pick_tile, worth_parallel
+from minitc.templates.elementwise import (
+    check_int,
+    default_vector,
+    extent,
+    parallelize,
+    pick_lanes,
+    pick_tile,
+    worth_parallel,
+)
 from minitc.templates.reduce import input_bytes, pick_chunk, schedule_reduction
 
 ROWS = 8
@@ -171,4 +180,8 @@ def schedule_layer_norm(s, out, target, rows=ROWS, vector=32, parallel=True):
 @defaults("layer_norm")
 def layer_norm_defaults(s, out, target) -> dict:
     st = s.state.stage(out)
-    return {"rows": ROWS, "vector": default_vector(target, st.dtype), "parallel": worth_parallel(input_bytes(s, out), target)}
+    return {
+        "rows": ROWS,
+        "vector": default_vector(target, st.dtype),
+        "parallel": worth_parallel(input_bytes(s, out), target),
+    }

@@ -27,12 +27,22 @@ reduction runs at the load rate instead of the add latency:
 No output axis of extent > 1 (a full reduction): a serial loop (needs an rfactor-style
 intermediate stage to vectorize, which the primitives do not offer).
 """
+
 from __future__ import annotations
 
 from minitc import dtypes
 from minitc.expr import IterVar, walk
 from minitc.templates import defaults, template
-from minitc.templates.elementwise import check_int, default_vector, extent, numel, parallelize, pick_lanes, pick_tile, worth_parallel
+from minitc.templates.elementwise import (
+    check_int,
+    default_vector,
+    extent,
+    numel,
+    parallelize,
+    pick_lanes,
+    pick_tile,
+    worth_parallel,
+)
 
 CHUNK_BYTES = 16 * 1024  # accumulators per column chunk: a whole 16 KiB row segment per pass
 # (long contiguous runs keep the prefetchers streaming; the chunk of accumulators stays in L1)
@@ -121,7 +131,10 @@ def schedule_reduce(s, out, target, vector=32, rows=ROWS, chunk=CHUNK, parallel=
 
 def input_bytes(s, name: str) -> int:
     """Bytes of the largest stage `name` reads (the data a memory-bound operator streams)."""
-    sizes = [numel(s.state.stage(r).shape) * dtypes.bits(s.state.stage(r).dtype) // 8 for r in s.state.stage(name).read_stages()]
+    sizes = [
+        numel(s.state.stage(r).shape) * dtypes.bits(s.state.stage(r).dtype) // 8
+        for r in s.state.stage(name).read_stages()
+    ]
     return max(sizes, default=0)
 
 

@@ -1,4 +1,4 @@
-"""GPU schedule templates, registered per operator tag like the CPU ones (minitc/schedules),
+"""GPU schedule templates, registered per operator tag like the CPU ones (minitc/templates),
 and the generic binding every other stage gets.
 
 On a GPU a loop nest that binds nothing runs in a single thread, so `gpu_template_schedule`
@@ -6,12 +6,14 @@ first applies the operator's template (gemm.py, conv.py) and then gives every ro
 unbound the simple binding: its spatial loops fused, split into blocks of `threads` threads,
 one output element per thread (`bind_flat`). Reductions stay serial inside each thread.
 """
+
 from __future__ import annotations
 
 from minitc.errors import ScheduleError
 from minitc.ir import GPU_TAGS
 from minitc.lowering.gpu import GpuLimits
 from minitc.schedule.recorder import Schedule
+from minitc.templates.elementwise import inline_producers
 
 GPU_TEMPLATES: dict = {}  # tag -> fn(s, out_stage_name, target, **params)
 GPU_DEFAULTS: dict = {}  # tag -> fn(s, out_stage_name, target) -> params
@@ -68,7 +70,6 @@ def bind_unbound(s: Schedule, threads: int = THREADS) -> None:
 def gpu_template_schedule(outputs, target) -> Schedule:
     """The schedule `tc.build(tensor, target="cuda")` uses: the operator's GPU template with
     its defaults, elementwise producers inlined, every remaining stage flat-bound."""
-    from minitc.templates.elementwise import inline_producers
 
     load_gpu_templates()
     s = Schedule(outputs)

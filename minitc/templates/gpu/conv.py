@@ -13,6 +13,7 @@
 A block computes one output row segment of wt*vw pixels for kt*vk output channels; each input
 value it stages is reused by every channel of the block and each weight by every pixel.
 """
+
 from __future__ import annotations
 
 from minitc.errors import ScheduleError

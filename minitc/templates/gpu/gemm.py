@@ -16,6 +16,7 @@ every value it loads from shared memory tn (or tm) times from registers, which i
 GEMM from memory-bound to compute-bound. Tiles need not divide the shape (guards), but a
 barrier may not sit under a thread-dependent guard, so bm/bn/bk that divide M/N/K are best.
 """
+
 from __future__ import annotations
 
 from minitc.errors import ScheduleError
@@ -64,9 +65,9 @@ def gemm_gpu(s, out: str, acc: str, target, *, bm, bn, tm, tn, bk, shared=True):
     lanes = 4 if tn % 4 == 0 else 2 if tn % 2 == 0 else 1
     if lanes > 1 and tm >= 8 and _rows_of_b(b_role):
         # B's tile is read along its rows: float4/float2 loads of B_shared feed the register
-        # tile (backends/cuda/vector.py), a quarter of the shared-memory load instructions. On
-        # an H100 (matmul 4096^3) that took 8x8 tiles from 4.94 to 4.10 ms and 8x4 from 7.9 to
-        # 4.7, but 4x4 tiles from 4.67 to 4.97: so only from 8 rows a thread up
+        # tile (backends/cuda/vector.py), a quarter of the shared-memory load instructions; that
+        # pays for the vector-to-register copies only with 8 rows a thread or more (a 4x4 tile
+        # got slower with them)
         ajo, aji = s.split(aj, factor=lanes)
         s.unroll(ajo)
         s.vectorize(aji)
@@ -115,8 +116,8 @@ def pick_gpu_tiles(M: int, N: int, K: int, sms: int = 132, batch: int = 1, rows_
     steps of 16; halved when that divides the matrix, shrunk to cover a small one, and halved
     again (down to 32) while there are fewer blocks than SMs to run them. When B's tile is read
     along its rows (`rows_of_b`: float4 loads) and 128x128 tiles divide the matrix into at
-    least one block per SM: 8x8 per thread (64 FMAs per 8 scalar A loads and 2 float4 B loads;
-    on an H100, matmul 4096^3 in 4.10 ms against 4.67 for 4x4)."""
+    least one block per SM: 8x8 per thread (64 FMAs per 8 scalar A loads and 2 float4 B loads,
+    four times the arithmetic per load of 4x4)."""
 
     def fit(n: int, tile: int, step: int) -> int:
         for t in (tile, tile // 2):
@@ -160,8 +161,9 @@ def _defaults(s, out, target) -> dict:
     acc = gemm_producer(s, out) if st.tag == "dense_epilogue" else out
     batch = st.shape[0] if len(st.shape) == 3 else 1
     _, b_role = gemm_operands(s, acc)
-    return pick_gpu_tiles(*_gemm_shape(s, acc), sms=getattr(target, "sm_count", 0) or 132, batch=batch,
-                          rows_of_b=_rows_of_b(b_role))  # fmt: skip
+    return pick_gpu_tiles(
+        *_gemm_shape(s, acc), sms=getattr(target, "sm_count", 0) or 132, batch=batch, rows_of_b=_rows_of_b(b_role)
+    )
 
 
 for _tag in ("matmul", "batch_matmul", "dense", "dense_epilogue"):
