@@ -16,6 +16,7 @@ from minitc.autotune.worker import WorkerCrashed
 from minitc.backends import build_schedule, lower_gpu
 from minitc.errors import MinitcError
 from minitc.schedule import Schedule, Trace
+from minitc.target import target_kind
 
 
 def build_gpu_candidate(outputs, args, target: str, trace: str) -> BuildResult:
@@ -24,7 +25,7 @@ def build_gpu_candidate(outputs, args, target: str, trace: str) -> BuildResult:
     s = Schedule(outputs).replay(Trace.from_json(trace))
     program = lower_gpu(s, target, args=args)
     source = b""
-    if target.split()[0] == "cuda":
+    if target_kind(target) == "cuda":
         from minitc.backends.cuda.codegen import render_program
 
         source = render_program(program).encode()
@@ -38,7 +39,7 @@ _GPU: dict = {}
 
 def gpu_runner_setup(inputs, expected, rtol, target: str) -> bool:
     _GPU.update(inputs=inputs, expected=expected, rtol=rtol, target=target, device_inputs=None)
-    if target.split()[0] == "cuda":
+    if target_kind(target) == "cuda":
         import cupy
 
         _GPU["device_inputs"] = [cupy.asarray(a) for a in inputs]

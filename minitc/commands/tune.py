@@ -25,7 +25,7 @@ from minitc.benchmarks.progress import TuneProgress
 from minitc.benchmarks.tuning import impl_rate, plot_curves, tune_workload
 from minitc.commands.spec import command_args, op_options, parse_call, pop_op_options, shape_help
 from minitc.errors import MinitcError
-from minitc.target import is_gpu, parse_target
+from minitc.target import is_gpu, parse_target, target_kind
 
 HELP = f"""Tune an operator: search for a fast schedule of `tc.ops.OP` with SHAPE.
 
@@ -294,7 +294,7 @@ def _tune_gpu(call, name, trials, strategy, target, db, json_path, seed, batch, 
         f"template (measured first): {template_ms if template_ms is None else f'{template_ms:.4f} ms'}",
         f"tuned (re-measured best):  {r.best_ms if r.best_ms is None else f'{r.best_ms:.4f} ms'}",
     ]
-    if target.startswith("cuda-sim"):
+    if target_kind(target) == "cuda-sim":
         lines.append("note: cuda-sim times the numpy simulator, not a GPU; the numbers only show the pipeline works")
     click.echo("\n".join(lines))
     if json_path:
