@@ -33,7 +33,10 @@ def _load_plugins() -> None:
         return
     _loaded = True
     for ep in entry_points(group="minitc.plugins"):
-        ep.load()()
+        try:
+            ep.load()()
+        except Exception as e:  # a broken plug-in must say which one it is
+            raise MinitcError(f"the minitc plug-in {ep.name!r} ({ep.value}) failed to load: {e}") from e
 
 
 def register_strategy(name: str, factory) -> None:
@@ -57,7 +60,10 @@ def make_strategy(name: str, space, rng, cost_model=None, **options):
     """The search strategy `name` for `space`; options (`lm`, `learn`) go to its factory."""
     _load_plugins()
     if name not in STRATEGIES:
-        raise MinitcError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+        raise MinitcError(
+            f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)} (strategies of other packages, "
+            "such as minitc.lm's tlm, register through the entry point group minitc.plugins when installed)"
+        )
     return STRATEGIES[name](space, rng, cost_model, **options)
 
 
