@@ -17,7 +17,8 @@ from minitc.benchmarks.machine import measure_machine as measure
 from minitc.benchmarks.runner import run_suite
 from minitc.benchmarks.suites import SUITES, select
 from minitc.benchmarks.timing import torch_module, wait_for_quiet
-from minitc.benchmarks.tuning import TUNE_SUITES, format_table, plot_curves, run_tune_suite
+from minitc.benchmarks.tuning import TUNE_SUITES, run_tune_suite
+from minitc.benchmarks.tuning_report import format_table, plot_curves
 
 DEFAULT_SUITE = "cpu-core"
 TUNE_ONLY = ("trials", "strategies", "db", "seed", "cost_model")  # options of the tuning suites

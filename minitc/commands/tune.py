@@ -22,7 +22,8 @@ from minitc.benchmarks import report
 from minitc.benchmarks.baselines import workload_for
 from minitc.benchmarks.cli import command_line, versions
 from minitc.benchmarks.progress import TuneProgress
-from minitc.benchmarks.tuning import impl_rate, plot_curves, tune_workload
+from minitc.benchmarks.tuning import tune_workload
+from minitc.benchmarks.tuning_report import impl_rate, plot_curves
 from minitc.commands.spec import command_args, op_options, parse_call, pop_op_options, shape_help
 from minitc.errors import MinitcError
 from minitc.target import is_gpu, parse_target, target_kind
