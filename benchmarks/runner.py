@@ -60,7 +60,6 @@ def _short(e: BaseException) -> str:
 
 def prepare(w: Workload, seed: int = 0) -> Prepared:
     """Make inputs, the numpy reference and the three callables; build the minitc kernel."""
-
     p = Prepared(w, w.make_inputs(np.random.default_rng(seed)))
     try:
         numpy_fn = w.make_numpy()

@@ -60,7 +60,6 @@ def _time_to(history: list, times: list, target: float | None):
 
 def _first_winners(records: list, budgets) -> dict:
     """{k: trace JSON of the fastest first measurement among the first k records}."""
-
     out = {}
     for k in budgets:
         ok = [r for r in records[:k] if r.ok]
@@ -101,7 +100,6 @@ def _confirmed_winners(out, records: list, result, budgets) -> dict:
 
 def retime(out, rows_traces: dict, rounds: int) -> dict:
     """{label: median ms}: each distinct winner (TLM@k, Evo@t) built once and timed side by side."""
-
     by_trace = {}
     for label, trace in rows_traces.items():
         by_trace.setdefault(trace, []).append(label)
@@ -188,7 +186,6 @@ def _evo_labels(by_label: dict) -> dict:
 def run(names=None, ks=(1, 10, 32, 64), evo_trials=(64, 256, 1000), seed=0, say=None, lm=None, evo_from=None) -> list:
     """Rows of the table; `evo_from` (the JSON path of an earlier run, or its rows) reuses its
     evolutionary runs."""
-
     names = list(names or HELD_OUT)
     unknown = [n for n in names if n not in HELD_OUT]
     if unknown:

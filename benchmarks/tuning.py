@@ -155,7 +155,6 @@ def tune_one(
 def template_trace(out, target="llvm"):
     """The trace of the hand template's program with its default parameters (what `tc.build`
     runs); None without a template."""
-
     try:
         space = Space(out, target)
         return space.replay(space.default_values()).trace
@@ -179,7 +178,6 @@ def kernels_ms(out, traces: dict, target="llvm", rounds: int = 5, builder=None, 
     and each program's median over all rounds' samples (None where it fails). What a search's
     history shows is each program's first measurement, and the best of many noisy
     measurements is optimistic by its noise; this times the winners again on equal terms."""
-
     space = Space(out, target)
     task = Task.from_outputs(space.outputs, space.target.string)
     names = list(traces)
@@ -204,7 +202,6 @@ def kernels_ms(out, traces: dict, target="llvm", rounds: int = 5, builder=None, 
 def compare(w: Workload, out, tuned: dict, threads: int, target="llvm", repeats=10, budget_s=2.0, seed=0) -> tuple:
     """Check and time the tuned kernels ({label: tc.Function}), the template, numpy and torch,
     interleaved, with `threads` threads; returns ({impl: Timing}, {impl: error}, notes, load)."""
-
     inputs = w.make_inputs(np.random.default_rng(seed))
     numpy_fn = w.make_numpy()
     expected = np.asarray(numpy_fn(*inputs))

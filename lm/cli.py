@@ -45,7 +45,6 @@ def lm():
 @lm.command("workloads")
 def workloads_cmd():
     """List the training and held-out workloads."""
-
     for title, table in (("training", TRAINING), ("held out (never trained on)", HELD_OUT)):
         click.echo(f"{title}: {len(table)}")
         for name, make in table.items():
@@ -141,7 +140,6 @@ def measure_cmd(db, per_workload, strategy, lm_path, workloads, seed):
 
 def measure(db, names, per_workload, strategy="random", lm_path=None, seed=0, add=False) -> None:
     """Measure each workload up to `per_workload` programs in `db` (with `add`: that many more)."""
-
     for n, name in enumerate(names):
         out = workload(name)
         with Database(db) as d:

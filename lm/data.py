@@ -75,7 +75,6 @@ def _random_programs(space, count: int, rng) -> list:
 
 def _template_neighbours(space, count: int, rng) -> list:
     """Up to `count` distinct programs a few mutations away from the template's default one."""
-
     if count <= 0 or "template" not in space.sketches:
         return []
     try:

@@ -92,7 +92,6 @@ def decision_label(name: str, names: dict) -> str:
 def space_skeleton(space) -> tuple:
     """(sketch, slot names) per sketch: a template lists its parameters; the generic rules take
     their slots from the computation (tiles per axis, inline, cache, parallel, unroll)."""
-
     out = []
     for sketch in space.sketches:
         if sketch == "template":

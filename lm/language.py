@@ -181,7 +181,6 @@ def sentence(space, hardware: Hardware | GpuHardware, decisions=()) -> Sentence:
 
 def space_names(space) -> dict:
     """stage name -> (`s<N>`, {axis name: `a<N>`}) for the stages of the space's graph."""
-
     state, _ = from_tensors(space.outputs)
     return {
         st.name: (f"s{n}", {a.name: f"a{k}" for k, a in enumerate(st.all_axes)}) for n, st in enumerate(state.stages)

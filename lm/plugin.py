@@ -32,7 +32,6 @@ def tlm_strategy(space, rng, cost_model=None, lm=None, learn: bool = False, **_)
 
 def sentence_extras(space):
     """fn(candidate) -> {"sentence": its tensor-language sentence} for this space."""
-
     write = SentenceWriter(space, hardware(space.target))
     return lambda candidate: {"sentence": str(write(candidate.decisions))}
 

@@ -79,7 +79,6 @@ def _params(templates: dict) -> list:
 def _design_space_words() -> list:
     """Template parameter names, categorical string values and sketch names of the CPU design
     spaces (in the order of the first vocabulary: candidate lists, then parameters)."""
-
     load_templates()
     params = _params(TEMPLATES)
     words = ["template", "generic"] + [name for name in space.CANDIDATES if name in params] + params
@@ -90,7 +89,6 @@ def _design_space_words() -> list:
 
 def _gpu_design_space_words() -> list:
     """Parameter names of the GPU templates (minitc/templates/gpu)."""
-
     load_gpu_templates()
     return _params(GPU_TEMPLATES)
 
@@ -102,7 +100,6 @@ def _cpu_names() -> list:
 
 def cpu_vocab() -> list:
     """The vocabulary of CPU sentences (that of the shipped lm/checkpoints/cpu.pt), in its order."""
-
     words = SPECIAL + KEYWORDS + DTYPES + DIGITS + INDEX + ["sum", "max", "min"]
     words += [f"s{n}" for n in range(MAX_STAGES)] + [f"a{n}" for n in range(MAX_AXES)]
     words += [f"@{n}" for n in range(MAX_LOCATIONS)]

@@ -163,7 +163,10 @@ def test_layer_of():
 
 def test_pyproject_lists_every_package():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    packages = {m for m, src in package_sources().items() if any(k.startswith(m + ".") for k in package_sources())}
-    packages |= {m for m in package_sources() if m in DIRS.values() or m == "minitc"}
+    packages = {
+        ".".join([package, *init.parent.relative_to(ROOT / directory).parts])
+        for directory, package in DIRS.items()
+        for init in (ROOT / directory).rglob("__init__.py")
+    }
     assert set(config["packages"]) >= packages, packages - set(config["packages"])
     assert {k: v for k, v in config["package-dir"].items() if k != v} == {v: k for k, v in DIRS.items() if k != v}

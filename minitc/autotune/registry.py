@@ -31,12 +31,12 @@ def _load_plugins() -> None:
     global _loaded
     if _loaded:
         return
-    _loaded = True
     for ep in entry_points(group="minitc.plugins"):
         try:
             ep.load()()
-        except Exception as e:  # a broken plug-in must say which one it is
+        except Exception as e:  # a broken plug-in must say which one it is, on every lookup
             raise MinitcError(f"the minitc plug-in {ep.name!r} ({ep.value}) failed to load: {e}") from e
+    _loaded = True
 
 
 def register_strategy(name: str, factory) -> None:

@@ -96,7 +96,6 @@ def _random_array(t, rng):
 
 def build_candidate(outputs, args, target: str, trace: str, key: str = "") -> BuildResult:
     """Replay a trace and compile it to object code (runs in a builder process)."""
-
     start = time.perf_counter()
     try:
         if is_gpu(target):

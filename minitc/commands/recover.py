@@ -135,7 +135,6 @@ def calls_for(description: str) -> list:
 
 def recover(key: str, description: str):
     """The OpCall whose workload key is `key`, or None."""
-
     for call in calls_for(description):
         try:
             if workload_key(call.build()) == key:

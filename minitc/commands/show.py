@@ -156,7 +156,6 @@ def resolve_key(path: Path, prefix: str) -> tuple:
 
 def _decision_lines(out, values, target) -> list:
     """Named decisions (replayed in the design space), or the bare values if that fails."""
-
     try:
         cand = Space(out, target).replay(values, strict=True)
     except Exception:  # noqa: BLE001 - an older record or another design space

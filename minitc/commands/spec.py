@@ -168,7 +168,6 @@ class OpCall:
 
     def build(self):
         """Placeholders (named after the op's parameters) and the output tensor."""
-
         fn = tc.ops.OPS[self.op].build
         names = list(inspect.signature(fn).parameters)
         phs = [tc.placeholder(s, F32, name=n) for s, n in zip(self.shapes, names)]

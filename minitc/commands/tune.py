@@ -60,7 +60,6 @@ def _ms(ms, spread=None) -> str:
 
 def format_result(rec: dict, key: str, target: str) -> str:
     """The table `minitc tune` prints for one tuned workload."""
-
     unit = "GFLOP/s" if rec["kind"] == "compute" else "GB/s"
     best_lib = rec.get("best_library")
     best_ms = rec.get(f"{best_lib}_ms") if best_lib else None
@@ -269,7 +268,6 @@ def tune(
 def _tune_gpu(call, name, trials, strategy, target, db, json_path, seed, batch, quiet) -> None:
     """Tune on the GPU: the tuner's own CUDA-event timings of the template (measured first) and
     of the best program; torch's kernels are compared by `python -m minitc.benchmarks --suite gpu-core`."""
-
     out = call.build()
     db_path = str(db or default_path())
     progress = (

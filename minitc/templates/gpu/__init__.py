@@ -70,7 +70,6 @@ def bind_unbound(s: Schedule, threads: int = THREADS) -> None:
 def gpu_template_schedule(outputs, target) -> Schedule:
     """The schedule `tc.build(tensor, target="cuda")` uses: the operator's GPU template with
     its defaults, elementwise producers inlined, every remaining stage flat-bound."""
-
     load_gpu_templates()
     s = Schedule(outputs)
     for out in s.state.outputs:
