@@ -26,6 +26,11 @@ class BuildError(MinitcError):
     """Code generation or compilation failed, or the target is not usable here."""
 
 
+class ConfigError(MinitcError, ValueError):
+    """A setting out of range: an argument such as `tc.tune`'s `trials`, or an environment
+    variable such as MINITC_NUM_THREADS that does not parse."""
+
+
 class IRError(MinitcError):
     """The loop-nest IR is malformed (raised by the verifier)."""
 

@@ -23,7 +23,7 @@ from minitc.backends.llvm.thread_pool_ir import (
     bench_module,
     thread_pool_module,
 )
-from minitc.errors import BuildError
+from minitc.errors import BuildError, ConfigError
 
 _build_lock = threading.Lock()
 _rt = None  # the _Runtime once built; never freed (worker threads execute its code)
@@ -89,7 +89,7 @@ def _pinning_cpus() -> list:
 def _check_count(n, source):
     """Validate a thread count, naming where it came from in the error."""
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_THREADS:
-        raise ValueError(f"{source}: thread count must be an integer in [1, {MAX_THREADS}], got {n!r}")
+        raise ConfigError(f"{source}: thread count must be an integer in [1, {MAX_THREADS}], got {n!r}")
     return n
 
 
@@ -97,11 +97,21 @@ def _default_num_threads():
     env = os.environ.get("MINITC_NUM_THREADS")
     if env is None:
         return min(len(os.sched_getaffinity(0)), MAX_THREADS)
+    fix = f"set it to an integer from 1 to {MAX_THREADS}, or unset it to use every CPU"
     try:
         n = int(env.strip())
     except ValueError:
-        raise ValueError(f"MINITC_NUM_THREADS={env!r}: thread count is not an integer") from None
-    return _check_count(n, f"MINITC_NUM_THREADS={env!r}")
+        raise ConfigError(f"MINITC_NUM_THREADS={env!r} is not an integer: {fix}") from None
+    if not 1 <= n <= MAX_THREADS:
+        raise ConfigError(f"MINITC_NUM_THREADS={env!r} is out of range: {fix}")
+    return n
+
+
+def default_num_threads() -> int:
+    """The pool size a process starts with: MINITC_NUM_THREADS, else the CPUs it may run on.
+    Raises ConfigError (a MinitcError and a ValueError) for a malformed MINITC_NUM_THREADS, so
+    callers such as the command line can check it before doing any work."""
+    return _default_num_threads()
 
 
 def ensure_runtime():
