@@ -44,6 +44,17 @@ CREATE TABLE IF NOT EXISTS records (
 CREATE INDEX IF NOT EXISTS records_best ON records(workload, target, hardware, median_ms);
 """
 
+# Trials measured per tuning run (a run: one workload, target, machine and search setting; see
+# tuner.run_key), so that rerunning an interrupted run measures only what is missing. Created
+# in files of either age: older minitc versions ignore the table.
+RUNS = """
+CREATE TABLE IF NOT EXISTS runs (
+    key TEXT PRIMARY KEY,
+    trials INTEGER NOT NULL,
+    updated REAL NOT NULL
+);
+"""
+
 
 class DatabaseError(MinitcError):
     """The records file is corrupt, foreign, or from an incompatible minitc."""
@@ -79,13 +90,26 @@ class Database:
 
     def __init__(self, path=None):
         self.path = Path(path) if path is not None else default_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.is_dir():
+            raise DatabaseError(f"{self.path} is a directory, not a records file; name a file in it instead")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise DatabaseError(
+                f"cannot create the folder of the records database {self.path} ({e.strerror}); "
+                "pass a path in a writable folder"
+            ) from None
         try:
             self.conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             self._check_and_init()
+        except sqlite3.OperationalError as e:
+            raise DatabaseError(
+                f"cannot open the records database {self.path} ({e}); check that the file and its folder are "
+                "writable, or pass another path"
+            ) from None
         except sqlite3.DatabaseError as e:
             raise DatabaseError(
-                f"{self.path} is not a usable minitc records database ({e}); move it away or pass another db="
+                f"{self.path} is not a usable minitc records database ({e}); move it away or pass another path"
             ) from None
 
     def _check_and_init(self) -> None:
@@ -108,7 +132,10 @@ class Database:
             c.executescript(
                 f"BEGIN; PRAGMA application_id={APPLICATION_ID}; PRAGMA user_version={SCHEMA_VERSION};{SCHEMA} COMMIT;"
             )
-        c.execute("PRAGMA quick_check").fetchone()
+        c.executescript(RUNS)
+        check = c.execute("PRAGMA quick_check").fetchone()[0]
+        if check != "ok":
+            raise DatabaseError(f"{self.path} is damaged (SQLite: {check}); move it away or pass another path")
 
     # -- writing -----------------------------------------------------------------------------
     def add_workload(self, key: str, description: str, canonical) -> None:
@@ -117,23 +144,37 @@ class Database:
             (key, description, json.dumps(canonical), time.time()),
         )
 
-    def add(self, record: Record) -> int:
-        """Commit one record; returns its id."""
-        cur = self.conn.execute(
-            "INSERT INTO records (workload, target, hardware, trace, latencies_ms, median_ms, error, created)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                record.workload,
-                record.target,
-                record.hardware,
-                record.trace,
-                json.dumps(list(record.latencies_ms)),
-                record.median_ms,
-                record.error,
-                record.created,
-            ),
+    def add(self, record: Record, run: str | None = None) -> int:
+        """Commit one record; returns its id. With `run` (a run key), the record counts as one
+        trial of that run, in the same transaction, so the count never disagrees with the records."""
+        row = (
+            record.workload,
+            record.target,
+            record.hardware,
+            record.trace,
+            json.dumps(list(record.latencies_ms)),
+            record.median_ms,
+            record.error,
+            record.created,
         )
-        return cur.lastrowid
+        insert = (
+            "INSERT INTO records (workload, target, hardware, trace, latencies_ms, median_ms, error, created)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        )
+        if run is None:
+            return self.conn.execute(insert, row).lastrowid
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            rid = self.conn.execute(insert, row).lastrowid
+            self.conn.execute(
+                "INSERT INTO runs VALUES (?, 1, ?) ON CONFLICT(key) DO UPDATE SET trials = trials + 1, updated = ?",
+                (run, time.time(), time.time()),
+            )
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        return rid
 
     # -- reading -----------------------------------------------------------------------------
     @staticmethod
@@ -166,6 +207,11 @@ class Database:
         where, args = self._where(workload, target, hardware)
         sql = self._LATEST.format(where) + " AND median_ms IS NOT NULL AND error IS NULL ORDER BY median_ms LIMIT ?"
         return [self._record(r) for r in self.conn.execute(sql, args + [k])]
+
+    def run_trials(self, run: str) -> int:
+        """Trials recorded so far under a run key (0 for a run never started)."""
+        row = self.conn.execute("SELECT trials FROM runs WHERE key = ?", (run,)).fetchone()
+        return row[0] if row else 0
 
     def workloads(self) -> list:
         return [(k, d) for k, d in self.conn.execute("SELECT key, description FROM workloads ORDER BY created")]

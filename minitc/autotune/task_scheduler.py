@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from minitc.autotune.runner import LocalBuilder, LocalRunner
-from minitc.autotune.tuner import TuningSession
+from minitc.autotune.tuner import TuningSession, check_count
 
 ALPHA, WINDOW = 0.2, 3
 
@@ -46,7 +46,9 @@ def tune_tasks(
     progress=None,
 ) -> list:
     """Tune several (outputs, weight) tasks within `trials` measurements in total; returns a
-    TuneResult per task, in order. `progress(task index, session)` is called after each round."""
+    TuneResult per task, in order. `progress(task index, session)` is called after each round.
+    Raises ConfigError for `trials` or `batch` that is not a whole number >= 1."""
+    trials, batch = check_count(trials, "tune_tasks: trials"), check_count(batch, "tune_tasks: batch")
 
     rng = np.random.default_rng(seed)
     builder, runner = LocalBuilder(workers=1), LocalRunner()

@@ -7,8 +7,10 @@ result in the tuning database, then build the best program.
 Strategies come by name from the registry (registry.py): "evolutionary" (MetaSchedule's, with
 the TLP cost model), "random", and "tlm", the default, which minitc.lm registers (the shipped
 language model proposes, the cost model re-ranks; see lm/strategy.py).
-Running the same call again resumes: candidates already in the database are not measured
-again, and the evolutionary search starts from the best of them.
+Running the same call again continues from the records: candidates already in the database
+are not measured again, and the evolutionary search starts from the best of them. With `run=`
+(what `minitc tune` passes), `trials` is the run's total and a rerun measures only the trials
+an interrupted run left unmeasured.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from minitc.autotune.space import Space
 from minitc.autotune.workload_key import canonical, describe, workload_key
 from minitc.backends import build_schedule
 from minitc.backends.cuda.device import device_target
-from minitc.errors import ScheduleError
+from minitc.errors import ConfigError, ScheduleError
 from minitc.schedule import Schedule, Trace
 from minitc.target import hardware_fingerprint, parse_target, target_kind
 
@@ -66,6 +68,7 @@ class TuneResult:
     phases: dict = field(default_factory=dict)  # seconds per phase: search, build, run, record, model, kernel
     times: list = field(default_factory=list)  # seconds since the start after each trial
     search_stats: dict = field(default_factory=dict)  # what the strategy reports (tlm: programs sampled, invalid)
+    resumed: int = 0  # trials of the same run recorded by earlier calls (see `run` in tune)
 
     def to_json(self) -> dict:
         return {
@@ -79,6 +82,7 @@ class TuneResult:
             "phases": self.phases,
             "times": self.times,
             "search_stats": self.search_stats,
+            "resumed": self.resumed,
         }
 
 
@@ -86,6 +90,19 @@ def _open_db(db) -> Database:
     if isinstance(db, Database):
         return db
     return Database(db)
+
+
+def check_count(value, name: str) -> int:
+    """`value` if it is an int >= 1 (not a bool), else a ConfigError naming the argument."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ConfigError(f"{name} must be a whole number >= 1, got {value!r}")
+    return int(value)
+
+
+def run_key(workload: str, target: str, hardware: str, run: str) -> str:
+    """The key under which the database counts the trials of one tuning run: a workload on a
+    target and machine, with a search setting named by `run` (e.g. strategy and seed)."""
+    return hashlib.sha256("\n".join((workload, target, hardware, run)).encode()).hexdigest()[:24]
 
 
 class TuningSession:
@@ -110,6 +127,7 @@ class TuningSession:
         lm=None,
         learn=False,
         template_first=True,
+        run=None,
     ):
         self.start = time.perf_counter()
         if target_kind(target) == "cuda":
@@ -120,6 +138,8 @@ class TuningSession:
         self.target = self.space.target.string
         self.db = _open_db(db)
         self.db.add_workload(self.key, describe(self.space.outputs), canonical(self.space.outputs))
+        self.run = run_key(self.key, self.target, self.hw, run) if run is not None else None
+        self.resumed = self.db.run_trials(self.run) if self.run else 0
         self.search = make_strategy(strategy, self.space, np.random.default_rng(seed), cost_model, lm=lm, learn=learn)
         self.extras_of = record_extras(self.space)
         self.search.workload = self.key
@@ -159,7 +179,7 @@ class TuningSession:
         for c, res in zip(cands, results):
             ms = res.median_ms
             text = encode_trace(c, self.extras_of(c) if self.extras_of else None)
-            self.db.add(Record(self.key, self.target, self.hw, text, res.latencies_ms, ms, res.error))
+            self.db.add(Record(self.key, self.target, self.hw, text, res.latencies_ms, ms, res.error), run=self.run)
             self.errors += res.error is not None
             latencies.append(ms if ms is not None else math.inf)
             if ms is not None:
@@ -169,7 +189,8 @@ class TuningSession:
             self.history.append(self.best if math.isfinite(self.best) else None)
             self.times.append(round(time.perf_counter() - self.start, 3))
             if self.progress is not None:
-                self.progress(self.done, self.trials or self.done, self.errors, self.history[-1])
+                done = self.resumed + self.done
+                self.progress(done, self.trials or done, self.errors, self.history[-1])
         t4 = time.perf_counter()
         self.search.tell(cands, latencies)
         self.phases["record"] += t4 - t3
@@ -225,6 +246,7 @@ class TuningSession:
             phases,
             self.times,
             stats,
+            self.resumed,
         )
 
     def close(self) -> None:
@@ -251,6 +273,7 @@ def tune(
     lm=None,
     learn: bool = False,
     template_first: bool = True,
+    run: str | None = None,
 ) -> TuneResult:
     """Tune the computation of `outputs` (a tensor or a list) for `target` with `trials`
     measured candidates. `db` is a path or Database (default: the user's records database,
@@ -262,7 +285,12 @@ def tune(
     slower than `tc.build`); evaluations of the search itself turn it off. `lm` and `learn`
     configure the tlm strategy (a checkpoint path; fine-tune on this run and keep the model).
     `runner` is a runner object or the name of a registered one (default "local": a process
-    of this machine; registry.py)."""
+    of this machine; registry.py). `run` names the run (e.g. "tlm seed=0"): `trials` is then
+    the total of the run, and trials an earlier call of the same run recorded in `db` for this
+    workload, target and machine count toward it (`result.resumed`), so rerunning an
+    interrupted run measures only the rest. Raises ConfigError for `trials` or `batch` that is
+    not a whole number >= 1."""
+    trials, batch = check_count(trials, "tc.tune: trials"), check_count(batch, "tc.tune: batch")
     session = TuningSession(
         outputs,
         strategy,
@@ -279,10 +307,11 @@ def tune(
         lm=lm,
         learn=learn,
         template_first=template_first,
+        run=run,
     )
     try:
-        while session.done < trials and not session.exhausted:
-            session.round(min(batch, trials - session.done))
+        while session.resumed + session.done < trials and not session.exhausted:
+            session.round(min(batch, trials - session.resumed - session.done))
     except BaseException:
         session.close()
         raise
