@@ -9,6 +9,8 @@ what numpy computes.
 
 from __future__ import annotations
 
+import numpy as np
+
 import minitc as tc
 from minitc.errors import ScheduleError
 from minitc.schedule.state import LoopRef
@@ -111,3 +113,25 @@ def random_schedule(output, rng, steps: int | None = None) -> tuple:
         except ScheduleError:
             rejected += 1
     return s, rejected
+
+
+# NaN, infinities, signed zeros and denormals. No huge finite values: whether a sum of them
+# overflows depends on the summation order, which schedules are free to change.
+SPECIAL_VALUES = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 1e-310], "float64")
+
+
+def with_special_values(arrays, rng) -> tuple:
+    """Copies of the float arrays with a random share (1-20%) of entries replaced by special
+    values, and NaN, the infinities and the other special values each at least once where at
+    most half the array holds them."""
+    out = []
+    for a in arrays:
+        if a.dtype.kind == "f":
+            a = a.copy()
+            flat = a.reshape(-1)
+            hit = rng.random(flat.size) < rng.uniform(0.01, 0.2)
+            flat[hit] = rng.choice(SPECIAL_VALUES, size=int(hit.sum())).astype(a.dtype)
+            count = min(len(SPECIAL_VALUES), flat.size // 2)  # NaN and the infinities first
+            flat[rng.choice(flat.size, count, replace=False)] = SPECIAL_VALUES[:count]
+        out.append(a)
+    return tuple(out)

@@ -118,8 +118,7 @@ class ExprEmitter:
             if op in FLOAT_ARITH:
                 return self.inst(FLOAT_ARITH[op] + FAST, a, b, e.dtype)
             if op in ("min", "max"):
-                c = self.inst("fcmp " + ("olt" if op == "min" else "ogt"), a, b, dtypes.BOOL, "cmp")
-                return self.select_values(c, a, b)
+                return self._float_min_max(op, a, b)
         elif dtypes.is_int(e.dtype):
             if op in INT_ARITH:
                 flags = " nsw" if self.nsw else ""
@@ -130,6 +129,14 @@ class ExprEmitter:
             if op in ("floordiv", "mod"):
                 return self._int_divmod(e, a, b)
         raise BuildError(f"the LLVM backend has no lowering for {op} on {e.dtype} (expression {e!r})")
+
+    def _float_min_max(self, op: str, a: Value, b: Value) -> Value:
+        """numpy's minimum/maximum: a NaN in either operand is the result. `a > b ? a : b` alone
+        (one vmaxps) returns b when a is NaN, so a NaN `a` is chosen explicitly."""
+        c = self.inst("fcmp " + ("olt" if op == "min" else "ogt"), a, b, dtypes.BOOL, "cmp")
+        a_is_nan = self.inst("fcmp uno", a, a, dtypes.BOOL, "nan")
+        pick_a = self.inst("or", c, a_is_nan, dtypes.BOOL, "pick")
+        return self.select_values(pick_a, a, b)
 
     def _int_divmod(self, e: Binary, a: Value, b: Value) -> Value:
         """Python floor semantics. With both operands provably non-negative this is a plain
