@@ -132,11 +132,11 @@ class ExprEmitter:
 
     def _float_min_max(self, op: str, a: Value, b: Value) -> Value:
         """numpy's minimum/maximum: a NaN in either operand is the result. `a > b ? a : b` alone
-        (one vmaxps) returns b when a is NaN, so a NaN `a` is chosen explicitly."""
+        (x86's vmaxps) returns b when a is NaN, so a NaN `a` is chosen explicitly."""
         c = self.inst("fcmp " + ("olt" if op == "min" else "ogt"), a, b, dtypes.BOOL, "cmp")
+        ordered = self.select_values(c, a, b)
         a_is_nan = self.inst("fcmp uno", a, a, dtypes.BOOL, "nan")
-        pick_a = self.inst("or", c, a_is_nan, dtypes.BOOL, "pick")
-        return self.select_values(pick_a, a, b)
+        return self.select_values(a_is_nan, a, ordered)
 
     def _int_divmod(self, e: Binary, a: Value, b: Value) -> Value:
         """Python floor semantics. With both operands provably non-negative this is a plain
