@@ -6,7 +6,9 @@ import pytest
 from fuzz_schedules import with_special_values
 
 import minitc as tc
+from minitc.expr import INTRINSICS
 from minitc.interp import interpret
+from minitc.intrinsics import NUMPY_INTRINSICS
 
 pytestmark = pytest.mark.avx2
 
@@ -88,3 +90,25 @@ def test_dense_relu_keeps_a_nan_row():
     x[2, 5] = np.nan
     got = tc.build(tc.ops.dense(X, W, activation="relu"))(x, w)
     assert np.isnan(got[2]).all() and np.isfinite(np.delete(got, 2, axis=0)).all()
+
+
+EDGES = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 1e-310, -1e-310, 1.0, -1.0, 0.5, -0.5, 88.0, -104.0, 710.0]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("fn", sorted(INTRINSICS))
+def test_every_intrinsic_on_special_values(fn, dtype):
+    """Scalar and vector code of every intrinsic against its numpy meaning (values as numpy
+    gives them: NaN where numpy gives NaN, infinities and zeros of the right sign)."""
+    x = np.array(EDGES * 2, dtype)
+    X = tc.placeholder(x.shape, dtype, name="X")
+    Y = tc.compute(x.shape, lambda i: getattr(tc, fn)(X[i]), name="Y")
+    vector = tc.Schedule(Y)
+    vector.vectorize(vector.split(vector.loops(Y)[0], factor=8)[1])
+    with np.errstate(all="ignore"):
+        expected = NUMPY_INTRINSICS[fn](x)
+    for s in (tc.Schedule(Y), vector):
+        got = tc.build(s)(x)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(expected), err_msg=fn)
+        np.testing.assert_array_equal(np.signbit(got[np.isinf(expected)]), np.signbit(expected[np.isinf(expected)]))
+        np.testing.assert_allclose(got, expected, rtol=4e-6 if dtype == "float32" else 1e-14, atol=0)
