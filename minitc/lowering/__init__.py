@@ -12,6 +12,7 @@ from minitc import ir
 from minitc.errors import IRError, ScheduleError
 from minitc.expr import IterVar, free_vars
 from minitc.lowering.bounds import BoundInference
+from minitc.lowering.index_check import check_indices
 from minitc.lowering.nest import NestBuilder
 from minitc.lowering.passes import check_no_bindings, check_parallel_nesting, inline_stages, simplify_stmt
 from minitc.schedule.state import State
@@ -109,6 +110,7 @@ def lower_state(state: State, inputs: list, outputs: list, name: str = "kernel",
         verify(kernel)
     except IRError as e:  # a lowering bug, not a user error: say so
         raise IRError(f"internal error: lowering produced invalid IR ({e}); please report this schedule") from e
+    check_indices(kernel)
     if debug_level() >= 1:
         print(kernel, file=sys.stderr)
     return kernel
