@@ -25,13 +25,37 @@ def numpy_dtype(name: str) -> np.dtype:
     return np.dtype(name)
 
 
+@functools.lru_cache(maxsize=None)
+def torch_dtype(name: str):
+    import torch
+
+    return getattr(torch, name)
+
+
+def check_torch_dtype(x, buf, role: str) -> None:
+    """Raise DTypeError unless torch tensor `x` has the dtype of `buf`. Checked before any
+    conversion, because torch has dtypes (bfloat16, ...) that numpy and CuPy cannot represent."""
+    if x.dtype != torch_dtype(buf.dtype):
+        got = str(x.dtype).removeprefix("torch.")
+        raise DTypeError(
+            f"{role} {buf.name} is a torch tensor of dtype {got}, expected {buf.dtype}; "
+            f"convert with .to(torch.{buf.dtype})"
+        )
+
+
+def _torch_as_array(x, buf, role: str) -> np.ndarray:
+    """The numpy view of a CPU torch tensor, after the checks."""
+    if x.device.type != "cpu":
+        raise LayoutError(f"{role} {buf.name} is a torch tensor on {x.device}; this kernel runs on the CPU")
+    check_torch_dtype(x, buf, role)
+    if not x.is_contiguous():
+        raise LayoutError(f"{role} {buf.name} is a non-contiguous torch tensor; call .contiguous() first")
+    return x.detach().numpy()
+
+
 def _as_array(x, buf, role: str) -> np.ndarray:
     if is_torch(x):
-        if x.device.type != "cpu":
-            raise LayoutError(f"{role} {buf.name} is a torch tensor on {x.device}; this kernel runs on the CPU")
-        if not x.is_contiguous():
-            raise LayoutError(f"{role} {buf.name} is a non-contiguous torch tensor; call .contiguous() first")
-        x = x.detach().numpy()
+        x = _torch_as_array(x, buf, role)
     if not isinstance(x, np.ndarray):
         raise LayoutError(f"{role} {buf.name} must be a numpy array or a CPU torch tensor, got {type(x).__name__}")
     if x.shape != buf.shape:

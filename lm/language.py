@@ -117,9 +117,7 @@ class Sentence:
         """Everything before the decisions (what the model is conditioned on), ending in `=>`;
         with `defaults=False` without the `default` line (for models trained before it)."""
         lines = ["workload"] + [f"  {st}" for st in self.stages] + [str(self.hardware)]
-        lines.append(
-            "space " + " | ".join(name + (" : " + " ".join(slots) if slots else "") for name, slots in self.sketches)
-        )
+        lines.append("space " + _sketches(self.sketches))
         if defaults and self.defaults:
             lines.append("default " + _decisions(self.defaults))
         return "\n".join(lines) + "\n=>"
@@ -236,9 +234,37 @@ class _SentenceSampler(Sampler):
         return super()._take(kind, name, domain)
 
 
+def check_workload(space, s: Sentence) -> None:
+    """Raise SentenceError unless sentence `s` was written for this space's workload and
+    sketches: decisions that are legal in two spaces mean different programs in each."""
+    stages = tuple(Stage(**d) for d in describe_stages(space.outputs))
+    if len(s.stages) != len(stages):
+        raise SentenceError(
+            f"the sentence describes a workload of {len(s.stages)} stages; this space's has {len(stages)}. "
+            "A sentence applies only to the workload it was written for"
+        )
+    for n, (got, want) in enumerate(zip(s.stages, stages)):
+        if got != want:
+            raise SentenceError(
+                f"the sentence was written for another workload: its stage s{n} is `{got}`, this space's is "
+                f"`{want}`. A sentence applies only to the workload it was written for"
+            )
+    skeleton = space_skeleton(space)
+    if s.sketches != skeleton:
+        raise SentenceError(
+            f"the sentence's space line ({_sketches(s.sketches)}) is not this space's ({_sketches(skeleton)}); "
+            "write the sentence from this space"
+        )
+
+
+def _sketches(sketches) -> str:
+    return " | ".join(name + (" : " + " ".join(slots) if slots else "") for name, slots in sketches)
+
+
 def space_values(space, s: Sentence) -> list:
     """The space's decision values of sentence `s` (raises SentenceError if it is not a program
-    of this space)."""
+    of this space, or was written for another workload)."""
+    check_workload(space, s)
     sampler = _SentenceSampler(s.decisions, space_names(space))
     try:
         candidate = space._apply(sampler)
@@ -342,6 +368,9 @@ class _ToSentence(Transformer):
 
 def parse(text: str) -> Sentence:
     """The Sentence of `text`; raises SentenceError naming the line, column and what was expected."""
+    if not isinstance(text, str):
+        hint = "; decode it first with .decode('utf-8')" if isinstance(text, (bytes, bytearray)) else ""
+        raise SentenceError(f"a sentence is a str, got {type(text).__name__}{hint}")
     try:
         tree = _parser().parse(text)
     except UnexpectedInput as e:

@@ -8,9 +8,11 @@ from a shared prompt, so the model exposes a key/value cache: `forward` takes an
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
+import warnings
 from dataclasses import asdict, dataclass, fields
 
 import torch
@@ -19,7 +21,8 @@ from torch import nn
 
 from minitc.errors import MinitcError
 
-CHECKPOINT_FORMAT = "minitc-lm-1"
+CHECKPOINT_FORMAT = "minitc-lm-2"  # minitc-lm-1 plus "sha256", the content hash
+LEGACY_FORMAT = "minitc-lm-1"  # no content hash: loads with a warning
 
 # One (keys, values) pair per layer, each [batch, heads, cached positions, head dim].
 Cache = list[tuple[torch.Tensor, torch.Tensor]]
@@ -215,11 +218,42 @@ def select_cache(cache: Cache, index: torch.Tensor) -> Cache:
 # -- checkpoints ---------------------------------------------------------------------------------
 
 
+def content_hash(payload: dict) -> str:
+    """sha256 of a checkpoint's config, vocabulary, meta and stored weights (bytes, dtype and
+    shape of each tensor, by name): what `load_checkpoint` verifies to catch a damaged file."""
+    h = hashlib.sha256()
+    head = {k: payload[k] for k in ("config", "vocab", "meta")}
+    h.update(json.dumps(head, sort_keys=True).encode())
+    for name in sorted(payload["state_dict"]):
+        t = payload["state_dict"][name].detach().cpu().contiguous()
+        h.update(f"\n{name} {str(t.dtype)} {list(t.shape)}\n".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def write_payload(path, payload: dict) -> None:
+    """Write a checkpoint payload with its content hash, atomically (a temporary file, then
+    rename), so a killed save never leaves a half-written checkpoint."""
+    payload = {**payload, "format": CHECKPOINT_FORMAT}
+    payload["sha256"] = content_hash(payload)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a checkpoint is an ordinary file
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 def save_checkpoint(path, model: TensorLM, vocab: list, meta: dict, half: bool = False) -> None:
-    """Write config, vocabulary, weights and meta atomically (a temporary file, then rename), so a
-    killed save never leaves a half-written checkpoint. `meta` must be plain JSON-able data:
-    checkpoints are loaded with `weights_only=True`. `half` stores the weights as float16 (the
-    shipped checkpoint: half the size; loading restores float32)."""
+    """Write config, vocabulary, weights, meta and their content hash atomically (see
+    write_payload). `meta` must be plain JSON-able data: checkpoints are loaded with
+    `weights_only=True`. `half` stores the weights as float16 (the shipped checkpoint: half the
+    size; loading restores float32)."""
     try:
         json.dumps(meta)
     except (TypeError, ValueError) as e:
@@ -233,17 +267,7 @@ def save_checkpoint(path, model: TensorLM, vocab: list, meta: dict, half: bool =
         "state_dict": {k: v.half() if half and v.is_floating_point() else v for k, v in model.state_dict().items()},
         "meta": meta,
     }
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a checkpoint is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_payload(path, payload)
 
 
 def load_checkpoint(path) -> tuple:
@@ -261,12 +285,13 @@ def load_checkpoint(path) -> tuple:
         raise fail(
             f"not a readable torch file ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
         ) from None
-    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+    if not isinstance(payload, dict) or payload.get("format") not in (CHECKPOINT_FORMAT, LEGACY_FORMAT):
         got = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
         raise fail(f"format is {got!r}, expected {CHECKPOINT_FORMAT!r}")
     missing = {"config", "vocab", "state_dict", "meta"} - set(payload)
     if missing:
         raise fail(f"missing entries {sorted(missing)}")
+    _verify_hash(path, payload, fail)
     try:
         cfg = ModelConfig.from_dict(payload["config"])
     except (LMError, TypeError) as e:
@@ -289,3 +314,30 @@ def load_checkpoint(path) -> tuple:
             raise fail(f"{name} has shape {list(state[name].shape)}, the config needs {list(tensor.shape)}")
     model.load_state_dict(state)
     return model.eval(), vocab, payload["meta"]
+
+
+def _verify_hash(path: str, payload: dict, fail) -> None:
+    """Refuse a checkpoint whose content does not match its stored hash; warn about one saved
+    without a hash (by a minitc older than the hash)."""
+    if payload["format"] == LEGACY_FORMAT:
+        warnings.warn(
+            f"{path}: this checkpoint has no content hash (saved by an older minitc), so damage to it cannot be "
+            "detected; save it again (minitc.lm.model.save_checkpoint) or retrain it",
+            stacklevel=3,
+        )
+        return
+    stored = payload.get("sha256")
+    if not isinstance(payload["state_dict"], dict) or not all(
+        isinstance(t, torch.Tensor) for t in payload["state_dict"].values()
+    ):
+        raise fail("state_dict is not a mapping of names to tensors")
+    try:
+        actual = content_hash(payload)
+    except (TypeError, ValueError) as e:
+        raise fail(f"cannot hash its content ({e})") from None
+    if stored != actual:
+        raise fail(
+            f"content does not match its sha256 (stored {str(stored)[:16]}..., computed {actual[:16]}...): the file "
+            "is damaged or was modified. Reinstall minitc for the shipped model (lm/checkpoints/cpu.pt); retrain, "
+            "or restore a copy of, a model of your own"
+        )

@@ -15,6 +15,7 @@ from minitc.backends import lower_gpu as _lower_gpu
 from minitc.errors import ScheduleError
 from minitc.ir import Kernel
 from minitc.schedule import Schedule
+from minitc.schedule.recorder import output_tensors
 from minitc.te import Tensor
 from minitc.templates import template_schedule
 
@@ -27,10 +28,11 @@ def _as_schedule(what, target: str | None = None, db=None) -> Schedule:
     if isinstance(what, Tensor) or (
         isinstance(what, (list, tuple)) and what and all(isinstance(t, Tensor) for t in what)
     ):
+        outputs = output_tensors(what)  # a placeholder or a repeated output is refused here
         if target is None:
-            return Schedule(what)
-        tuned = tuned_schedule(what, target, db) if db is not False else None
-        return tuned if tuned is not None else template_schedule(what, target)
+            return Schedule(outputs)
+        tuned = tuned_schedule(outputs, target, db) if db is not False else None
+        return tuned if tuned is not None else template_schedule(outputs, target)
     raise ScheduleError(f"expected a Schedule, an output tensor or a list of them, got {type(what).__name__}")
 
 

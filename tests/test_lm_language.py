@@ -231,10 +231,15 @@ def test_sentence_of_another_workload_is_rejected(workload_samples, hw):
     mm_space, mm = workload_samples["matmul-256"]
     conv_space, conv = workload_samples["resnet18-c3"]
     for a_space, a, b_space in [(mm_space, mm, conv_space), (conv_space, conv, mm_space)]:
+        b_prompt = sentence(b_space, hw)
         for c in a[:5]:
             s = parse(str(sentence(a_space, hw, c.decisions)))
-            with pytest.raises(SentenceError, match="where the space asks for"):
+            with pytest.raises(SentenceError, match="applies only to the workload it was written for"):
                 space_values(b_space, s)
+            # with the right workload and space lines, the decisions themselves are checked
+            relabelled = Sentence(b_prompt.stages, hw, b_prompt.sketches, s.decisions)
+            with pytest.raises(SentenceError, match="where the space asks for"):
+                space_values(b_space, relabelled)
 
 
 def _generic_with_location(space, rng):

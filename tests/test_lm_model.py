@@ -16,6 +16,7 @@ from minitc.lm.model import (  # noqa: E402 - after the importorskip
     load_checkpoint,
     save_checkpoint,
     select_cache,
+    write_payload,
 )
 from minitc.lm.train import Example, batch_loss, evaluate, train  # noqa: E402
 
@@ -165,7 +166,7 @@ def test_checkpoint_round_trip(tmp_path):
 
 def _payload(model):
     return {
-        "format": "minitc-lm-1",
+        "format": "minitc-lm-2",
         "config": model.cfg.to_dict(),
         "vocab": [str(i) for i in range(VOCAB)],
         "state_dict": model.state_dict(),
@@ -191,12 +192,12 @@ def test_damaged_checkpoints_raise_checkpoint_error(tmp_path):
     torch.save(wrong_format, tmp_path / "format.pt")
     missing = _payload(model)
     missing["state_dict"] = {k: v for k, v in missing["state_dict"].items() if not k.startswith("ln_f")}
-    torch.save(missing, tmp_path / "missing.pt")
+    write_payload(tmp_path / "missing.pt", missing)  # a valid hash: the checks behind it run
     reshaped = _payload(model)
     reshaped["state_dict"]["pos_emb.weight"] = torch.zeros(16, 32)
-    torch.save(reshaped, tmp_path / "shape.pt")
+    write_payload(tmp_path / "shape.pt", reshaped)
     vocab = {**_payload(model), "vocab": ["a", "b"]}
-    torch.save(vocab, tmp_path / "vocab.pt")
+    write_payload(tmp_path / "vocab.pt", vocab)
 
     expected = {
         "random.pt": "not a readable torch file",

@@ -22,7 +22,7 @@ import numpy as np
 
 from minitc.backends.cuda.codegen import render_program, sanitize
 from minitc.backends.cuda.device import current_device, import_cupy
-from minitc.backends.function import is_torch, numpy_dtype, split_arguments
+from minitc.backends.function import check_torch_dtype, is_torch, numpy_dtype, split_arguments
 from minitc.errors import BuildError, DTypeError, LayoutError, ShapeError
 from minitc.lowering.gpu import GpuProgram
 
@@ -198,6 +198,7 @@ class GpuFunction:
         if is_torch(x):
             if x.device.type not in ("cuda", "cpu"):
                 raise LayoutError(f"{role} {buf.name} is a torch tensor on {x.device}; use a CUDA or CPU tensor")
+            check_torch_dtype(x, buf, role)
             if not x.is_contiguous():
                 raise LayoutError(f"{role} {buf.name} is a non-contiguous torch tensor; call .contiguous() first")
             if on_device and x.device.index not in (None, self._current):

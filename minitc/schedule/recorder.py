@@ -3,14 +3,34 @@
 
 from __future__ import annotations
 
+import itertools
+
 from minitc.errors import ScheduleError
 from minitc.schedule import loops as loop_prims
 from minitc.schedule import stages as stage_prims
 from minitc.schedule.state import LoopRef, State, from_tensors, stage_tensor
 from minitc.schedule.trace import Step, Trace
-from minitc.te import Tensor
+from minitc.te import ComputeOp, Tensor
 
 _KIND_OF_STEP = {"unroll": "unrolled", "parallel": "parallel", "vectorize": "vectorized"}
+_SCHEDULE_IDS = itertools.count(1)
+
+
+def output_tensors(outputs) -> list:
+    """The output tensors of a schedule as a list: one tensor or a list of distinct computed
+    tensors. Raises ScheduleError for anything else, naming the offending tensor."""
+    outs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    if not outs or not all(isinstance(t, Tensor) for t in outs):
+        raise ScheduleError("Schedule takes an output tensor or a list of output tensors")
+    for n, t in enumerate(outs):
+        if t.op is None or not isinstance(t.op, ComputeOp):
+            raise ScheduleError(
+                f"{t.name} is a placeholder, an input with nothing to compute; schedule or build "
+                f"the tensor computed from it (e.g. tc.compute({t.shape}, lambda *i: {t.name}[i] * 2))"
+            )
+        if any(t is u for u in outs[:n]):
+            raise ScheduleError(f"output {t.name} is listed twice; list each output tensor once")
+    return outs
 
 
 def apply_step(state: State, step: Step) -> tuple[State, tuple]:
@@ -59,24 +79,35 @@ class Schedule:
     transform it and are recorded in `self.trace`."""
 
     def __init__(self, outputs):
-        outs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
-        if not outs or not all(isinstance(t, Tensor) for t in outs):
-            raise ScheduleError("Schedule takes an output tensor or a list of output tensors")
+        outs = output_tensors(outputs)
         self.outputs = outs
+        self._id = next(_SCHEDULE_IDS)  # stamped on every LoopRef this schedule hands out
         self.state, self._names = from_tensors(outs)
         self.initial_state = self.state
         self.trace = Trace()
 
     # -- handles -------------------------------------------------------------------------
     def stage_name(self, tensor) -> str:
+        """The stage name of a tensor of this schedule (or of a stage name, checked)."""
         if isinstance(tensor, str):
-            self.state.stage(tensor)
+            if not self.state.has(tensor):
+                self._refuse_tensor_name(tensor)
             return tensor
         if isinstance(tensor, Tensor):
             if tensor in self._names:
                 return self._names[tensor]
             raise ScheduleError(f"tensor {tensor.name} is not part of this schedule's computation")
         raise ScheduleError(f"expected a tensor of this schedule, got {tensor!r}")
+
+    def _refuse_tensor_name(self, name: str):
+        """`name` is no stage: say which stages it could mean when several tensors share it."""
+        stages = [n for t, n in self._names.items() if t.name == name]
+        if len(stages) > 1:
+            raise ScheduleError(
+                f"stage name {name!r} is ambiguous: {len(stages)} tensors of this schedule are named {name}; "
+                f"pass the tensor object itself, or one of the stage names {', '.join(stages)}"
+            )
+        self.state.stage(name)  # raises: no stage named ...
 
     def tensor(self, name: str) -> Tensor:
         for t, n in self._names.items():
@@ -112,11 +143,19 @@ class Schedule:
         stage = self.state.stage(name)
         if stage.is_placeholder:
             raise ScheduleError(f"{name} is an input placeholder; it has no loops")
-        return tuple(LoopRef(name, lp.name) for lp in stage.loops)
+        return tuple(self._ref(name, lp.name) for lp in stage.loops)
+
+    def _ref(self, stage: str, loop: str) -> LoopRef:
+        return LoopRef(stage, loop, self._id)
 
     def _loop(self, loop) -> LoopRef:
         if not isinstance(loop, LoopRef):
             raise ScheduleError(f"expected a loop returned by Schedule.loops or a primitive, got {loop!r}")
+        if loop.schedule not in (None, self._id):
+            raise ScheduleError(
+                f"loop {loop.name} of {loop.stage} belongs to another Schedule; take the loops of this one "
+                f"with s.loops(...) (a loop handle is valid only in the schedule that returned it)"
+            )
         stage = self.state.stage(loop.stage)
         if all(lp.name != loop.name for lp in stage.loops):
             raise ScheduleError(
@@ -145,13 +184,13 @@ class Schedule:
         if factor is not None and nparts is not None:
             raise ScheduleError(f"split of loop {ref.name}: give exactly one of factor= or nparts=")
         o, i = self._apply(Step("split", ref.stage, (ref.name,), args, (value,)))
-        return LoopRef(ref.stage, o), LoopRef(ref.stage, i)
+        return self._ref(ref.stage, o), self._ref(ref.stage, i)
 
     def fuse(self, *loops) -> LoopRef:
         """Fuse adjacent loops (outermost first) into one."""
         stage = self._same_stage(loops, "fuse")
         (f,) = self._apply(Step("fuse", stage, tuple(lp.name for lp in loops)))
-        return LoopRef(stage, f)
+        return self._ref(stage, f)
 
     def reorder(self, *loops) -> None:
         """Reorder the given loops of one stage into the given order."""

@@ -9,7 +9,8 @@ needs. All objects here are immutable; primitives return new states.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections import Counter
+from dataclasses import dataclass, field, replace
 
 from minitc.errors import ScheduleError
 from minitc.expr import Expr, IterVar, substitute, transform, walk
@@ -154,6 +155,7 @@ class LoopRef:
 
     stage: str
     name: str
+    schedule: int | None = field(default=None, compare=False)  # the Schedule that made it (its id)
 
     def __repr__(self):
         return f"<loop {self.stage}.{self.name}>"
@@ -187,11 +189,7 @@ def _fresh_axes(axes: tuple, taken: set) -> tuple:
 def from_tensors(outputs: list) -> tuple[State, dict]:
     """Build the initial state of a schedule; also return the map tensor -> stage name."""
     tensors = graph(outputs)
-    names: dict = {}
-    taken: set = set()
-    for t in tensors:
-        names[t] = unique_name(t.name, taken)
-        taken.add(names[t])
+    names = _stage_names(tensors)
     out_set = set(outputs)
     stages = []
     for t in tensors:
@@ -209,6 +207,24 @@ def from_tensors(outputs: list) -> tuple[State, dict]:
             Stage(names[t], t.shape, t.dtype, axes, body, initial_loops(axes, raxes), output=t in out_set, tag=t.op.tag)
         )
     return State(tuple(stages), tuple(names[o] for o in outputs)), names
+
+
+def _stage_names(tensors: list) -> dict:
+    """Map each tensor to its stage name: its own name, or `T_1`, `T_2`, ... for every one of
+    several tensors named T, so that no stage answers to a name that means more than one tensor."""
+    counts = Counter(t.name for t in tensors)
+    taken = {name for name, c in counts.items() if c == 1}
+    names: dict = {}
+    for t in tensors:
+        if counts[t.name] == 1:
+            names[t] = t.name
+            continue
+        n = 1
+        while f"{t.name}_{n}" in taken:
+            n += 1
+        names[t] = f"{t.name}_{n}"
+        taken.add(names[t])
+    return names
 
 
 def _convert_body(body: Expr, mapping: dict, names: dict) -> Expr:
