@@ -49,7 +49,7 @@ class TuneProgress:
         filled = int(WIDTH * min(done, total) / total)
         parts = [f"{self.prefix}[{'#' * filled}{'.' * (WIDTH - filled)}] {done}/{self.total} trials"]
         parts.append(f"{errors} error{'s' if errors != 1 else ''}")
-        parts.append(f"best {best_ms:.4g} ms" if best_ms is not None else "best -")
+        parts.append(f"search best {best_ms:.4g} ms" if best_ms is not None else "search best -")
         rate = rate_text(self.work, self.unit, best_ms)
         if rate:
             parts.append(rate)

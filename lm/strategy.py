@@ -233,7 +233,8 @@ def tlm_search(space, rng, cost_model=None, lm=None, learn: bool = False) -> TLM
         warnings.warn(
             f"the language model was trained on `{trained_on}`; this machine is `{hw}`. It still runs, "
             "conditioned on this machine's hardware tokens, but its proposals may be weaker here "
-            "(tune with --learn to adapt it to your measurements)",
+            "(to adapt a copy to your measurements: `minitc lm finetune MODEL --db RECORDS --out my-lm.pt`, "
+            "then tune with `--lm my-lm.pt`)",
             stacklevel=3,
         )
     search = TLMSearch(space, model, tok, hw, rng, cost_model=cost_model, learn=learn)

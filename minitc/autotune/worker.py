@@ -1,6 +1,7 @@
 """Worker processes for building and measuring candidates.
 
-A worker is a plain `python -m minitc.autotune.worker` subprocess that answers pickled requests
+A worker is a plain `python -c "...worker import main; main()"` subprocess (not `-m`, which warns
+that the package imported the module first) that answers pickled requests
 framed on its stdin/stdout. Unlike multiprocessing's spawn, it never re-imports the user's main
 script, so `tc.tune(...)` works from any script or notebook. Whatever the kernel or a library
 prints goes to stderr, never into the protocol stream.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import pickle
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -62,7 +64,10 @@ class Worker:
     def start(self) -> None:
         env = dict(os.environ, **(self.env or {}))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "minitc.autotune.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+            [sys.executable, "-c", "from minitc.autotune.worker import main; main()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
         )
 
     def call(self, name: str, *args, timeout: float | None = None):
@@ -108,6 +113,8 @@ def _handlers() -> dict:
 
 
 def main() -> None:
+    # Ctrl-C reaches the whole process group: the parent handles it and ends its workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     proto_in = os.fdopen(os.dup(0), "rb")
     proto_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints (Python or C) go to stderr, not into the protocol
