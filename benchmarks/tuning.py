@@ -20,10 +20,12 @@ notes, machine, run) and, for tuning:
 
     "strategy": "evolutionary", "cost_model": "TLPModel" | "random (placeholder)" | null,
     "trials_requested": 64, "trials": 64, "errors": 3,   # measured in this run / failed
+    "trials_resumed": 0,          # trials of the same run recorded earlier (minitc tune's resume)
     "best_ms": 1.21,              # the tuner's re-measured best (bare kernel, runner process)
-    "default_kernel_ms": 2.2,     # the hand template measured the same way
+    "default_kernel_ms": 2.2,     # the hand template measured the same way (null: not measured)
     "kernel_speedup_vs_default": 1.8,   # default_kernel_ms / best_ms
     "tuned_ms": 1.23, "default_ms": 2.3,   # timed here, interleaved with numpy and torch
+    "same_as_template": false,    # the best program is the template's own: timed once, both rows
     "ratio": 1.2,                 # best library ms / tuned ms (> 1: tuned minitc is faster)
     "default_ratio": 0.64,        # best library ms / template ms
     "speedup_vs_default": 1.9,    # template ms / tuned ms
@@ -42,7 +44,7 @@ import numpy as np
 import minitc as tc
 from minitc.autotune.runner import LocalBuilder, LocalRunner, Task
 from minitc.autotune.space import Space
-from minitc.autotune.tuner import tune
+from minitc.autotune.tuner import decode_trace, recorded_trials, tune
 from minitc.benchmarks.progress import TuneProgress
 from minitc.benchmarks.runner import _r, _short, _sig, mismatch
 from minitc.benchmarks.suites import CPU_CORE, SMOKE, Workload
@@ -114,9 +116,12 @@ def tune_one(
     runner=None,
     lm=None,
     learn=False,
+    run=None,
+    strict=False,
 ) -> dict:
     """Tune `out` (w's tensors) once; returns {"result": TuneResult or None, "error", "cost_model",
-    "warning", "db"}. With db=None the run gets a fresh temporary database."""
+    "warning", "db"}. With db=None the run gets a fresh temporary database. A failure of `tune`
+    becomes the "error" entry, or with `strict` propagates (the command line stops at once)."""
 
     model, label, warning = cost_model_for(strategy, cost_model, seed)
     if hasattr(model, "register"):  # the optional part of the protocol: tensors enable replay features
@@ -141,10 +146,13 @@ def tune_one(
             progress=progress,
             lm=lm,
             learn=learn,
+            run=run,
         )
         if info["result"].kernel is None:
             info["error"] = f"tuning found no working candidate ({info['result'].errors} errors)"
     except Exception as e:  # noqa: BLE001 - one workload's failure becomes an error row
+        if strict:
+            raise
         info["error"] = f"tune failed: {_short(e)}"
     finally:
         if tmp:
@@ -160,6 +168,14 @@ def template_trace(out, target="llvm"):
         return space.replay(space.default_values()).trace
     except Exception:  # noqa: BLE001 - no template for this computation
         return None
+
+
+def is_template(out, trace_text, target="llvm") -> bool:
+    """Whether a record's trace (tuner.encode_trace) replays the hand template's default program."""
+    template = template_trace(out, target)
+    if template is None or not trace_text:
+        return False
+    return decode_trace(trace_text)[1].to_json() == decode_trace(template)[1].to_json()
 
 
 def template_kernel_ms(out, target="llvm", builder=None, runner=None):
@@ -257,7 +273,8 @@ def record(
 ) -> dict:
     """One JSON row (see the module docstring): a workload tuned by one strategy."""
     r = info["result"]
-    tuned_key = f"tuned:{strategy}"
+    same = bool(info.get("same_as_template"))
+    tuned_key = "default" if same else f"tuned:{strategy}"  # one program, one measurement
     ms = {
         impl: timings[key].median * 1e3 if key in timings else None
         for impl, key in (("tuned", tuned_key), ("default", "default"), ("numpy", "numpy"), ("torch", "torch"))
@@ -282,6 +299,7 @@ def record(
         "cost_model": info["cost_model"],
         "trials_requested": trials,
         "trials": r.trials if r else 0,
+        "trials_resumed": r.resumed if r else 0,
         "errors": r.errors if r else 0,
         "best_ms": _sig(r.best_ms, 5) if r else None,
         **{f"{impl}_ms": _sig(v, 5) for impl, v in ms.items()},
@@ -289,6 +307,7 @@ def record(
         "ratio": _sig(libs[best] / ms["tuned"], 4) if best and ms["tuned"] else None,
         "default_ratio": _sig(libs[best] / ms["default"], 4) if best and ms["default"] else None,
         "speedup_vs_default": _sig(ms["default"] / ms["tuned"], 4) if ms["default"] and ms["tuned"] else None,
+        "same_as_template": same,
         ("gflops" if w.kind == "compute" else "gbps"): _sig(rate, 4),
         "peak_pct": _r(100 * rate / peak, 1) if rate and peak else None,
         ("flops" if w.kind == "compute" else "bytes"): int(w.work),
@@ -326,50 +345,73 @@ def tune_workload(
     runner=None,
     lm=None,
     learn=False,
+    run=None,
+    strict=False,
+    template_kernel=True,
 ) -> list:
     """Tune `w` with each strategy (with `threads` threads), then compare; one record per
-    strategy. `progress_factory(strategy)` gives the `progress` callback of each tune call."""
+    strategy. `progress_factory(strategy)` gives the `progress` callback of each tune call;
+    with `run` (a name for the search setting; each strategy adds its own name) and a `db`,
+    `trials` is each strategy's total and a rerun measures only what an interrupted run left
+    (tune_one's `strict` stops at a failure of `tune`). `template_kernel` also times the template the way the
+    tuner times candidates (`default_kernel_ms`). A strategy whose best program is the
+    template's own is timed once, as the template (`same_as_template`)."""
     from minitc.autotune.runner import LocalBuilder, LocalRunner
 
     say = say or (lambda msg: None)
     out = tensors_of(w)
     infos = {}
+    earlier = {s: recorded_trials(out, target, db, _run_name(run, s)) if run and db else 0 for s in strategies}
     own_builder, own_runner = builder is None, runner is None  # one pair of worker processes for all
     builder, runner = builder or LocalBuilder(workers=1), runner or LocalRunner(threads=threads)
-    with thread_limit(threads):
-        for strategy in strategies:
-            say(f"{w.name}: tuning with {strategy} search, {trials} trials, {threads} thread(s)")
-            bar = progress_factory(strategy) if progress_factory else None
-            infos[strategy] = tune_one(
-                w,
-                out,
-                strategy,
-                trials,
-                db=db,
-                target=target,
-                seed=seed,
-                batch=batch,
-                cost_model=cost_model,
-                progress=bar,
-                builder=builder,
-                runner=runner,
-                lm=lm,
-                learn=learn,
-            )
-            if bar is not None and hasattr(bar, "close"):
-                bar.close()
-            if infos[strategy]["warning"]:
-                say(f"warning: {infos[strategy]['warning']}")
-        say(f"{w.name}: measuring the template like the tuner does")
-        try:
-            template_ms = template_kernel_ms(out, target, builder, runner)
-        finally:
-            if own_builder:
-                builder.close()
-            if own_runner:
-                runner.close()
-    tuned = {f"tuned:{s}": i["result"].kernel for s, i in infos.items() if i["result"] and i["result"].kernel}
-    say(f"{w.name}: timing {', '.join(tuned) or 'no tuned kernel'}, the template, numpy and torch")
+    try:
+        with thread_limit(threads):
+            for strategy in strategies:
+                if earlier[strategy]:
+                    say(resume_note(earlier[strategy], trials))
+                todo = max(trials - earlier[strategy], 0)
+                if todo:
+                    say(f"{w.name}: tuning with {strategy} search, {todo} trials, {threads} thread(s)")
+                bar = progress_factory(strategy) if progress_factory else None
+                infos[strategy] = tune_one(
+                    w,
+                    out,
+                    strategy,
+                    trials,
+                    db=db,
+                    target=target,
+                    seed=seed,
+                    batch=batch,
+                    cost_model=cost_model,
+                    progress=bar,
+                    builder=builder,
+                    runner=runner,
+                    lm=lm,
+                    learn=learn,
+                    run=_run_name(run, strategy),
+                    strict=strict,
+                )
+                if bar is not None and hasattr(bar, "close"):
+                    bar.close()
+                if infos[strategy]["warning"]:
+                    say(f"warning: {infos[strategy]['warning']}")
+            template_ms = None
+            if template_kernel:
+                say(f"{w.name}: measuring the template like the tuner does")
+                template_ms = template_kernel_ms(out, target, builder, runner)
+    finally:  # also on Ctrl-C: end the worker processes
+        if own_builder:
+            builder.close()
+        if own_runner:
+            runner.close()
+    for info in infos.values():
+        info["same_as_template"] = bool(info["result"]) and is_template(out, info["result"].best_trace, target)
+    tuned = {
+        f"tuned:{s}": i["result"].kernel
+        for s, i in infos.items()
+        if i["result"] and i["result"].kernel and not i["same_as_template"]
+    }
+    say(f"{w.name}: timing " + ", ".join([*tuned, "the template", "numpy and torch"]))
     timings, errors, notes, load = compare(w, out, tuned, threads, target, repeats, budget_s, seed)
     rows = [record(w, s, trials, infos[s], timings, errors, notes, threads, load, suite, machine) for s in strategies]
     for row in rows:
@@ -378,6 +420,20 @@ def tune_workload(
             _sig(template_ms / row["best_ms"], 4) if template_ms and row["best_ms"] else None
         )
     return rows
+
+
+def _run_name(run, strategy: str):
+    return f"{run} strategy={strategy}" if run else None
+
+
+def resume_note(recorded: int, trials: int) -> str:
+    """What a rerun of a run with `recorded` of its `trials` already measured does."""
+    if recorded >= trials:
+        return (
+            f"resuming: all {trials} trials of this run are recorded, measuring none "
+            "(raise --trials or change --seed to measure more)"
+        )
+    return f"resuming: {recorded} of {trials} trials recorded, measuring {trials - recorded}"
 
 
 def run_tune_suite(

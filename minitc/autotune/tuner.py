@@ -105,6 +105,19 @@ def run_key(workload: str, target: str, hardware: str, run: str) -> str:
     return hashlib.sha256("\n".join((workload, target, hardware, run)).encode()).hexdigest()[:24]
 
 
+def recorded_trials(outputs, target, db, run: str) -> int:
+    """Trials that earlier `tune(outputs, target=target, db=db, run=run)` calls recorded on this
+    machine (what a rerun of an interrupted run counts toward `trials`)."""
+    if target_kind(target) == "cuda":
+        target = device_target(target)
+    t = parse_target(target)
+    key = run_key(workload_key(outputs), t.string, hardware_fingerprint(t), run)
+    if isinstance(db, Database):
+        return db.run_trials(key)
+    with Database(db) as database:
+        return database.run_trials(key)
+
+
 class TuningSession:
     """Tuning of one workload, advanced a round at a time (the task scheduler interleaves
     sessions; `tune` runs one to the end)."""

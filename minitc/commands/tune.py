@@ -10,20 +10,23 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import time
 
 import click
 
 import minitc as tc
-from minitc.autotune.database import default_path
 from minitc.autotune.registry import strategy_names
+from minitc.autotune.tuner import recorded_trials
 from minitc.autotune.workload_key import workload_key
+from minitc.backends.llvm.thread_pool_ir import MAX_THREADS
 from minitc.benchmarks import report
 from minitc.benchmarks.baselines import workload_for
 from minitc.benchmarks.cli import command_line, versions
 from minitc.benchmarks.progress import TuneProgress
-from minitc.benchmarks.tuning import tune_workload
+from minitc.benchmarks.tuning import resume_note, tune_workload
 from minitc.benchmarks.tuning_report import impl_rate, plot_curves
+from minitc.commands import checks
 from minitc.commands.spec import command_args, op_options, parse_call, pop_op_options, shape_help
 from minitc.errors import MinitcError
 from minitc.target import is_gpu, parse_target, target_kind
@@ -58,28 +61,30 @@ def _ms(ms, spread=None) -> str:
     return text + (f" ±{spread / 2:.0f}%" if spread is not None else "")
 
 
+def _ratio(num, den) -> str:
+    return f"{num / den:.2f}x" if num and den else "-"
+
+
+ROWS = (("tuned", "tuned ({})"), ("default", "template (tc.build)"), ("numpy", "numpy"), ("torch", "torch"))
+
+
 def format_result(rec: dict, key: str, target: str) -> str:
-    """The table `minitc tune` prints for one tuned workload."""
+    """The table `minitc tune` prints for one tuned workload. Every time and ratio in it comes
+    from one measurement per kernel: the final interleaved timing of the four side by side."""
     unit = "GFLOP/s" if rec["kind"] == "compute" else "GB/s"
-    best_lib = rec.get("best_library")
-    best_ms = rec.get(f"{best_lib}_ms") if best_lib else None
-    rows = [
-        ("tuned (" + rec["strategy"] + ")", "tuned"),
-        ("template (tc.build)", "default"),
-        ("numpy", "numpy"),
-        ("torch", "torch"),
-    ]
-    head = ["", "ms", unit, "vs best library"]
+    ms = {impl: rec.get(f"{impl}_ms") for impl, _ in ROWS}
+    lib = rec.get("best_library")
+    head = ["", "ms", unit, "vs template", "vs best library"]
     cells = []
-    for label, impl in rows:
-        ms = rec.get(f"{impl}_ms")
+    for impl, label in ROWS:
         rate = impl_rate(rec, impl)
         cells.append(
             [
-                label,
-                _ms(ms, (rec.get("spread_pct") or {}).get(impl)),
+                label.format(rec["strategy"]),
+                _ms(ms[impl], (rec.get("spread_pct") or {}).get(impl)),
                 "-" if rate is None else f"{rate:.1f}",
-                f"{best_ms / ms:.2f}x" if ms and best_ms else "-",
+                _ratio(ms["default"], ms[impl]),
+                _ratio(ms.get(lib), ms[impl]) if lib else "-",
             ]
         )
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
@@ -91,43 +96,65 @@ def format_result(rec: dict, key: str, target: str) -> str:
         f"{rec['description']}: workload {key[:12]}, {target}, {rec['threads']} thread(s)",
         line(head),
         "  ".join("-" * w for w in widths),
-    ] + [line(c) for c in cells]
-    out.append(
-        f"tuning: {rec['trials']}/{rec['trials_requested']} trials, {rec['errors']} errors, "
-        f"{rec['seconds'] or 0:.1f} s ({rec['overhead_s_per_trial'] or 0:.2f} s overhead per trial); "
-        f"the tuner's re-measured best: {_ms(rec.get('best_ms'))} ms"
-    )
-    if rec.get("default_kernel_ms"):
-        speedup = rec.get("kernel_speedup_vs_default")
-        out.append(
-            f"the template timed the same way (bare kernel): {_ms(rec['default_kernel_ms'])} ms"
-            + (f"; speedup of the tuned kernel over it: {speedup:.2f}x" if speedup else "")
-        )
+        *(line(c) for c in cells),
+        "ms: median ± half the IQR, all four timed together in this process, interleaved; "
+        "ratios: that row's speed over the template's or the faster library's (> 1: faster)",
+        _tuning_line(rec),
+    ]
+    out += _verdict(rec, ms, lib)
     if rec.get("cost_model"):
         out.append(f"cost model: {rec['cost_model']}")
-    out.append("vs best library = best of numpy/torch ms / ms (> 1: faster than both); ms = median ± half the IQR")
-    if rec.get("speedup_vs_default"):
-        out.append(f"speedup over the template, in-process calls: {rec['speedup_vs_default']:.2f}x")
-    tuned, best = rec.get("tuned_ms"), rec.get("best_ms")
-    if tuned and best and tuned > 2 * best:
-        out.append(
-            "note: the table times calls through tc.Function, whose Python call overhead (~20 us) dominates "
-            "here; the tuner times the bare kernel"
-        )
     if rec.get("background_cpus") and rec["background_cpus"] >= 0.25:
         out.append(
             f"warning: other processes kept {rec['background_cpus']:.1f} CPUs busy while timing; "
             "the numbers are unreliable"
         )
-    for note in rec.get("notes") or []:
-        out.append(f"note: {note}")
+    out += [f"note: {note}" for note in rec.get("notes") or []]
     return "\n".join(out)
+
+
+def _tuning_line(rec: dict) -> str:
+    resumed, now = rec.get("trials_resumed") or 0, rec["trials"]
+    overhead = f" ({rec['overhead_s_per_trial'] or 0:.2f} s overhead per trial)" if now else ""
+    took = f"{rec['errors']} errors, {rec['seconds'] or 0:.1f} s{overhead}"
+    done = f"tuning: {resumed + now}/{rec['trials_requested']} trials"
+    if resumed:
+        return f"{done}: {resumed} recorded by an earlier run, {now} measured now ({took})"
+    return f"{done}, {took}"
+
+
+def _verdict(rec: dict, ms: dict, lib) -> list:
+    """The outcome in words, from the table's numbers only."""
+    tuned, template = ms["tuned"], ms["default"]
+    if tuned is None:
+        return []
+    vs_lib = f"{ms[lib] / tuned:.2f}x the speed of {lib} (the faster library)" if lib and ms.get(lib) else None
+    if rec.get("same_as_template"):
+        lines = ["result: the best program found is the hand template's own, which tc.build already runs"]
+        lines[0] += f"; it runs at {vs_lib}" if vs_lib else ""
+    else:
+        clauses = ([f"{template / tuned:.2f}x the template's speed"] if template else []) + ([vs_lib] if vs_lib else [])
+        lines = [f"result: the tuned kernel runs at {' and '.join(clauses)}"] if clauses else []
+        if template and tuned > template:
+            lines.append(
+                "note: the template timed faster here, though the search's own timings ranked the tuned "
+                "program faster; rerun the command to see which holds"
+            )
+    if tuned < 0.05:
+        lines.append("note: at this size the Python call of tc.Function (~20 us) is a large part of each minitc time")
+    return lines
 
 
 @click.command("tune", help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("op", metavar="OP")
 @op_options
-@click.option("--trials", default=64, show_default=True, type=click.IntRange(min=1), help="Candidates to measure.")
+@click.option(
+    "--trials",
+    default=64,
+    show_default=True,
+    type=checks.Count(1),
+    help="Candidates to measure in all: rerunning the same command measures only those still missing.",
+)
 @click.option(
     "--strategy",
     type=click.Choice(strategy_names()),
@@ -164,8 +191,8 @@ def format_result(rec: dict, key: str, target: str) -> str:
     help="Write best-so-far latency vs trials (PNG; needs matplotlib).",
 )
 @click.option("--seed", default=0, show_default=True, type=int, help="Search seed.")
-@click.option("--threads", type=click.IntRange(min=1), help="Threads for tuning and timing (default: all CPUs).")
-@click.option("--batch", default=16, show_default=True, type=click.IntRange(min=1), help="Candidates per round.")
+@click.option("--threads", type=checks.Count(1, MAX_THREADS), help="Threads for tuning and timing (default: all CPUs).")
+@click.option("--batch", default=16, show_default=True, type=checks.Count(1), help="Candidates per round.")
 @click.option(
     "--cost-model",
     type=click.Choice(("default", "random")),
@@ -200,42 +227,54 @@ def tune(
     quiet,
     **kwargs,
 ):
-
     start = time.perf_counter()
     shape, options = pop_op_options(kwargs)
     call = parse_call(op, shape, options)
     _check_target(target)
-    if plot_path:
-        try:
-            report.require_matplotlib()
-        except RuntimeError as e:
-            raise click.UsageError(str(e)) from None
-    args = command_args(call)
-    if is_gpu(target):
-        return _tune_gpu(call, " ".join(args), trials, strategy, target, db, json_path, seed, batch, quiet)
-    w = workload_for(call, name=" ".join(args))
-    key = workload_key(w.make_minitc())
-    db_path = str(db or default_path())
-    threads = threads or tc.get_num_threads()
-    say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))
-    say(f"{w.description}: workload {key[:12]}; records in {db_path}")
-    bar = TuneProgress(trials, w.work, w.unit, enabled=not quiet, every=batch)
-    (rec,) = tune_workload(
-        w,
-        [strategy],
-        trials,
-        threads,
-        db=db_path,
-        target=target,
-        seed=seed,
-        batch=batch,
-        cost_model=cost_model,
-        budget_s=budget_s,
-        say=say,
-        progress_factory=lambda s: bar,
-        lm=lm_path,
-        learn=learn,
+    db_path = _check_all(call, target, strategy, lm_path, db, json_path, plot_path)
+    run = f"seed={seed} cost_model={cost_model} threads={threads or 'all'}" + (
+        f" lm={os.path.abspath(lm_path)}" if lm_path else ""
     )
+    args = command_args(call)
+    say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))
+    try:
+        if is_gpu(target):
+            return _tune_gpu(
+                call, " ".join(args), trials, strategy, target, db_path, json_path, seed, batch, run, say, quiet
+            )
+        w = workload_for(call, name=" ".join(args))
+        key = workload_key(w.make_minitc())
+        threads = threads or tc.get_num_threads()
+        say(f"{w.description}: workload {key[:12]}; records in {db_path}")
+        bar = TuneProgress(trials, w.work, w.unit, enabled=not quiet, every=batch)
+        (rec,) = tune_workload(
+            w,
+            [strategy],
+            trials,
+            threads,
+            db=db_path,
+            target=target,
+            seed=seed,
+            batch=batch,
+            cost_model=cost_model,
+            budget_s=budget_s,
+            say=say,
+            progress_factory=lambda s: bar,
+            lm=lm_path,
+            learn=learn,
+            run=run,
+            strict=True,
+            template_kernel=False,
+        )
+    except KeyboardInterrupt:
+        click.echo(
+            f"\ninterrupted: the trials measured so far are kept in {db_path}; "
+            "run the same command again to measure only the rest",
+            err=True,
+        )
+        raise click.exceptions.Exit(130) from None
+    except MinitcError as e:
+        raise click.ClickException(str(e)) from None
     click.echo(format_result(rec, key, target))
     wall = time.perf_counter() - start
     click.echo(f"wall time: {wall:.1f} s (tuning {rec['seconds'] or 0:.1f} s, then timing)")
@@ -254,9 +293,7 @@ def tune(
             "run": _run_info(),
         }
         data.pop("workload_key", None)
-        with open(json_path, "w") as f:
-            json.dump(data, f, indent=1)
-            f.write("\n")
+        _write_json(json_path, data)
         say(f"wrote {json_path}")
     if plot_path:
         plot_curves([rec], plot_path, title=f"{rec['description']} ({target}, {threads} threads)")
@@ -265,56 +302,81 @@ def tune(
         raise click.ClickException(rec["error"] or "no tuned kernel")
 
 
-def _tune_gpu(call, name, trials, strategy, target, db, json_path, seed, batch, quiet) -> None:
-    """Tune on the GPU: the tuner's own CUDA-event timings of the template (measured first) and
-    of the best program; torch's kernels are compared by `python -m minitc.benchmarks --suite gpu-core`."""
-    out = call.build()
-    db_path = str(db or default_path())
-    progress = (
-        None
-        if quiet
-        else (
-            lambda done, total, errors, best: click.echo(
-                f"\r{done}/{total} trials, {errors} errors, best {best if best is None else f'{best:.4f} ms'}",
-                err=True,
-                nl=done == total,
-            )
-        )
-    )
+def _check_all(call, target, strategy, lm_path, db, json_path, plot_path) -> str:
+    """Everything that can be checked before measuring; returns the records database's path."""
+    checks.check_threads()
+    checks.check_memory(call)
+    checks.check_output(json_path, "--json")
+    checks.check_output(plot_path, "--plot")
+    if plot_path:
+        try:
+            report.require_matplotlib()
+        except RuntimeError as e:
+            raise click.BadParameter(str(e), param_hint="--plot") from None
+    if strategy == "tlm" and not is_gpu(target):
+        checks.check_model(lm_path)
+    return checks.check_database(db)
+
+
+def _write_json(path, data) -> None:
     try:
-        r = tc.tune(
-            out, trials=trials, strategy=strategy, target=target, db=db_path, seed=seed, batch=batch, progress=progress
-        )
-    except MinitcError as e:
-        raise click.ClickException(str(e)) from None
-    template_ms = r.history[0] if r.history else None
+        with open(path, "w") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+    except OSError as e:
+        raise click.ClickException(f"cannot write {path} ({e.strerror}); the results are in the records database")
+
+
+def _tune_gpu(call, name, trials, strategy, target, db_path, json_path, seed, batch, run, say, quiet) -> None:
+    """Tune on the GPU and report the tuner's own CUDA-event timings: the template's (measured
+    first) and the re-measured best's; torch's kernels are compared by `python -m
+    minitc.benchmarks --suite gpu-core`."""
+    out = call.build()
+    run = f"{run} strategy={strategy}"  # the name tune_workload gives a CPU run
+    earlier = recorded_trials(out, target, db_path, run)
+    if earlier:
+        say(resume_note(earlier, trials))
+
+    def progress(done, total, errors, best):
+        best_text = "-" if best is None else f"{best:.4f} ms"
+        click.echo(f"\r{done}/{total} trials, {errors} errors, search best {best_text}", err=True, nl=done == total)
+
+    r = tc.tune(
+        out,
+        trials=trials,
+        strategy=strategy,
+        target=target,
+        db=db_path,
+        seed=seed,
+        batch=batch,
+        progress=None if quiet else progress,
+        run=run,
+    )
+    template_ms = r.history[0] if r.history and not earlier else None
     lines = [
-        f"{name} on {target}: {r.trials} trials, {r.errors} errors, {r.seconds:.1f} s; records in {db_path}",
-        f"template (measured first): {template_ms if template_ms is None else f'{template_ms:.4f} ms'}",
-        f"tuned (re-measured best):  {r.best_ms if r.best_ms is None else f'{r.best_ms:.4f} ms'}",
+        f"{name} on {target}: {r.resumed + r.trials}/{trials} trials ({r.resumed} recorded earlier), "
+        f"{r.errors} errors, {r.seconds:.1f} s; records in {db_path}",
+        f"template (measured first): {'-' if template_ms is None else f'{template_ms:.4f} ms'}",
+        f"tuned (re-measured best):  {'-' if r.best_ms is None else f'{r.best_ms:.4f} ms'}",
     ]
     if target_kind(target) == "cuda-sim":
         lines.append("note: cuda-sim times the numpy simulator, not a GPU; the numbers only show the pipeline works")
     click.echo("\n".join(lines))
     if json_path:
-        with open(json_path, "w") as f:
-            json.dump(
-                {
-                    "name": name,
-                    "target": target,
-                    "strategy": strategy,
-                    "trials": r.trials,
-                    "errors": r.errors,
-                    "seconds": r.seconds,
-                    "template_ms": template_ms,
-                    "best_ms": r.best_ms,
-                    "history": r.history,
-                    "run": _run_info(),
-                },
-                f,
-                indent=1,
-            )
-            f.write("\n")
+        data = {
+            "name": name,
+            "target": target,
+            "strategy": strategy,
+            "trials": r.trials,
+            "trials_resumed": r.resumed,
+            "errors": r.errors,
+            "seconds": r.seconds,
+            "template_ms": template_ms,
+            "best_ms": r.best_ms,
+            "history": r.history,
+            "run": _run_info(),
+        }
+        _write_json(json_path, data)
     if r.best_ms is None:
         raise click.ClickException("no candidate ran correctly")
 
