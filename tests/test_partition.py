@@ -1,6 +1,6 @@
 """Loop partitioning of guarded tails (minitc/lowering/partition.py): the partitioned nest means the
-same as the original (reference interpreter, on random schedules) and its hot loops are
-guard-free."""
+same as the original (reference interpreter, on random schedules), its hot loops are guard-free,
+and the index check still proves its accesses in bounds (else branches, shifted tail loops)."""
 
 import numpy as np
 from fuzz_schedules import random_schedule
@@ -8,6 +8,7 @@ from helpers import interpret_outputs, random_inputs
 
 import minitc as tc
 from minitc.ir import For, IfThenElse, Kernel, walk_stmts
+from minitc.lowering.index_check import check_indices
 from minitc.lowering.partition import partition_tails
 from minitc.printer import format_stmt
 
@@ -67,9 +68,11 @@ def test_parallel_loop_branches_inside():
     s = tc.Schedule(C)
     io, ii = s.split(s.loops(C)[0], factor=8)
     s.parallel(io)
-    part = partition_tails(tc.lower(s).body)
+    kernel = tc.lower(s)
+    part = partition_tails(kernel.body)
     assert isinstance(part, For) and part.kind == "parallel" and part.extent == 5
     assert isinstance(part.body, IfThenElse) and "i_o < 4" in format_stmt(part)
+    check_indices(_partitioned(kernel))  # the tail in the else branch: i_o >= 4 there
 
 
 def test_no_partition_without_tails():
@@ -95,6 +98,7 @@ def test_random_schedules_keep_their_meaning():
         except tc.ScheduleError:
             continue
         part = _partitioned(kernel)
+        check_indices(part)
         inputs = random_inputs(kernel, seed=case)
         for want, got in zip(interpret_outputs(kernel, inputs), interpret_outputs(part, inputs)):
             np.testing.assert_array_equal(got, want)

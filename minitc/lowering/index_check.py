@@ -143,8 +143,8 @@ class Ranges:
         best = self.box(form)
         lo, hi = best if best is not None else (None, None)
         for kind, fact in self.known:
-            if kind != "ge0":
-                continue
+            if kind != "ge0" or not form[0].keys() & fact[0].keys():
+                continue  # a fact about other terms does not narrow this form
             for sign, k in _multipliers(form, fact):
                 # q*form + sign*p*F bounds q*form, for k = p/q
                 r = self.box(_combine(_scale(form, k.denominator), _scale(fact, k.numerator), sign))
