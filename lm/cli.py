@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from minitc.autotune.database import Database
+from minitc.autotune.database import Database, DatabaseError
 from minitc.autotune.tuner import tune
 from minitc.autotune.workload_key import describe, workload_key
 from minitc.lm.training_set import HELD_OUT, TRAINING, workload
@@ -31,6 +31,32 @@ def _names(value: str | None, default) -> list:
     if unknown:
         raise click.BadParameter(f"unknown workloads {unknown}; see `minitc lm workloads`", param_hint="--workloads")
     return names
+
+
+def _writable(ctx, param, value):
+    """click callback: refuse an output file that cannot be written before any work starts
+    (opened for appending, so an existing file keeps its content)."""
+    if value is None:
+        return value
+    path = Path(value)
+    existed = path.exists()
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        raise click.BadParameter(f"cannot write {value} ({e.strerror}); give a path in a writable folder") from None
+    if not existed:
+        path.unlink()
+    return value
+
+
+def _records(ctx, param, value):
+    """click callback: open (or create) the records database now, so a bad file fails first."""
+    try:
+        Database(value).close()
+    except DatabaseError as e:
+        raise click.BadParameter(str(e)) from None
+    return value
 
 
 def _say(msg: str) -> None:
@@ -52,7 +78,7 @@ def workloads_cmd():
 
 
 @lm.command("gen-data")
-@click.argument("out", type=click.Path(dir_okay=False))
+@click.argument("out", type=click.Path(dir_okay=False), callback=_writable)
 @click.option("--per-workload", default=512, show_default=True, type=click.IntRange(min=1))
 @click.option("--workloads", help="Comma-separated names (default: the training set).")
 @click.option("--seed", default=0, show_default=True)
@@ -83,13 +109,25 @@ def gen_data_cmd(out, per_workload, workloads, seed, near_template):
 
 @lm.command("pretrain")
 @click.argument("data", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--out", required=True, type=click.Path(dir_okay=False))
+@click.option("--out", required=True, type=click.Path(dir_okay=False), callback=_writable)
 @click.option("--epochs", default=1, show_default=True, type=click.IntRange(min=1))
-@click.option("--max-minutes", default=60.0, show_default=True, help="Stop training after this long.")
-@click.option("--d-model", default=192, show_default=True)
-@click.option("--layers", default=4, show_default=True)
-@click.option("--lr", default=1e-3, show_default=True)
-@click.option("--threads", default=1, show_default=True, help="torch threads (1 is fastest on a busy 2-core machine).")
+@click.option(
+    "--max-minutes",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Stop training after this long.",
+)
+@click.option("--d-model", default=192, show_default=True, type=click.IntRange(min=4))
+@click.option("--layers", default=4, show_default=True, type=click.IntRange(min=1))
+@click.option("--lr", default=1e-3, show_default=True, type=click.FloatRange(min=0, min_open=True))
+@click.option(
+    "--threads",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="torch threads (1 is fastest on a busy 2-core machine).",
+)
 def pretrain_cmd(data, out, epochs, max_minutes, d_model, layers, lr, threads):
     """Train a new model on gen-data sentences."""
     from minitc.lm.pipeline import pretrain
@@ -119,7 +157,9 @@ def _every(n: int):
 
 
 @lm.command("measure")
-@click.option("--db", required=True, type=click.Path(dir_okay=False), help="Records database to fill.")
+@click.option(
+    "--db", required=True, type=click.Path(dir_okay=False), callback=_records, help="Records database to fill."
+)
 @click.option(
     "--per-workload",
     default=32,
@@ -158,11 +198,11 @@ def measure(db, names, per_workload, strategy="random", lm_path=None, seed=0, ad
 
 @lm.command("finetune")
 @click.argument("checkpoint", type=click.Path(exists=True, dir_okay=False))
-@click.option("--db", required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--out", required=True, type=click.Path(dir_okay=False))
+@click.option("--db", required=True, type=click.Path(exists=True, dir_okay=False), callback=_records)
+@click.option("--out", required=True, type=click.Path(dir_okay=False), callback=_writable)
 @click.option("--epochs", default=4, show_default=True, type=click.IntRange(min=1))
 @click.option("--sharpness", default=4.0, show_default=True, help="Weight = (best ms / ms) ** sharpness.")
-@click.option("--threads", default=1, show_default=True)
+@click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1))
 def finetune_cmd(checkpoint, db, out, epochs, sharpness, threads):
     """Fine-tune CHECKPOINT on the measured programs in --db."""
     from minitc.lm.pipeline import finetune
@@ -173,7 +213,7 @@ def finetune_cmd(checkpoint, db, out, epochs, sharpness, threads):
 
 @lm.command("loop")
 @click.argument("checkpoint", type=click.Path(exists=True, dir_okay=False))
-@click.option("--db", required=True, type=click.Path(dir_okay=False))
+@click.option("--db", required=True, type=click.Path(dir_okay=False), callback=_records)
 @click.option("--rounds", default=2, show_default=True, type=click.IntRange(min=1))
 @click.option(
     "--per-round",
@@ -212,7 +252,9 @@ def loop_cmd(checkpoint, db, rounds, per_round, workloads, out_dir):
 
 @lm.command("ship")
 @click.argument("checkpoint", type=click.Path(exists=True, dir_okay=False))
-@click.option("--out", type=click.Path(dir_okay=False), help="Default: the package's lm/checkpoints/cpu.pt.")
+@click.option(
+    "--out", type=click.Path(dir_okay=False), callback=_writable, help="Default: the package's lm/checkpoints/cpu.pt."
+)
 def ship_cmd(checkpoint, out):
     """Store CHECKPOINT (weights as float16) as the model minitc ships and uses by default."""
     from minitc.lm.model import load_checkpoint, save_checkpoint

@@ -52,6 +52,9 @@ class LazyGroup(click.Group):
                 raise
             except MinitcError as e:
                 raise click.ClickException(str(e)) from None
+            except OSError as e:  # a file or folder the user named
+                where = f"{e.filename}: " if e.filename else ""
+                raise click.ClickException(f"{where}{e.strerror or e}; check the path and its permissions") from None
             except MemoryError:
                 raise click.ClickException("out of memory: use smaller shapes, or free memory and retry") from None
             except Exception as e:  # noqa: BLE001 - a bug: report it without a traceback on screen
