@@ -64,6 +64,15 @@ def test_divisor_provably_non_zero_builds():
     np.testing.assert_array_equal(got, b[i, (j + 8) // (i - 9) + 8])
 
 
+def test_arithmetic_that_wraps_around_proves_nothing():
+    """int64 products wrap: `i * 2**62 // 2**62` is not i for i >= 2, and `i * 2**63 + 2**63` is
+    0 for odd i."""
+    with pytest.raises(tc.ShapeError, match=r"index 0 \(i \* 4611686018427387904 // 4611686018427387904\) cannot be"):
+        tc.lower(_naive(lambda i, j: B[i * 2**62 // 2**62, j]))
+    with pytest.raises(tc.ShapeError, match=r"beyond int64, so it may wrap around to 0"):
+        tc.lower(_naive(lambda i, j: B[i, j // (i * 2**63 + 2**63)]))
+
+
 def test_divisor_guarded_by_a_select_builds():
     got = tc.build(_naive(lambda i, j: B[i, tc.select(i % 2 != 0, j // (i % 2), 0)]))(b)
     i, j = np.indices((8, 8))

@@ -54,12 +54,15 @@ def structural_key(e: Expr):
 
 
 def linear(e: Expr):
-    """The linear form of an integer expression, or None for a non-integer one."""
+    """The linear form of an integer expression, or None for a non-integer one. `+`, `-` and `*`
+    wrap like arithmetic modulo 2**bits, so a form's value is exact wherever it fits its dtype;
+    operations that do not commute with wrapping (`//`, `%`, min, max, comparisons, narrowing
+    casts) are atoms whose operands must fit their dtypes."""
     if not dtypes.is_int(e.dtype):
         return None
     if isinstance(e, Const):
         return {}, int(e.value)
-    if isinstance(e, Cast) and dtypes.is_int(e.value.dtype):
+    if isinstance(e, Cast) and dtypes.is_int(e.value.dtype) and dtypes.bits(e.dtype) >= dtypes.bits(e.value.dtype):
         return linear(e.value)
     if isinstance(e, Binary) and e.op in ("add", "sub", "mul"):
         a, b = linear(e.a), linear(e.b)
@@ -94,16 +97,19 @@ def _scale(a, k: int):
 # -- facts from conditions -------------------------------------------------------------------------
 
 
-def facts(cond: Expr, holds: bool = True) -> tuple:
+def facts(cond: Expr, holds: bool, exact) -> tuple:
     """What `cond` (if `holds`, else its negation) tells about integers: pairs ("ge0", form),
-    form >= 0, and ("ne0", form), form != 0."""
+    form >= 0, and ("ne0", form), form != 0. Comparisons of operands for which `exact(e)` is
+    false (they may wrap) tell nothing."""
     if isinstance(cond, Not):
-        return facts(cond.a, not holds)
+        return facts(cond.a, not holds, exact)
     if isinstance(cond, Binary) and cond.op in ("and", "or"):
         if (cond.op == "and") == holds:  # a conjunction of known parts
-            return facts(cond.a, holds) + facts(cond.b, holds)
+            return facts(cond.a, holds, exact) + facts(cond.b, holds, exact)
         return ()
     if not isinstance(cond, Compare) or not dtypes.is_int(cond.a.dtype):
+        return ()
+    if not (exact(cond.a) and exact(cond.b)):
         return ()
     op = cond.op if holds else FLIP[cond.op]
     diff = _combine(linear(cond.a), linear(cond.b), -1)  # a - b
@@ -179,6 +185,8 @@ class Ranges:
                 k = plus[0].b.value
                 if plus[1] <= 0 or minus[1] >= 0 or minus[0].b.value != k:
                     continue
+                if not (self.exact(plus[0].a) and self.exact(minus[0].a)):
+                    continue
                 d = self.tight(_combine(linear(plus[0].a), linear(minus[0].a), -1))
                 if d is None:
                     continue
@@ -204,10 +212,13 @@ class Ranges:
         if isinstance(e, Select) and dtypes.is_int(e.dtype):
             t, f = self.assuming(e.cond, True).of(e.t), self.assuming(e.cond, False).of(e.f)
             return None if t is None or f is None else (min(t[0], f[0]), max(t[1], f[1]))
+        if isinstance(e, Cast) and dtypes.is_int(e.dtype) and dtypes.is_int(e.value.dtype):  # narrowing
+            r = self.of(e.value)
+            return r if _fits(r, e.dtype) else None
         if not isinstance(e, Binary) or not dtypes.is_int(e.dtype):
             return None  # loaded data, casts from floats, ...
         a, b = self.of(e.a), self.of(e.b)
-        if a is None or b is None:
+        if not (_fits(a, e.dtype) and _fits(b, e.dtype)):
             return None
         if e.op == "mul":
             return _corners(a, b, lambda x, y: x * y)
@@ -230,13 +241,21 @@ class Ranges:
 
     def assuming(self, cond: Expr, holds: bool) -> Ranges:
         """These ranges where `cond` is known to hold (or, with holds=False, not to hold)."""
-        more = facts(cond, holds)
+        more = facts(cond, holds, self.exact)
         return Ranges(self.env, self.known + more) if more else self
+
+    def exact(self, e: Expr) -> bool:
+        """Whether the value of `e` is that of its linear form, not wrapped around: it is one
+        atom (a loaded value, ...) or its range fits its dtype."""
+        terms, offset = linear(e)
+        if offset == 0 and len(terms) == 1 and next(iter(terms.values()))[1] == 1:
+            return True
+        return _fits(self.tight((terms, offset)), e.dtype)
 
     def nonzero(self, e: Expr) -> bool:
         """Whether `e` is provably never 0: by its range, or by a fact `e != 0`."""
         r = self.of(e)
-        if r is not None and (r[0] > 0 or r[1] < 0):
+        if _fits(r, e.dtype) and (r[0] > 0 or r[1] < 0):
             return True
         form = linear(e)
         return any(kind == "ne0" and (_same(form, f) or _same(form, _scale(f, -1))) for kind, f in self.known)
@@ -252,6 +271,10 @@ def _multipliers(form, fact) -> set:
             k = Fraction(x, f)
             out.add((-1, k) if k > 0 else (1, -k))
     return out
+
+
+def _fits(r, dtype: str) -> bool:
+    return r is not None and dtypes.min_value(dtype) <= r[0] and r[1] <= dtypes.max_value(dtype)
 
 
 def _divides_by_const(e: Expr) -> bool:
@@ -332,6 +355,11 @@ class _Checker:
             why = "it divides by 0"
         elif r is None:
             why = f"the divisor {format_expr(e.b)} cannot be bounded over the loop ranges, so it may be 0"
+        elif not _fits(r, e.b.dtype):
+            why = (
+                f"the divisor {format_expr(e.b)} takes values in [{r[0]}, {r[1]}], beyond {e.b.dtype}, "
+                "so it may wrap around to 0"
+            )
         else:
             why = f"the divisor {format_expr(e.b)} takes values in [{r[0]}, {r[1]}] over the loop ranges, including 0"
         raise ShapeError(
