@@ -1,5 +1,6 @@
-"""Tuning records: round trip, best-of queries, workload keys, corrupt or foreign files, and a
-writer killed with SIGKILL mid-run."""
+"""Tuning records: round trip, best-of queries, workload keys, corrupt or foreign files, paths
+that cannot hold a database, the trials counted per tuning run, and a writer killed with
+SIGKILL mid-run."""
 
 import os
 import signal
@@ -62,6 +63,63 @@ def test_corrupt_and_foreign_files(tmp_path):
     conn.close()
     with pytest.raises(DatabaseError, match="another application"):
         Database(foreign)
+
+
+def test_damaged_pages(tmp_path):
+    path = tmp_path / "damaged.db"
+    with Database(path) as db:
+        db.add_workload("w", "d", [])
+        for n in range(300):
+            db.add(Record("w", "llvm", "hw", "t" * 200 + str(n), (1.0,), 1.0))
+    with open(path, "r+b") as f:
+        for page in (2, 3, 5, 10):  # b-tree page headers
+            f.seek(4096 * page)
+            f.write(b"\x0d" + b"\xff" * 7)
+    with pytest.raises(DatabaseError, match="damaged.db is (not a usable minitc records database|damaged)"):
+        Database(path)
+
+
+def test_paths_that_cannot_hold_a_database(tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(DatabaseError, match="cannot create the folder of the records database .*pass a path"):
+        Database(a_file / "r.db")
+    with pytest.raises(DatabaseError, match="cannot create the folder"):
+        Database("/proc/nope/r.db")
+    with pytest.raises(DatabaseError, match="is a directory, not a records file"):
+        Database(tmp_path)
+
+
+def test_trials_are_counted_per_run(tmp_path):
+    with Database(tmp_path / "r.db") as db:
+        db.add_workload("w", "d", [])
+        assert db.run_trials("run-a") == 0
+        for n in range(3):
+            db.add(Record("w", "llvm", "hw", f"[{n}]", (1.0,), 1.0), run="run-a")
+        db.add(Record("w", "llvm", "hw", "[9]", (), None, "crash: SIGSEGV"), run="run-b")  # errors count too
+        db.add(Record("w", "llvm", "hw", "[0]", (1.1,), 1.1))  # a re-measure belongs to no run
+        assert (db.run_trials("run-a"), db.run_trials("run-b"), len(db)) == (3, 1, 5)
+    with Database(tmp_path / "r.db") as db:  # kept across processes
+        assert db.run_trials("run-a") == 3
+
+
+def test_a_failed_insert_does_not_count(tmp_path):
+    with Database(tmp_path / "r.db") as db:
+        with pytest.raises(sqlite3.IntegrityError):
+            db.add(Record("w", "llvm", "hw", None, (1.0,), 1.0), run="run-a")  # trace NOT NULL
+        assert db.run_trials("run-a") == 0 and len(db) == 0
+        db.add(Record("w", "llvm", "hw", "[]", (1.0,), 1.0), run="run-a")  # the connection still works
+        assert db.run_trials("run-a") == 1
+
+
+def test_files_without_the_runs_table_get_it(tmp_path):
+    path = tmp_path / "old.db"
+    with Database(path) as db:
+        db.add_workload("w", "d", [])
+        db.add(Record("w", "llvm", "hw", "[]", (1.0,), 1.0))
+        db.conn.execute("DROP TABLE runs")  # as an older minitc wrote it
+    with Database(path) as db:
+        assert db.run_trials("any") == 0 and len(db) == 1
 
 
 WRITER = """

@@ -62,10 +62,13 @@ def test_tune_prints_table(tuned):
         "torch",
         "GFLOP/s",
         "vs best library",
+        "vs template",
+        "result: ",
         "4/4 trials",
         "wall time",
     ):
         assert text in output, text
+    assert "re-measured" not in output  # one time per kernel: the table's
 
 
 def test_show_lists_workloads(tuned):
