@@ -10,10 +10,12 @@ fine). Expressions are taken as linear forms over atoms (loop variables, and `x 
 `min`, ... matched by structure, so `x // 8 * 2 + h - x // 8 * 2` is `h`). A condition becomes
 a fact `F >= 0` (`g < c` gives `c - 1 - g >= 0`), and since F >= 0 where the access runs,
 
-    idx <= max(idx + F)    and    idx >= min(idx - F)    over the box,
+    idx <= max(idx + k*F)    and    idx >= min(idx - k*F)    over the box, for any k >= 0,
 
-which is exact for split tails (`if i_o * 4 + i_i < 10: B[i_o * 4 + i_i]`) and padding. The
-tightest of these and the plain box bound is taken.
+with k = 1 or a k that cancels a term: for split tails (`if i_o*4 + i_i < 10: B[i_o*4 + i_i]`)
+and padding this is exact. The tightest of these and the plain box bound is taken. Two floor
+divisions by the same k, `x // k - y // k` (a tile's index relative to its origin), are bounded
+by the range of `x - y`.
 
 A divisor that reads memory is data, not index arithmetic: it is left alone (the backends give
 numpy's answer, 0, for a division of data by 0).
