@@ -5,7 +5,8 @@ it implements are the IR's semantics, which every backend must reproduce:
 
 - Values are numpy scalars of the exact dtype: float32 arithmetic stays float32, loop variables
   and indices are int64, int64/int32 arithmetic wraps on overflow. `//` and `%` round toward
-  minus infinity (Python's rule); an integer division by zero is an error. Float `/` is true
+  minus infinity (Python's rule); an integer division or modulo by zero gives 0, as numpy does
+  (lowering refuses index arithmetic whose divisor can be 0, so this is data). Float `/` is true
   division; inf and nan are ordinary values (a max-reduction starts at -inf).
 - `min`/`max` propagate nan. Comparisons give bool. `and`/`or` evaluate both operands (they are
   logical operators, not control flow); `select` evaluates only the chosen branch, so a
@@ -310,15 +311,11 @@ def _compile_load(e: Load, ctx: _Context):
 
 
 def _idiv(a, b):
-    if b == 0:
-        raise IRError(f"integer division by zero ({a} // 0)")
-    return a // b
+    return a // b if b != 0 else type(a)(0)
 
 
 def _imod(a, b):
-    if b == 0:
-        raise IRError(f"integer modulo by zero ({a} % 0)")
-    return a % b
+    return a % b if b != 0 else type(a)(0)
 
 
 def _min(a, b):

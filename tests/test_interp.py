@@ -179,9 +179,13 @@ def test_integer_floordiv_mod_follow_python():
     assert y.tolist() == expect_mod
 
 
-def test_integer_division_by_zero_raises():
-    with pytest.raises(IRError, match="division by zero"):
-        run_unary(unary_kernel(2, lambda x, i: x // i, "int64"), np.ones(2, "int64"))
+def test_integer_division_by_zero_gives_zero_as_numpy():
+    x = np.array([7, -7], "int64")
+    with np.errstate(divide="ignore"):
+        expected_div, expected_mod = x // np.zeros(2, "int64"), x % np.zeros(2, "int64")
+    zero = Const(0, "int64")
+    assert run_unary(unary_kernel(2, lambda x, i: x // zero, "int64"), x).tolist() == expected_div.tolist() == [0, 0]
+    assert run_unary(unary_kernel(2, lambda x, i: x % zero, "int64"), x).tolist() == expected_mod.tolist() == [0, 0]
 
 
 def test_int32_wraps_and_casts_truncate():
