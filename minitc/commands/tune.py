@@ -337,27 +337,28 @@ def _tune_gpu(call, name, trials, strategy, target, db_path, json_path, seed, ba
     if earlier:
         say(resume_note(earlier, trials))
 
-    def progress(done, total, errors, best):
-        best_text = "-" if best is None else f"{best:.4f} ms"
-        click.echo(f"\r{done}/{total} trials, {errors} errors, search best {best_text}", err=True, nl=done == total)
-
-    r = tc.tune(
-        out,
-        trials=trials,
-        strategy=strategy,
-        target=target,
-        db=db_path,
-        seed=seed,
-        batch=batch,
-        progress=None if quiet else progress,
-        run=run,
-    )
+    bar = TuneProgress(trials, enabled=not quiet, every=batch)
+    try:
+        r = tc.tune(
+            out,
+            trials=trials,
+            strategy=strategy,
+            target=target,
+            db=db_path,
+            seed=seed,
+            batch=batch,
+            progress=bar,
+            run=run,
+        )
+    finally:
+        bar.close()
     template_ms = r.history[0] if r.history and not earlier else None
+    resumed = f" ({r.resumed} recorded by an earlier run)" if r.resumed else ""
     lines = [
-        f"{name} on {target}: {r.resumed + r.trials}/{trials} trials ({r.resumed} recorded earlier), "
+        f"{name} on {target}: {r.resumed + r.trials}/{trials} trials{resumed}, "
         f"{r.errors} errors, {r.seconds:.1f} s; records in {db_path}",
-        f"template (measured first): {'-' if template_ms is None else f'{template_ms:.4f} ms'}",
-        f"tuned (re-measured best):  {'-' if r.best_ms is None else f'{r.best_ms:.4f} ms'}",
+        f"template (measured first): {'in an earlier run' if earlier else _gpu_ms(template_ms)}",
+        f"tuned (re-measured best):  {_gpu_ms(r.best_ms)}",
     ]
     if target_kind(target) == "cuda-sim":
         lines.append("note: cuda-sim times the numpy simulator, not a GPU; the numbers only show the pipeline works")
@@ -379,6 +380,10 @@ def _tune_gpu(call, name, trials, strategy, target, db_path, json_path, seed, ba
         _write_json(json_path, data)
     if r.best_ms is None:
         raise click.ClickException("no candidate ran correctly")
+
+
+def _gpu_ms(ms) -> str:
+    return "-" if ms is None else f"{ms:.4f} ms"
 
 
 def _check_target(target: str) -> None:
