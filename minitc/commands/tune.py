@@ -119,8 +119,20 @@ def _tuning_line(rec: dict) -> str:
     took = f"{rec['errors']} errors, {rec['seconds'] or 0:.1f} s{overhead}"
     done = f"tuning: {resumed + now}/{rec['trials_requested']} trials"
     if resumed:
-        return f"{done}: {resumed} recorded by an earlier run, {now} measured now ({took})"
+        return f"{done}: {resumed} recorded by an earlier run, {now} measured now; {took}"
     return f"{done}, {took}"
+
+
+def _slower_note(rec: dict, tuned: float, template: float) -> str:
+    spread = rec.get("spread_pct") or {}
+    noise = max(spread.get("tuned") or 0, spread.get("default") or 0) / 2  # half the IQR, in %
+    slower = 100 * (tuned / template - 1)
+    if slower <= noise:
+        return f"note: the template timed {slower:.0f}% faster here, within the timing noise (±{noise:.0f}%)"
+    return (
+        "note: the template timed faster here, though the search's own timings ranked the tuned program "
+        "faster; rerun the command to see which holds"
+    )
 
 
 def _verdict(rec: dict, ms: dict, lib) -> list:
@@ -136,10 +148,7 @@ def _verdict(rec: dict, ms: dict, lib) -> list:
         clauses = ([f"{template / tuned:.2f}x the template's speed"] if template else []) + ([vs_lib] if vs_lib else [])
         lines = [f"result: the tuned kernel runs at {' and '.join(clauses)}"] if clauses else []
         if template and tuned > template:
-            lines.append(
-                "note: the template timed faster here, though the search's own timings ranked the tuned "
-                "program faster; rerun the command to see which holds"
-            )
+            lines.append(_slower_note(rec, tuned, template))
     if tuned < 0.05:
         lines.append("note: at this size the Python call of tc.Function (~20 us) is a large part of each minitc time")
     return lines
