@@ -147,6 +147,20 @@ def test_split_tails_build(factors):
     np.testing.assert_array_equal(tc.build(s)(a), a * 2)
 
 
+def test_fused_index_under_two_guards_builds():
+    """A fused loop split twice, each part with its tail guard: the index `3*o + i` is bounded by
+    both guards together (o < 4 and i < 3), as the fuzzer found."""
+    A, W = tc.placeholder((4, 3), name="A"), tc.placeholder((3, 3), name="W")
+    s = tc.Schedule(tc.ops.matmul(A, W))
+    i, j, k = s.loops(s.outputs[0])
+    o, inner = s.split(s.fuse(i, j), factor=3)
+    inner_o, _ = s.split(inner, factor=2)
+    s.reorder(inner_o, o, k)
+    s.split(o, nparts=3)
+    a, w = (np.random.default_rng(2).standard_normal((n, 3)).astype("float32") for n in (4, 3))
+    np.testing.assert_allclose(tc.build(s)(a, w), a @ w, rtol=1e-5)
+
+
 def test_cache_read_cache_write_and_compute_at_tiles_build():
     A, Bm = tc.placeholder((10, 6), name="A"), tc.placeholder((6, 13), name="Bm")
     k = tc.reduce_axis(6, name="k")

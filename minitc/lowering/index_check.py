@@ -145,24 +145,35 @@ class Ranges:
         return None if form is None else self.tight(form)
 
     def tight(self, form):
-        """The tightest (lo, hi) of a linear form from the box and each known fact F >= 0:
-        form <= max(form + k*F) and form >= min(form - k*F) for any k >= 0; the k tried are 1
-        and those that cancel a term of the form (`i_o*4 + i_i*2` under `i_o*2 + i_i < 3`: 2)."""
-        best = self.box(form)
-        lo, hi = best if best is not None else (None, None)
-        for kind, fact in self.known:
-            if kind != "ge0" or not form[0].keys() & fact[0].keys():
-                continue  # a fact about other terms does not narrow this form
-            for sign, k in _multipliers(form, fact):
-                # q*form + sign*p*F bounds q*form, for k = p/q
-                r = self.box(_combine(_scale(form, k.denominator), _scale(fact, k.numerator), sign))
-                if r is None:
-                    continue
-                if sign > 0 and (hi is None or r[1] // k.denominator < hi):
-                    hi = r[1] // k.denominator
-                if sign < 0 and (lo is None or -(-r[0] // k.denominator) > lo):
-                    lo = -(-r[0] // k.denominator)
+        """The tightest (lo, hi) of a linear form from the box and the known facts, or None."""
+        hi, lo = self._bound(form, 1), self._bound(form, -1)
         return None if lo is None or hi is None else (lo, hi)
+
+    def _bound(self, form, sign: int):
+        """The upper (sign 1) or lower (sign -1) end of a linear form. For each known fact F >= 0,
+        form <= max(form + k*F) and form >= min(form - k*F), for any k >= 0; the k tried are 1
+        and those that cancel a term of the form (`i_o*4 + i_i*2` under `i_o*2 + i_i < 3`: 2).
+        Facts are added one at a time while the bound improves, so a fused index
+        `3*(o_o*2 + o_i) + (i_o*2 + i_i)` under a guard on each of o and i is bounded by both."""
+        best = _end(self.box(form), sign, 1)
+        scaled, scale, unused = form, 1, [f for kind, f in self.known if kind == "ge0"]
+        while True:
+            step = None
+            for fact in unused:
+                if not scaled[0].keys() & fact[0].keys():
+                    continue  # a fact about other terms does not narrow this form
+                for side, k in _multipliers(scaled, fact):
+                    if side != sign:
+                        continue
+                    # q*form + sign*p*F bounds q*form, for k = p/q
+                    candidate = _combine(_scale(scaled, k.denominator), _scale(fact, k.numerator), sign)
+                    end = _end(self.box(candidate), sign, scale * k.denominator)
+                    if end is not None and (best is None or (end - best) * sign < 0):
+                        best, step = end, (candidate, scale * k.denominator, fact)
+            if step is None:
+                return best
+            scaled, scale, used = step
+            unused = [f for f in unused if f is not used]
 
     def box(self, form):
         """(lo, hi) of a linear form, each atom over its own range, or None."""
@@ -273,6 +284,14 @@ def _multipliers(form, fact) -> set:
             k = Fraction(x, f)
             out.add((-1, k) if k > 0 else (1, -k))
     return out
+
+
+def _end(r, sign: int, scale: int):
+    """The upper (sign 1) or lower (sign -1) end of range `r` of scale times a value, as an
+    integer bound of the value; None for no range."""
+    if r is None:
+        return None
+    return r[1] // scale if sign > 0 else -(-r[0] // scale)
 
 
 def _fits(r, dtype: str) -> bool:
