@@ -10,6 +10,7 @@ from minitc.backends.llvm.runtime import get_num_threads, set_num_threads
 from minitc.driver import build, codegen, lower
 from minitc.errors import (
     BuildError,
+    ConfigError,
     DTypeError,
     IRError,
     LayoutError,
@@ -45,7 +46,8 @@ ceil = _intrinsic("ceil")
 sigmoid = _intrinsic("sigmoid")
 
 __all__ = [
-    "BuildError", "DTypeError", "IRError", "LayoutError", "MinitcError", "RaceError", "ScheduleError", "ShapeError",
+    "BuildError", "ConfigError", "DTypeError", "IRError", "LayoutError", "MinitcError", "RaceError", "ScheduleError",
+    "ShapeError",
     "Schedule", "Step", "Tensor", "Trace", "abs", "build", "cast", "ceil", "codegen", "compute", "dtypes", "erf", "exp",
     "floor", "get_num_threads", "if_then_else", "log", "lower", "max", "maximum", "min", "minimum", "ops",
     "placeholder", "reduce_axis", "select", "set_num_threads", "sigmoid", "sqrt", "sum", "tanh", "tune",

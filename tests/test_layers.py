@@ -45,7 +45,7 @@ LAYERS = [
     ("language model", ("minitc.lm",)),
     ("model front ends", ("minitc.frontend",)),
     ("benchmarks", ("minitc.benchmarks",)),
-    ("command line", ("minitc.cli", "minitc.commands")),
+    ("command line", ("minitc.cli", "minitc.commands", "minitc.__main__")),
 ]
 _MODULE_STRING = re.compile(r"minitc(\.\w+)+(?=$|:)")
 
