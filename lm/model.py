@@ -282,9 +282,8 @@ def load_checkpoint(path) -> tuple:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001  (a damaged file can fail anywhere in the unpickler)
-        raise fail(
-            f"not a readable torch file ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
-        ) from None
+        first_sentence = str(e).split(". ")[0].splitlines()[0] if str(e) else ""  # torch's advice does not apply
+        raise fail(f"not a readable torch file ({type(e).__name__}: {first_sentence})") from None
     if not isinstance(payload, dict) or payload.get("format") not in (CHECKPOINT_FORMAT, LEGACY_FORMAT):
         got = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
         raise fail(f"format is {got!r}, expected {CHECKPOINT_FORMAT!r}")
