@@ -6,6 +6,7 @@ import datetime
 import platform
 import shlex
 import time
+from pathlib import Path
 
 import click
 
@@ -79,6 +80,26 @@ def _dist_version(name: str):
         return version(name)
     except PackageNotFoundError:
         return None
+
+
+def check_output(path, flag: str) -> None:
+    """`path` can be written (its folder exists, it is not a folder): checked by opening it for
+    appending, which creates no content and leaves an existing file as it is."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise click.BadParameter(f"{path} is a folder; give a file name", param_hint=flag)
+    existed = p.exists()
+    try:
+        with open(p, "a"):
+            pass
+    except OSError as e:
+        raise click.BadParameter(
+            f"cannot write {path} ({e.strerror}); give a path in an existing, writable folder", param_hint=flag
+        ) from None
+    if not existed:
+        p.unlink()
 
 
 @click.command("bench", context_settings={"help_option_names": ["-h", "--help"]})
@@ -220,6 +241,8 @@ def bench(
     CUDA build, and stop with a message saying what is missing otherwise.
     """
     ctx = click.get_current_context()
+    check_output(json_path, "--json")
+    check_output(plot_path, "--plot")
     if suite == "tlm-eval":
         return bench_tlm_eval(
             workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_path, quiet, evo_from, tlm_seeds

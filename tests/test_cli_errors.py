@@ -106,6 +106,13 @@ def test_bad_output_paths_are_refused_before_any_work(tmp_path):
     assert a_file.read_text() == "x"
 
 
+def test_bench_refuses_bad_output_paths_before_running():
+    for flag in ("--json", "--plot"):
+        assert_refused(
+            run("bench", "--suite", "smoke", flag, "/proc/nope/out.x"), "cannot write /proc/nope/out.x", code=2
+        )
+
+
 def test_existing_output_file_is_left_alone_by_the_check(tmp_path):
     out = tmp_path / "old.json"
     out.write_text("keep")

@@ -19,6 +19,7 @@ import click
 
 from minitc.autotune.database import Database, DatabaseError, default_path
 from minitc.backends.llvm.runtime import default_num_threads
+from minitc.benchmarks.cli import check_output  # noqa: F401 - one of the checks, shared with minitc bench
 from minitc.errors import MinitcError
 
 GB = 1e9
@@ -115,26 +116,6 @@ def check_memory(call, available: int | None = None) -> None:
         "use a smaller --shape",
         param_hint="--shape",
     )
-
-
-def check_output(path, flag: str) -> None:
-    """`path` can be written (its folder exists, it is not a folder): checked by opening it for
-    appending, which creates no content and leaves an existing file as it is."""
-    if path is None:
-        return
-    p = Path(path)
-    if p.is_dir():
-        raise click.BadParameter(f"{path} is a folder; give a file name", param_hint=flag)
-    existed = p.exists()
-    try:
-        with open(p, "a"):
-            pass
-    except OSError as e:
-        raise click.BadParameter(
-            f"cannot write {path} ({e.strerror}); give a path in an existing, writable folder", param_hint=flag
-        ) from None
-    if not existed:
-        p.unlink()
 
 
 def check_database(db) -> str:
