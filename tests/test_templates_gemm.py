@@ -196,7 +196,7 @@ def test_dense_epilogue_per_panel_with_k_blocks():
 def test_defaults_prefer_dividing_tiles():
     p = gemm.pick_tiles(512, 512, 512, AVX2)
     assert p["nr"] == 16 and p["mr"] in (5, 6) and p["ku"] == 4  # 10-12 accumulators, columns divide
-    assert p["nc"] % p["nr"] == 0 and 512 % p["nc"] == 0 and 512 * p["nc"] * 4 <= gemm.PANEL_BYTES
+    assert p["nc"] % p["nr"] == 0 and 512 % p["nc"] == 0 and 512 * p["nc"] * 4 <= gemm.panel_bytes(AVX2)
     assert gemm.pick_tiles(128, 3072, 768, AVX2) == dict(mr=4, nr=24, nc=24, ku=4, kc=0)
     assert gemm.pick_tiles(240, 256, 8192, AVX2)["kc"] == 1024  # long k: BLIS-style k blocks
     assert gemm.pick_tiles(128, 128, 64, AVX2, batch=12)["nc"] == 128  # batches keep the cores busy

@@ -5,6 +5,11 @@
     parse_target("cuda -arch=sm_90")      # an NVIDIA GPU: CudaTarget (gpu.py); "cuda-sim": simulated
     target_kind(t), is_gpu(t), simd_width(t, "float32"), hardware_fingerprint(t)
 
+A CPU target is also the description of the machine that templates derive their choices from:
+lanes per dtype, vector registers, whether 512-bit ops are full-rate, the preferred vector
+width, cache sizes and cores (`t.vector_registers`, `t.cache_bytes("l2")`, ...: cpu.py's
+docstring lists them; cpus.py holds the table of known cpus and reads the host's caches).
+
 A target kind maps to the function that parses its strings (KINDS); a backend for a new kind
 registers one with `register_target_kind`. Probing what the host measures (peak FMA rate,
 bandwidth) needs generated kernels, so it lives with the LLVM backend (backends/llvm/probe.py).

@@ -1,4 +1,5 @@
-"""CPU targets (LLVM): parsing `llvm ...` target strings and the hardware facts codegen needs.
+"""CPU targets (LLVM): parsing `llvm ...` target strings, and the one description of the CPU
+that templates and design spaces derive their choices from.
 
     parse_cpu_target("llvm")                                  # the host (cpu, features, triple, cores)
     parse_cpu_target("llvm -mcpu=znver1")                     # a named x86 cpu
@@ -7,6 +8,23 @@
 
 `LLVMTarget.string` is the normalised form (`llvm -mcpu=znver2 -num-cores=2`): the same machine
 always prints the same way, so it can key caches and tuning records.
+
+The description (properties of LLVMTarget; `describe()` gives them all as a dict):
+
+    t.lanes("float32")          # lanes of one vector register: 16 (AVX-512), 8 (AVX2), 4 (SSE)
+    t.vector_bits               # the widest vector register: 512, 256 or 128
+    t.vector_registers          # 32 with AVX-512 (zmm0-31), else 16
+    t.full_rate_512             # 512-bit ops at the rate of 256-bit ones (Intel server cores),
+                                # not split in halves (Zen 4, Intel client cores)
+    t.preferred_vector_bits     # the width memory-bound code should use: 256 where 512-bit ops
+    t.preferred_lanes("float32")  # are split (wider vectors only cost more), else vector_bits
+    t.cache_bytes("l2")         # "l1d", "l2" (per core), "l3" (shared; 0: none), in bytes
+    t.num_cores                 # cores the parallel loops are shared among (-num-cores)
+    t.is_host                   # the host's cpu: its caches come from sysfs
+
+Vector facts follow the enabled features, so `-mattr=-avx512f` on znver4 describes an AVX2
+machine. Cache sizes come from Linux sysfs when the target is the host's cpu, else from the
+table of known cpus in cpus.py (a cpu it lacks gets conservative defaults).
 """
 
 from __future__ import annotations
@@ -19,37 +37,11 @@ import llvmlite.binding as llvm
 
 from minitc import dtypes
 from minitc.errors import BuildError
+from minitc.target import cpus
+from minitc.target.cpus import CPU_FEATURES, LEVELS
 
 _OPTIONS = ("-mcpu", "-mattr", "-mtriple", "-num-cores")
-
-# x86 cpus LLVM knows, by the widest vector ISA they imply. A cpu missing here is rejected with a
-# message, rather than silently compiled for a generic cpu (LLVM only warns on stderr).
-_SSE = (
-    "x86-64 x86-64-v2 generic core2 penryn nehalem westmere silvermont slm goldmont goldmont-plus "
-    "tremont bonnell atom k8 k8-sse3 opteron opteron-sse3 athlon64 athlon64-sse3 athlon-fx "
-    "amdfam10 barcelona btver1 nocona prescott corei7"
-).split()
-_AVX = "sandybridge ivybridge corei7-avx core-avx-i btver2 bdver1".split()
-_AVX2 = (
-    "x86-64-v3 haswell core-avx2 broadwell skylake alderlake raptorlake meteorlake arrowlake "
-    "arrowlake-s lunarlake gracemont sierraforest grandridge clearwaterforest pantherlake "
-    "znver1 znver2 znver3 bdver2 bdver3 bdver4"
-).split()
-_AVX512 = (
-    "x86-64-v4 skylake-avx512 skx cascadelake cooperlake cannonlake icelake-client icelake-server "
-    "rocketlake tigerlake sapphirerapids emeraldrapids graniterapids graniterapids-d diamondrapids "
-    "knl knm znver4 znver5"
-).split()
-CPU_FEATURES = {}
-for _names, _feats in (
-    (_SSE, {"sse", "sse2"}),
-    (_AVX, {"sse", "sse2", "avx"}),
-    (_AVX2, {"sse", "sse2", "avx", "avx2", "fma"}),
-    (_AVX512, {"sse", "sse2", "avx", "avx2", "fma", "avx512f"}),
-):
-    for _name in _names:
-        CPU_FEATURES[_name] = frozenset(_feats)
-CPU_FEATURES["bdver1"] = frozenset({"sse", "sse2", "avx"})  # fma4 only
+SPLIT_512_BITS = 256  # the widest vector a core with split 512-bit units runs at full rate
 
 
 @dataclass(frozen=True)
@@ -82,8 +74,72 @@ class LLVMTarget:
         host = enabled_features(parse_cpu_target("llvm"))
         return enabled_features(self) <= host
 
+    @property
+    def is_host(self) -> bool:
+        """True if this is the host's cpu (its caches are read from the host)."""
+        host = _host()
+        return self.cpu == host["cpu"] and self.triple == host["triple"]
+
+    def lanes(self, dtype: str) -> int:
+        """Lanes of `dtype` in one vector register (simd_width)."""
+        return simd_width(self, dtype)
+
+    @property
+    def vector_bits(self) -> int:
+        """Width of the widest vector register for floats: 512, 256 or 128."""
+        return 32 * simd_width(self, "float32")
+
+    @property
+    def vector_registers(self) -> int:
+        """Architectural vector registers: AVX-512 doubles x86-64's 16 to 32."""
+        return 32 if "avx512f" in enabled_features(self) else 16
+
+    @property
+    def full_rate_512(self) -> bool:
+        """True if 512-bit vector operations run at full rate (two 512-bit FMA pipes)."""
+        return self.vector_bits == 512 and cpus.full_rate_512(self.cpu)
+
+    @property
+    def preferred_vector_bits(self) -> int:
+        """The vector width that pays for memory-bound code: the widest, unless 512-bit ops are
+        split in halves (then 256: same throughput, half the registers per vector)."""
+        if self.vector_bits == 512 and not self.full_rate_512:
+            return SPLIT_512_BITS
+        return self.vector_bits
+
+    def preferred_lanes(self, dtype: str) -> int:
+        """Lanes of `dtype` in a vector of preferred_vector_bits."""
+        return max(1, min(self.lanes(dtype), self.preferred_vector_bits // max(8, dtypes.bits(dtype))))
+
+    def cache_bytes(self, level: str) -> int:
+        """Size in bytes of cache `level`: "l1d" and "l2" per core, "l3" shared (0: none)."""
+        if level not in LEVELS:
+            raise BuildError(f"unknown cache level {level!r}; use one of {', '.join(LEVELS)}")
+        return _caches(self.cpu, self.is_host)[level]
+
+    def describe(self) -> dict:
+        """The description as plain data (for records and reports)."""
+        return {
+            "cpu": self.cpu,
+            "vector_bits": self.vector_bits,
+            "preferred_vector_bits": self.preferred_vector_bits,
+            "full_rate_512": self.full_rate_512,
+            "vector_registers": self.vector_registers,
+            "caches": {level: self.cache_bytes(level) for level in LEVELS},
+            "num_cores": self.num_cores,
+        }
+
     def __str__(self):
         return self.string
+
+
+@functools.lru_cache(maxsize=None)
+def _caches(cpu: str, is_host: bool) -> dict:
+    """The host's caches where sysfs lists them, the table's (or defaults) elsewhere."""
+    caches = cpus.known_caches(cpu)
+    if is_host:
+        caches.update(cpus.host_caches())
+    return caches
 
 
 def ensure_llvm_initialized():

@@ -32,12 +32,10 @@ change decisions, not structure), so its trace is a point of the tuner's design 
 from __future__ import annotations
 
 from minitc.errors import ScheduleError
-from minitc.target.cpu import simd_width
 from minitc.templates import defaults, template
 
-ACC_REGISTERS = 12  # of the 16 vector registers: the rest hold broadcasts and input vectors
+SPARE_REGISTERS = 4  # vector registers left to the weight broadcast and the input vectors
 FMA_LATENCY_CHAINS = 12  # accumulators that hide FMA latency (5 cycles x 2 pipes = 10, plus slack)
-L1_BYTES = 32 * 1024
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -80,6 +78,21 @@ def _lanes(extent: int, width: int, strided: bool = False) -> int:
     if near:
         return max(near)
     return pow2[0] if pow2 else width
+
+
+def acc_registers(target) -> int:
+    """Accumulator registers of the conv2d micro-kernel: the target's vector registers but
+    SPARE_REGISTERS (12 of AVX2's 16, 28 of AVX-512's 32)."""
+    return target.vector_registers - SPARE_REGISTERS
+
+
+def row_width(target, dtype: str, extent: int) -> int:
+    """The register width (lanes) that vectors along a row of `extent` outputs are cut from:
+    the target's full width, except where 512-bit ops are split in halves and only the
+    preferred (256-bit) width divides the row. There whole 256-bit vectors run as many lanes
+    per cycle, where wider ones would carry idle or masked lanes (56 = 7 x 8, not 16 x k)."""
+    width, narrow = target.lanes(dtype), target.preferred_lanes(dtype)
+    return narrow if extent % width and not extent % narrow else width
 
 
 def _vector_loads(lanes: int, width: int) -> int:
@@ -163,25 +176,27 @@ def schedule_conv2d(s, out, target, kb=4, ohb=3, owv=1, lanes=8, rcb=0, kgroups=
 
 @defaults("conv2d")
 def conv2d_defaults(s, out, target) -> dict:
-    """Tile sizes for the shape: about ACC_REGISTERS accumulator registers per micro-kernel, no
-    more loads than FMAs per step, sizes that divide K, OH and the vectors of a row when
-    possible (a masked vector in the accumulator tile is never unrolled into registers)."""
+    """Tile sizes for the shape and target: at most `acc_registers(target)` accumulator
+    registers per micro-kernel, no more loads than FMAs per step, sizes that divide K, OH and
+    the vectors of a row when possible (a masked vector in the accumulator tile is never
+    unrolled into registers), input rows and weights of a reduction block within half the L1d."""
     st = s.state.stage(out)
     N, K, OH, OW = st.shape
     C, R, S = (a.extent for a in st.reduce_axes)
     sh, sw = _attrs(s, out)["stride"]
     dh, dw = _attrs(s, out)["dilation"]
-    width = simd_width(target, st.dtype)
+    width = row_width(target, st.dtype, OW)
     lanes = _lanes(OW, width, strided=sw > 1)
     regs = _cdiv(lanes, width)  # registers per vector
     nvec = _cdiv(OW, lanes)
     per_vector = lanes if sw > 1 else _vector_loads(lanes, width)  # strided: lane by lane
+    budget = acc_registers(target)
     best = None
     for kb in range(1, min(K, 16) + 1):
         for ohb in range(1, min(OH, 8) + 1):
             for owv in _divisors(nvec) if lanes == width else [1]:  # see _lanes
                 acc = kb * ohb * owv * regs
-                if acc > ACC_REGISTERS and (kb, ohb, owv) != (1, 1, 1):
+                if acc > budget and (kb, ohb, owv) != (1, 1, 1):
                     continue
                 loads = ohb * owv * per_vector + kb
                 eff = min(acc, FMA_LATENCY_CHAINS) / FMA_LATENCY_CHAINS * min(1.0, acc / loads)
@@ -194,7 +209,7 @@ def conv2d_defaults(s, out, target) -> dict:
     in_rows = (params["ohb"] - 1) * sh + (R - 1) * dh + 1
     in_cols = (OW - 1) * sw + (S - 1) * dw + 1
     per_channel = 4 * (in_rows * in_cols + params["kb"] * R * S)
-    rcb = max([d for d in _divisors(C) if d * per_channel <= L1_BYTES // 2] or [1])
+    rcb = max([d for d in _divisors(C) if d * per_channel <= target.cache_bytes("l1d") // 2] or [1])
     # channel groups: split the output channels of a row tile over tasks only when the row
     # tiles alone balance badly over the cores: each group repeats the padding of its rows, and
     # LLVM then tends not to unswitch the row guard of a partial tile out of the micro-kernel
@@ -247,15 +262,16 @@ def _window_defaults(s, out, target) -> dict:
     st = s.state.stage(out)
     _, _, OH, OW = st.shape
     R, S = (a.extent for a in st.reduce_axes)
-    width = simd_width(target, st.dtype)
+    width = row_width(target, st.dtype, OW)
     lanes = _lanes(OW, width, strided=_attrs(s, out)["stride"][1] > 1)
     regs = _cdiv(lanes, width)
     nvec = _cdiv(OW, lanes)
-    owv = max(d for d in _divisors(nvec) if d * regs <= 4) if lanes == width else 1
-    ohb = max(d for d in range(1, 5) if d * owv * regs <= 8 and (OH % d == 0 or d == 1))
+    accs = target.vector_registers // 2  # the window's accumulators: half the registers
+    owv = max(d for d in _divisors(nvec) if d * regs <= accs // 2) if lanes == width else 1
+    ohb = max(d for d in range(1, 5) if d * owv * regs <= accs and (OH % d == 0 or d == 1))
     # rows per task: a multiple of ohb whose accumulator tile stays well inside L1
     per_row = 4 * OW
-    oht = ohb * max(1, min(_cdiv(OH, ohb), (L1_BYTES // 4) // (per_row * ohb)))
+    oht = ohb * max(1, min(_cdiv(OH, ohb), (target.cache_bytes("l1d") // 4) // (per_row * ohb)))
     return dict(oht=oht, ohb=ohb, owv=owv, lanes=lanes, unroll_window=R * S <= 49, pad="tile")
 
 

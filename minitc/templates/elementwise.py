@@ -7,13 +7,14 @@ parallelize the rows. Memory-bound: the goal is one pass over the data with full
                 y[rows, j_o * lanes + j_i] = f(x[...], ...)   # producers inlined
 
 Shared helpers for the memory-bound templates (lane counts, extents, thresholds) live here too.
+Memory-bound templates take their vector width from the target's `preferred_vector_bits`: on a
+core whose 512-bit ops are split in halves (Zen 4) that is 256 bits, as on AVX2.
 """
 
 from __future__ import annotations
 
 from minitc import dtypes
 from minitc.errors import ScheduleError
-from minitc.target.cpu import simd_width
 from minitc.templates import defaults, template
 
 MAX_LANES = 64
@@ -68,13 +69,21 @@ def numel(shape) -> int:
 
 
 def worth_parallel(nbytes: int, target) -> bool:
+    """True if `nbytes` of traffic is worth sharing among the target's cores."""
     return target.num_cores > 1 and nbytes >= PARALLEL_MIN_BYTES
 
 
 def default_vector(target, dtype: str) -> int:
-    """Lanes of a vectorized loop: four registers' worth, so each iteration issues four
-    independent vector operations (a cache line of float32 per register pair on AVX2)."""
-    return min(MAX_LANES, 4 * simd_width(target, dtype))
+    """Lanes of a vectorized loop: four registers of the target's preferred width, so each
+    iteration issues four independent vector operations (32 float32 on AVX2 and on Zen 4,
+    64 on a core with full-rate 512-bit units)."""
+    return min(MAX_LANES, 4 * target.preferred_lanes(dtype))
+
+
+def chunk_bytes(target, share: int = 2) -> int:
+    """Bytes of a block that should stay in L1 while it is reused: 1 / `share` of the
+    target's L1d (the rest holds the data streaming past it)."""
+    return target.cache_bytes("l1d") // share
 
 
 def parallelize(s, outer: list, parallel: bool) -> None:

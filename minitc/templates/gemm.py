@@ -7,29 +7,32 @@ matmul's cache_write stage, or dense's product stage under its epilogue):
         B_local[K, nc] = B[:, jo*nc : jo*nc + nc]        # packed; transposed if B is [N, K]
         for io in range(M / mr):
             for jr in range(nc / nr):                    # A rows reused from L1 across jr
-                acc[mr, nr] = 0                          # mr x nr/8 ymm accumulators
+                acc[mr, nr] = 0                          # mr x nr/L vector accumulators
                 for ko in range(K / ku):
                     for kk in unrolled(ku):
                         for i in unrolled(mr):
-                            for jv in unrolled(nr / 8):
-                                for lane in vectorized(8):   # one FMA, A[i, k] broadcast
-                                    acc[i, jv*8 + lane] += A[i, k] * B_local[k, jr*nr + jv*8 + lane]
+                            for jv in unrolled(nr / L):
+                                for lane in vectorized(L):   # one FMA, A[i, k] broadcast
+                                    acc[i, jv*L + lane] += A[i, k] * B_local[k, jr*nr + jv*L + lane]
                 out[tile] = epilogue(acc)                # copy-out / bias + activation, from registers
 
 With kc > 0 (long reductions) the BLIS order is used instead: the output accumulates in place
 over kc-blocks of k, B is packed per [kc, nc] block, rows optionally blocked by mc, and an
 epilogue runs per finished nc-column panel.
 
+L is the target's vector lanes (`target.lanes`: 8 float32 on AVX2, 16 on AVX-512; GEMM is
+compute-bound, so it uses the full width even where 512-bit ops are split).
+
 Every tile size is a keyword argument, so each call is one point of the tuner's design space;
-the `@defaults` functions pick them for the shape and target (`pick_tiles`: factors that divide
-the extents where possible; other shapes get guarded tails, which the LLVM backend peels off
-the hot loops, minitc/lowering/partition.py).
+the `@defaults` functions pick them for the shape and the target description (`pick_tiles`:
+the register tile from the target's vector registers and lanes, the panel from its L2; factors
+that divide the extents where possible; other shapes get guarded tails, which the LLVM backend
+peels off the hot loops, minitc/lowering/partition.py).
 """
 
 from __future__ import annotations
 
 from minitc.errors import ScheduleError
-from minitc.target.cpu import simd_width
 from minitc.templates import defaults, template
 
 PARALLEL = ("auto", "n", "m", "batch", "none")
@@ -76,7 +79,7 @@ def gemm_schedule(
             raise ScheduleError(f"gemm template: {name} must be a positive int, got {v!r}")
     if parallel not in PARALLEL:
         raise ScheduleError(f"gemm template: parallel must be one of {', '.join(PARALLEL)}, got {parallel!r}")
-    vec = min(vec or simd_width(target, s.state.stage(acc).dtype), nr)
+    vec = min(vec or target.lanes(s.state.stage(acc).dtype), nr)
     nc = max(nr, nc // nr * nr)
     tile = dict(mr=mr, nr=nr, ku=ku, vec=vec)
     if pack_a:
@@ -249,45 +252,59 @@ def _auto_parallel(s, batch, jo, io, target) -> str:
 
 # -- tile sizes ----------------------------------------------------------------------------------
 
-REGISTER_TILES = ((6, 2), (4, 3), (5, 2), (8, 1), (12, 1), (3, 4), (2, 4), (7, 1), (1, 4))  # (rows, vectors)
-PANEL_BYTES = 128 * 1024  # a packed B panel [K, nc] takes at most a quarter of the L2
+# (rows, vectors) of the register tile, in order of preference on ties; those whose accumulators,
+# B vectors and A broadcast fit the target's vector registers are candidates (3 x 4: AVX-512 only)
+REGISTER_TILES = ((6, 2), (4, 3), (5, 2), (8, 1), (12, 1), (3, 4), (2, 4), (7, 1), (1, 4))
+FMA_CHAINS = 10  # independent accumulators that hide the FMA latency (4-5 cycles x 2 pipes)
+L2_SHARE = 4  # a packed B panel [K, nc] takes at most this fraction of the L2
 K_BLOCK = 1024  # kc for long reductions (BLIS-style k blocks): measured best for K = 8192
+
+
+def register_tiles(registers: int) -> list:
+    """The (rows, vectors) tiles of REGISTER_TILES that fit a file of `registers` vector
+    registers: rows x vectors accumulators, the vectors of B and one A broadcast."""
+    return [(rows, vecs) for rows, vecs in REGISTER_TILES if rows * vecs + vecs + 1 <= registers]
+
+
+def panel_bytes(target) -> int:
+    """Bytes a packed B panel may take: a share of the target's L2, so it stays there while
+    the row tiles stream past it."""
+    return target.cache_bytes("l2") // L2_SHARE
 
 
 def pick_tiles(M: int, N: int, K: int, target, dtype: str = "float32", batch: int = 1) -> dict:
     """Register tile, panel width and k unroll for an M x N x K product.
 
-    The register tile (mr rows x nr columns, nr a multiple of the vector width) is the one
-    with the least padded work (rows and columns rounded up to the tile) per unit of
-    efficiency: at least 10 independent accumulators hide the FMA latency (5 cycles, 2 pipes)
-    and a tile should not need more loads than FMAs per k. The B panel is as wide as fits
-    PANEL_BYTES (its A rows are then reused from L1 by nc / nr micro-kernels), preferring
-    widths that divide N, keeping at least two panels per core. Reductions so long that even
-    a K x nr micro-panel would not fit in L2 are cut into kc-blocks (the BLIS-style variant)."""
-    vec = simd_width(target, dtype)
-    regs = 32 if vec >= 16 else 16
+    The register tile (mr rows x nr columns, nr a multiple of the target's vector lanes) is the
+    one of `register_tiles(target.vector_registers)` with the least padded work (rows and
+    columns rounded up to the tile) per unit of efficiency: at least FMA_CHAINS independent
+    accumulators hide the FMA latency, and a tile should not need more loads than FMAs per k.
+    The B panel is as wide as fits `panel_bytes(target)` (its A rows are then reused from L1 by
+    nc / nr micro-kernels), preferring widths that divide N, keeping at least two panels per
+    core. Reductions so long that even a K x nr micro-panel would not fit in L2 are cut into
+    kc-blocks (the BLIS-style variant)."""
+    vec = target.lanes(dtype)
     esize = 8 if dtype in ("float64", "int64") else 4
+    panel = panel_bytes(target)
 
     def cost(t):
         rows, vecs = t
         nr = vecs * vec
         accs = rows * vecs
-        if accs + vecs + 1 > regs:
-            return None
         padded = (-(-M // min(rows, M)) * min(rows, M)) * (-(-N // nr) * nr)
-        eff = min(1.0, accs / 10) * min(1.0, accs / (rows + vecs))
+        eff = min(1.0, accs / FMA_CHAINS) * min(1.0, accs / (rows + vecs))
         return padded / (M * N) / eff
 
-    rows, vecs = min((t for t in REGISTER_TILES if cost(t) is not None), key=cost)
+    rows, vecs = min(register_tiles(target.vector_registers), key=cost)
     mr, nr = min(rows, M), vecs * vec
     ku = 4 if K % 4 == 0 else (2 if K % 2 == 0 else 1)
     kc = 0
-    if K * nr * esize > 2 * PANEL_BYTES:  # even one micro-panel of B would not stay in L2
+    if K * nr * esize > 2 * panel:  # even one micro-panel of B would not stay in L2
         blocks = -(-K // K_BLOCK)
         kc = -(-K // blocks)
         kc = -(-kc // ku) * ku
     tiles = -(-N // nr)
-    fit = max(1, PANEL_BYTES // ((kc or K) * nr * esize))
+    fit = max(1, panel // ((kc or K) * nr * esize))
     cores = max(1, target.num_cores)
     keep = max(1, batch * tiles // (2 * cores))  # panels enough for every core, when there are
     m = max(1, min(fit, keep, tiles))

@@ -1,0 +1,122 @@
+"""What minitc knows about x86 CPUs by their LLVM names, and what it reads from the host.
+
+    CPU_FEATURES["znver4"]      # the vector ISA the cpu implies: {"sse", ..., "avx2", "fma", "avx512f"}
+    known_caches("znver4")      # {"l1d": 32 KiB, "l2": 1 MiB, "l3": 32 MiB}, from the table below
+    full_rate_512("znver4")     # False: Zen 4 runs a 512-bit op as two 256-bit halves
+    host_caches()               # the host's cache sizes, from Linux sysfs
+
+The cache table holds one typical part per cpu name (an L3 varies with the model; templates
+size their blocks by L1d and L2, which do not). A cpu missing from it gets DEFAULT_CACHES, the
+smallest of the AVX2 era, so an unknown machine gets blocks that fit rather than spill.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+KIB, MIB = 1024, 1024 * 1024
+LEVELS = ("l1d", "l2", "l3")  # l1d and l2 are per core; l3 is shared by a group of cores (0: none)
+SYSFS_CACHE = "/sys/devices/system/cpu/cpu0/cache"
+
+# x86 cpus LLVM knows, by the widest vector ISA they imply. A cpu missing here is rejected with a
+# message, rather than silently compiled for a generic cpu (LLVM only warns on stderr).
+_SSE = (
+    "x86-64 x86-64-v2 generic core2 penryn nehalem westmere silvermont slm goldmont goldmont-plus "
+    "tremont bonnell atom k8 k8-sse3 opteron opteron-sse3 athlon64 athlon64-sse3 athlon-fx "
+    "amdfam10 barcelona btver1 nocona prescott corei7"
+).split()
+_AVX = "sandybridge ivybridge corei7-avx core-avx-i btver2 bdver1".split()
+_AVX2 = (
+    "x86-64-v3 haswell core-avx2 broadwell skylake alderlake raptorlake meteorlake arrowlake "
+    "arrowlake-s lunarlake gracemont sierraforest grandridge clearwaterforest pantherlake "
+    "znver1 znver2 znver3 bdver2 bdver3 bdver4"
+).split()
+_AVX512 = (
+    "x86-64-v4 skylake-avx512 skx cascadelake cooperlake cannonlake icelake-client icelake-server "
+    "rocketlake tigerlake sapphirerapids emeraldrapids graniterapids graniterapids-d diamondrapids "
+    "knl knm znver4 znver5"
+).split()
+CPU_FEATURES = {}
+for _names, _feats in (
+    (_SSE, {"sse", "sse2"}),
+    (_AVX, {"sse", "sse2", "avx"}),
+    (_AVX2, {"sse", "sse2", "avx", "avx2", "fma"}),
+    (_AVX512, {"sse", "sse2", "avx", "avx2", "fma", "avx512f"}),
+):
+    for _name in _names:
+        CPU_FEATURES[_name] = frozenset(_feats)
+CPU_FEATURES["bdver1"] = frozenset({"sse", "sse2", "avx"})  # fma4 only
+
+# Cores with two 512-bit FMA pipes. Zen 4 splits a 512-bit op into two 256-bit halves; client
+# Intel cores (Ice Lake, Tiger Lake) fuse their two 256-bit pipes into one; Zen 5 is full-rate
+# on desktop parts only, so it is counted as split, and so is an unknown AVX-512 cpu.
+FULL_RATE_512 = frozenset(
+    "skylake-avx512 skx cascadelake cooperlake icelake-server sapphirerapids emeraldrapids "
+    "graniterapids graniterapids-d diamondrapids knl knm".split()
+)
+
+DEFAULT_CACHES = {"l1d": 32 * KIB, "l2": 256 * KIB, "l3": 8 * MIB}
+_CACHE_GROUPS = (  # (cpu names, L1d KiB, L2 KiB, L3 MiB)
+    ("sandybridge ivybridge corei7-avx core-avx-i haswell core-avx2 broadwell skylake", 32, 256, 8),
+    ("cannonlake", 32, 256, 4),
+    ("icelake-client rocketlake", 48, 512, 8),
+    ("tigerlake", 48, 1280, 12),
+    ("alderlake", 48, 1280, 30),
+    ("raptorlake meteorlake", 48, 2048, 24),
+    ("arrowlake arrowlake-s pantherlake", 48, 3072, 36),
+    ("lunarlake", 48, 2560, 12),
+    ("gracemont sierraforest grandridge clearwaterforest", 32, 1024, 32),  # 4 MiB L2 per 4 cores
+    ("skylake-avx512 skx cascadelake cooperlake", 32, 1024, 24),
+    ("icelake-server", 48, 1280, 48),
+    ("sapphirerapids emeraldrapids graniterapids graniterapids-d diamondrapids", 48, 2048, 96),
+    ("knl knm", 32, 512, 0),  # 1 MiB L2 per 2-core tile, no L3
+    ("znver1", 32, 512, 8),  # L3 per 4-core complex
+    ("znver2", 32, 512, 16),
+    ("znver3", 32, 512, 32),  # L3 per 8-core complex
+    ("znver4", 32, 1024, 32),
+    ("znver5", 48, 1024, 32),
+)
+CACHES = {
+    name: {"l1d": l1 * KIB, "l2": l2 * KIB, "l3": l3 * MIB}
+    for names, l1, l2, l3 in _CACHE_GROUPS
+    for name in names.split()
+}
+
+
+def known_caches(cpu: str) -> dict:
+    """{"l1d", "l2", "l3"} -> bytes for an LLVM cpu name: the table's, else DEFAULT_CACHES."""
+    return dict(CACHES.get(cpu, DEFAULT_CACHES))
+
+
+def full_rate_512(cpu: str) -> bool:
+    """True if the cpu runs 512-bit vector operations at the rate of 256-bit ones."""
+    return cpu in FULL_RATE_512
+
+
+def parse_size(text: str) -> int:
+    """Bytes of a sysfs cache size such as `32K`, `1024K` or `2M` (ValueError otherwise)."""
+    text = text.strip().upper()
+    scale = {"K": KIB, "M": MIB, "G": 1024 * MIB}.get(text[-1:], 1)
+    digits = text[:-1] if scale > 1 else text
+    if not digits.isdigit():
+        raise ValueError(f"not a cache size: {text!r}")
+    return int(digits) * scale
+
+
+@functools.lru_cache(maxsize=None)
+def host_caches(root: str = SYSFS_CACHE) -> dict:
+    """{"l1d", "l2", "l3"} -> bytes of the host's cpu 0, read from sysfs (`root`); levels it
+    does not list (or a system without sysfs) are missing from the result."""
+    found = {}
+    for index in sorted(Path(root).glob("index*")):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            size = parse_size((index / "size").read_text())
+        except (OSError, ValueError):
+            continue
+        key = "l1d" if level == 1 else f"l{level}"
+        if kind != "Instruction" and key in LEVELS and size > 0:
+            found[key] = size
+    return found
