@@ -1,6 +1,8 @@
 """Templates and code for several x86 CPUs, whatever the host: LLVM renders and compiles for any
 `-mcpu`, so every target's loop nest and assembly are checked here; kernels run only on the
-targets this host can execute (an AVX-512 host runs AVX2 code too)."""
+targets this host can execute (an AVX-512 host runs AVX2 code too). Then the target
+description (vector facts, registers, caches) and the template choices derived from it, for
+several cpus, without running anything."""
 
 import re
 
@@ -10,8 +12,14 @@ import pytest
 import minitc as tc
 from minitc.backends.llvm import jit
 from minitc.backends.llvm.codegen import render
-from minitc.target import parse_target, simd_width
-from minitc.templates import template_schedule
+from minitc.errors import BuildError
+from minitc.schedule.recorder import Schedule
+from minitc.target import cpus, parse_target, simd_width
+from minitc.templates import DEFAULTS, conv, gemm, load_templates, template_schedule
+from minitc.templates.conv import FMA_LATENCY_CHAINS as FMA_CHAINS
+from minitc.templates.elementwise import default_vector
+
+load_templates()
 
 CPUS = ["haswell", "znver2", "znver3", "skylake-avx512", "znver4", "sapphirerapids"]
 
@@ -70,3 +78,139 @@ def test_kernels_run_where_the_host_can(cpu):
         f = tc.build(template_schedule(out, target), target=target.string)
         inputs = [rng.standard_normal(b.shape).astype("float32") for b in f.kernel.inputs]
         np.testing.assert_allclose(f(*inputs), reference(*inputs), rtol=2e-4, atol=2e-4, err_msg=name)
+
+
+# -- the target description and the choices templates derive from it (nothing runs) ------------
+
+# cpu -> (vector bits, vector registers, full-rate 512-bit ops, preferred vector bits)
+DESCRIPTIONS = {
+    "nehalem": (128, 16, False, 128),
+    "haswell": (256, 16, False, 256),
+    "znver2": (256, 16, False, 256),
+    "x86-64-v3": (256, 16, False, 256),
+    "skylake-avx512": (512, 32, True, 512),
+    "sapphirerapids": (512, 32, True, 512),
+    "icelake-client": (512, 32, False, 256),
+    "znver4": (512, 32, False, 256),
+    "znver5": (512, 32, False, 256),
+    "x86-64-v4": (512, 32, False, 256),
+}
+
+
+def _target(cpu: str, extra: str = ""):
+    return parse_target(f"llvm -mcpu={cpu}{extra} -num-cores=2")
+
+
+@pytest.mark.parametrize("cpu", DESCRIPTIONS)
+def test_target_description(cpu):
+    t = _target(cpu)
+    bits, registers, full_rate, preferred = DESCRIPTIONS[cpu]
+    assert (t.vector_bits, t.vector_registers, t.full_rate_512, t.preferred_vector_bits) == DESCRIPTIONS[cpu]
+    assert t.lanes("float32") == bits // 32 and t.lanes("float64") == bits // 64
+    assert t.preferred_lanes("float32") == preferred // 32
+    d = t.describe()
+    assert (d["vector_bits"], d["vector_registers"], d["preferred_vector_bits"]) == (bits, registers, preferred)
+    assert d["num_cores"] == 2 and set(d["caches"]) == {"l1d", "l2", "l3"}
+    if not t.is_host:  # the host's own cpu reads its caches from sysfs
+        assert d["caches"] == cpus.known_caches(cpu)
+
+
+def test_disabled_avx512_describes_an_avx2_machine():
+    t = _target("znver4", " -mattr=-avx512f")
+    assert (t.vector_bits, t.vector_registers, t.full_rate_512, t.preferred_vector_bits) == (256, 16, False, 256)
+
+
+def test_cache_table_and_defaults():
+    assert cpus.known_caches("znver4") == {"l1d": 32 * 1024, "l2": 1024 * 1024, "l3": 32 * 1024 * 1024}
+    assert cpus.known_caches("haswell")["l2"] == 256 * 1024
+    assert cpus.known_caches("sapphirerapids")["l1d"] == 48 * 1024
+    assert cpus.known_caches("x86-64-v3") == cpus.DEFAULT_CACHES  # a generic cpu: the defaults
+    with pytest.raises(BuildError, match="unknown cache level 'l4'"):
+        _target("znver2").cache_bytes("l4")
+
+
+def test_host_caches_from_sysfs(tmp_path):
+    """A sysfs cache tree: data and unified caches count, instruction caches and unreadable
+    entries do not."""
+    for index, (level, kind, size) in enumerate(
+        [("1", "Data", "48K"), ("1", "Instruction", "32K"), ("2", "Unified", "2048K"), ("3", "Unified", "32M")]
+    ):
+        d = tmp_path / f"index{index}"
+        d.mkdir()
+        for name, value in (("level", level), ("type", kind), ("size", size + "\n")):
+            (d / name).write_text(value)
+    (tmp_path / "index4").mkdir()  # no files: skipped
+    assert cpus.host_caches(str(tmp_path)) == {"l1d": 48 * 1024, "l2": 2048 * 1024, "l3": 32 * 1024 * 1024}
+    assert cpus.host_caches(str(tmp_path / "missing")) == {}
+    assert cpus.parse_size("512") == 512
+    with pytest.raises(ValueError):
+        cpus.parse_size("lots")
+
+
+def test_host_target_uses_the_host_caches():
+    t = parse_target("llvm")
+    assert t.is_host
+    for level, size in cpus.host_caches().items():
+        assert t.cache_bytes(level) == size
+    assert t.cache_bytes("l1d") > 0 and t.cache_bytes("l2") > 0
+
+
+@pytest.mark.parametrize(
+    "cpu, mr, nr",
+    [("haswell", 5, 16), ("znver2", 5, 16), ("skylake-avx512", 3, 64), ("znver4", 3, 64), ("sapphirerapids", 3, 64)],
+)
+def test_gemm_tiles_follow_registers_lanes_and_l2(cpu, mr, nr):
+    """512^3 matmul: the 3 x 4-vector tile needs 17 registers, so only AVX-512 gets it; the
+    packed panel takes at most a quarter of the L2, as wide as that allows while every core
+    still gets two panels."""
+    t = _target(cpu)
+    p = gemm.pick_tiles(512, 512, 512, t)
+    assert (p["mr"], p["nr"]) == (mr, nr)
+    assert (3, 4) in gemm.register_tiles(t.vector_registers) or t.vector_registers == 16
+    share = t.cache_bytes("l2") // 4
+    assert 512 * p["nc"] * 4 <= share
+    assert 512 * 2 * p["nc"] * 4 > share or 512 // (2 * p["nc"]) < 2 * t.num_cores
+    assert gemm.register_tiles(16) == [tile for tile in gemm.REGISTER_TILES if tile != (3, 4)]
+
+
+def _conv_defaults(target, shape=(1, 64, 56, 56), weights=(64, 64, 3, 3)):
+    X, W = tc.placeholder(shape, name="X"), tc.placeholder(weights, name="W")
+    s = Schedule(tc.ops.conv2d(X, W, padding=1))
+    return DEFAULTS["conv2d"](s, s.state.outputs[0], target)
+
+
+@pytest.mark.parametrize(
+    "cpu, lanes",
+    [("znver2", 8), ("haswell", 8), ("skylake-avx512", 14), ("sapphirerapids", 14), ("znver4", 8)],
+)
+def test_conv_lanes_and_accumulators_follow_the_target(cpu, lanes):
+    """ResNet's 56-wide rows: 8-lane vectors on AVX2 and where 512-bit ops are split (7 whole
+    ymm vectors), 14 lanes of a zmm where they are full-rate (4 vectors at 7/8 of the lanes);
+    the accumulators fill the register file but four."""
+    t = _target(cpu)
+    p = _conv_defaults(t)
+    assert p["lanes"] == lanes
+    accumulators = p["kb"] * p["ohb"] * p["owv"]
+    assert FMA_CHAINS <= accumulators <= conv.acc_registers(t) == t.vector_registers - 4
+    # the input rows and weights of one reduction block stay within half the L1d
+    in_rows = (p["ohb"] - 1) + 3
+    assert p["rcb"] * 4 * (in_rows * 58 + p["kb"] * 9) <= t.cache_bytes("l1d") // 2
+
+
+def test_conv_rows_that_divide_a_zmm_use_it():
+    """112-wide rows divide into 16-lane vectors: every AVX-512 target uses them."""
+    for cpu in ("skylake-avx512", "znver4"):
+        assert _conv_defaults(_target(cpu), (1, 64, 112, 112))["lanes"] == 16
+
+
+@pytest.mark.parametrize(
+    "cpu, vector", [("nehalem", 16), ("znver2", 32), ("znver4", 32), ("skylake-avx512", 64), ("sapphirerapids", 64)]
+)
+def test_memory_bound_vectors_use_the_preferred_width(cpu, vector):
+    """Four registers of the preferred width: Zen 4 splits 512-bit ops, so it gets AVX2's 32
+    float32 lanes; the loop nest of an elementwise op shows them."""
+    t = _target(cpu)
+    assert default_vector(t, "float32") == vector
+    assert default_vector(t, "float64") == vector // 2
+    text = str(tc.lower(template_schedule(tc.ops.relu(tc.placeholder((64, 256), name="X")), t)))
+    assert f"vectorized({vector})" in text
