@@ -6,11 +6,19 @@ minitc lm measure --db lm-records.db --per-workload 32       # measured programs
 minitc lm finetune lm.pt --db lm-records.db --out lm-ft.pt   # throughput-weighted
 minitc lm loop lm-ft.pt --db lm-records.db --rounds 2        # measure with the model, fine-tune, repeat
 minitc lm workloads                                          # the training and held-out sets
+minitc lm data --check                                       # the kept dataset (lm/data): summary, check
+minitc lm export-db ~/.cache/minitc/records.db               # keep a records database's programs in it
+minitc lm finetune lm.pt --data lm/data --out lm-ft.pt       # fine-tune on the dataset
+
+`measure` and `loop` add what they measure to the dataset (`--dataset`, default the package's
+lm/data: a checkout's new shards show in `git status`, to commit; `--no-dataset` to keep
+nothing but the records database).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -31,6 +39,10 @@ def _names(value: str | None, default) -> list:
     if unknown:
         raise click.BadParameter(f"unknown workloads {unknown}; see `minitc lm workloads`", param_hint="--workloads")
     return names
+
+
+def _list(value: str | None) -> list | None:
+    return [n.strip() for n in value.split(",") if n.strip()] if value else None
 
 
 def _writable(ctx, param, value):
@@ -57,6 +69,41 @@ def _records(ctx, param, value):
     except DatabaseError as e:
         raise click.BadParameter(str(e)) from None
     return value
+
+
+def _dataset(ctx, param, value):
+    """click callback for --dataset: the folder new shards go to (default: the package's
+    lm/data), checked writable and its existing shards valid before any measuring."""
+    from minitc.lm.dataset import DATA_DIR, DatasetError
+    from minitc.lm.export import Exporter
+
+    if ctx.params.get("no_dataset"):
+        return None
+    folder = Path(value) if value else DATA_DIR
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise click.BadParameter(f"cannot create {folder} ({e.strerror}); pass --dataset DIR or --no-dataset") from None
+    if not os.access(folder, os.W_OK):
+        raise click.BadParameter(f"cannot write to {folder}; pass --dataset DIR or --no-dataset")
+    try:
+        Exporter(folder, source="check")  # loads the dataset: a damaged one fails now, not after measuring
+    except DatasetError as e:
+        raise click.BadParameter(str(e)) from None
+    return folder
+
+
+def _dataset_options(f):
+    """--dataset DIR / --no-dataset, for the commands that measure."""
+    f = click.option(
+        "--dataset",
+        type=click.Path(file_okay=False),
+        callback=_dataset,
+        help="Dataset folder the measured programs are appended to, as new shards (default: the package's lm/data).",
+    )(f)
+    return click.option(
+        "--no-dataset", is_flag=True, is_eager=True, help="Keep the measurements in the records database only."
+    )(f)
 
 
 def _say(msg: str) -> None:
@@ -171,43 +218,94 @@ def _every(n: int):
 @click.option("--lm", "lm_path", type=click.Path(exists=True, dir_okay=False), help="Checkpoint for --strategy tlm.")
 @click.option("--workloads", help="Comma-separated names (default: the training set).")
 @click.option("--seed", default=0, show_default=True)
-def measure_cmd(db, per_workload, strategy, lm_path, workloads, seed):
-    """Measure programs of each workload into the records database (each with its sentence)."""
+@click.option(
+    "--target",
+    default="llvm",
+    show_default=True,
+    help="CPU target to measure for, e.g. 'llvm -mcpu=haswell' (AVX2 code on an AVX-512 host) or "
+    "'llvm -num-cores=1'; each is its own hardware description in the dataset.",
+)
+@_dataset_options
+def measure_cmd(db, per_workload, strategy, lm_path, workloads, seed, target, dataset, no_dataset):
+    """Measure programs of each workload into the records database (each with its sentence), and
+    append them to the dataset."""
     from minitc.lm.training_set import TRAINING
 
-    measure(db, _names(workloads, TRAINING), per_workload, strategy, lm_path, seed)
+    measure(db, _names(workloads, TRAINING), per_workload, strategy, lm_path, seed, target=target, dataset=dataset)
 
 
-def measure(db, names, per_workload, strategy="random", lm_path=None, seed=0, add=False) -> None:
-    """Measure each workload up to `per_workload` programs in `db` (with `add`: that many more)."""
+def measure(
+    db,
+    names,
+    per_workload,
+    strategy="random",
+    lm_path=None,
+    seed=0,
+    add=False,
+    target="llvm",
+    dataset=None,
+    source="minitc lm measure",
+) -> None:
+    """Measure each workload up to `per_workload` programs of `target` in `db` (with `add`: that
+    many more); with `dataset` (a folder), append each workload's new programs to it."""
+    from minitc.lm.dataset import minitc_version
+    from minitc.lm.export import Exporter
+    from minitc.target import parse_target
+
+    exporter = Exporter(dataset, version=minitc_version(), source=source) if dataset else None
+    target_string = parse_target(target).string
     for n, name in enumerate(names):
         out = workload(name)
+        key = workload_key(out)
         with Database(db) as d:
-            have = len(d.programs(workload_key(out)))
+            have = len(d.programs(key, target_string))
+            last = max((r.id for r in d.records(key)), default=0)
         todo = per_workload if add else per_workload - have
         if todo <= 0:
             _say(f"[{n + 1}/{len(names)}] {name}: {have} programs already measured")
             continue
         start = time.perf_counter()
-        r = tune(out, trials=todo, strategy=strategy, db=db, seed=seed + have, lm=lm_path)
+        r = tune(out, trials=todo, strategy=strategy, target=target, db=db, seed=seed + have, lm=lm_path)
+        kept = ""
+        if exporter:
+            with Database(db) as d:
+                kept = f"; dataset: {exporter.export(d, workloads={key}, after_id=last)}"
         _say(
             f"[{n + 1}/{len(names)}] {name}: {r.trials} measured, {r.errors} errors, best {r.best_ms} ms, "
-            f"{time.perf_counter() - start:.0f} s"
+            f"{time.perf_counter() - start:.0f} s{kept}"
         )
 
 
 @lm.command("finetune")
 @click.argument("checkpoint", type=click.Path(exists=True, dir_okay=False))
-@click.option("--db", required=True, type=click.Path(exists=True, dir_okay=False), callback=_records)
+@click.option("--db", type=click.Path(exists=True, dir_okay=False), callback=_records, help="A records database.")
+@click.option("--data", type=click.Path(exists=True), help="Or a dataset folder (lm/data) or shard.")
+@click.option("--hardware", help="With --data: only these hardware fingerprints (comma-separated).")
+@click.option("--leave-out", help="With --data: without this hardware fingerprint (to evaluate on it).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), callback=_writable)
 @click.option("--epochs", default=4, show_default=True, type=click.IntRange(min=1))
 @click.option("--sharpness", default=4.0, show_default=True, help="Weight = (best ms / ms) ** sharpness.")
 @click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1))
-def finetune_cmd(checkpoint, db, out, epochs, sharpness, threads):
-    """Fine-tune CHECKPOINT on the measured programs in --db."""
+def finetune_cmd(checkpoint, db, data, hardware, leave_out, out, epochs, sharpness, threads):
+    """Fine-tune CHECKPOINT on the measured programs in --db or in --data."""
     from minitc.lm.pipeline import finetune
 
-    meta = finetune(checkpoint, db, out, epochs=epochs, sharpness=sharpness, threads=threads, progress=_every(20))
+    if (db is None) == (data is None):
+        raise click.UsageError("give one of --db RECORDS or --data DATASET")
+    if (hardware or leave_out) and data is None:
+        raise click.UsageError("--hardware and --leave-out select dataset entries: use them with --data")
+    meta = finetune(
+        checkpoint,
+        db,
+        out,
+        data=data,
+        hardware=_list(hardware),
+        leave_out=leave_out,
+        epochs=epochs,
+        sharpness=sharpness,
+        threads=threads,
+        progress=_every(20),
+    )
     click.echo(json.dumps({k: v for k, v in meta.items() if k != "history"}, indent=1))
 
 
@@ -226,7 +324,8 @@ def finetune_cmd(checkpoint, db, out, epochs, sharpness, threads):
 @click.option(
     "--out-dir", type=click.Path(file_okay=False), help="Where round checkpoints go (default: next to CHECKPOINT)."
 )
-def loop_cmd(checkpoint, db, rounds, per_round, workloads, out_dir):
+@_dataset_options
+def loop_cmd(checkpoint, db, rounds, per_round, workloads, out_dir, dataset, no_dataset):
     """Iterate: the current model proposes programs, they are measured, the model is fine-tuned on
     all measurements, and the next round uses it. Resumable: a finished round is skipped."""
     from minitc.lm.pipeline import finetune
@@ -243,7 +342,7 @@ def loop_cmd(checkpoint, db, rounds, per_round, workloads, out_dir):
             current = nxt
             continue
         _say(f"round {r}: measuring {per_round} programs per workload proposed by {current}")
-        measure(db, names, per_round, "tlm", str(current), seed=r, add=True)
+        measure(db, names, per_round, "tlm", str(current), seed=r, add=True, dataset=dataset, source="minitc lm loop")
         meta = finetune(current, db, nxt, progress=_every(50))
         _say(f"round {r}: fine-tuned on {meta['demonstrations']} measured programs -> {nxt}")
         current = nxt
@@ -265,3 +364,38 @@ def ship_cmd(checkpoint, out):
     target.parent.mkdir(parents=True, exist_ok=True)
     save_checkpoint(target, model, vocab, meta, half=True)
     click.echo(f"wrote {target} ({target.stat().st_size / 2**20:.1f} MiB, {model.num_parameters()} parameters)")
+
+
+@lm.command("data")
+@click.argument("path", required=False, type=click.Path(exists=True))
+@click.option("--check", is_flag=True, help="Also parse every sentence (about 3 ms each).")
+@click.option("--hardware", help="Only these hardware fingerprints (comma-separated).")
+@click.option("--workloads", help="Only these workloads: names or keys (comma-separated).")
+def data_cmd(path, check, hardware, workloads):
+    """Summarise the measurement dataset at PATH (default: the package's lm/data): programs per
+    hardware description and per workload, failures, dates, shards. Every entry's fields are
+    checked and duplicates refused; --check also parses the sentences."""
+    from minitc.lm.dataset import DATA_DIR, load, shards, summary
+
+    folder = Path(path) if path else DATA_DIR
+    entries = load(folder, hardware=_list(hardware), workloads=_list(workloads), sentences=check)
+    click.echo(summary(folder, entries, shards(folder)))
+    if check:
+        click.echo(f"check: all {len(entries)} entries valid (fields, sentences, no duplicates)")
+
+
+@lm.command("export-db")
+@click.argument("db", type=click.Path(exists=True, dir_okay=False), callback=_records)
+@click.option(
+    "--dataset", type=click.Path(file_okay=False), callback=_dataset, help="Dataset folder (default: lm/data)."
+)
+def export_db_cmd(db, dataset):
+    """Append the measured programs of the records database DB to the dataset, as new shards
+    (programs already there are skipped), so that measurements made earlier are kept."""
+    from minitc.lm.export import Exporter
+
+    with Database(db) as database:
+        result = Exporter(dataset, source=f"minitc lm export-db {Path(db).name}").export(database)
+    click.echo(str(result))
+    for shard in result.shards:
+        click.echo(f"  {shard}")

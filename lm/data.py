@@ -4,9 +4,9 @@
   workload's design space, written as sentences, one JSON line each:
   {"workload": "bert-qkv", "sentence": "..."}. Nothing is measured.
 * Demonstrations (`minitc lm measure`, then fine-tuning): measured programs from the records
-  database; each record holds its sentence (autotune/tuner.py writes it), and its weight is its
-  throughput relative to the workload's best, so fine-tuning keeps the ranking, not only the
-  top-1.
+  database (each record holds its sentence: lm/plugin.py adds it) or from the dataset
+  (lm/dataset.py); each weighs its throughput relative to its workload's best on the same
+  target and machine, so fine-tuning keeps the ranking, not only the top-1.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import numpy as np
 from minitc.autotune.mutators import edit
 from minitc.autotune.space import Space
 from minitc.errors import ScheduleError
+from minitc.lm.dataset import trace_sentence
 from minitc.lm.hardware import hardware as host_hardware
 from minitc.lm.language import SentenceError, SentenceWriter, parse
 from minitc.lm.train import Example
@@ -119,13 +120,6 @@ def throughput_weights(latencies_ms: list, sharpness: float = 4.0) -> list:
     return [(best / ms) ** sharpness for ms in latencies_ms]
 
 
-def trace_sentence(text: str) -> str | None:
-    """The tensor-language sentence a record's trace text holds, if any (lm/plugin.py adds it
-    to every record the tuner writes)."""
-    data = json.loads(text)
-    return data.get("sentence") if isinstance(data, dict) else None
-
-
 def demonstrations(db, target: str | None = None, sharpness: float = 4.0, workloads=None) -> list:
     """(Sentence, weight) of every measured program with a sentence in the records database,
     weighted by throughput_weights within its workload; failed programs are left out."""
@@ -142,4 +136,18 @@ def demonstrations(db, target: str | None = None, sharpness: float = 4.0, worklo
         if measured:
             weights = throughput_weights([ms for _, ms in measured], sharpness)
             out += [(s, w) for (s, _), w in zip(measured, weights)]
+    return out
+
+
+def dataset_demonstrations(entries, sharpness: float = 4.0) -> list:
+    """(Sentence, weight) of every successful dataset entry, weighted by throughput_weights among
+    the entries of its workload, target and machine (latencies of two machines do not compare)."""
+    groups: dict = {}
+    for e in entries:
+        if e.ok:
+            groups.setdefault((e.workload, e.target, e.fingerprint), []).append(e)
+    out = []
+    for group in groups.values():
+        weights = throughput_weights([e.median_ms for e in group], sharpness)
+        out += [(e.parsed or parse(e.sentence), w) for e, w in zip(group, weights)]
     return out

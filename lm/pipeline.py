@@ -2,6 +2,7 @@
 
     pretrain("pretrain.jsonl", "minitc.lm.pt")                 # on unmeasured random programs
     finetune("minitc.lm.pt", "records.db", "lm-ft.pt")          # on measured ones, throughput-weighted
+    finetune("minitc.lm.pt", None, "lm-ft.pt", data=DATA_DIR)    # on the kept dataset (lm/dataset.py)
     model, tok, meta = load_model()                      # the model `tc.tune` uses by default
 
 Which model `load_model()` picks: the MINITC_LM environment variable if set, else the user's
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -117,6 +119,9 @@ def finetune(
     db,
     out,
     *,
+    data=None,
+    hardware=None,
+    leave_out: str | None = None,
     epochs: int = 4,
     batch_size: int = 32,
     lr: float = 1e-4,
@@ -126,23 +131,24 @@ def finetune(
     seed: int = 0,
     progress=None,
 ) -> dict:
-    """Continue training `checkpoint` on the measured programs of the records database `db`,
-    each weighted by its throughput relative to its workload's best (data.demonstrations)."""
-
-    from minitc.lm.data import demonstrations, examples
+    """Continue training `checkpoint` on the measured programs of the records database `db`, or
+    (with `db=None`) of the dataset folder `data` (lm/dataset.py: only the fingerprints in
+    `hardware` if given, without those of `leave_out`), each weighted by its throughput relative
+    to its workload's best (data.demonstrations, data.dataset_demonstrations)."""
+    from minitc.lm.data import examples
 
     _threads(threads)
     torch.manual_seed(seed)
     model, tok, meta = load_model(checkpoint)
-    with Database(db) as database:
-        demos = demonstrations(database, sharpness=sharpness)
+    demos = _demonstrations(db, data, hardware, leave_out, sharpness)
     if not demos:
-        raise LMError(f"no measured programs with sentences in {db}: run `minitc lm measure` first")
-    data = examples(tok, [s for s, _ in demos], [w for _, w in demos])
+        raise LMError(f"no measured programs with sentences in {db or data}: run `minitc lm measure` first")
+    demo_set = examples(tok, [s for s, _ in demos], [w for _, w in demos])
+    lines = Counter(str(s.hardware) for s, _ in demos)
     start = time.perf_counter()
     losses = train(
         model,
-        data,
+        demo_set,
         epochs=epochs,
         batch_size=batch_size,
         lr=lr,
@@ -154,8 +160,10 @@ def finetune(
     history = list(meta.get("history", [])) + [{k: v for k, v in meta.items() if k != "history"}]
     meta = {
         "stage": "finetune",
-        "demonstrations": len(data),
-        "hardware": str(demos[0][0].hardware),
+        "demonstrations": len(demo_set),
+        "source": str(db if db is not None else data),
+        "hardware": lines.most_common(1)[0][0],
+        "hardware_lines": dict(sorted(lines.items())),  # every machine trained on, with its programs
         "weight_sum": round(sum(w for _, w in demos), 2),
         "seconds": round(time.perf_counter() - start, 1),
         "steps": len(losses),
@@ -165,3 +173,19 @@ def finetune(
     }
     save_checkpoint(out, model, tok.vocab, meta)
     return meta
+
+
+def _demonstrations(db, data, hardware, leave_out, sharpness: float) -> list:
+    """(Sentence, weight) pairs of a records database or of a dataset folder, one of them."""
+    from minitc.lm.data import dataset_demonstrations, demonstrations
+    from minitc.lm.dataset import load, split_by_hardware
+
+    if (db is None) == (data is None):
+        raise LMError("fine-tune on one source: a records database (db) or a dataset folder (data)")
+    if data is None:
+        with Database(db) as database:
+            return demonstrations(database, sharpness=sharpness)
+    entries = load(data, hardware=hardware)
+    if leave_out:
+        entries = split_by_hardware(entries, leave_out)[0]
+    return dataset_demonstrations(entries, sharpness)
