@@ -1,12 +1,14 @@
 """The benchmark runner: `python -m minitc.benchmarks` (also `minitc bench`).
 
     python -m minitc.benchmarks --suite cpu-core [--threads 1,2] [--repeats N] [--budget S]
-                         [--workloads matmul-512,...] [--json out.json] [--plot out.png]
-                         [--wait-quiet S] [--no-machine] [--quiet]
+                         [--workloads matmul-512,...] [--target "llvm -mcpu=znver2"]
+                         [--json out.json] [--plot out.png] [--wait-quiet S] [--no-machine] [--quiet]
 
-Runs each workload of a suite (suites.py) as minitc (`tc.build(tensor)`, the operator's
-default schedule), numpy and torch (CPU) in one process, for each thread count (minitc's pool,
-torch's intra-op threads and numpy's BLAS via threadpoolctl are all set to it). Before timing,
+Runs each workload of a suite (suites.py) as minitc (`tc.build(tensor, target)`, the operator's
+default schedule for the target: the host's CPU, or with --target any `llvm ...` target whose
+code the host can run, such as AVX2 code on an AVX-512 machine), numpy and torch (CPU) in one
+process, for each thread count (minitc's pool, torch's intra-op threads and numpy's BLAS via
+threadpoolctl are all set to it). Before timing,
 the minitc result is checked against numpy; a kernel that fails to build, fails to run or
 gives a wrong result becomes an error row and is not timed. Timing (timing.py): warm-up, then
 interleaved rounds of samples, median and interquartile spread. At start the machine is
@@ -26,7 +28,13 @@ machines can be concatenated and filtered without losing context:
 
     {
       "suite": "cpu-core", "workload": "matmul-1024", "description": "matmul 1024x1024 @ ...",
-      "kind": "compute" | "memory", "threads": 2,
+      "kind": "compute" | "memory",
+      "target": "llvm -mcpu=znver2 -num-cores=2",   # what minitc's kernel was built for
+      "target_description": {"cpu": "znver2", "vector_bits": 256, "preferred_vector_bits": 256,
+                             "full_rate_512": false, "vector_registers": 16, "num_cores": 2,
+                             "caches": {"l1d": 32768, "l2": 524288, "l3": 16777216}},
+      "host": {"cpu": "AMD EPYC", "llvm_cpu": "znver4"},   # the CPU it ran on
+      "threads": 2,
       "minitc_ms": 31.2 | null,        # median ms per call; null: error, or not available
       "numpy_ms": 29.0 | null, "torch_ms": 30.1 | null,
       "best_library": "numpy" | "torch" | null,
@@ -39,7 +47,7 @@ machines can be concatenated and filtered without losing context:
       "background_cpus": 0.03 | null,  # CPUs other processes used while this row was timed
       "error": null | "wrong result: ..." | "build failed: ..." | "run failed: ...",
       "notes": [],                     # library problems (torch failed / disagrees)
-      "machine": null | {              # null with --no-machine
+      "machine": null | {              # null with --no-machine; peaks of the host's AVX2 kernels
         "cpu": "AMD EPYC", "llvm_cpu": "znver2", "cpus": 2,
         "seconds": 0.9,                # time the measurement took
         "background_cpus": 0.02,       # CPUs other processes used meanwhile (>= 0.25: suspect)

@@ -15,15 +15,16 @@ from minitc.benchmarks import report, tlm_eval, tlm_report
 from minitc.benchmarks.gpu_suites import GPU_SUITES
 from minitc.benchmarks.machine import measure_machine
 from minitc.benchmarks.machine import measure_machine as measure
-from minitc.benchmarks.runner import run_suite
+from minitc.benchmarks.runner import HOST_TARGET, bench_target, run_suite
 from minitc.benchmarks.suites import SUITES, select
 from minitc.benchmarks.timing import torch_module, wait_for_quiet
 from minitc.benchmarks.tuning import TUNE_SUITES, run_tune_suite
 from minitc.benchmarks.tuning_report import format_table, plot_curves
+from minitc.errors import MinitcError
 
 DEFAULT_SUITE = "cpu-core"
 TUNE_ONLY = ("trials", "strategies", "db", "seed", "cost_model")  # options of the tuning suites
-CPU_ONLY = ("threads", "wait_quiet_s", "no_machine")  # options the GPU suites have no use for
+CPU_ONLY = ("threads", "wait_quiet_s", "no_machine", "target")  # options the GPU suites have no use for
 GPU_REPEATS = 100  # the GPU suites' default --repeats (samples are cheap there)
 
 
@@ -111,6 +112,13 @@ def check_output(path, flag: str) -> None:
     f"GPU: {', '.join(GPU_SUITES)}; tlm-eval.",
 )
 @click.option("--workloads", default="", help="Comma-separated workload names of the suite (default: all).")
+@click.option(
+    "--target",
+    default=HOST_TARGET,
+    show_default=True,
+    help=f"Suites {', '.join(SUITES)}: the LLVM target minitc's kernels are built for, e.g. "
+    "'llvm -mcpu=znver2' (AVX2 code on an AVX-512 host); this host must be able to run its code.",
+)
 @click.option("--threads", default="1,2", show_default=True, callback=_threads, help="Thread counts to run.")
 @click.option(
     "--repeats",
@@ -204,6 +212,7 @@ def check_output(path, flag: str) -> None:
 def bench(
     suite,
     workloads,
+    target,
     threads,
     repeats,
     budget_s,
@@ -239,10 +248,17 @@ def bench(
     against torch (cuBLAS/cuDNN) and Triton in float32 without TF32 (--repeats defaults to 100
     there; --tune N tunes the minitc kernels first). They need an NVIDIA GPU, CuPy and torch's
     CUDA build, and stop with a message saying what is missing otherwise.
+
+    --target builds minitc's kernels of the suites cpu-core and smoke for another CPU target
+    than the host's (code the host can run, such as AVX2 code on an AVX-512 machine); every
+    record names the target and the host CPU.
     """
     ctx = click.get_current_context()
     check_output(json_path, "--json")
     check_output(plot_path, "--plot")
+    given_target = ctx.get_parameter_source("target") == click.core.ParameterSource.COMMANDLINE
+    if given_target and suite not in SUITES and suite not in GPU_SUITES:
+        raise click.UsageError(f"--target applies to the suites {', '.join(SUITES)}, not {suite}")
     if suite == "tlm-eval":
         return bench_tlm_eval(
             workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_path, quiet, evo_from, tlm_seeds
@@ -262,6 +278,10 @@ def bench(
         chosen = select_tuning(suite, names) if tuning else select(suite, names)
     except KeyError as e:
         raise click.UsageError(e.args[0]) from None
+    try:
+        build_target = bench_target(target)
+    except MinitcError as e:
+        raise click.BadParameter(str(e), param_hint="--target") from None
     if plot_path:
         try:
             report.require_matplotlib()
@@ -277,10 +297,12 @@ def bench(
         return bench_tuning(
             chosen, suite, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine, say, options
         )
-    command = _command_line(suite, names, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine)
-    records = run(chosen, suite, threads, repeats, budget_s, not no_machine, say, command, wait_quiet_s)
+    command = _command_line(
+        suite, names, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine, target
+    )
+    records = run(chosen, suite, threads, repeats, budget_s, not no_machine, say, command, wait_quiet_s, build_target)
     ctx_machine = records[0]["machine"] if records else None
-    click.echo("\n".join(report.machine_lines(ctx_machine)))
+    click.echo("\n".join(report.target_lines(build_target) + report.machine_lines(ctx_machine)))
     click.echo(report.format_table(records))
     if json_path:
         report.write_json(records, json_path)
@@ -441,10 +463,13 @@ def command_line(ctx) -> str:
     return " ".join(shlex.quote(a) for a in argv)
 
 
-def _command_line(suite, names, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine) -> str:
+def _command_line(
+    suite, names, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine, target=HOST_TARGET
+) -> str:
     """The command that reproduces this run (recorded in the JSON)."""
     args = ["--suite", suite]
     args += ["--workloads", ",".join(names)] if names else []
+    args += ["--target", target] if target != HOST_TARGET else []
     args += ["--threads", ",".join(map(str, threads)), "--repeats", str(repeats), "--budget", f"{budget_s:g}"]
     args += ["--json", json_path] if json_path else []
     args += ["--plot", plot_path] if plot_path else []
@@ -454,9 +479,19 @@ def _command_line(suite, names, threads, repeats, budget_s, json_path, plot_path
 
 
 def run(
-    workloads, suite, threads, repeats, budget_s, measure_machine=True, progress=None, command=None, wait_quiet_s=0.0
+    workloads,
+    suite,
+    threads,
+    repeats,
+    budget_s,
+    measure_machine=True,
+    progress=None,
+    command=None,
+    wait_quiet_s=0.0,
+    target=HOST_TARGET,
 ) -> list:
-    """Measure the machine (optionally), then run the workloads; returns the records."""
+    """Measure the machine (optionally), then run the workloads with their kernels built for
+    `target`; returns the records."""
 
     start = time.perf_counter()
     say = progress or (lambda msg: None)
@@ -478,7 +513,7 @@ def run(
             "versions": versions(),
         },
     }
-    records = run_suite(workloads, threads, suite, machine, repeats, budget_s, say, context, wait_quiet_s)
+    records = run_suite(workloads, threads, suite, machine, repeats, budget_s, say, context, wait_quiet_s, target)
     say(f"suite {suite} done in {time.perf_counter() - start:.1f} s")
     return records
 

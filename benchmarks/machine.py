@@ -10,6 +10,7 @@ launch costs when the launcher can do the work itself) and as a full fork/join r
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import time
@@ -68,6 +69,13 @@ class Machine:
 
 def _round(x, digits=3):
     return None if x is None else round(float(x), digits)
+
+
+@functools.lru_cache(maxsize=None)
+def host_cpu() -> dict:
+    """The CPU this process runs on: its model name and LLVM's name for it (what the records
+    call the host, whatever target the kernels were built for)."""
+    return {"cpu": cpu_name(), "llvm_cpu": llvm.get_host_cpu_name()}
 
 
 def cpu_name() -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from minitc.benchmarks.machine import host_cpu
 from minitc.benchmarks.runner import IMPLS
 
 NOISY_CPUS = 0.25  # other processes' CPU use that makes a row's timings suspect
@@ -41,6 +42,24 @@ def _ms(rec: dict, impl: str) -> str:
 
 def _num(x, fmt: str, suffix: str = "") -> str:
     return "-" if x is None else format(x, fmt) + suffix
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes // 2**20} MiB" if nbytes >= 2**20 and nbytes % 2**20 == 0 else f"{nbytes // 1024} KiB"
+
+
+def target_lines(target) -> list:
+    """Header lines naming the target minitc's kernels were built for and the host CPU they
+    ran on (the same CPU unless --target chose another)."""
+    d, host = target.describe(), host_cpu()
+    vectors = f"{d['vector_bits']}-bit vectors"
+    if d["preferred_vector_bits"] != d["vector_bits"]:
+        vectors += f" ({d['preferred_vector_bits']}-bit for memory-bound kernels)"
+    caches = ", ".join(f"{level.capitalize()} {_size(n)}" for level, n in d["caches"].items() if n)
+    return [
+        f"target: {target.string}: {vectors}, {d['vector_registers']} vector registers, {caches}",
+        f"host: {host['cpu']} ({host['llvm_cpu']})",
+    ]
 
 
 def machine_lines(machine: dict) -> list:

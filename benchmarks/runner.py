@@ -1,6 +1,9 @@
-"""Run workloads: build the minitc kernel, check it against numpy, time minitc, numpy and torch
-interleaved for each thread count, and turn the timings into result records (the JSON rows,
-see benchmarks/__init__.py for the schema).
+"""Run workloads: build the minitc kernel for the run's CPU target, check it against numpy, time
+minitc, numpy and torch interleaved for each thread count, and turn the timings into result
+records (the JSON rows, see benchmarks/__init__.py for the schema).
+
+The target is the host (`llvm`) or any `llvm ...` target whose code the host can run, such as
+`llvm -mcpu=znver2` (AVX2 code) on an AVX-512 machine: `bench_target` checks it.
 """
 
 from __future__ import annotations
@@ -11,11 +14,38 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import minitc as tc
+from minitc.benchmarks.machine import host_cpu
 from minitc.benchmarks.suites import Workload
 from minitc.benchmarks.timing import BackgroundLoad, measure, thread_limit, torch_module, wait_for_quiet
+from minitc.errors import BuildError
+from minitc.target import LLVMTarget, enabled_features, is_gpu, parse_target
 
 IMPLS = ("minitc", "numpy", "torch")
 LIBRARIES = ("numpy", "torch")
+HOST_TARGET = "llvm"
+
+
+def bench_target(text: str = HOST_TARGET) -> LLVMTarget:
+    """The CPU target a suite's kernels are built for: `text` parsed, if it is an `llvm ...`
+    target whose code this host can run. Raises BuildError naming what is wrong otherwise."""
+    if is_gpu(text):
+        raise BuildError(
+            f"target {text!r} is a GPU target; the CPU suites take 'llvm ...' targets "
+            "(GPU kernels are measured by --suite gpu-core or gpu-smoke)"
+        )
+    target = parse_target(text)
+    if target.is_host_compatible:
+        return target
+    host = parse_target(HOST_TARGET)
+    if target.triple != host.triple:
+        why = f"its triple {target.triple!r} is not this host's {host.triple!r}"
+    else:
+        missing = sorted(enabled_features(target) - enabled_features(host))
+        why = f"it needs {', '.join(missing)}, which this host lacks"
+    raise BuildError(
+        f"this host ({host.string}) cannot run code for target {target.string!r}: {why}; "
+        "choose a target with a subset of the host's features, e.g. 'llvm -mcpu=x86-64-v3' for AVX2"
+    )
 
 
 @dataclass
@@ -25,8 +55,10 @@ class Prepared:
 
     workload: Workload
     inputs: tuple
+    target: LLVMTarget | None = None  # what the minitc kernel is built for
     expected: np.ndarray | None = None
     fns: dict = field(default_factory=dict)  # impl -> zero-argument callable or None
+    kernel: object = None  # the built tc.Function
     minitc_out: np.ndarray | None = None
     compile_s: float | None = None
     error: str | None = None  # why minitc is not timed
@@ -58,9 +90,10 @@ def _short(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
 
 
-def prepare(w: Workload, seed: int = 0) -> Prepared:
-    """Make inputs, the numpy reference and the three callables; build the minitc kernel."""
-    p = Prepared(w, w.make_inputs(np.random.default_rng(seed)))
+def prepare(w: Workload, seed: int = 0, target: LLVMTarget | str = HOST_TARGET) -> Prepared:
+    """Make inputs, the numpy reference and the three callables; build the minitc kernel for
+    `target` (checked with bench_target)."""
+    p = Prepared(w, w.make_inputs(np.random.default_rng(seed)), bench_target(target))
     try:
         numpy_fn = w.make_numpy()
         p.expected = np.asarray(numpy_fn(*p.inputs))
@@ -86,7 +119,7 @@ def prepare(w: Workload, seed: int = 0) -> Prepared:
     if p.error is None:
         try:
             start = time.perf_counter()
-            f = tc.build(w.make_minitc())
+            f = p.kernel = tc.build(w.make_minitc(), target=p.target.string)
             p.compile_s = time.perf_counter() - start
             p.minitc_out = np.empty(f.kernel.outputs[0].shape, f.kernel.outputs[0].dtype)
             p.fns["minitc"] = lambda: f(*p.inputs, out=p.minitc_out)
@@ -127,6 +160,9 @@ def record(
         "workload": w.name,
         "description": w.description,
         "kind": w.kind,
+        "target": p.target.string,
+        "target_description": p.target.describe(),
+        "host": host_cpu(),
         "threads": threads,
         **{f"{impl}_ms": _sig(ms[impl], 5) for impl in IMPLS},
         "best_library": best,
@@ -160,12 +196,14 @@ def run_workload(
     budget_s: float = 2.0,
     progress=None,
     wait_quiet_s: float = 0.0,
+    target: LLVMTarget | str = HOST_TARGET,
 ) -> list:
-    """Records of one workload, one per thread count. With `wait_quiet_s`, each thread count
-    first waits (up to that long) for other processes to leave the CPUs alone."""
+    """Records of one workload, one per thread count, its kernel built for `target`. With
+    `wait_quiet_s`, each thread count first waits (up to that long) for other processes to
+    leave the CPUs alone."""
     say = progress or (lambda msg: None)
     say(f"{w.name}: building and checking")
-    p = prepare(w)
+    p = prepare(w, target=target)
     if p.compile_s is not None:
         say(f"{w.name}: compiled in {p.compile_s:.2f} s")
     rows = []
@@ -200,12 +238,14 @@ def run_suite(
     progress=None,
     context: dict | None = None,
     wait_quiet_s: float = 0.0,
+    target: LLVMTarget | str = HOST_TARGET,
 ) -> list:
-    """Records of every workload at every thread count; `context` (machine and run info) is
-    attached to each record."""
+    """Records of every workload at every thread count, the kernels built for `target`;
+    `context` (machine and run info) is attached to each record."""
+    target = bench_target(target)
     records = []
     for i, w in enumerate(workloads):
         say = (lambda msg, i=i: progress(f"[{i + 1}/{len(workloads)}] {msg}")) if progress else None
-        for rec in run_workload(w, threads, suite, machine, repeats, budget_s, say, wait_quiet_s):
+        for rec in run_workload(w, threads, suite, machine, repeats, budget_s, say, wait_quiet_s, target):
             records.append({**rec, **(context or {})})
     return records

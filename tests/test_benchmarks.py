@@ -1,19 +1,23 @@
 """The benchmark runner (`python -m minitc.benchmarks`, `minitc bench`): end to end on the smoke suite,
-the JSON schema, error rows for broken kernels, the plot, and its error messages."""
+the JSON schema, error rows for broken kernels, the plot, its error messages, and kernels built
+for another CPU target than the host's (`--target`)."""
 
 import json
 import subprocess
 import sys
 
+import llvmlite.binding as llvm
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
 import minitc as tc
 from minitc.benchmarks import suites as wl
-from minitc.benchmarks.runner import mismatch
+from minitc.benchmarks.machine import cpu_name
+from minitc.benchmarks.runner import bench_target, mismatch, prepare
 from minitc.benchmarks.timing import Timing, measure, quiesce, settle, wait_for_quiet
 from minitc.cli import main
+from minitc.target import parse_target
 
 FAST = ["--repeats", "3", "--budget", "0.02", "-q"]
 RECORD_KEYS = {
@@ -21,6 +25,9 @@ RECORD_KEYS = {
     "workload",
     "description",
     "kind",
+    "target",
+    "target_description",
+    "host",
     "threads",
     "minitc_ms",
     "numpy_ms",
@@ -52,8 +59,13 @@ def smoke(tmp_path_factory):
     return result.output, json.loads(path.read_text())
 
 
+AVX2 = "llvm -mcpu=x86-64-v3"  # code every AVX2 + FMA host runs, AVX-512 ones included
+
+
 def test_smoke_suite_prints_a_table(smoke):
     output, _ = smoke
+    host = parse_target("llvm")
+    assert f"target: {host.string}: " in output and f"host: {cpu_name()} ({host.cpu})" in output
     assert "peak FMA" in output and "STREAM triad" in output and "launch" in output
     header = next(line for line in output.splitlines() if line.startswith("workload"))
     for column in ("minitc ms", "numpy ms", "torch ms", "%peak", "vs best", "compile s"):
@@ -73,6 +85,8 @@ def test_smoke_json_schema(smoke):
         assert other_rate not in r
         assert r["error"] is None, r["error"]
         assert r["suite"] == "smoke" and r["kind"] in ("compute", "memory")
+        assert r["target"] == parse_target("llvm").string and r["target_description"]["cpu"] == llvm.get_host_cpu_name()
+        assert r["host"] == {"cpu": r["machine"]["cpu"], "llvm_cpu": llvm.get_host_cpu_name()}
         for impl in ("minitc", "numpy", "torch"):
             assert r[f"{impl}_ms"] > 0
         assert r["best_library"] in ("numpy", "torch")
@@ -169,6 +183,11 @@ def test_plot_without_matplotlib_names_the_extra(monkeypatch, tmp_path):
         (["--suite", "smoke", "--workloads", "matmul-64,nope"], "unknown workload(s) 'nope' in suite 'smoke'"),
         (["--threads", "0"], "thread counts must be integers >= 1"),
         (["--threads", "a,b"], "expected comma-separated integers"),
+        (["--suite", "smoke", "--target", "llvm -mcpu=pentium9000"], "unknown cpu 'pentium9000'"),
+        (["--suite", "smoke", "--target", "cuda"], "is a GPU target; the CPU suites take 'llvm ...' targets"),
+        (["--suite", "smoke-tune", "--target", AVX2], "--target applies to the suites cpu-core, smoke, not smoke-tune"),
+        (["--suite", "tlm-eval", "--target", AVX2], "--target applies to the suites cpu-core, smoke, not tlm-eval"),
+        (["--suite", "gpu-smoke", "--target", AVX2], "--target: not used by the GPU suites"),
     ],
 )
 def test_bad_names_give_clear_errors(args, message):
@@ -225,3 +244,51 @@ def test_numpy_im2col_conv_matches_the_reference():
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal((2, 3, 7, 7), np.float32), rng.standard_normal((4, 3, 3, 3), np.float32)
     np.testing.assert_allclose(wl.im2col_conv2d(x, w, 1), tc.ops.reference.conv2d(x, w, 1, 1), rtol=1e-4, atol=1e-4)
+
+
+def _host_runs(target: str) -> bool:
+    return parse_target(target).is_host_compatible
+
+
+@pytest.mark.skipif(not _host_runs(AVX2), reason="this host cannot run AVX2 + FMA code")
+def test_smoke_suite_for_an_avx2_target(tmp_path):
+    """Kernels built for x86-64-v3 on this host: the records and the table's header name the
+    target and the host, and the command that reproduces the run keeps --target."""
+    path = tmp_path / "avx2.json"
+    names = "matmul-64,rowsum-256"
+    args = ["--suite", "smoke", "--workloads", names, "--threads", "1", "--no-machine", "--target", AVX2]
+    result = bench(*args, "--json", str(path), *FAST)
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    target = parse_target(AVX2)
+    assert f"target: {target.string}: 256-bit vectors, 16 vector registers, L1d 32 KiB" in result.output
+    assert f"host: {cpu_name()} ({llvm.get_host_cpu_name()})" in result.output
+    records = json.loads(path.read_text())
+    assert [r["workload"] for r in records] == names.split(",")
+    for r in records:
+        assert r["error"] is None and r["minitc_ms"] > 0
+        assert r["target"] == target.string and r["target_description"] == target.describe()
+        assert r["host"]["llvm_cpu"] == llvm.get_host_cpu_name()
+        assert f"--target '{AVX2}'" in r["run"]["command"]
+
+
+@pytest.mark.skipif(not _host_runs(AVX2), reason="this host cannot run AVX2 + FMA code")
+def test_kernels_are_built_for_the_target():
+    (w,) = wl.select("smoke", ["softmax-small"])
+    p = prepare(w, target=AVX2)
+    assert p.error is None and p.target == parse_target(AVX2)
+    assert '"target-cpu"="x86-64-v3"' in p.kernel.llvm_ir
+
+
+def test_a_target_the_host_cannot_run_is_refused():
+    result = bench("--suite", "smoke", "--target", "llvm -mtriple=aarch64-unknown-linux-gnu -mcpu=generic", "-q")
+    assert result.exit_code == 2
+    assert "cannot run code for target" in result.output and "triple 'aarch64-unknown-linux-gnu'" in result.output
+    with pytest.raises(tc.BuildError, match="is a GPU target"):
+        bench_target("cuda -arch=sm_90")
+
+
+@pytest.mark.skipif(_host_runs("llvm -mcpu=skylake-avx512"), reason="this host runs AVX-512 code")
+def test_an_avx512_target_on_an_avx2_host_names_the_missing_feature():
+    result = bench("--suite", "smoke", "--target", "llvm -mcpu=skylake-avx512", "-q")
+    assert result.exit_code == 2
+    assert "it needs avx512f, which this host lacks" in result.output and "x86-64-v3" in result.output
