@@ -246,6 +246,8 @@ class BoundInference:
             info.values[a] = simplify(binary("add", info.region[d][0], local))
         for a in st.reduce_axes:
             info.values[a] = simplify(value[a.name])
+        if st.predicate is not None:  # rfactor: skip the updates past the edge of the axis
+            info.guards.append(substitute(st.predicate, info.values))
         for axis, offset, (t_lo, t_ext) in info.producer_region:
             v = binary("sub", info.values[axis], const(offset))
             info.guards.append(compare("ge", v, t_lo))

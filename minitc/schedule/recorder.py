@@ -8,6 +8,7 @@ import itertools
 from minitc.errors import ScheduleError
 from minitc.schedule import loops as loop_prims
 from minitc.schedule import stages as stage_prims
+from minitc.schedule.rfactor import rfactor
 from minitc.schedule.state import LoopRef, State, from_tensors, stage_tensor
 from minitc.schedule.trace import Step, Trace
 from minitc.te import ComputeOp, Tensor
@@ -70,6 +71,11 @@ def apply_step(state: State, step: Step) -> tuple[State, tuple]:
     if kind == "cache_read":
         layout = tuple(step.args[2]) if len(step.args) > 2 else None
         state, name = stage_prims.cache_read(state, stage, step.args[0], tuple(step.args[1]), layout)
+        return state, (name,)
+    if kind == "rfactor":
+        if len(step.loops) != 1:
+            raise ScheduleError(f"malformed rfactor step {step}")
+        state, name = rfactor(state, stage, step.loops[0])
         return state, (name,)
     raise ScheduleError(f"unknown trace step kind {kind!r}")
 
@@ -240,6 +246,14 @@ class Schedule:
         (name,) = self._apply(Step("cache_read", self.stage_name(tensor), (), args))
         return self._register(name)
 
+    def rfactor(self, loop) -> Tensor:
+        """Compute the reduction of `loop`'s stage as partial results along the reduction loop
+        `loop` (a new stage `<stage>_rf`, returned, whose last axis is `loop` and can be
+        vectorized), then reduce them over `loop` in the stage itself."""
+        ref = self._loop(loop)
+        (name,) = self._apply(Step("rfactor", ref.stage, (ref.name,)))
+        return self._register(name)
+
     def _register(self, name: str) -> Tensor:
         t = stage_tensor(self.state.stage(name))
         self._names[t] = name
@@ -250,7 +264,7 @@ class Schedule:
         """Apply every step of `trace` to this schedule (normally a fresh one); returns self."""
         for step in trace:
             created = self._apply(step)
-            if step.kind in ("cache_write", "cache_read"):
+            if step.kind in ("cache_write", "cache_read", "rfactor"):
                 self._register(created[0])
         return self
 

@@ -197,7 +197,9 @@ def cache_write(state: State, stage: str, scope: str = "local") -> tuple[State, 
     name = unique_name(f"{stage}_{scope}", taken)
     cache = replace(st, name=name, scope=scope, output=False, attach=None)
     axes = tuple(IterVar(a.name, a.extent, "spatial") for a in st.axes)
-    copy = replace(st, axes=axes, body=Read(name, axes, st.dtype), loops=initial_loops(axes, ()), relations=())
+    copy = replace(
+        st, axes=axes, body=Read(name, axes, st.dtype), loops=initial_loops(axes, ()), relations=(), predicate=None
+    )
     stages = []
     for s in state.stages:
         stages.extend((cache, copy) if s.name == stage else (s,))

@@ -79,6 +79,9 @@ class Stage:
     scope: str = "global"
     output: bool = False
     tag: str = ""  # operator family from tc.compute(tag=...), for templates and design spaces
+    # rfactor stages: the reduction updates only where this condition on the axes holds (the
+    # iterations past the edge of a split reduction axis are skipped; lowering adds it as a guard)
+    predicate: Expr | None = None
 
     @property
     def is_placeholder(self) -> bool:

@@ -25,6 +25,7 @@ STEP_KINDS = (
     "cache_write",
     "cache_read",
     "bind",
+    "rfactor",
 )
 
 

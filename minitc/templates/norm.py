@@ -5,11 +5,15 @@ and every intermediate stays in L1.
 softmax over the last axis (layer_norm is the same with mean/var for max/exp/sum):
 
     for r_o in parallel(R / rows):
-        mx[rows]   = max over k, rows unrolled inside k   (reduce.py: SLP-vectorized rows)
-        e[rows, N] = exp(x - mx)                          vectorized along the row
-        sm[rows]   = sum over k of e, rows unrolled inside k
+        mx_rf[rows, L] = max over k_o of x[.., k_o*L + k_i]   vectorized along k_i (reduce.py)
+        mx[rows]       = max over k_i of mx_rf, rows unrolled inside k_i
+        e[rows, N]     = exp(x - mx)                          vectorized along the row
+        sm_rf[rows, L], sm[rows]: the same for the sum of e
         for r_i in range(rows):
             for j_o, j_i in vectorized(lanes): y[...] = e[r_i, j] / sm[r_i]
+
+The statistics' vector partial results (`rfactor`, L lanes: whole registers of the target)
+are computed per tile too, inside the same loop.
 
 softmax over another axis: tiles of `chunk` columns of the last axis instead of row tiles;
 each statistic is then vectorized along the columns with the softmax axis as its reduction
@@ -64,7 +68,7 @@ def vectorize_last(s, name: str, vector: int) -> None:
         s.vectorize(last)
 
 
-def row_tiles(s, out: str, stats: list, elementwise: list, *, rows: int, vector: int, parallel: bool):
+def row_tiles(s, out: str, target, stats: list, elementwise: list, *, rows: int, vector: int, parallel: bool):
     """Statistics over the last axis: a parallel loop over tiles of `rows` rows; the
     statistic stages (reductions) and the elementwise intermediates computed per tile."""
     loops = s.loops(out)
@@ -73,7 +77,7 @@ def row_tiles(s, out: str, stats: list, elementwise: list, *, rows: int, vector:
         for name in elementwise:
             vectorize_last(s, name, vector)
         for name in stats:
-            schedule_reduction(s, name, vector=vector, rows=rows, chunk=1, parallel=False)
+            schedule_reduction(s, name, target, vector=vector, rows=rows, chunk=1, parallel=False)
         return
     *batch, r, j = loops
     t = pick_tile(extent(s, r), rows)
@@ -91,12 +95,14 @@ def row_tiles(s, out: str, stats: list, elementwise: list, *, rows: int, vector:
         s.compute_at(name, tile)
     for name in elementwise:
         vectorize_last(s, name, vector)
-    for name in stats:  # rows unrolled inside the reduction loop
-        schedule_reduction(s, name, vector=vector, rows=t, chunk=1, parallel=False)
+    for name in stats:  # vector partial results along the row, then the rows' final step
+        schedule_reduction(s, name, target, vector=vector, rows=t, chunk=1, parallel=False)
     parallelize(s, [tile], parallel)
 
 
-def column_tiles(s, out: str, axis: int, stats: list, elementwise: list, *, chunk: int, vector: int, parallel: bool):
+def column_tiles(
+    s, out: str, target, axis: int, stats: list, elementwise: list, *, chunk: int, vector: int, parallel: bool
+):
     """Statistics over a non-contiguous axis: tiles of `chunk` columns of the last axis."""
     loops = list(s.loops(out))
     last, ax = loops[-1], loops[axis]
@@ -114,7 +120,7 @@ def column_tiles(s, out: str, axis: int, stats: list, elementwise: list, *, chun
     for name in elementwise:
         vectorize_last(s, name, vector)
     for name in stats:  # vectorized along the columns; huge chunk: no further split
-        schedule_reduction(s, name, vector=lanes, rows=1, chunk=c, parallel=False)
+        schedule_reduction(s, name, target, vector=lanes, rows=1, chunk=c, parallel=False)
     parallelize(s, [tile], parallel)
 
 
@@ -129,9 +135,9 @@ def schedule_softmax(s, out, target, rows=ROWS, vector=32, chunk=CHUNK, parallel
     st = s.state.stage(out)
     axis = softmax_axis(s, out)
     if axis == len(st.shape) - 1 or len(st.shape) == 1:
-        row_tiles(s, out, stats, [e], rows=rows, vector=vector, parallel=parallel)
+        row_tiles(s, out, target, stats, [e], rows=rows, vector=vector, parallel=parallel)
     else:
-        column_tiles(s, out, axis, stats, [e], chunk=chunk, vector=vector, parallel=parallel)
+        column_tiles(s, out, target, axis, stats, [e], chunk=chunk, vector=vector, parallel=parallel)
 
 
 def softmax_axis(s, out: str) -> int:
@@ -168,13 +174,13 @@ def softmax_defaults(s, out, target) -> dict:
 
 @template("layer_norm")
 def schedule_layer_norm(s, out, target, rows=ROWS, vector=32, parallel=True):
-    """layer_norm over the last axis: mean and variance per tile of `rows` rows (rows
-    unrolled inside the reduction) in the `parallel` row-tile loop; the normalisation
-    vectorized with `vector` lanes."""
+    """layer_norm over the last axis: mean and variance per tile of `rows` rows (vector
+    partial results along the row, up to `vector` lanes) in the `parallel` row-tile loop; the
+    normalisation vectorized with `vector` lanes."""
     check_int("layer_norm", rows=rows, vector=vector)
     var = producer(s, out, "layer_norm_var")
     mean = producer(s, out, "layer_norm_mean")
-    row_tiles(s, out, [mean, var], [], rows=rows, vector=vector, parallel=parallel)
+    row_tiles(s, out, target, [mean, var], [], rows=rows, vector=vector, parallel=parallel)
 
 
 @defaults("layer_norm")

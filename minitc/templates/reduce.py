@@ -1,8 +1,8 @@
 """Reduction template (sum/max/min/mean over any axes), and the reduction helper that the
 softmax and layer_norm templates reuse for their per-row statistics.
 
-A vectorized loop must be spatial, so the vector lanes always run over *output* elements.
-Which output axis depends on where the input's contiguous (last) axis went:
+A vectorized loop must be spatial. Where the input's contiguous (last) axis goes decides
+which loop carries the vector lanes:
 
 kept (e.g. sum over axis 0): vectorize it; the reduction loops sit between a parallel chunk
 loop and the vector loop, so each task streams whole rows of its column chunk and keeps the
@@ -14,24 +14,33 @@ chunk of accumulators in L1:
                 for j_i in vectorized(lanes):
                     y[.., c*chunk + j_m*lanes + j_i] += x[k, .., c*chunk + j_m*lanes + j_i]
 
-reduced (e.g. row sums): run `rows` independent accumulators, one per output row, with the
-reduction loop outside them. The unrolled rows are `rows` independent chains that LLVM's SLP
-vectorizer packs into one vector (a per-lane load each, with constant row offsets), so the
-reduction runs at the load rate instead of the add latency:
+reduced (e.g. row sums): `rfactor` turns `lanes` elements of the reduced axis into a spatial
+axis of a partial-results stage `y_rf`, which is vectorized: contiguous loads of whole
+registers into `lanes / simd` independent vector accumulators per row. The final step reduces
+each row's partial results, the rows of a tile unrolled so their chains run side by side:
 
     for r_o in parallel(R / rows):
-        for k in range(K):
+        for r in range(rows):                          # y_rf: a rows x lanes tile
+            y_rf[r, :] = 0
+            for k_o in range(K / lanes):
+                for k_i in vectorized(lanes):
+                    y_rf[r, k_i] += x[r_o*rows + r, k_o*lanes + k_i]
+        for k_i in range(lanes):                       # the horizontal step
             for r_i in unrolled(rows):
-                y[r_o*rows + r_i] += x[r_o*rows + r_i, k]
+                y[r_o*rows + r_i] += y_rf[r_i, k_i]
 
-No output axis of extent > 1 (a full reduction): a serial loop (needs an rfactor-style
-intermediate stage to vectorize, which the primitives do not offer).
+`lanes` is whole registers of the target (`simd_width`), at most `vector`, and at most a
+quarter of the axis; where it does not divide K the last k_o step is guarded (lowering peels
+it off). No output axis of extent > 1 (a full reduction): the same partial results, and with
+`parallel` first one partial result per core (a second rfactor over the outermost reduction
+loop, parallel), each of them vectorized as above.
 """
 
 from __future__ import annotations
 
 from minitc import dtypes
 from minitc.expr import IterVar, walk
+from minitc.target import simd_width
 from minitc.templates import defaults, template
 from minitc.templates.elementwise import (
     check_int,
@@ -47,7 +56,7 @@ from minitc.templates.elementwise import (
 CHUNK_BYTES = 16 * 1024  # accumulators per column chunk: a whole 16 KiB row segment per pass
 # (long contiguous runs keep the prefetchers streaming; the chunk of accumulators stays in L1)
 CHUNK = CHUNK_BYTES // 4
-ROWS = 8  # independent row accumulators (one AVX2 vector of float32)
+MIN_STEPS = 4  # steps of the vector partial loop at least (fewer lanes for shorter rows)
 
 
 def contiguous_axis(st):
@@ -82,7 +91,7 @@ def pick_chunk(n: int, chunk: int, lanes: int) -> int:
     return chunk
 
 
-def schedule_reduction(s, name: str, *, vector: int, rows: int, chunk: int, parallel: bool) -> None:
+def schedule_reduction(s, name: str, target, *, vector: int, rows: int, chunk: int, parallel: bool) -> None:
     """Schedule the reduction stage `name` as in the module docstring. Works at the root and
     for a stage computed inside another one's loop (compute_at): the splits then act on the
     region the stage computes there, and `parallel` must be False."""
@@ -102,31 +111,96 @@ def schedule_reduction(s, name: str, *, vector: int, rows: int, chunk: int, para
         inner = list(s.split(v, factor=lanes)) if lanes < min(c, n) else [v]
         s.reorder(*spatial, *red, *inner)
         s.vectorize(inner[-1])
+        parallelize(s, spatial, parallel)
+        return
+    c = contiguous_reduce_loop(st, red) if kind == "reduced" else None
+    lanes = accumulator_lanes(extent(s, c), vector, simd_width(target, st.dtype)) if c is not None else 1
+    wide = [lp for lp in spatial if extent(s, lp) > 1]
+    if lanes < 2:  # nothing to vectorize along the reduction
+        parallelize(s, wide, parallel)
+    elif wide:
+        row_partials(s, name, c, lanes=lanes, rows=rows, parallel=parallel)
     else:
-        wide = [q for q, lp in enumerate(spatial) if extent(s, lp) > 1]
-        if kind != "reduced" or not wide:
-            parallelize(s, [lp for lp in spatial if extent(s, lp) > 1], parallel)
-            return
-        p = wide[-1]  # the innermost kept axis: its rows are nearest in memory
-        v = spatial[p]
-        n = extent(s, v)
-        t = pick_tile(n, rows)
-        if t < n:
-            spatial[p], v = s.split(v, factor=t)
-        else:
-            del spatial[p]
-        s.reorder(*spatial, *red, v)
-        s.unroll(v)
-    parallelize(s, spatial, parallel)
+        full_partials(s, name, c, lanes=lanes, cores=max(1, target.num_cores) if parallel else 1)
+
+
+def contiguous_reduce_loop(st, red: list):
+    """The reduction loop of the axis that indexes the input's contiguous dimension."""
+    raxes = st.reduce_axes
+    for r in st.reads():
+        last = {n for n in walk(r.indices[-1]) if isinstance(n, IterVar)} if r.indices else set()
+        for a in reversed(raxes):
+            if a in last:
+                return red[raxes.index(a)]
+    return red[-1]
+
+
+def accumulator_lanes(k: int, vector: int, simd: int) -> int:
+    """Lanes of the vector partial results along a reduced axis of extent k: whole registers
+    of `simd` lanes, at most `vector`, and few enough that the partial loop runs at least
+    MIN_STEPS times (the final step costs one scalar operation per lane and row); the axis
+    itself when it is shorter than a register."""
+    if k < simd or vector < simd:
+        return min(k, vector)
+    return max(simd, min(vector, k // MIN_STEPS) // simd * simd)
+
+
+def vector_partials(s, c, lanes: int):
+    """Split the reduction loop `c` by `lanes`, rfactor the inner part and vectorize it
+    innermost in the new stage; returns the rf stage's tensor."""
+    c_i = s.split(c, factor=lanes)[1] if lanes < extent(s, c) else c
+    rf = s.rfactor(c_i)
+    loops = s.loops(rf)
+    n = len(s.state.stage(rf.name).axes)
+    s.reorder(*loops[: n - 1], *loops[n:], loops[n - 1])
+    s.vectorize(loops[n - 1])
+    return rf
+
+
+def row_partials(s, name: str, c, *, lanes: int, rows: int, parallel: bool) -> None:
+    """Vector partial results per tile of `rows` rows of the innermost kept axis, then the
+    final step with the tile's rows unrolled inside it (module docstring)."""
+    rf = vector_partials(s, c, lanes)
+    *spatial, k = s.loops(name)
+    p = max(q for q, lp in enumerate(spatial) if extent(s, lp) > 1)  # rows nearest in memory
+    v = spatial[p]
+    t = pick_tile(extent(s, v), rows)
+    if t < extent(s, v):
+        spatial[p], v = s.split(v, factor=t)
+    else:
+        del spatial[p]
+    tile = (s.fuse(*spatial) if len(spatial) > 1 else spatial[0]) if spatial else None
+    if tile is not None:
+        s.compute_at(rf, tile)
+    s.reorder(k, v)
+    s.unroll(v)
+    parallelize(s, [tile] if tile is not None else [], parallel)
+
+
+def full_partials(s, name: str, c, *, lanes: int, cores: int) -> None:
+    """A full reduction: vector partial results, first split `cores` ways along the outermost
+    reduction loop (one parallel task each) when there is enough work for them."""
+    if lanes < extent(s, c):
+        c = s.split(c, factor=lanes)[1]  # the rfactor below keeps this split's inner loop
+    st = s.state.stage(name)
+    outer = next(lp for lp, meta in zip(s.loops(name), st.loops) if meta.reduce)
+    if cores > 1 and extent(s, outer) >= 2 * cores and outer.name != c.name:
+        part = s.rfactor(s.split(outer, nparts=cores)[0])
+        c = next(lp for lp in s.loops(part) if lp.name == c.name)
+        rf = vector_partials(s, c, extent(s, c))
+        s.parallel(s.loops(rf)[len(s.state.stage(rf.name).axes) - 2])
+    else:
+        vector_partials(s, c, extent(s, c))
 
 
 @template("reduce")
-def schedule_reduce(s, out, target, vector=32, rows=ROWS, chunk=CHUNK, parallel=True):
+def schedule_reduce(s, out, target, vector=32, rows=8, chunk=CHUNK, parallel=True):
     """sum/max/min/mean over any axes: vector lanes over the kept contiguous axis (`vector`,
-    column chunks of `chunk`), or `rows` unrolled row accumulators when the contiguous axis is
-    reduced; the outer output loops fused and `parallel`."""
+    column chunks of `chunk`), or, when the contiguous axis is reduced, vector partial results
+    along it (up to `vector` lanes) per tile of `rows` rows; the outer output loops fused and
+    `parallel`."""
     check_int("reduce", vector=vector, rows=rows, chunk=chunk)
-    schedule_reduction(s, out, vector=vector, rows=rows, chunk=chunk, parallel=parallel)
+    schedule_reduction(s, out, target, vector=vector, rows=rows, chunk=chunk, parallel=parallel)
 
 
 def input_bytes(s, name: str) -> int:
@@ -160,7 +234,7 @@ def reduce_defaults(s, out, target) -> dict:
     vector = default_vector(target, st.dtype)
     return {
         "vector": vector,
-        "rows": ROWS,
+        "rows": simd_width(target, st.dtype),  # the final step's rows fill a register
         "chunk": default_chunk(st, vector, target),
         "parallel": worth_parallel(input_bytes(s, out), target),
     }
