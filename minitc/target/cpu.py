@@ -1,5 +1,5 @@
 """CPU targets (LLVM): parsing `llvm ...` target strings, and the one description of the CPU
-that templates and design spaces derive their choices from.
+that templates derive their choices from.
 
     parse_cpu_target("llvm")                                  # the host (cpu, features, triple, cores)
     parse_cpu_target("llvm -mcpu=znver1")                     # a named x86 cpu
@@ -16,8 +16,9 @@ The description (properties of LLVMTarget; `describe()` gives them all as a dict
     t.vector_registers          # 32 with AVX-512 (zmm0-31), else 16
     t.full_rate_512             # 512-bit ops at the rate of 256-bit ones (Intel server cores),
                                 # not split in halves (Zen 4, Intel client cores)
-    t.preferred_vector_bits     # the width memory-bound code should use: 256 where 512-bit ops
-    t.preferred_lanes("float32")  # are split (wider vectors only cost more), else vector_bits
+    t.preferred_vector_bits     # what memory-bound code should use: 256 where 512-bit ops are
+                                # split (wider vectors only cost more), else vector_bits
+    t.preferred_lanes("float32")  # lanes of a dtype at that width
     t.cache_bytes("l2")         # "l1d", "l2" (per core), "l3" (shared; 0: none), in bytes
     t.num_cores                 # cores the parallel loops are shared among (-num-cores)
     t.is_host                   # the host's cpu: its caches come from sysfs
