@@ -148,7 +148,11 @@ def test_reduce_params(params, axis):
 def test_reduce_loop_structure():
     X = tc.placeholder((512, 1024), name="X")
     rows = str(tc.lower(tc.ops.sum(X, axis=-1), target=AVX2))
-    assert f"{PAR}(64)" in rows and "unrolled(8)" in rows  # row accumulators inside k
+    # per tile of 8 rows: partial sums of 4 vectors per row (rfactor), then the final step
+    assert f"{PAR}(64)" in rows and 'alloc("local", float32[8, 32]) as sum_rf' in rows
+    assert "for r1_i_1 in vectorized(32):" in rows
+    assert "sum_rf[i0, r1_i_1] = sum_rf[i0, r1_i_1] + X[i0_o * 8 + i0, r1_o * 32 + r1_i_1]" in rows
+    assert "for i0_i_1 in unrolled(8):" in rows  # the final step: 8 rows side by side
     cols = str(tc.lower(tc.ops.sum(tc.placeholder((64, 16384), name="X"), axis=0), target=AVX2))
     assert f"{PAR}(4)" in cols and "for r0 in range(64)" in cols  # 16 KiB column chunks
     assert cols.index("for r0") < cols.rindex("vectorized(32)")  # rows streamed, chunk in L1
@@ -187,6 +191,8 @@ def test_softmax_loop_structure():
     head = text.splitlines()[1]
     assert head.strip() == f"for i0_o in {PAR}(192):"  # one tile loop; everything inside it
     assert text.count(f"{PAR}(") == 1 and "float32[8, 128]" in text and "unrolled(8)" in text
+    for stat in ("softmax_max_rf", "softmax_sum_rf"):  # vector partial results: 8 rows x 4 vectors
+        assert f'alloc("local", float32[8, 32]) as {stat}' in text
 
 
 @pytest.mark.parametrize("shape", [(7, 13), (2, 3, 40), (16,), (33, 64)])
