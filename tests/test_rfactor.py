@@ -19,9 +19,10 @@ from minitc.backends.llvm import jit
 from minitc.backends.llvm.codegen import render
 from minitc.lm.hardware import hardware
 from minitc.schedule.rfactor import rfactor
-from minitc.target import parse_target, simd_width
-from minitc.templates import template_schedule
+from minitc.target import parse_target
+from minitc.templates import DEFAULTS, load_templates, template_schedule
 
+load_templates()
 AVX2 = "llvm -mcpu=znver2 -num-cores=2"
 AVX512 = "llvm -mcpu=znver4 -num-cores=2"
 TOL = dict(rtol=1e-5, atol=1e-5)
@@ -311,10 +312,10 @@ def vector_partial_loops(text: str) -> list:
 
 @pytest.mark.parametrize("cpu", ["znver2", "znver4"])
 def test_templates_vectorize_along_the_reduced_axis(cpu):
-    """Each reduction along the contiguous axis has vector partial loops of whole registers that
+    """Each reduction along the contiguous axis has vector partial loops of whole vectors that
     load the input contiguously (the loop variable is the last index); AVX-512 code uses zmm."""
     target = parse_target(f"llvm -mcpu={cpu} -num-cores=2")
-    simd = simd_width(target, "float32")
+    simd = target.preferred_lanes("float32")
     for name, out in _workloads().items():
         kernel = tc.lower(template_schedule(out, target))
         loops = vector_partial_loops(str(kernel))
@@ -331,6 +332,43 @@ def test_templates_vectorize_along_the_reduced_axis(cpu):
 def _assembly(kernel, target):
     module, machine = jit.optimized_module(render(kernel, target, name="k"), "k", target)
     return machine.emit_assembly(module)
+
+
+@pytest.mark.parametrize(
+    "cpu,lanes",
+    [
+        ("znver2", {13: 0, 16: 8, 20: 0, 24: 8, 36: 8, 128: 32, 768: 32, 1001: 32}),
+        ("znver4", {13: 0, 16: 8, 20: 0, 24: 8, 36: 8, 128: 32, 768: 32, 1001: 32}),  # 512 bits split
+        ("sapphirerapids", {13: 0, 24: 0, 32: 16, 48: 16, 128: 32, 768: 64, 1001: 64}),
+    ],
+)
+def test_default_lanes_follow_the_target(cpu, lanes):
+    """Whole vectors of the preferred width, at most four, at most a quarter of the row; none
+    (SLP rows) for rows under two vectors, or not whole vectors and under four."""
+    target = parse_target(f"llvm -mcpu={cpu} -num-cores=2")
+    for k, expected in lanes.items():
+        s = tc.Schedule(rows((4, k))[1])
+        assert DEFAULTS["reduce"](s, "Y", target)["lanes"] == expected, k
+        sm = tc.Schedule(tc.ops.softmax(tc.placeholder((4, k), name="X")))
+        assert DEFAULTS["softmax"](sm, "softmax", target)["lanes"] == expected, k
+
+
+def test_lanes_zero_keeps_the_rows_unrolled():
+    """lanes=0 (the default for short rows): the SLP layout, rows unrolled inside the
+    reduction loop, no rf stage; other lane counts, whole registers or not, give the same sums."""
+    X, Y = rows((37, 45))
+    x = np.random.default_rng(2).standard_normal((37, 45)).astype("float32")
+    for lanes in (0, 7, 8, 16, 45, 60):
+        s = template_schedule(Y, "llvm", lanes=lanes)
+        text = str(tc.lower(s))
+        assert ("_rf" in text) == (1 < lanes < 45), lanes
+        if lanes == 0:
+            assert re.search(r"for r1 in range\(45\):\n\s+for i0_i_1 in unrolled\(8\):", text)
+        np.testing.assert_allclose(tc.build(s, args=[X, Y])(x), x.sum(-1), **TOL)
+    with pytest.raises(tc.ScheduleError, match="reduce template: lanes must be an int >= 0"):
+        template_schedule(Y, "llvm", lanes=-1)
+    with pytest.raises(tc.ScheduleError, match="softmax template: lanes must be an int >= 0"):
+        template_schedule(tc.ops.softmax(X), "llvm", lanes=2.0)
 
 
 def test_full_reduction_is_parallel_per_core():

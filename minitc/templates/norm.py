@@ -10,10 +10,11 @@ softmax over the last axis (layer_norm is the same with mean/var for max/exp/sum
         e[rows, N]     = exp(x - mx)                          vectorized along the row
         sm_rf[rows, L], sm[rows]: the same for the sum of e
         for r_i in range(rows):
-            for j_o, j_i in vectorized(lanes): y[...] = e[r_i, j] / sm[r_i]
+            for j_o, j_i in vectorized(vector): y[...] = e[r_i, j] / sm[r_i]
 
-The statistics' vector partial results (`rfactor`, L lanes: whole registers of the target)
-are computed per tile too, inside the same loop.
+L is the `lanes` parameter: the statistics' vector partial results per row (`rfactor`; whole
+registers of the target by default, reduce.py's `default_lanes`). Short rows get `lanes=0`:
+the rows unrolled inside the reduction loop instead (SLP-vectorized by LLVM).
 
 softmax over another axis: tiles of `chunk` columns of the last axis instead of row tiles;
 each statistic is then vectorized along the columns with the softmax axis as its reduction
@@ -34,7 +35,7 @@ from minitc.templates.elementwise import (
     pick_tile,
     worth_parallel,
 )
-from minitc.templates.reduce import input_bytes, pick_chunk, schedule_reduction
+from minitc.templates.reduce import check_lanes, default_lanes, input_bytes, pick_chunk, schedule_reduction
 
 ROWS = 8
 CHUNK = 64
@@ -68,7 +69,9 @@ def vectorize_last(s, name: str, vector: int) -> None:
         s.vectorize(last)
 
 
-def row_tiles(s, out: str, target, stats: list, elementwise: list, *, rows: int, vector: int, parallel: bool):
+def row_tiles(
+    s, out: str, target, stats: list, elementwise: list, *, rows: int, vector: int, lanes: int, parallel: bool
+):
     """Statistics over the last axis: a parallel loop over tiles of `rows` rows; the
     statistic stages (reductions) and the elementwise intermediates computed per tile."""
     loops = s.loops(out)
@@ -77,7 +80,7 @@ def row_tiles(s, out: str, target, stats: list, elementwise: list, *, rows: int,
         for name in elementwise:
             vectorize_last(s, name, vector)
         for name in stats:
-            schedule_reduction(s, name, target, vector=vector, rows=rows, chunk=1, parallel=False)
+            schedule_reduction(s, name, target, vector=vector, lanes=lanes, rows=rows, chunk=1, parallel=False)
         return
     *batch, r, j = loops
     t = pick_tile(extent(s, r), rows)
@@ -96,7 +99,7 @@ def row_tiles(s, out: str, target, stats: list, elementwise: list, *, rows: int,
     for name in elementwise:
         vectorize_last(s, name, vector)
     for name in stats:  # vector partial results along the row, then the rows' final step
-        schedule_reduction(s, name, target, vector=vector, rows=t, chunk=1, parallel=False)
+        schedule_reduction(s, name, target, vector=vector, lanes=lanes, rows=t, chunk=1, parallel=False)
     parallelize(s, [tile], parallel)
 
 
@@ -120,22 +123,23 @@ def column_tiles(
     for name in elementwise:
         vectorize_last(s, name, vector)
     for name in stats:  # vectorized along the columns; huge chunk: no further split
-        schedule_reduction(s, name, target, vector=lanes, rows=1, chunk=c, parallel=False)
+        schedule_reduction(s, name, target, vector=lanes, lanes=0, rows=1, chunk=c, parallel=False)
     parallelize(s, [tile], parallel)
 
 
 @template("softmax")
-def schedule_softmax(s, out, target, rows=ROWS, vector=32, chunk=CHUNK, parallel=True):
-    """softmax: max, exp and sum computed per tile of `rows` rows (last axis) or of `chunk`
-    columns (other axes) inside the `parallel` tile loop; elementwise stages vectorized with
-    `vector` lanes."""
+def schedule_softmax(s, out, target, rows=ROWS, vector=32, lanes=8, chunk=CHUNK, parallel=True):
+    """softmax: max, exp and sum computed per tile of `rows` rows (last axis; `lanes` vector
+    partial results per row for max and sum, 0 for none) or of `chunk` columns (other axes)
+    inside the `parallel` tile loop; elementwise stages vectorized with `vector` lanes."""
     check_int("softmax", rows=rows, vector=vector, chunk=chunk)
+    check_lanes("softmax", lanes)
     e = producer(s, out, "softmax_exp")
     stats = [producer(s, e, "softmax_max"), producer(s, out, "softmax_sum")]
     st = s.state.stage(out)
     axis = softmax_axis(s, out)
     if axis == len(st.shape) - 1 or len(st.shape) == 1:
-        row_tiles(s, out, target, stats, [e], rows=rows, vector=vector, parallel=parallel)
+        row_tiles(s, out, target, stats, [e], rows=rows, vector=vector, lanes=lanes, parallel=parallel)
     else:
         column_tiles(s, out, target, axis, stats, [e], chunk=chunk, vector=vector, parallel=parallel)
 
@@ -167,20 +171,22 @@ def softmax_defaults(s, out, target) -> dict:
     return {
         "rows": max(1, min(ROWS, TILE_BYTES // (item * st.shape[-1]))),
         "vector": default_vector(target, st.dtype),
+        "lanes": default_lanes(s.state.stage(producer(s, out, "softmax_sum")), target),
         "chunk": max(8, min(CHUNK, TILE_BYTES // (item * along)) // 8 * 8),
         "parallel": worth_parallel(input_bytes(s, out), target),
     }
 
 
 @template("layer_norm")
-def schedule_layer_norm(s, out, target, rows=ROWS, vector=32, parallel=True):
-    """layer_norm over the last axis: mean and variance per tile of `rows` rows (vector
-    partial results along the row, up to `vector` lanes) in the `parallel` row-tile loop; the
+def schedule_layer_norm(s, out, target, rows=ROWS, vector=32, lanes=8, parallel=True):
+    """layer_norm over the last axis: mean and variance per tile of `rows` rows (`lanes`
+    vector partial results per row, 0 for none) in the `parallel` row-tile loop; the
     normalisation vectorized with `vector` lanes."""
     check_int("layer_norm", rows=rows, vector=vector)
+    check_lanes("layer_norm", lanes)
     var = producer(s, out, "layer_norm_var")
     mean = producer(s, out, "layer_norm_mean")
-    row_tiles(s, out, target, [mean, var], [], rows=rows, vector=vector, parallel=parallel)
+    row_tiles(s, out, target, [mean, var], [], rows=rows, vector=vector, lanes=lanes, parallel=parallel)
 
 
 @defaults("layer_norm")
@@ -189,5 +195,6 @@ def layer_norm_defaults(s, out, target) -> dict:
     return {
         "rows": ROWS,
         "vector": default_vector(target, st.dtype),
+        "lanes": default_lanes(s.state.stage(producer(s, out, "layer_norm_mean")), target),
         "parallel": worth_parallel(input_bytes(s, out), target),
     }

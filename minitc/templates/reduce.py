@@ -10,9 +10,9 @@ chunk of accumulators in L1:
 
     for [outer, c] in parallel(...):          # column chunks of `chunk` elements
         for k in range(K):                    # reduction loops
-            for j_m in range(chunk / lanes):
-                for j_i in vectorized(lanes):
-                    y[.., c*chunk + j_m*lanes + j_i] += x[k, .., c*chunk + j_m*lanes + j_i]
+            for j_m in range(chunk / vector):
+                for j_i in vectorized(vector):
+                    y[.., c*chunk + j_m*vector + j_i] += x[k, .., c*chunk + j_m*vector + j_i]
 
 reduced (e.g. row sums): `rfactor` turns `lanes` elements of the reduced axis into a spatial
 axis of a partial-results stage `y_rf`, which is vectorized: contiguous loads of whole
@@ -29,9 +29,18 @@ each row's partial results, the rows of a tile unrolled so their chains run side
             for r_i in unrolled(rows):
                 y[r_o*rows + r_i] += y_rf[r_i, k_i]
 
-`lanes` is whole registers of the target (`simd_width`), at most `vector`, and at most a
-quarter of the axis; where it does not divide K the last k_o step is guarded (lowering peels
-it off). No output axis of extent > 1 (a full reduction): the same partial results, and with
+By default `lanes` is whole vectors of the target's preferred width (`preferred_lanes`), at
+most four, and at most a quarter of the axis; where it does not divide K the last k_o step is guarded (lowering peels
+it off). Rows shorter than that pays for (`default_lanes`) get `lanes=0`: `rows` accumulators
+unrolled inside the reduction loop, independent chains that LLVM's SLP vectorizer packs into
+one vector (a load per lane):
+
+    for r_o in parallel(R / rows):
+        for k in range(K):
+            for r_i in unrolled(rows):
+                y[r_o*rows + r_i] += x[r_o*rows + r_i, k]
+
+No output axis of extent > 1 (a full reduction): the same partial results, and with
 `parallel` first one partial result per core (a second rfactor over the outermost reduction
 loop, parallel), each of them vectorized as above.
 """
@@ -39,8 +48,8 @@ loop, parallel), each of them vectorized as above.
 from __future__ import annotations
 
 from minitc import dtypes
+from minitc.errors import ScheduleError
 from minitc.expr import IterVar, walk
-from minitc.target import simd_width
 from minitc.templates import defaults, template
 from minitc.templates.elementwise import (
     check_int,
@@ -91,7 +100,7 @@ def pick_chunk(n: int, chunk: int, lanes: int) -> int:
     return chunk
 
 
-def schedule_reduction(s, name: str, target, *, vector: int, rows: int, chunk: int, parallel: bool) -> None:
+def schedule_reduction(s, name: str, target, *, vector: int, lanes: int, rows: int, chunk: int, parallel: bool) -> None:
     """Schedule the reduction stage `name` as in the module docstring. Works at the root and
     for a stage computed inside another one's loop (compute_at): the splits then act on the
     region the stage computes there, and `parallel` must be False."""
@@ -102,47 +111,86 @@ def schedule_reduction(s, name: str, target, *, vector: int, rows: int, chunk: i
     if kind == "kept":
         v = spatial[p]
         n = extent(s, v)
-        lanes = pick_lanes(n, vector)
-        c = pick_chunk(n, chunk, lanes)
+        vec = pick_lanes(n, vector)
+        c = pick_chunk(n, chunk, vec)
         if c < n:
             spatial[p], v = s.split(v, factor=c)
         else:
             del spatial[p]
-        inner = list(s.split(v, factor=lanes)) if lanes < min(c, n) else [v]
+        inner = list(s.split(v, factor=vec)) if vec < min(c, n) else [v]
         s.reorder(*spatial, *red, *inner)
         s.vectorize(inner[-1])
         parallelize(s, spatial, parallel)
         return
-    c = contiguous_reduce_loop(st, red) if kind == "reduced" else None
-    lanes = accumulator_lanes(extent(s, c), vector, simd_width(target, st.dtype)) if c is not None else 1
-    wide = [lp for lp in spatial if extent(s, lp) > 1]
-    if lanes < 2:  # nothing to vectorize along the reduction
-        parallelize(s, wide, parallel)
-    elif wide:
+    if kind != "reduced":
+        parallelize(s, [lp for lp in spatial if extent(s, lp) > 1], parallel)
+        return
+    c = contiguous_reduce_loop(st, red)
+    if not 1 < lanes < extent(s, c):  # no vector partial results
+        slp_rows(s, spatial, red, rows=rows, parallel=parallel)
+    elif any(extent(s, lp) > 1 for lp in spatial):
         row_partials(s, name, c, lanes=lanes, rows=rows, parallel=parallel)
     else:
         full_partials(s, name, c, lanes=lanes, cores=max(1, target.num_cores) if parallel else 1)
 
 
-def contiguous_reduce_loop(st, red: list):
-    """The reduction loop of the axis that indexes the input's contiguous dimension."""
-    raxes = st.reduce_axes
+def check_lanes(template_name: str, lanes) -> None:
+    if isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 0:
+        raise ScheduleError(
+            f"{template_name} template: lanes must be an int >= 0 (0: no vector partial results), got {lanes!r}"
+        )
+
+
+def contiguous_reduce_axis(st):
+    """The reduction axis that indexes the contiguous dimension of what the stage reads."""
     for r in st.reads():
         last = {n for n in walk(r.indices[-1]) if isinstance(n, IterVar)} if r.indices else set()
-        for a in reversed(raxes):
+        for a in reversed(st.reduce_axes):
             if a in last:
-                return red[raxes.index(a)]
-    return red[-1]
+                return a
+    return st.reduce_axes[-1]
 
 
-def accumulator_lanes(k: int, vector: int, simd: int) -> int:
-    """Lanes of the vector partial results along a reduced axis of extent k: whole registers
-    of `simd` lanes, at most `vector`, and few enough that the partial loop runs at least
-    MIN_STEPS times (the final step costs one scalar operation per lane and row); the axis
-    itself when it is shorter than a register."""
-    if k < simd or vector < simd:
-        return min(k, vector)
-    return max(simd, min(vector, k // MIN_STEPS) // simd * simd)
+def contiguous_reduce_loop(st, red: list):
+    """The loop (among the stage's initial reduction loops `red`) of contiguous_reduce_axis."""
+    return red[st.reduce_axes.index(contiguous_reduce_axis(st))]
+
+
+def default_lanes(st, target) -> int:
+    """Partial results per row along the reduced contiguous axis (of extent k) of stage `st`:
+    whole vectors of the target's preferred width for memory-bound code (`preferred_lanes`:
+    256 bits where 512-bit operations are split in halves), four of them at most, and few
+    enough that the partial loop runs at least MIN_STEPS times (the final step costs a scalar
+    operation per lane and row). 0 (SLP rows) when k is under two vectors, or is not a whole
+    number of vectors and under MIN_STEPS of them: the guarded last step would cost more than
+    it saves."""
+    kind, _ = contiguous_axis(st)
+    if kind != "reduced":
+        return 0
+    k = contiguous_reduce_axis(st).extent
+    simd = target.preferred_lanes(st.dtype)
+    if k < 2 * simd or (k % simd and k < MIN_STEPS * simd):
+        return 0
+    return max(simd, min(default_vector(target, st.dtype), k // MIN_STEPS) // simd * simd)
+
+
+def slp_rows(s, spatial: list, red: list, *, rows: int, parallel: bool) -> None:
+    """`rows` row accumulators unrolled inside the reduction loops: independent chains that
+    LLVM's SLP vectorizer packs into one vector (a load per lane); for short rows."""
+    wide = [q for q, lp in enumerate(spatial) if extent(s, lp) > 1]
+    if not wide:
+        parallelize(s, [], parallel)
+        return
+    p = wide[-1]  # the innermost kept axis: its rows are nearest in memory
+    v = spatial[p]
+    t = pick_tile(extent(s, v), rows)
+    if t < extent(s, v):
+        spatial[p], v = s.split(v, factor=t)
+    else:
+        del spatial[p]
+    s.reorder(*spatial, *red, v)
+    s.unroll(v)
+    parallelize(s, spatial, parallel)
 
 
 def vector_partials(s, c, lanes: int):
@@ -194,13 +242,14 @@ def full_partials(s, name: str, c, *, lanes: int, cores: int) -> None:
 
 
 @template("reduce")
-def schedule_reduce(s, out, target, vector=32, rows=8, chunk=CHUNK, parallel=True):
+def schedule_reduce(s, out, target, vector=32, lanes=8, rows=8, chunk=CHUNK, parallel=True):
     """sum/max/min/mean over any axes: vector lanes over the kept contiguous axis (`vector`,
-    column chunks of `chunk`), or, when the contiguous axis is reduced, vector partial results
-    along it (up to `vector` lanes) per tile of `rows` rows; the outer output loops fused and
-    `parallel`."""
+    column chunks of `chunk`), or, when the contiguous axis is reduced, `lanes` vector partial
+    results along it per row (0, or not less than the axis: `rows` unrolled row accumulators
+    instead) per tile of `rows` rows; the outer output loops fused and `parallel`."""
     check_int("reduce", vector=vector, rows=rows, chunk=chunk)
-    schedule_reduction(s, out, target, vector=vector, rows=rows, chunk=chunk, parallel=parallel)
+    check_lanes("reduce", lanes)
+    schedule_reduction(s, out, target, vector=vector, lanes=lanes, rows=rows, chunk=chunk, parallel=parallel)
 
 
 def input_bytes(s, name: str) -> int:
@@ -234,7 +283,8 @@ def reduce_defaults(s, out, target) -> dict:
     vector = default_vector(target, st.dtype)
     return {
         "vector": vector,
-        "rows": simd_width(target, st.dtype),  # the final step's rows fill a register
+        "lanes": default_lanes(st, target),
+        "rows": target.preferred_lanes(st.dtype),  # the final step's rows fill a vector
         "chunk": default_chunk(st, vector, target),
         "parallel": worth_parallel(input_bytes(s, out), target),
     }
