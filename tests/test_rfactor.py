@@ -179,6 +179,15 @@ def test_matmul_and_a_second_rfactor():
     check(s, lambda a, b: a @ b, dict(rtol=1e-4, atol=1e-5))
 
 
+def test_cache_write_of_an_rf_stage():
+    """The cache computes under the rf stage's guard; the copy-out copies every element."""
+    _, Y = rows((6, 21))
+    s, rf = split_rfactor(Y)
+    s.cache_write(rf, "local")
+    text = str(check(s, lambda x: x.sum(-1)))
+    assert "if r1_o * 8 + r1_i < 21:\n" in text and text.count(" < 21") == 1
+
+
 def test_rf_stage_computed_where_the_stage_is():
     """A reduction computed at a consumer's loop keeps its place; its rf stage goes there too."""
     X = tc.placeholder((7, 19), name="X")
