@@ -7,11 +7,13 @@ import json
 import pytest
 from click.testing import CliRunner
 
+import minitc as tc
 from minitc.autotune.workload_key import describe, workload_key
 from minitc.benchmarks import suites as wl
 from minitc.benchmarks.progress import TuneProgress
 from minitc.cli import main
 from minitc.commands.recover import recover
+from minitc.commands.show import step_line
 from minitc.commands.spec import command_args, flops, parse_call
 
 TUNE_FIELDS = {"workload", "best_ms", "trials", "errors", "history", "seconds", "overhead_s_per_trial"}
@@ -283,3 +285,19 @@ def test_tune_defaults_to_the_shipped_language_model(tmp_path):
     data = json.loads(out.read_text())
     assert data["strategy"] == "tlm" and data["trials"] == 3 and data["tuned_ms"] > 0
     assert "numpy" in result.output and "tuned (tlm)" in result.output
+
+
+def test_show_prints_each_step_as_its_schedule_call():
+    X = tc.placeholder((64, 256), name="X")
+    s = tc.Schedule(tc.ops.sum(X, axis=-1))
+    _, k = s.loops(s.outputs[0])
+    _, inner = s.split(k, factor=8)
+    row, partial, rest = s.loops(s.rfactor(inner))
+    s.reorder(row, rest, partial)
+    s.vectorize(partial)
+    assert [step_line(step) for step in s.trace.steps] == [
+        "split(sum.r1, factor=8)",
+        "rfactor(sum.r1_i)",
+        "reorder(sum_rf.i0, sum_rf.r1_o, sum_rf.r1_i)",
+        "vectorize(sum_rf.r1_i)",
+    ]

@@ -60,7 +60,7 @@ def step_line(step) -> str:
     k, a, d = step.kind, step.args, step.decisions
     if k == "split":
         return f"split({loops[0]}, {'nparts' if 'nparts' in a else 'factor'}={d[0]})"
-    if k in ("fuse", "reorder", "unroll", "parallel", "vectorize"):
+    if k in ("fuse", "reorder", "unroll", "parallel", "vectorize", "rfactor"):
         return f"{k}({', '.join(loops)})"
     if k == "bind":
         return f"bind({loops[0]}, {_arg(a[0])})"
