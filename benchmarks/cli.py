@@ -209,6 +209,12 @@ def check_output(path, flag: str) -> None:
     type=click.Path(exists=True, dir_okay=False),
     help="tlm-eval: reuse the evolutionary runs of an earlier --json file; run only TLM again.",
 )
+@click.option(
+    "--leave-out-hardware",
+    is_flag=True,
+    help="tlm-eval: first fine-tune a copy of the model (--lm, default the shipped one) on the dataset "
+    "(lm/data) without this host's hardware description, then evaluate that copy.",
+)
 def bench(
     suite,
     workloads,
@@ -232,6 +238,7 @@ def bench(
     tlm_seeds,
     lm_path,
     evo_from,
+    leave_out_hardware,
 ):
     """Benchmark minitc against numpy and torch (CPU) on a suite of workloads.
 
@@ -259,9 +266,21 @@ def bench(
     given_target = ctx.get_parameter_source("target") == click.core.ParameterSource.COMMANDLINE
     if given_target and suite not in SUITES and suite not in GPU_SUITES:
         raise click.UsageError(f"--target applies to the suites {', '.join(SUITES)}, not {suite}")
+    if leave_out_hardware and suite != "tlm-eval":
+        raise click.UsageError("--leave-out-hardware applies to the suite tlm-eval")
     if suite == "tlm-eval":
         return bench_tlm_eval(
-            workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_path, quiet, evo_from, tlm_seeds
+            workloads,
+            tlm_k,
+            evo_trials,
+            seed,
+            json_path,
+            plot_path,
+            lm_path,
+            quiet,
+            evo_from,
+            tlm_seeds,
+            leave_out_hardware,
         )
     if suite in GPU_SUITES:
         return bench_gpu(ctx, suite, workloads, repeats, budget_s, tune_trials, json_path, plot_path, quiet)
@@ -342,9 +361,20 @@ def bench_gpu(ctx, suite, workloads, repeats, budget_s, tune_trials, json_path, 
 
 
 def bench_tlm_eval(
-    workloads, tlm_k, evo_trials, seed, json_path, plot_path, lm_path, quiet, evo_from=None, tlm_seeds=""
+    workloads,
+    tlm_k,
+    evo_trials,
+    seed,
+    json_path,
+    plot_path,
+    lm_path,
+    quiet,
+    evo_from=None,
+    tlm_seeds="",
+    leave_out_hardware=False,
 ) -> None:
-    """`--suite tlm-eval`: the language model against evolutionary search on held-out workloads."""
+    """`--suite tlm-eval`: the language model against evolutionary search on held-out workloads
+    (with `leave_out_hardware`: a copy of it fine-tuned without this host's measurements)."""
     import json
 
     say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))
@@ -356,6 +386,9 @@ def bench_tlm_eval(
         raise click.UsageError("--tlm-k, --evo-trials and --tlm-seeds take comma-separated integers") from None
     names = [n.strip() for n in workloads.split(",") if n.strip()]
     start = time.perf_counter()
+    left_out = None
+    if leave_out_hardware:
+        lm_path, left_out = _leave_out_model(lm_path, say)
     try:
         by_seed = tlm_eval.run_seeds(names, ks, budgets, seeds, say, lm_path, evo_from)
     except KeyError as e:
@@ -371,6 +404,7 @@ def bench_tlm_eval(
             "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "command": command_line(click.get_current_context()),
             "versions": versions(),
+            **({"leave_out_hardware": left_out} if left_out else {}),
         }
         shared = ("evo_history", "evo_times")  # the later seeds' rows share the first's evolutionary run
         more = {
@@ -384,6 +418,20 @@ def bench_tlm_eval(
     if plot_path:
         tlm_report.plot(rows, plot_path)
         say(f"wrote {plot_path}")
+
+
+def _leave_out_model(base, say) -> tuple:
+    """(path, what was left out) of a copy of `base` fine-tuned without this host's hardware
+    description (tlm_eval.leave_out_model), kept in the user's cache directory."""
+    from minitc.lm.pipeline import user_model_path
+    from minitc.target import hardware_fingerprint
+
+    fingerprint = hardware_fingerprint("llvm")
+    out = user_model_path().parent / f"lm-without-{fingerprint}.pt"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = tlm_eval.leave_out_model(base, out, say=say)
+    say(f"leave-out: wrote {out} ({meta['demonstrations']} programs, {meta['seconds']:.0f} s)")
+    return str(out), {"fingerprint": fingerprint, "base": str(base or "shipped"), "checkpoint": str(out)}
 
 
 def select_tuning(suite: str, names) -> list:

@@ -3,7 +3,8 @@ saw in training (lm/workloads.py HELD_OUT), in the form of the TLM paper's Table
 
     python -m benchmarks --suite tlm-eval [--tlm-k 1,10,32,64] [--evo-trials 64,256,1000]
                          [--workloads matmul-512,...] [--json out.json] [--plot curves.png]
-                         [--evo-from earlier.json] [--tlm-seeds 0,1,2]
+                         [--evo-from earlier.json] [--tlm-seeds 0,1,2] [--lm CKPT]
+                         [--leave-out-hardware]
 
 For each workload, one `tlm` run measures max(k) programs and one `evolutionary` run measures
 max(trials), each from a fresh records database and without the hand template measured first
@@ -26,6 +27,11 @@ tuning time each search needed to come within 1% of Evo's largest budget side by
 same rule for both). The tables are made by benchmarks/tlm_report.py, which also re-reads a
 stored run. The winners' traces are kept in the JSON (`winners`, `first_winners`), so
 `--evo-from` reuses them too.
+
+Leave-one-hardware-out (`--leave-out-hardware`, `leave_out_model`): a copy of the model is
+first fine-tuned on the dataset (lm/data) without this host's hardware description, and that
+copy is evaluated, so the table shows how the model does on a machine whose measurements it
+never saw.
 """
 
 from __future__ import annotations
@@ -216,3 +222,43 @@ def run_seeds(names, ks, evo_trials, seeds, say=None, lm=None, evo_from=None) ->
         by_seed[seed] = run(names, ks, evo_trials, seed, say, lm, evo_from)
         evo_from = evo_from or by_seed[seed]
     return by_seed
+
+
+def without_hardware(entries: list, fingerprint: str) -> tuple:
+    """(the entries of every other hardware description, how many of `fingerprint` there were):
+    the training side of a leave-one-hardware-out split. Unlike dataset.split_by_hardware, a
+    dataset without `fingerprint` is no error: all of it is then already without it."""
+    kept = [e for e in entries if e.fingerprint != fingerprint]
+    return kept, len(entries) - len(kept)
+
+
+def leave_out_model(base, out, *, data=None, target: str = "llvm", threads=None, say=None) -> dict:
+    """Fine-tune a copy of the checkpoint `base` (default: the shipped one) on the dataset
+    `data` (default: lm/data) without the hardware description of `target` on this host, into
+    `out`; returns its meta. A base already fine-tuned on measurements of a machine like this
+    one is refused: more fine-tuning would not make it forget them."""
+    from minitc.lm.data import dataset_demonstrations
+    from minitc.lm.dataset import DATA_DIR, load
+    from minitc.lm.hardware import hardware, same_machine, trained_hardware
+    from minitc.lm.model import LMError
+    from minitc.lm.pipeline import SHIPPED, finetune, load_model
+    from minitc.target import hardware_fingerprint, parse_target
+
+    say = say or (lambda msg: None)
+    base, data = Path(base or SHIPPED), Path(data or DATA_DIR)
+    fingerprint, here = hardware_fingerprint(parse_target(target)), hardware(target)
+    seen = [line for line in trained_hardware(load_model(base)[2], measured=True) if same_machine(line, here)]
+    if seen:
+        raise LMError(
+            f"{base} was fine-tuned on measurements of this machine (`{seen[0].split(' gflops ')[0]}`), so a "
+            "copy of it cannot evaluate the model on hardware it has not seen: start from a checkpoint "
+            "that was not (--lm, e.g. the one `minitc lm pretrain` wrote)"
+        )
+    entries, held = without_hardware(load(data), fingerprint)
+    if held:
+        say(f"leave-out: fine-tuning {base.name} on {len(entries)} programs, without the {held} of {fingerprint}")
+    else:
+        say(f"leave-out: the dataset has no programs of {fingerprint}; fine-tuning {base.name} on all {len(entries)}")
+    demos = dataset_demonstrations(entries)
+    stage = {"left_out": fingerprint}
+    return finetune(base, None, out, demos=demos, source=f"{data} without {fingerprint}", stage=stage, threads=threads)

@@ -9,8 +9,9 @@ minitc lm workloads                                          # the training and 
 minitc lm data --check                                       # the kept dataset (lm/data): summary, check
 minitc lm export-db ~/.cache/minitc/records.db               # keep a records database's programs in it
 minitc lm finetune lm.pt --data lm/data --out lm-ft.pt       # fine-tune on the dataset
+minitc lm adapt                                              # this machine: measure a sample, fine-tune a copy
 
-`measure` and `loop` add what they measure to the dataset (`--dataset`, default the package's
+`measure`, `loop` and `adapt` add what they measure to the dataset (`--dataset`, default the package's
 lm/data: a checkout's new shards show in `git status`, to commit; `--no-dataset` to keep
 nothing but the records database).
 """
@@ -27,6 +28,7 @@ import click
 from minitc.autotune.database import Database, DatabaseError
 from minitc.autotune.tuner import tune
 from minitc.autotune.workload_key import describe, workload_key
+from minitc.lm.adapt import DEFAULT_MINUTES
 from minitc.lm.training_set import HELD_OUT, TRAINING, workload
 
 
@@ -64,6 +66,8 @@ def _writable(ctx, param, value):
 
 def _records(ctx, param, value):
     """click callback: open (or create) the records database now, so a bad file fails first."""
+    if value is None:
+        return None
     try:
         Database(value).close()
     except DatabaseError as e:
@@ -347,6 +351,94 @@ def loop_cmd(checkpoint, db, rounds, per_round, workloads, out_dir, dataset, no_
         _say(f"round {r}: fine-tuned on {meta['demonstrations']} measured programs -> {nxt}")
         current = nxt
     click.echo(str(current))
+
+
+@lm.command("adapt")
+@click.option(
+    "--lm",
+    "lm_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Checkpoint to start from (default: the shipped model).",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    callback=_writable,
+    help="Where the adapted model goes (default: lm-adapted-<hardware>.pt in your cache directory).",
+)
+@click.option(
+    "--minutes",
+    default=float(DEFAULT_MINUTES),
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Time for the whole run: three quarters measuring, the rest fine-tuning.",
+)
+@click.option(
+    "--per-workload",
+    default=16,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="At most this many new programs per workload, half the model's, half random.",
+)
+@click.option("--workloads", help="Comma-separated names (default: the training set).")
+@click.option(
+    "--others",
+    default=2.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Programs of other machines (from the dataset) fine-tuned on per program of this one.",
+)
+@click.option("--target", default="llvm", show_default=True, help="CPU target to adapt to, as for `measure`.")
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False),
+    callback=_records,
+    help="Records database of the measurements (default: adapt-records.db in your cache directory).",
+)
+@click.option("--threads", type=click.IntRange(min=1), help="torch threads for fine-tuning (default: all CPUs).")
+@click.option("--seed", default=0, show_default=True)
+@_dataset_options
+def adapt_cmd(lm_path, out, minutes, per_workload, workloads, others, target, db, threads, seed, dataset, no_dataset):
+    """Measure a sample of the training workloads on this machine and fine-tune a copy of the
+    model for it, in about --minutes (the shipped checkpoint is never changed). The measured
+    programs are appended to the dataset (--dataset, default lm/data), whose other machines'
+    programs are fine-tuned on too; the new model is used with --lm PATH or MINITC_LM."""
+    from minitc.lm.adapt import adapt, refuse_shipped
+    from minitc.lm.training_set import TRAINING
+    from minitc.target import parse_target
+
+    if out:
+        refuse_shipped(out)
+    parse_target(target)  # a bad target fails before anything is measured
+    names = _names(workloads, TRAINING)
+    held_out = [n for n in names if n in HELD_OUT]
+    if held_out:  # tlm-eval's claims hold only for workloads the model never learned from
+        raise click.BadParameter(
+            f"{', '.join(held_out)}: held out of training for tlm-eval; adapt on training workloads",
+            param_hint="--workloads",
+        )
+    result = adapt(
+        checkpoint=lm_path,
+        out=out,
+        names=names,
+        minutes=minutes,
+        per_workload=per_workload,
+        others=others,
+        target=target,
+        db=db,
+        dataset=dataset,
+        keep=not no_dataset,
+        seed=seed,
+        threads=threads,
+        say=_say,
+    )
+    click.echo(
+        f"adapted to {result.fingerprint}: measured {result.measured} programs in {result.measure_seconds:.0f} s, "
+        f"fine-tuned on {result.here} of this machine and {result.others} of others in "
+        f"{result.finetune_seconds:.0f} s"
+    )
+    click.echo(f"wrote {result.path}")
+    click.echo(f"use it: minitc tune ... --lm {result.path}    (or: export MINITC_LM={result.path})")
 
 
 @lm.command("ship")

@@ -142,12 +142,17 @@ def demonstrations(db, target: str | None = None, sharpness: float = 4.0, worklo
 def dataset_demonstrations(entries, sharpness: float = 4.0) -> list:
     """(Sentence, weight) of every successful dataset entry, weighted by throughput_weights among
     the entries of its workload, target and machine (latencies of two machines do not compare)."""
+    return [(e.parsed or parse(e.sentence), w) for e, w in weighted_entries(entries, sharpness)]
+
+
+def weighted_entries(entries, sharpness: float = 4.0) -> list:
+    """(Entry, weight) of every successful dataset entry, as dataset_demonstrations weighs it,
+    without parsing the sentences (a caller that keeps a sample parses only those)."""
     groups: dict = {}
     for e in entries:
         if e.ok:
             groups.setdefault((e.workload, e.target, e.fingerprint), []).append(e)
     out = []
     for group in groups.values():
-        weights = throughput_weights([e.median_ms for e in group], sharpness)
-        out += [(e.parsed or parse(e.sentence), w) for e, w in zip(group, weights)]
+        out += zip(group, throughput_weights([e.median_ms for e in group], sharpness))
     return out

@@ -131,3 +131,45 @@ def same_machine(line_a: str, line_b: str) -> bool:
     """Whether two hardware lines name the same kind of machine (target, CPU or GPU
     architecture, cores, SIMD width, caches), whatever their measured rates."""
     return str(line_a).split(" gflops ")[0] == str(line_b).split(" gflops ")[0]
+
+
+def machine_fields(line: str) -> dict:
+    """What a hardware line says the machine is, as {field: value}: its target and CPU (or GPU
+    architecture) and each named quantity but the measured rates (`gflops`, `gbps`)."""
+    words = str(line).split(" gflops ")[0].split()
+    fields = {"target": words[1] if len(words) > 1 else "", "cpu": words[2] if len(words) > 2 else ""}
+    fields.update(zip(words[3::2], words[4::2]))
+    return fields
+
+
+def differences(line_a: str, line_b: str) -> list:
+    """The fields (machine_fields) in which two hardware lines differ, in line order."""
+    a, b = machine_fields(line_a), machine_fields(line_b)
+    return [name for name in {**a, **b} if a.get(name) != b.get(name)]
+
+
+def closest_machine(lines, line: str) -> str:
+    """Of hardware `lines` ({line: programs} or a list), the one that differs from `line` in
+    the fewest fields; on a tie the one with the most programs."""
+    counts = lines if isinstance(lines, dict) else dict.fromkeys(lines, 0)
+    return min(counts, key=lambda other: (len(differences(other, line)), -counts[other]))
+
+
+def trained_hardware(meta: dict, measured: bool = False) -> dict:
+    """{hardware line: programs} a checkpoint learned from, over every stage of its meta and
+    history: the machines whose measurements it was fine-tuned on (a stage's `hardware_lines`,
+    else its `hardware`). A model never fine-tuned on measurements gives the line of the
+    sentences it was pretrained on, unless `measured`."""
+    stages = [meta] + [h for h in meta.get("history", []) if isinstance(h, dict)]
+    found, pretrained = {}, {}
+    for stage in stages:
+        lines = stage.get("hardware_lines")
+        if not isinstance(lines, dict):
+            line = stage.get("hardware")
+            programs = stage.get("demonstrations") or stage.get("learned_from") or stage.get("sentences") or 0
+            lines = {line: programs} if isinstance(line, str) else {}
+        into = pretrained if stage.get("stage") == "pretrain" else found
+        for line, programs in lines.items():
+            # each fine-tuning round counts the programs of the rounds before it again
+            into[line] = max(into.get(line, 0), int(programs or 0))
+    return found if found or measured else pretrained

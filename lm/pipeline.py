@@ -29,8 +29,15 @@ SHIPPED = Path(__file__).with_name("checkpoints") / "cpu.pt"
 
 
 def user_model_path() -> Path:
-
+    """Where `minitc tune --learn` keeps the user's model: next to the records database
+    (~/.cache/minitc, or the folder of $MINITC_DB)."""
     return default_path().parent / "lm-finetuned.pt"
+
+
+def adapted_model_path(fingerprint: str) -> Path:
+    """Where `minitc lm adapt` writes the model it adapted to the machine `fingerprint`
+    (minitc.target.hardware_fingerprint): the folder of user_model_path."""
+    return user_model_path().parent / f"lm-adapted-{fingerprint}.pt"
 
 
 def default_model_path() -> Path:
@@ -122,6 +129,9 @@ def finetune(
     data=None,
     hardware=None,
     leave_out: str | None = None,
+    demos: list | None = None,
+    source: str | None = None,
+    stage: dict | None = None,
     epochs: int = 4,
     batch_size: int = 32,
     lr: float = 1e-4,
@@ -134,15 +144,19 @@ def finetune(
     """Continue training `checkpoint` on the measured programs of the records database `db`, or
     (with `db=None`) of the dataset folder `data` (lm/dataset.py: only the fingerprints in
     `hardware` if given, without those of `leave_out`), each weighted by its throughput relative
-    to its workload's best (data.demonstrations, data.dataset_demonstrations)."""
+    to its workload's best (data.demonstrations, data.dataset_demonstrations); or on `demos`,
+    (Sentence, weight) pairs made by the caller, from `source`. `stage` adds to (or overrides)
+    the new checkpoint's meta."""
     from minitc.lm.data import examples
 
     _threads(threads)
     torch.manual_seed(seed)
     model, tok, meta = load_model(checkpoint)
-    demos = _demonstrations(db, data, hardware, leave_out, sharpness)
+    if demos is None:
+        demos = _demonstrations(db, data, hardware, leave_out, sharpness)
+        source = str(db if db is not None else data)
     if not demos:
-        raise LMError(f"no measured programs with sentences in {db or data}: run `minitc lm measure` first")
+        raise LMError(f"no measured programs with sentences in {source}: run `minitc lm measure` first")
     demo_set = examples(tok, [s for s, _ in demos], [w for _, w in demos])
     lines = Counter(str(s.hardware) for s, _ in demos)
     start = time.perf_counter()
@@ -161,7 +175,7 @@ def finetune(
     meta = {
         "stage": "finetune",
         "demonstrations": len(demo_set),
-        "source": str(db if db is not None else data),
+        "source": source,
         "hardware": lines.most_common(1)[0][0],
         "hardware_lines": dict(sorted(lines.items())),  # every machine trained on, with its programs
         "weight_sum": round(sum(w for _, w in demos), 2),
@@ -169,6 +183,7 @@ def finetune(
         "steps": len(losses),
         "final_loss": float(np.mean(losses[-20:])) if losses else None,
         "parameters": model.num_parameters(),
+        **(stage or {}),
         "history": history,
     }
     save_checkpoint(out, model, tok.vocab, meta)

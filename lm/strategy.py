@@ -37,7 +37,7 @@ from minitc.autotune.mutators import edit, switch_flips
 from minitc.autotune.search import RandomSearch
 from minitc.errors import ScheduleError
 from minitc.lm.decode import Decoder
-from minitc.lm.hardware import hardware, same_machine
+from minitc.lm.hardware import closest_machine, differences, hardware, same_machine, trained_hardware
 
 
 class TLMSearch(RandomSearch):
@@ -180,12 +180,23 @@ class TLMSearch(RandomSearch):
         }
 
     def finish(self) -> None:
-        """With `learn`, keep what was learned: the user's own model, used by default from now on."""
+        """With `learn`, keep what was learned: the user's own model, used by default from now on.
+        Its meta is a new stage on top of the model's, naming this machine's hardware line."""
         if self.learn and self.demos:
             from minitc.lm.model import save_checkpoint
             from minitc.lm.pipeline import user_model_path
 
-            meta = dict(getattr(self, "meta", {}), stage="learn", learned_from=len(self.demos))
+            before = dict(getattr(self, "meta", {}))
+            history = list(before.pop("history", [])) + [before]
+            line = str(self.hardware)
+            meta = {
+                "stage": "learn",
+                "learned_from": len(self.demos),
+                "hardware": line,
+                "hardware_lines": {line: len(self.demos)},
+                "parameters": self.model.num_parameters(),
+                "history": history,
+            }
             save_checkpoint(user_model_path(), self.model, self.tok.vocab, meta)
 
     def _learn(self, sharpness: float = 4.0) -> None:
@@ -198,6 +209,47 @@ class TLMSearch(RandomSearch):
         data = examples(self.tok, [s for s, _ in self.demos], weights)
         train(self.model, data, epochs=1, batch_size=16, lr=5e-5, warmup=1, seed=len(self.demos))
         self.model.eval()
+
+
+class HardwareWarning(UserWarning):
+    """The language model never learned from measurements of a machine like this one."""
+
+
+def hardware_warning(meta: dict, hw, target="llvm") -> str | None:
+    """One line saying that a checkpoint (its `meta`) learned from no machine like `hw` (a
+    hardware line), naming the closest it did learn from and what to do; None when one of its
+    machines is like this one. The measured rates are not compared: they vary with the load."""
+    from minitc.lm.adapt import DEFAULT_MINUTES
+    from minitc.lm.pipeline import adapted_model_path
+    from minitc.target import hardware_fingerprint
+
+    lines = trained_hardware(meta)
+    if not lines or any(same_machine(line, hw) for line in lines):
+        return None
+    closest = closest_machine(lines, str(hw))
+    differ = ", ".join(differences(closest, str(hw)))
+    if len(lines) == 1:
+        trained = (
+            f"was trained on `{_machine(closest)}`, unlike this machine (`{_machine(hw)}`: it differs in {differ})"
+        )
+    else:
+        trained = (
+            f"was trained on {len(lines)} machines, none like this one (`{_machine(hw)}`); the closest, "
+            f"`{_machine(closest)}`, differs in {differ}"
+        )
+    adapted = adapted_model_path(hardware_fingerprint(target))
+    if adapted.exists():
+        advice = f"a copy adapted to this machine is at {adapted}: tune with `--lm {adapted}` (or MINITC_LM={adapted})"
+    else:
+        advice = (
+            f"run `minitc lm adapt` (about {DEFAULT_MINUTES} minutes) to measure this machine and fine-tune a "
+            "copy for it, then tune with the `--lm` path it prints"
+        )
+    return f"the language model {trained}, so its proposals may be weaker here; {advice}"
+
+
+def _machine(line) -> str:
+    return str(line).split(" gflops ")[0]
 
 
 def trained_on_gpu(meta: dict) -> bool:
@@ -228,15 +280,9 @@ def tlm_search(space, rng, cost_model=None, lm=None, learn: bool = False) -> TLM
             "sentences, so it cannot propose GPU programs: tune a GPU target with strategy='evolutionary' "
             "(what `tc.tune` does on GPU targets), or train a model on GPU sentences"
         )
-    trained_on = meta.get("hardware")
-    if trained_on and not same_machine(trained_on, hw):  # measured rates alone differ with the load
-        warnings.warn(
-            f"the language model was trained on `{trained_on}`; this machine is `{hw}`. It still runs, "
-            "conditioned on this machine's hardware tokens, but its proposals may be weaker here "
-            "(to adapt a copy to your measurements: `minitc lm finetune MODEL --db RECORDS --out my-lm.pt`, "
-            "then tune with `--lm my-lm.pt`)",
-            stacklevel=3,
-        )
+    message = hardware_warning(meta, hw, space.target)
+    if message:
+        warnings.warn(message, HardwareWarning, stacklevel=3)
     search = TLMSearch(space, model, tok, hw, rng, cost_model=cost_model, learn=learn)
     search.meta = meta
     return search

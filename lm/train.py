@@ -92,7 +92,8 @@ def train(
     """Train with AdamW and a warm-up + cosine schedule; returns the loss of every step.
 
     `progress(step, total_steps, loss)` is called after each step (step counts from 1).
-    `max_seconds` stops early. The model is left in eval mode.
+    `max_seconds` stops early; the learning rate then decays with the time spent as well as
+    with the steps taken. The model is left in eval mode.
     """
     if not examples:
         raise LMError("no training examples")
@@ -107,8 +108,18 @@ def train(
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
     optimizer = torch.optim.AdamW(groups, lr=lr)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, warmup, total_steps))
-    history, step, deadline = [], 0, None if max_seconds is None else time.monotonic() + max_seconds
+    started = time.monotonic()
+    deadline = None if max_seconds is None else started + max_seconds
+
+    def factor(s: int) -> float:
+        # With a time limit the schedule follows the time spent too, whichever is further, so a
+        # run the limit stops ends at a decayed rate rather than in the middle of the schedule.
+        if deadline is not None:
+            s = max(s, (time.monotonic() - started) / max_seconds * total_steps)
+        return lr_factor(s, warmup, total_steps)
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    history, step = [], 0
     model.train()
     try:
         for _ in range(epochs):

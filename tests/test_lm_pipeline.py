@@ -179,6 +179,10 @@ def test_learn_keeps_the_users_model_and_it_becomes_the_default(tmp_path, tiny_c
     assert user_model_path().exists()
     _, _, meta = load_model()
     assert meta["stage"] == "learn" and meta["learned_from"] == 4
+    from minitc.lm.hardware import hardware
+
+    # a stage of its own on top of the model's: this machine is one it has learned from
+    assert meta["hardware_lines"] == {str(hardware("llvm")): 4} and meta["history"][-1]["stage"] == "test"
 
 
 def test_missing_model_is_a_clear_error(tmp_path):
