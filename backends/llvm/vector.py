@@ -153,6 +153,46 @@ class MemoryEmitter:
             for lane in range(self.lanes)
         ]
 
+    # -- masked contiguous accesses --------------------------------------------------------------
+    # LLVM 22 miscompiled a 9-lane masked load of a conv2d pad fill (right at O0, a wrong last
+    # lane from O1 on), so a masked access of a lane count that is not a power of two is made
+    # with the next power of two, the extra lanes masked off, and shuffled back to n lanes.
+
+    def _pow2_mask(self, mask: Value) -> tuple[int, str]:
+        """(m, the mask widened to m lanes, the extra lanes false) for m the next power of two."""
+        n = mask.lanes
+        m = 1 << (n - 1).bit_length()
+        if m == n:
+            return n, mask.typed
+        lanes = ", ".join(f"i32 {min(i, n)}" for i in range(m))  # lane n of the second operand: false
+        wide = self.fn.assign(f"shufflevector {mask.typed}, <{n} x i1> zeroinitializer, <{m} x i32> <{lanes}>", "mw")
+        return m, f"<{m} x i1> {wide}"
+
+    def _masked_load(self, dtype: str, p: Value, mask: Value, align: int, md: str) -> Value:
+        n = mask.lanes
+        m, wide_mask = self._pow2_mask(mask)
+        vt = vec_type(dtype, m)
+        name = f"llvm.masked.load.{mangle(dtype, m)}.p0"
+        self.module.declare(name, f"declare {vt} @{name}(ptr, i32, <{m} x i1>, {vt})")
+        ref = self.fn.assign(
+            f"call {vt} @{name}(ptr {p.ref}, i32 {align}, {wide_mask}, {vt} zeroinitializer){md}", "mld"
+        )
+        if m != n:
+            first = ", ".join(f"i32 {i}" for i in range(n))
+            ref = self.fn.assign(f"shufflevector {vt} {ref}, {vt} poison, <{n} x i32> <{first}>", "mld")
+        return Value(ref, dtype, n)
+
+    def _masked_store(self, v: Value, p: Value, mask: Value, align: int, md: str) -> None:
+        n = mask.lanes
+        m, wide_mask = self._pow2_mask(mask)
+        if m != n:
+            lanes = ", ".join(f"i32 {i}" if i < n else "i32 poison" for i in range(m))
+            ref = self.fn.assign(f"shufflevector {v.typed}, {v.ty} poison, <{m} x i32> <{lanes}>", "vw")
+            v = Value(ref, v.dtype, m)
+        name = f"llvm.masked.store.{mangle(v.dtype, m)}.p0"
+        self.module.declare(name, f"declare void @{name}({v.ty}, ptr, i32, <{m} x i1>)")
+        self.fn.emit(f"call void @{name}({v.typed}, ptr {p.ref}, i32 {align}, {wide_mask}){md}")
+
     # -- loads -----------------------------------------------------------------------------------
 
     def emit_load(self, e: Load) -> Value:
@@ -171,12 +211,7 @@ class MemoryEmitter:
             if coef == 1 and mask is None:
                 return Value(self.fn.assign(f"load {vt}, ptr {p.ref}, align {align}{md}", "vld"), e.dtype, n)
             if coef == 1:
-                name = f"llvm.masked.load.{mangle(e.dtype, n)}.p0"
-                self.module.declare(name, f"declare {vt} @{name}(ptr, i32, <{n} x i1>, {vt})")
-                ref = self.fn.assign(
-                    f"call {vt} @{name}(ptr {p.ref}, i32 {align}, {mask.typed}, {vt} zeroinitializer){md}", "mld"
-                )
-                return Value(ref, e.dtype, n)
+                return self._masked_load(e.dtype, p, mask, align, md)
             if mask is None:
                 return Value(self.fn.assign(f"load {t}, ptr {p.ref}, align {align}{md}", "ld"), e.dtype)
             ptrs = self.widen(p, n)
@@ -227,10 +262,7 @@ class MemoryEmitter:
                 self.fn.emit(f"store {self.widen(value, n).typed}, ptr {p.ref}, align {align}{md}")
                 return
             if coef == 1:
-                v = self.widen(value, n)
-                name = f"llvm.masked.store.{mangle(v.dtype, n)}.p0"
-                self.module.declare(name, f"declare void @{name}({v.ty}, ptr, i32, <{n} x i1>)")
-                self.fn.emit(f"call void @{name}({v.typed}, ptr {p.ref}, i32 {align}, {mask.typed}){md}")
+                self._masked_store(self.widen(value, n), p, mask, align, md)
                 return
             if mask is None:  # every lane writes the same element: the last lane wins
                 if value.lanes:
