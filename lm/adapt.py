@@ -25,6 +25,7 @@ call's finalists and build its best kernel, which training data does not need.
 from __future__ import annotations
 
 import math
+import secrets
 import time
 import warnings
 from dataclasses import dataclass
@@ -62,7 +63,7 @@ def adapt(
     db=None,
     dataset=None,
     keep: bool = True,
-    seed: int = 0,
+    seed: int | None = None,
     threads: int | None = None,
     say=None,
 ) -> AdaptResult:
@@ -78,6 +79,9 @@ def adapt(
     from minitc.target import hardware_fingerprint, is_gpu, parse_target
 
     say = say or (lambda msg: None)
+    if seed is None:  # a fresh sample: seed 0 would repeat the random programs `measure` keeps
+        seed = secrets.randbelow(2**31)
+        say(f"sampling with --seed {seed}")
     start = time.monotonic()
     budget = minutes * 60
     if is_gpu(target):

@@ -396,7 +396,9 @@ def loop_cmd(checkpoint, db, rounds, per_round, workloads, out_dir, dataset, no_
     help="Records database of the measurements (default: adapt-records.db in your cache directory).",
 )
 @click.option("--threads", type=click.IntRange(min=1), help="torch threads for fine-tuning (default: all CPUs).")
-@click.option("--seed", default=0, show_default=True)
+@click.option(
+    "--seed", type=int, help="Sampling seed (default: a fresh one, printed, so each run measures new programs)."
+)
 @_dataset_options
 def adapt_cmd(lm_path, out, minutes, per_workload, workloads, others, target, db, threads, seed, dataset, no_dataset):
     """Measure a sample of the training workloads on this machine and fine-tune a copy of the
