@@ -416,6 +416,18 @@ def walk(e: Expr):
         stack.extend(reversed(node.children()))
 
 
+def structural_key(e: Expr):
+    """Equal for two separately built copies of the same expression (variables and buffers by
+    identity), e.g. two `x // 12` built apart."""
+    if isinstance(e, Var):
+        return ("var", id(e))
+    if isinstance(e, Const):
+        return ("const", e.value, e.dtype)
+    tag = getattr(e, "op", None) or getattr(e, "name", None)
+    buffer = getattr(e, "buffer", None)
+    return (type(e).__name__, tag, e.dtype, id(buffer), tuple(structural_key(c) for c in e.children()))
+
+
 def transform(e: Expr, fn) -> Expr:
     """Rebuild `e` bottom-up; `fn(node)` may return a replacement for a node (or None to keep
     it, after its children were transformed). Unchanged subtrees are shared, not copied."""

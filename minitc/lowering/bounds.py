@@ -19,7 +19,7 @@ from minitc.expr import Const, Expr, Var, binary, compare, const, substitute, wa
 from minitc.ir import THREAD_TAGS
 from minitc.lowering.intervals import exact_box, interval, union
 from minitc.schedule.stages import axis_map
-from minitc.schedule.state import Split, Stage, State
+from minitc.schedule.state import Split, Stage, State, derived_extents
 
 
 @dataclass
@@ -213,19 +213,7 @@ class BoundInference:
     def _derive_loops(self, st: Stage, info: StageInfo) -> None:
         ext = {a.name: info.region[d][1] for d, a in enumerate(st.axes)}
         ext.update({a.name: a.extent for a in st.reduce_axes})
-        for rel in st.relations:
-            if isinstance(rel, Split):
-                parent = ext[rel.parent]
-                if rel.nparts:
-                    outer = min(rel.factor, parent)
-                    inner = -(-parent // outer)
-                else:
-                    inner = min(rel.factor, parent)
-                    outer = -(-parent // inner)
-                ext[rel.outer], ext[rel.inner] = outer, inner
-            else:
-                ext[rel.fused] = ext[rel.outer] * ext[rel.inner]
-        info.extents = ext
+        ext = info.extents = derived_extents(st.relations, ext)
         value = {}
         for lp in st.loops:
             var = Var(lp.name)

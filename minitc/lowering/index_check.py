@@ -27,7 +27,7 @@ from fractions import Fraction
 
 from minitc import dtypes, ir
 from minitc.errors import ShapeError
-from minitc.expr import Binary, Cast, Compare, Const, Expr, Not, Select, Var, walk
+from minitc.expr import Binary, Cast, Compare, Const, Expr, Not, Select, Var, structural_key, walk
 from minitc.printer import format_expr
 
 FLIP = {"lt": "ge", "ge": "lt", "le": "gt", "gt": "le", "eq": "ne", "ne": "eq"}
@@ -41,18 +41,6 @@ def check_indices(kernel: ir.Kernel) -> None:
 
 # -- linear forms -------------------------------------------------------------------------------
 # A linear form is (terms, offset): terms maps an atom's structural key to (atom, coefficient).
-
-
-def structural_key(e: Expr):
-    """Equal for two separately built copies of the same expression (variables and buffers by
-    identity)."""
-    if isinstance(e, Var):
-        return ("var", id(e))
-    if isinstance(e, Const):
-        return ("const", e.value, e.dtype)
-    tag = getattr(e, "op", None) or getattr(e, "name", None)
-    buffer = getattr(e, "buffer", None)
-    return (type(e).__name__, tag, e.dtype, id(buffer), tuple(structural_key(c) for c in e.children()))
 
 
 def linear(e: Expr):

@@ -10,7 +10,7 @@ and `%`.
 from __future__ import annotations
 
 from minitc.arith import affine, simplify
-from minitc.expr import Binary, Const, Expr, Var, binary, const, walk
+from minitc.expr import Binary, Const, Expr, Var, binary, const, structural_key, walk
 
 
 def _mentions_any(e: Expr, varying: dict) -> bool:
@@ -93,15 +93,6 @@ def exact_box(values: list, varying: dict):
     return box
 
 
-def _key(e):
-    """A structural key: equal for two separately built copies of `x // 12` (variables by identity)."""
-    if isinstance(e, Var):
-        return ("var", id(e))
-    if isinstance(e, Const):
-        return ("const", e.value, e.dtype)
-    return (type(e).__name__, getattr(e, "op", None), tuple(_key(c) for c in e.children()))
-
-
 def _constant_difference(a: Expr, b: Expr):
     """a - b if it is a constant (opaque parts like `x // 12` matched by structure), else None."""
     fa, fb = affine(a), affine(b)
@@ -110,7 +101,7 @@ def _constant_difference(a: Expr, b: Expr):
     coef: dict = {}
     for form, sign in ((fa, 1), (fb, -1)):
         for term, c in form.coef.items():
-            k = _key(term)
+            k = structural_key(term)
             coef[k] = coef.get(k, 0) + sign * c
     return fa.offset - fb.offset if not any(coef.values()) else None
 

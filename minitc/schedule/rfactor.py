@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from minitc.errors import ScheduleError
 from minitc.expr import IterVar, binary, compare, const, logical, select, substitute
-from minitc.schedule.state import Loop, Read, Split, Stage, State, initial_loops, unique_name
+from minitc.schedule.state import Loop, Read, Split, Stage, State, derived_extents, initial_loops, unique_name
 from minitc.te import Reduce
 
 
@@ -107,22 +107,7 @@ def _reduction_stage(state: State, stage: str, loop: str) -> Stage:
 def _extents(st: Stage) -> dict:
     """Exact extents of the reduction axes and the loops derived from them (as bound inference
     computes them: a factor larger than its axis is clipped to it)."""
-    ext = {a.name: a.extent for a in st.reduce_axes}
-    for rel in st.relations:
-        if isinstance(rel, Split):
-            if rel.parent not in ext:
-                continue
-            parent = ext[rel.parent]
-            if rel.nparts:
-                outer = min(rel.factor, parent)
-                inner = -(-parent // outer)
-            else:
-                inner = min(rel.factor, parent)
-                outer = -(-parent // inner)
-            ext[rel.outer], ext[rel.inner] = outer, inner
-        elif rel.outer in ext:
-            ext[rel.fused] = ext[rel.outer] * ext[rel.inner]
-    return ext
+    return derived_extents(st.relations, {a.name: a.extent for a in st.reduce_axes})
 
 
 def _reduce_values(st: Stage, extents: dict, leaf_vars: dict) -> tuple[dict, list]:

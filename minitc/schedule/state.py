@@ -56,6 +56,28 @@ class Fuse:
     fused: str
 
 
+def derived_extents(relations, extents: dict) -> dict:
+    """`extents` (loop name -> extent) with the extents of the loops that `relations` derive
+    from those loops added, as lowering computes them: a split factor larger than its loop is
+    clipped to it. Relations of loops `extents` does not name are skipped."""
+    ext = dict(extents)
+    for rel in relations:
+        if isinstance(rel, Split):
+            if rel.parent not in ext:
+                continue
+            parent = ext[rel.parent]
+            if rel.nparts:
+                outer = min(rel.factor, parent)
+                inner = -(-parent // outer)
+            else:
+                inner = min(rel.factor, parent)
+                outer = -(-parent // inner)
+            ext[rel.outer], ext[rel.inner] = outer, inner
+        elif rel.outer in ext:
+            ext[rel.fused] = ext[rel.outer] * ext[rel.inner]
+    return ext
+
+
 @dataclass(frozen=True)
 class Attach:
     """Where a stage's loop nest goes: inside loop `loop` of stage `target`."""

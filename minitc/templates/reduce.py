@@ -174,20 +174,27 @@ def default_lanes(st, target) -> int:
     return max(simd, min(default_vector(target, st.dtype), k // MIN_STEPS) // simd * simd)
 
 
-def slp_rows(s, spatial: list, red: list, *, rows: int, parallel: bool) -> None:
-    """`rows` row accumulators unrolled inside the reduction loops: independent chains that
-    LLVM's SLP vectorizer packs into one vector (a load per lane); for short rows."""
-    wide = [q for q, lp in enumerate(spatial) if extent(s, lp) > 1]
-    if not wide:
-        parallelize(s, [], parallel)
-        return
-    p = wide[-1]  # the innermost kept axis: its rows are nearest in memory
+def tile_rows(s, spatial: list, rows: int) -> tuple[list, object]:
+    """Tile the innermost kept axis of extent > 1 (its rows are nearest in memory) by `rows`;
+    returns (the other spatial loops, with the tile loop in the axis's place if it was split,
+    and the loop over the rows of a tile)."""
+    p = max(q for q, lp in enumerate(spatial) if extent(s, lp) > 1)
     v = spatial[p]
     t = pick_tile(extent(s, v), rows)
     if t < extent(s, v):
         spatial[p], v = s.split(v, factor=t)
     else:
         del spatial[p]
+    return spatial, v
+
+
+def slp_rows(s, spatial: list, red: list, *, rows: int, parallel: bool) -> None:
+    """`rows` row accumulators unrolled inside the reduction loops: independent chains that
+    LLVM's SLP vectorizer packs into one vector (a load per lane); for short rows."""
+    if not any(extent(s, lp) > 1 for lp in spatial):
+        parallelize(s, [], parallel)
+        return
+    spatial, v = tile_rows(s, spatial, rows)
     s.reorder(*spatial, *red, v)
     s.unroll(v)
     parallelize(s, spatial, parallel)
@@ -210,13 +217,7 @@ def row_partials(s, name: str, c, *, lanes: int, rows: int, parallel: bool) -> N
     final step with the tile's rows unrolled inside it (module docstring)."""
     rf = vector_partials(s, c, lanes)
     *spatial, k = s.loops(name)
-    p = max(q for q, lp in enumerate(spatial) if extent(s, lp) > 1)  # rows nearest in memory
-    v = spatial[p]
-    t = pick_tile(extent(s, v), rows)
-    if t < extent(s, v):
-        spatial[p], v = s.split(v, factor=t)
-    else:
-        del spatial[p]
+    spatial, v = tile_rows(s, spatial, rows)
     tile = (s.fuse(*spatial) if len(spatial) > 1 else spatial[0]) if spatial else None
     if tile is not None:
         s.compute_at(rf, tile)
