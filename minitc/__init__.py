@@ -26,6 +26,13 @@ from minitc.te import Tensor, compute, max, min, placeholder, reduce_axis, sum
 if_then_else = select
 
 
+def compile(model, example_inputs, target: str = "llvm", db=None, fallback: bool = True):  # noqa: A001
+    """Compile a PyTorch model for inputs like `example_inputs` (minitc.frontend; imports torch)."""
+    from minitc.frontend import compile_model
+
+    return compile_model(model, example_inputs, target=target, db=db, fallback=fallback)
+
+
 def _intrinsic(name):
     def fn(x):
         return call(name, x)
@@ -48,7 +55,7 @@ sigmoid = _intrinsic("sigmoid")
 __all__ = [
     "BuildError", "ConfigError", "DTypeError", "IRError", "LayoutError", "MinitcError", "RaceError", "ScheduleError",
     "ShapeError",
-    "Schedule", "Step", "Tensor", "Trace", "abs", "build", "cast", "ceil", "codegen", "compute", "dtypes", "erf", "exp",
-    "floor", "get_num_threads", "if_then_else", "log", "lower", "max", "maximum", "min", "minimum", "ops",
+    "Schedule", "Step", "Tensor", "Trace", "abs", "build", "cast", "ceil", "codegen", "compile", "compute", "dtypes",
+    "erf", "exp", "floor", "get_num_threads", "if_then_else", "log", "lower", "max", "maximum", "min", "minimum", "ops",
     "placeholder", "reduce_axis", "select", "set_num_threads", "sigmoid", "sqrt", "sum", "tanh", "tune",
 ]  # fmt: skip

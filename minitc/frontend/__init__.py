@@ -1,0 +1,12 @@
+"""Model front end: PyTorch models through torch.export into minitc graphs, passes over them,
+and compiled programs that run them (`tc.compile`). torch is imported only when a model is
+compiled."""
+
+from minitc.frontend.compiler import CompiledModel, UnsupportedOpsError, compile_model, extract_tasks
+from minitc.frontend.graph import Graph, Node, Value
+from minitc.frontend.importer import import_model, unsupported
+
+__all__ = [
+    "CompiledModel", "Graph", "Node", "UnsupportedOpsError", "Value", "compile_model", "extract_tasks", "import_model",
+    "unsupported",
+]  # fmt: skip

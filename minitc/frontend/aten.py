@@ -1,0 +1,275 @@
+"""ATen operators to graph nodes: one converter per overload, in CONVERTERS.
+
+A converter is called with the importer and the call's arguments, graph values given by name
+(a str) and everything else as ATen passes it; it emits nodes with `im.emit` and returns the
+name of the value the call produces (a tuple of names, None where an item is not produced, for
+an operator that returns a tuple; such converters list the items they produce in `.items`). A
+call beyond what minitc's kernels do (a grouped convolution, softmax over another axis,
+operands of two dtypes) raises Unconvertible, and the importer runs that call through PyTorch.
+
+KEEP_WHOLE names the operators the export keeps undecomposed because minitc has a kernel for
+the whole operator (a `linear` is one dense kernel, not a transpose, a matmul and an add).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+KEEP_WHOLE = ("aten.linear.default", "aten.layer_norm.default")
+
+CONVERTERS: dict = {}
+
+
+class Unconvertible(Exception):  # noqa: N818 - a signal to the importer, not an error
+    """This call is run through PyTorch."""
+
+
+def converts(*overloads: str, items=None):
+    def register(fn):
+        fn.items = items
+        for name in overloads:
+            CONVERTERS[name] = fn
+        return fn
+
+    return register
+
+
+def _require(condition: bool) -> None:
+    if not condition:
+        raise Unconvertible
+
+
+def _floating(im, *names) -> str:
+    dtypes = {im.dtype(n) for n in names}
+    _require(len(dtypes) == 1 and next(iter(dtypes)) in ("float32", "float64"))
+    return dtypes.pop()
+
+
+def _flatten_leading(im, x: str) -> tuple:
+    """x viewed as 2-D [rows, last] (dense reads 2-D), and the leading shape to restore."""
+    shape = im.shape(x)
+    _require(len(shape) >= 2)
+    lead = shape[:-1]
+    return im.view(x, (math.prod(lead), shape[-1])), lead
+
+
+# --- linear algebra -----------------------------------------------------------------------------
+@converts("aten.linear.default")
+def linear(im, node, x, w, b=None):
+    dtype = _floating(im, x, w, *([b] if b else []))
+    _require(len(im.shape(w)) == 2 and (b is None or len(im.shape(b)) == 1))
+    x2, lead = _flatten_leading(im, x)
+    out = im.shape(w)[0]
+    y = im.emit("dense", [x2, w] + ([b] if b else []), {}, (im.shape(x2)[0], out), dtype, base=node.name)
+    return im.view(y, (*lead, out))
+
+
+@converts("aten.addmm.default")
+def addmm(im, node, bias, a, b, beta=1, alpha=1):
+    _require(beta == 1 and alpha == 1)
+    dtype = _floating(im, bias, a, b)
+    _require(len(im.shape(a)) == 2 and len(im.shape(b)) == 2)
+    y = im.emit("matmul", [a, b], {}, (im.shape(a)[0], im.shape(b)[1]), dtype, base=f"{node.name}_mm")
+    return _binary(im, node, "add", y, bias)
+
+
+@converts("aten.mm.default")
+def mm(im, node, a, b):
+    dtype = _floating(im, a, b)
+    return im.emit("matmul", [a, b], {}, (im.shape(a)[0], im.shape(b)[1]), dtype, base=node.name)
+
+
+@converts("aten.bmm.default")
+def bmm(im, node, a, b):
+    dtype = _floating(im, a, b)
+    (batch, m, _), n = im.shape(a), im.shape(b)[2]
+    return im.emit("batch_matmul", [a, b], {}, (batch, m, n), dtype, base=node.name)
+
+
+# --- convolution, normalisation, pooling --------------------------------------------------------
+@converts("aten.convolution.default")
+def convolution(im, node, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    _require(not transposed and len(im.shape(x)) == 4 and len(stride) == 2)
+    dtype = _floating(im, x, w)
+    channels = im.shape(x)[1]
+    if groups == 1:
+        op = "conv2d"
+    else:
+        _require(groups == channels and im.shape(w)[1] == 1)
+        op = "depthwise_conv2d"
+    attrs = {"stride": tuple(stride), "padding": tuple(padding), "dilation": tuple(dilation)}
+    shape = tuple(int(d) for d in node.meta["val"].shape)
+    y = im.emit(op, [x, w], attrs, shape, dtype, base=node.name)
+    if b is None:
+        return y
+    return _binary(im, node, "add", y, _channel_vector(im, b, len(shape)), base=f"{node.name}_bias")
+
+
+def _channel_vector(im, v: str, rank: int) -> str:
+    """A per-channel [C] value shaped [C, 1, ...] to broadcast over NC... data."""
+    shape = (im.shape(v)[0],) + (1,) * (rank - 2)
+    array = im.constant_array(v)
+    if array is not None:
+        return im.constant(array.reshape(shape), f"{v}_c")
+    return im.view(v, shape)
+
+
+@converts("aten._native_batch_norm_legit_no_training.default", items=(0,))
+def batch_norm(im, node, x, weight, bias, mean, var, momentum, eps):
+    """Inference batch norm as a per-channel scale and shift, computed once from the constants."""
+    dtype = _floating(im, x)
+    arrays = [im.constant_array(v) if v is not None else None for v in (weight, bias, mean, var)]
+    _require(arrays[2] is not None and arrays[3] is not None)
+    gamma = arrays[0] if weight is not None else np.ones_like(arrays[2])
+    beta = arrays[1] if bias is not None else np.zeros_like(arrays[2])
+    _require(gamma is not None and beta is not None)
+    scale = (gamma.astype(np.float64) / np.sqrt(arrays[3].astype(np.float64) + eps)).astype(dtype)
+    shift = (beta.astype(np.float64) - arrays[2].astype(np.float64) * scale).astype(dtype)
+    rank = len(im.shape(x))
+    s = im.constant(scale.reshape((-1,) + (1,) * (rank - 2)), f"{node.name}_scale")
+    t = im.constant(shift.reshape((-1,) + (1,) * (rank - 2)), f"{node.name}_shift")
+    y = im.emit("scale_shift", [x, s, t], {}, im.shape(x), dtype, base=node.name)
+    return (y, None, None)
+
+
+@converts("aten.layer_norm.default")
+def layer_norm(im, node, x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
+    dtype = _floating(im, x)
+    _require(len(normalized_shape) == 1 and weight is not None and bias is not None)
+    return im.emit("layer_norm", [x, weight, bias], {"eps": float(eps)}, im.shape(x), dtype, base=node.name)
+
+
+@converts("aten.native_layer_norm.default", items=(0,))
+def native_layer_norm(im, node, x, normalized_shape, weight, bias, eps):
+    return (layer_norm(im, node, x, normalized_shape, weight, bias, eps), None, None)
+
+
+@converts("aten._softmax.default")
+def softmax(im, node, x, dim, half_to_float):
+    dtype = _floating(im, x)
+    _require(not half_to_float and dim in (-1, len(im.shape(x)) - 1))
+    return im.emit("softmax", [x], {}, im.shape(x), dtype, base=node.name)
+
+
+def _pool_shape(node) -> tuple:
+    val = node.meta["val"]
+    return tuple(int(d) for d in (val[0] if isinstance(val, (list, tuple)) else val).shape)
+
+
+@converts("aten.max_pool2d_with_indices.default", items=(0,))
+def max_pool2d(im, node, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
+    _require(not ceil_mode and dilation in (1, [1, 1], (1, 1)) and len(im.shape(x)) == 4)
+    attrs = {"kernel": tuple(kernel), "stride": tuple(stride or kernel), "padding": _pair(padding)}
+    return (im.emit("max_pool2d", [x], attrs, _pool_shape(node), _floating(im, x), base=node.name), None)
+
+
+@converts("aten.avg_pool2d.default")
+def avg_pool2d(im, node, x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor=None):
+    _require(not ceil_mode and count_include_pad and divisor is None and len(im.shape(x)) == 4)
+    attrs = {"kernel": tuple(kernel), "stride": tuple(stride or kernel), "padding": _pair(padding)}
+    return im.emit("avg_pool2d", [x], attrs, _pool_shape(node), _floating(im, x), base=node.name)
+
+
+def _pair(v) -> tuple:
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+# --- reductions ---------------------------------------------------------------------------------
+def _reduction(op: str):
+    def convert(im, node, x, dim=None, keepdim=False, dtype=None):
+        _require(dtype is None)
+        rank = len(im.shape(x))
+        axes = tuple(range(rank)) if not dim else tuple(sorted(d % rank for d in dim))
+        out = tuple(int(d) for d in node.meta["val"].shape)
+        return im.emit(op, [x], {"axis": axes, "keepdims": bool(keepdim)}, out, _floating(im, x), base=node.name)
+
+    return convert
+
+
+converts("aten.mean.dim")(_reduction("mean"))
+converts("aten.sum.dim_IntList")(_reduction("sum"))
+converts("aten.amax.default")(_reduction("max"))
+
+
+# --- elementwise --------------------------------------------------------------------------------
+def _binary(im, node, op: str, x, y, base: str | None = None) -> str:
+    base = base or node.name
+    out = tuple(int(d) for d in node.meta["val"].shape) if base == node.name else None
+    if isinstance(y, str) and im.shape(y) == () and im.constant_array(y) is not None:
+        y = im.constant_array(y).item()
+    if isinstance(y, str):
+        dtype = _floating(im, x, y)
+        shape = out or tuple(np.broadcast_shapes(im.shape(x), im.shape(y)))
+        return im.emit(op, [x, y], {}, shape, dtype, base=base)
+    _require(isinstance(y, (int, float)) and not isinstance(y, bool))
+    dtype = _floating(im, x)
+    return im.emit(op, [x], {"scalar": float(y)}, out or im.shape(x), dtype, base=base)
+
+
+def _binary_converter(op: str):
+    def convert(im, node, x, y, alpha=1):
+        _require(alpha == 1 and isinstance(x, str))
+        return _binary(im, node, op, x, y)
+
+    return convert
+
+
+for _op in ("add", "sub", "mul", "div"):
+    converts(f"aten.{_op}.Tensor", f"aten.{_op}.Scalar")(_binary_converter(_op))
+
+
+def _unary_converter(op: str):
+    def convert(im, node, x):
+        return im.emit(op, [x], {}, im.shape(x), _floating(im, x), base=node.name)
+
+    return convert
+
+
+for _op in ("relu", "sigmoid", "tanh", "exp"):
+    converts(f"aten.{_op}.default")(_unary_converter(_op))
+
+
+@converts("aten.gelu.default")
+def gelu(im, node, x, approximate="none"):
+    _require(approximate == "none")  # minitc's gelu is the exact erf form
+    return im.emit("gelu", [x], {}, im.shape(x), _floating(im, x), base=node.name)
+
+
+# --- layout: views are free, permutes and broadcasts are index expressions ----------------------
+def _view(im, node, x, *rest, **options):
+    return im.view(x, tuple(int(d) for d in node.meta["val"].shape))
+
+
+for _name in (
+    "aten.view.default",
+    "aten._unsafe_view.default",
+    "aten.reshape.default",
+    "aten.unsqueeze.default",
+    "aten.squeeze.dim",
+    "aten.squeeze.dims",
+    "aten.flatten.using_ints",
+    "aten.alias.default",
+    "aten.clone.default",
+    "aten.detach.default",
+):
+    converts(_name)(_view)
+
+
+@converts("aten.permute.default")
+def permute(im, node, x, dims):
+    rank = len(im.shape(x))
+    dims = tuple(d % rank for d in dims)
+    if dims == tuple(range(rank)):
+        return x
+    shape = tuple(im.shape(x)[d] for d in dims)
+    return im.emit("permute", [x], {"dims": dims}, shape, im.dtype(x), base=node.name)
+
+
+@converts("aten.expand.default")
+def expand(im, node, x, size, implicit=False):
+    shape = tuple(int(d) for d in node.meta["val"].shape)
+    if shape == im.shape(x):
+        return x
+    return im.emit("expand", [x], {"shape": shape}, shape, im.dtype(x), base=node.name)

@@ -1,0 +1,132 @@
+"""`tc.compile(model, example_inputs)`: a PyTorch model in, a callable minitc program out.
+
+    compiled = tc.compile(model, (x,))        # import, graph passes, one kernel per task
+    y = compiled(x)                           # torch tensors in and out
+    print(compiled.graph)                     # the graph it runs
+    compiled.tasks                            # the distinct kernels and how often each runs
+
+Import (minitc/frontend/importer.py) -> graph passes (passes.py) -> tasks: one kernel per
+distinct (op, attributes, input shapes), built from the records database's best program when
+it has one, else the operator's template -> a static plan (runtime.py). ATen operators minitc
+has no kernel for run through PyTorch; they are reported together, once, when the model is
+compiled (`fallback=False` makes them an error instead).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from minitc.driver import build
+from minitc.errors import MinitcError
+from minitc.frontend import passes
+from minitc.frontend.importer import import_model, unsupported
+from minitc.frontend.kernels import NO_KERNEL, node_tensor
+from minitc.frontend.runtime import Plan
+from minitc.te import placeholder
+
+
+class UnsupportedOpsError(MinitcError):
+    """The model has operators minitc cannot compile, and fallback to PyTorch was refused."""
+
+
+@dataclass
+class Task:
+    """One distinct kernel of the model: its output tensor, how many nodes run it, which."""
+
+    key: tuple
+    outputs: object
+    nodes: list
+
+    @property
+    def weight(self) -> int:
+        return len(self.nodes)
+
+    def __str__(self) -> str:
+        from minitc.autotune.workload_key import describe
+
+        return f"{describe([self.outputs])} x{self.weight}"
+
+
+def task_key(node, values) -> tuple:
+    """Nodes with equal keys compute the same function of their inputs: one kernel serves all."""
+    attrs = tuple(sorted((k, repr(v)) for k, v in node.attrs.items()))
+    return (node.op, attrs, tuple((values[i].shape, values[i].dtype) for i in node.inputs))
+
+
+def extract_tasks(graph) -> list:
+    """The distinct kernels of `graph`, in first-use order."""
+    values, tasks = graph.values(), {}
+    for node in graph.nodes:
+        if node.op in NO_KERNEL:
+            continue
+        key = task_key(node, values)
+        if key not in tasks:
+            inputs = [placeholder(values[i].shape, values[i].dtype, name=f"in{k}") for k, i in enumerate(node.inputs)]
+            tasks[key] = Task(key, node_tensor(node, inputs), [])
+        tasks[key].nodes.append(node.name)
+    return list(tasks.values())
+
+
+def _report_fallbacks(graph, fallback: bool) -> None:
+    ops = unsupported(graph)
+    if not ops:
+        return
+    listing = ", ".join(f"{op} x{n}" for op, n in sorted(ops.items()))
+    if not fallback:
+        raise UnsupportedOpsError(f"minitc has no kernel for {len(ops)} operator(s) of this model: {listing}")
+    warnings.warn(f"minitc runs {sum(ops.values())} node(s) through PyTorch: {listing}", stacklevel=3)
+
+
+class CompiledModel:
+    """A model compiled for one set of input shapes; calling it with other shapes compiles the
+    model again for those (with a warning saying so)."""
+
+    def __init__(self, model, example_inputs, target="llvm", db=None, fallback=True):
+        self.model, self.target, self.db, self.fallback = model, target, db, fallback
+        self._variants: dict = {}
+        self._select(example_inputs, first=True)
+
+    def _select(self, inputs, first=False):
+        import torch
+
+        signature = tuple(tuple(t.shape) for t in inputs if isinstance(t, torch.Tensor))
+        if signature not in self._variants:
+            if not first:
+                warnings.warn(f"minitc: new input shapes {list(signature)}: compiling the model again", stacklevel=3)
+            self._variants[signature] = self._compile(inputs)
+        self.graph, self.tasks, self.plan = self._variants[signature]
+        return self.plan
+
+    def _compile(self, inputs):
+        graph = passes.run_all(import_model(self.model, inputs))
+        _report_fallbacks(graph, self.fallback)
+        tasks = extract_tasks(graph)
+        kernels = {}
+        for task in tasks:
+            fn = build(task.outputs, target=self.target, db=self.db)
+            kernels.update(dict.fromkeys(task.nodes, fn))
+        return graph, tasks, Plan(graph, kernels)
+
+    def __call__(self, *inputs):
+        import torch
+
+        arrays = [t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t) for t in inputs]
+        self.plan.check_inputs(arrays, shapes=False)  # another shape compiles again; another dtype is an error
+        plan = self._select(inputs)
+        plan.check_inputs(arrays)
+        outs = [torch.from_numpy(a) for a in plan.run(arrays)]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def compile_model(model, example_inputs, target: str = "llvm", db=None, fallback: bool = True) -> CompiledModel:
+    """Compile the `torch.nn.Module` `model` for inputs like `example_inputs` (a tuple of
+    tensors, or one tensor). `target`: a CPU target (`llvm`, `llvm -mcpu=...`). `db`: the
+    records database whose best programs to use (default: the user's). `fallback=False`
+    raises UnsupportedOpsError, listing every operator minitc cannot compile, instead of
+    running them through PyTorch."""
+    if not isinstance(example_inputs, (tuple, list)):
+        example_inputs = (example_inputs,)
+    return CompiledModel(model, tuple(example_inputs), target, db, fallback)

@@ -1,0 +1,119 @@
+"""The model graph: the small dataflow IR between torch.export and minitc kernels.
+
+A graph has user inputs, constants (the model's weights, as numpy arrays), nodes in
+topological order and outputs. Every value is named; a node names its inputs, its operator
+(one of minitc's graph ops, see minitc/frontend/ops.py, or `torch` for an ATen op run through
+PyTorch), plain attributes, and the shape and dtype of what it produces:
+
+    graph(x: float32[2, 16]) {
+      const fc1_weight: float32[32, 16]
+      %linear = dense(%x, %fc1_weight, %fc1_bias)                 float32[2, 32]
+      %relu = relu(%linear)                                        float32[2, 32]
+      return %relu
+    }
+
+Passes (minitc/frontend/passes.py) rewrite a graph into another; `print(graph)` shows it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Value:
+    name: str
+    shape: tuple
+    dtype: str
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{', '.join(map(str, self.shape))}]"
+
+
+@dataclass
+class Node:
+    name: str  # the value it produces
+    op: str
+    inputs: tuple  # names of values
+    attrs: dict
+    shape: tuple
+    dtype: str
+    aten: object = None  # the ATen overload, for `torch` nodes and for messages
+
+    @property
+    def value(self) -> Value:
+        return Value(self.name, self.shape, self.dtype)
+
+
+def _attr_text(value) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_attr_text(v) for v in value) + "]"
+    return str(value)
+
+
+@dataclass
+class Graph:
+    inputs: list = field(default_factory=list)  # Values fed by the caller, in order
+    constants: dict = field(default_factory=dict)  # name -> np.ndarray
+    nodes: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)  # value names
+
+    def values(self) -> dict:
+        """{name: Value} of every input, constant and node output."""
+        out = {v.name: v for v in self.inputs}
+        out.update({n: Value(n, a.shape, str(a.dtype)) for n, a in self.constants.items()})
+        out.update({n.name: n.value for n in self.nodes})
+        return out
+
+    def producers(self) -> dict:
+        return {n.name: n for n in self.nodes}
+
+    def users(self) -> dict:
+        """{value name: [nodes reading it]} (a node reading a value twice is listed once)."""
+        out: dict = {}
+        for n in self.nodes:
+            for name in dict.fromkeys(n.inputs):
+                out.setdefault(name, []).append(n)
+        return out
+
+    def op_counts(self) -> dict:
+        counts: dict = {}
+        for n in self.nodes:
+            key = f"torch:{n.attrs['target']}" if n.op == "torch" else n.op
+            counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    def prune(self) -> Graph:
+        """Drop nodes and constants nothing reaches from the outputs."""
+        live = set(self.outputs)
+        for n in reversed(self.nodes):
+            if n.name in live:
+                live.update(n.inputs)
+        nodes = [n for n in self.nodes if n.name in live]
+        constants = {k: v for k, v in self.constants.items() if k in live}
+        return Graph(list(self.inputs), constants, nodes, list(self.outputs))
+
+    def __str__(self) -> str:
+        args = ", ".join(f"{v.name}: {v}" for v in self.inputs)
+        lines = [f"graph({args}) {{"]
+        for name, array in self.constants.items():
+            lines.append(f"  const {name}: {Value(name, array.shape, str(array.dtype))}")
+        for n in self.nodes:
+            operands = ", ".join(f"%{i}" for i in n.inputs)
+            attrs = ", ".join(f"{k}={_attr_text(v)}" for k, v in n.attrs.items())
+            call = f"  %{n.name} = {n.op}({operands}{', ' if operands and attrs else ''}{attrs})"
+            lines.append(f"{call:<72} {n.value}")
+        lines.append(f"  return {', '.join('%' + o for o in self.outputs)}")
+        lines.append("}")
+        return "\n".join(lines)
+
+
+def as_array(value) -> np.ndarray:
+    """A constant as a contiguous numpy array (a torch tensor is detached and copied once)."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().contiguous().numpy()
+    return np.ascontiguousarray(value)

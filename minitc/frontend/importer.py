@@ -1,0 +1,226 @@
+"""From a PyTorch model to a minitc graph, through torch.export.
+
+    graph = import_model(model, (x,))
+
+The model is exported (non-strict, static shapes) and lowered to Core ATen with a
+decomposition table that keeps the operators minitc has a better kernel for whole (`linear`,
+`layer_norm`, ...). Each ATen call becomes a graph node through the converters of
+minitc/frontend/aten.py; parameters and buffers become constants. An ATen operator without a
+converter (or a call a converter cannot take, such as a grouped convolution) becomes a `torch`
+node that runs through PyTorch at run time; `unsupported(graph)` lists them all at once.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from minitc.errors import MinitcError
+from minitc.frontend.aten import CONVERTERS, KEEP_WHOLE, Unconvertible
+from minitc.frontend.graph import Graph, Node, Value, as_array
+
+
+class ImportError_(MinitcError):  # noqa: N801 - ImportError is Python's own
+    """The model could not be exported or imported."""
+
+
+class Ref(str):
+    """An argument of a `torch` node that names a graph value (the rest are kept as given)."""
+
+
+def torch_dtype_name(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _value_meta(fx_node):
+    """(shape, dtype) of an exported node's value; ((), 'object') for tuples and other values."""
+    val = fx_node.meta.get("val")
+    if hasattr(val, "shape") and hasattr(val, "dtype"):
+        return tuple(int(d) for d in val.shape), torch_dtype_name(val.dtype)
+    return (), "object"
+
+
+def export(model, example_inputs):
+    """torch.export of `model` in Core ATen, keeping KEEP_WHOLE operators whole."""
+    import torch
+
+    model = model.eval()
+    try:
+        program = torch.export.export(model, tuple(example_inputs), strict=False)
+        table = torch.export.default_decompositions()
+        for op in KEEP_WHOLE:
+            table.pop(getattr_path(torch.ops, op), None)
+        return program.run_decompositions(table)
+    except Exception as e:  # torch raises many kinds; one clear error naming the model
+        raise ImportError_(f"torch.export could not export {type(model).__name__}: {type(e).__name__}: {e}") from e
+
+
+def getattr_path(root, dotted: str):
+    for part in dotted.split("."):
+        root = getattr(root, part)
+    return root
+
+
+class Importer:
+    """Walks an ExportedProgram's graph once, emitting nodes (converters call `emit`)."""
+
+    def __init__(self, program):
+        self.program = program
+        self.graph = Graph()
+        self.names: dict = {}  # fx node -> value name (a tuple of names for a converted tuple)
+        self.values: dict = {}  # value name -> Value
+        self.used: set = set()
+
+    # --- helpers for converters -------------------------------------------------------------
+    def fresh(self, base: str) -> str:
+        name, n = base, 1
+        while name in self.used:
+            n += 1
+            name = f"{base}_{n}"
+        self.used.add(name)
+        return name
+
+    def emit(self, op: str, inputs, attrs: dict, shape, dtype: str, base: str | None = None, aten=None) -> str:
+        node = Node(self.fresh(base or op), op, tuple(inputs), dict(attrs), tuple(shape), dtype, aten)
+        self.graph.nodes.append(node)
+        self.values[node.name] = node.value
+        return node.name
+
+    def constant(self, array, base: str) -> str:
+        name = self.fresh(base)
+        array = self.graph.constants[name] = as_array(array)
+        self.values[name] = Value(name, array.shape, str(array.dtype))
+        return name
+
+    def shape(self, name: str) -> tuple:
+        return self.values[name].shape
+
+    def dtype(self, name: str) -> str:
+        return self.values[name].dtype
+
+    def constant_array(self, name: str):
+        """The array of a constant value, or None when `name` is computed."""
+        return self.graph.constants.get(name)
+
+    def view(self, x: str, shape) -> str:
+        shape = tuple(shape)
+        if shape == self.shape(x):
+            return x
+        return self.emit("view", [x], {"shape": shape}, shape, self.dtype(x), base=f"{x}_view")
+
+    # --- the walk ---------------------------------------------------------------------------
+    def run(self) -> Graph:
+        program = self.program
+        signature = program.graph_signature
+        kinds = {spec.arg.name: spec for spec in signature.input_specs}
+        for fx_node in program.graph_module.graph.nodes:
+            if fx_node.op == "placeholder":
+                self._placeholder(fx_node, kinds[fx_node.name])
+            elif fx_node.op == "call_function":
+                self._call(fx_node)
+            elif fx_node.op == "output":
+                outs = fx_node.args[0]
+                self.graph.outputs = [self._operand(o) for o in (outs if isinstance(outs, (list, tuple)) else [outs])]
+        return self.graph.prune()
+
+    def _placeholder(self, fx_node, spec) -> None:
+        kind = spec.kind.name
+        if kind == "USER_INPUT":
+            shape, dtype = _value_meta(fx_node)
+            name = self.fresh(fx_node.name)
+            self.graph.inputs.append(Value(name, shape, dtype))
+            self.values[name] = Value(name, shape, dtype)
+        else:  # PARAMETER, BUFFER, CONSTANT_TENSOR: weights are constants of the graph
+            source = self.program.state_dict if spec.target in self.program.state_dict else self.program.constants
+            name = self.constant(source[spec.target], spec.target)  # its name in the state dict
+        self.names[fx_node] = name
+
+    def _operand(self, arg) -> str:
+        name = self.names.get(arg)
+        if not isinstance(name, str):
+            raise ImportError_(f"{arg} is not a single tensor value")
+        return name
+
+    def _call(self, fx_node) -> None:
+        target = fx_node.target
+        if target is operator.getitem:
+            source, index = fx_node.args
+            parts = self.names[source]
+            if isinstance(parts, tuple):  # an item of a converted operator
+                self.names[fx_node] = parts[index]
+            else:  # an item of a `torch` node's tuple, taken at run time
+                name = self.emit("torch", [parts], {"target": "getitem"}, *_value_meta(fx_node), base=fx_node.name)
+                self.graph.nodes[-1].aten = (operator.getitem, (Ref(parts), index), {})
+                self.names[fx_node] = name
+            return
+        key = str(target)
+        converter = CONVERTERS.get(key)
+        if converter is not None and self._items_available(fx_node, converter):
+            args = [self._resolve(a) for a in fx_node.args]
+            kwargs = {k: self._resolve(v) for k, v in fx_node.kwargs.items()}
+            try:
+                self.names[fx_node] = converter(self, fx_node, *args, **kwargs)
+                return
+            except Unconvertible:
+                pass  # this call's arguments are beyond the converter: run it through torch
+        self.names[fx_node] = self._fallback(fx_node, key)
+
+    @staticmethod
+    def _items_available(fx_node, converter) -> bool:
+        """False when the program reads an item of a tuple result that the converter does not
+        produce (batch norm's saved statistics, max pooling's indices)."""
+        produced = getattr(converter, "items", None)
+        if produced is None:
+            return True
+        return all(user.target is operator.getitem and user.args[1] in produced for user in fx_node.users)
+
+    def _resolve(self, arg):
+        """Graph values of fx nodes (names), recursively in lists; other arguments as given."""
+        import torch.fx
+
+        if isinstance(arg, torch.fx.Node):
+            return self._operand(arg)
+        if isinstance(arg, (list, tuple)):
+            return type(arg)(self._resolve(a) for a in arg)
+        return arg
+
+    def _fallback(self, fx_node, key: str) -> str:
+        import torch.fx
+
+        def ref(a):
+            if isinstance(a, torch.fx.Node):
+                return Ref(self._operand(a))
+            if isinstance(a, (list, tuple)):
+                return type(a)(ref(x) for x in a)
+            return a
+
+        args, kwargs = ref(tuple(fx_node.args)), {k: ref(v) for k, v in fx_node.kwargs.items()}
+        inputs = list(dict.fromkeys(_refs((args, kwargs))))
+        shape, dtype = _value_meta(fx_node)
+        name = self.emit("torch", inputs, {"target": key}, shape, dtype, base=fx_node.name)
+        self.graph.nodes[-1].aten = (fx_node.target, args, kwargs)
+        return name
+
+
+def _refs(tree):
+    if isinstance(tree, Ref):
+        yield str(tree)
+    elif isinstance(tree, dict):
+        for v in tree.values():
+            yield from _refs(v)
+    elif isinstance(tree, (list, tuple)):
+        for v in tree:
+            yield from _refs(v)
+
+
+def import_model(model, example_inputs) -> Graph:
+    """The graph of `model` called on `example_inputs` (a tuple of tensors)."""
+    return Importer(export(model, example_inputs)).run()
+
+
+def unsupported(graph: Graph) -> dict:
+    """{ATen operator: count} of the nodes that run through PyTorch."""
+    out: dict = {}
+    for n in graph.nodes:
+        if n.op == "torch":
+            out[n.attrs["target"]] = out.get(n.attrs["target"], 0) + 1
+    return out

@@ -1,0 +1,115 @@
+"""Graph nodes as tensor expressions: `node_tensor(node, inputs)` gives the output tensor of a
+node whose inputs are the placeholders `inputs`, built with `minitc.ops` (so the operator's
+template schedules it). A `view` has no kernel: it is the same buffer with another shape.
+"""
+
+from __future__ import annotations
+
+from minitc import ops
+from minitc.errors import MinitcError
+from minitc.ops.elementwise import broadcast_read
+from minitc.te import compute
+
+NO_KERNEL = ("view", "torch")
+
+
+def _dense(n, x, w, b=None):
+    return ops.dense(x, w, b, activation=n.attrs.get("activation"))
+
+
+def _matmul(n, a, b):
+    return ops.matmul(a, b, n.attrs.get("transpose_a", False), n.attrs.get("transpose_b", False))
+
+
+def _batch_matmul(n, a, b):
+    return ops.batch_matmul(a, b, n.attrs.get("transpose_a", False), n.attrs.get("transpose_b", False))
+
+
+def _conv(op):
+    def build(n, x, w):
+        a = n.attrs
+        return op(x, w, stride=a["stride"], padding=a["padding"], dilation=a["dilation"])
+
+    return build
+
+
+def _pool(op):
+    def build(n, x):
+        return op(x, n.attrs["kernel"], n.attrs["stride"], n.attrs["padding"])
+
+    return build
+
+
+def _reduce(op):
+    def build(n, x):
+        return op(x, axis=n.attrs["axis"], keepdims=n.attrs["keepdims"])
+
+    return build
+
+
+def _binary(op):
+    def build(n, x, y=None):
+        return op(x, n.attrs["scalar"] if y is None else y)
+
+    return build
+
+
+def _unary(op):
+    def build(n, x):
+        return op(x)
+
+    return build
+
+
+def _scale_shift(n, x, scale, shift):
+    return compute(
+        x.shape,
+        lambda *i: x[i] * broadcast_read(scale, i) + broadcast_read(shift, i),
+        name=n.op,
+        tag="elementwise",
+        attrs={"op": "scale_shift"},
+    )
+
+
+def _permute(n, x):
+    dims = n.attrs["dims"]
+    inverse = [dims.index(d) for d in range(len(dims))]
+    return compute(n.shape, lambda *i: x[tuple(i[inverse[d]] for d in range(len(dims)))], name=n.op, tag="elementwise")
+
+
+def _expand(n, x):
+    return compute(n.shape, lambda *i: broadcast_read(x, i), name=n.op, tag="elementwise")
+
+
+BUILDERS = {
+    "dense": _dense,
+    "matmul": _matmul,
+    "batch_matmul": _batch_matmul,
+    "conv2d": _conv(ops.conv2d),
+    "depthwise_conv2d": _conv(ops.depthwise_conv2d),
+    "max_pool2d": _pool(ops.max_pool2d),
+    "avg_pool2d": _pool(ops.avg_pool2d),
+    "mean": _reduce(ops.mean),
+    "sum": _reduce(ops.sum),
+    "max": _reduce(ops.max),
+    "softmax": lambda n, x: ops.softmax(x),
+    "layer_norm": lambda n, x, g, b: ops.layer_norm(x, g, b, eps=n.attrs["eps"]),
+    "scale_shift": _scale_shift,
+    "permute": _permute,
+    "expand": _expand,
+    **{op: _binary(getattr(ops, op)) for op in ("add", "sub", "mul", "div")},
+    **{op: _unary(getattr(ops, op)) for op in ("relu", "gelu", "sigmoid", "tanh", "exp")},
+}
+
+
+def node_tensor(node, inputs: list):
+    """The output tensor of `node` computed from the tensors `inputs`."""
+    if node.op not in BUILDERS:
+        raise MinitcError(f"graph node {node.name}: no minitc kernel for the op {node.op!r}")
+    out = BUILDERS[node.op](node, *inputs)
+    if tuple(out.shape) != tuple(node.shape) or out.dtype != node.dtype:
+        raise MinitcError(
+            f"graph node {node.name} ({node.op}): the kernel computes {out.dtype}{list(out.shape)}, "
+            f"the graph expects {node.dtype}{list(node.shape)}"
+        )
+    return out

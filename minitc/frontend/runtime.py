@@ -1,0 +1,83 @@
+"""Running a graph: a static plan of steps over numpy buffers.
+
+`Plan(graph, kernels)` lists one step per node in order: a minitc kernel writing a fresh
+buffer, a view (the same buffer, another shape), or a `torch` node calling its ATen operator
+on torch tensors that share the buffers (torch.from_numpy / .numpy(): no copies). Constants
+stay numpy arrays for the life of the plan.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minitc.errors import DTypeError, ShapeError
+from minitc.frontend.importer import Ref
+
+
+def _torch_args(tree, values):
+    import torch
+
+    if isinstance(tree, Ref):
+        v = values[str(tree)]
+        return torch.from_numpy(v) if isinstance(v, np.ndarray) else v
+    if isinstance(tree, dict):
+        return {k: _torch_args(v, values) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_torch_args(v, values) for v in tree)
+    return tree
+
+
+def _from_torch(value):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().contiguous().numpy()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_from_torch(v) for v in value)
+    return value
+
+
+class Plan:
+    """The steps of a graph, given a compiled kernel for each node that has one."""
+
+    def __init__(self, graph, kernels: dict):
+        self.graph = graph
+        self.steps = []
+        for node in graph.nodes:
+            if node.op == "view":
+                self.steps.append(("view", node, None))
+            elif node.op == "torch":
+                self.steps.append(("torch", node, node.aten))
+            else:
+                self.steps.append(("kernel", node, kernels[node.name]))
+
+    def check_inputs(self, arrays: list, shapes: bool = True) -> None:
+        expected = self.graph.inputs
+        if len(arrays) != len(expected):
+            raise ShapeError(f"the model takes {len(expected)} input(s) ({_describe(expected)}), got {len(arrays)}")
+        for a, v in zip(arrays, expected):
+            if shapes and tuple(a.shape) != tuple(v.shape):
+                raise ShapeError(f"input {v.name}: expected shape {list(v.shape)}, got {list(a.shape)}")
+            if str(a.dtype) != v.dtype:
+                raise DTypeError(f"input {v.name}: expected {v.dtype}, got {a.dtype}")
+
+    def run(self, arrays: list) -> list:
+        """Output arrays for the input `arrays` (numpy, already checked)."""
+        import torch
+
+        values = dict(self.graph.constants)
+        values.update({v.name: np.ascontiguousarray(a) for v, a in zip(self.graph.inputs, arrays)})
+        with torch.inference_mode():
+            for kind, node, what in self.steps:
+                if kind == "kernel":
+                    values[node.name] = what(*(values[i] for i in node.inputs))
+                elif kind == "view":
+                    values[node.name] = values[node.inputs[0]].reshape(node.shape)
+                else:
+                    target, args, kwargs = what
+                    values[node.name] = _from_torch(target(*_torch_args(args, values), **_torch_args(kwargs, values)))
+        return [values[o] for o in self.graph.outputs]
+
+
+def _describe(values) -> str:
+    return ", ".join(f"{v.name}: {v}" for v in values)

@@ -1,0 +1,223 @@
+"""The model front end: torch.export import, graph passes, fallback to PyTorch, and compiled
+models checked against PyTorch eager on small models (an MLP, a ResNet-style CNN, a transformer
+encoder layer)."""
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import minitc as tc  # noqa: E402
+from minitc.frontend import import_model, unsupported  # noqa: E402
+from minitc.frontend.passes import fold_batch_norm, fuse_dense_activation  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:torch")
+
+
+def close(a, b, rtol=1e-4, atol=1e-5):
+    np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=rtol, atol=atol)
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(16, 32), nn.Linear(32, 8)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class Block(nn.Module):
+    """torchvision's ResNet BasicBlock, layer for layer."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return torch.relu(y + (x if self.down is None else self.down(x)))
+
+
+class SmallResNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU())
+        self.pool = nn.MaxPool2d(3, 2, 1)
+        self.layers = nn.Sequential(Block(8, 8, 1), Block(8, 16, 2))
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = self.layers(self.pool(self.stem(x)))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+class EncoderLayer(nn.Module):
+    """A BERT encoder layer: attention by linear, view, permute, matmul and softmax."""
+
+    def __init__(self, d=32, heads=4, ff=64):
+        super().__init__()
+        self.heads = heads
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.ff1, self.ff2 = nn.Linear(d, ff), nn.Linear(ff, d)
+
+    def split(self, t):
+        b, s, d = t.shape
+        return t.view(b, s, self.heads, d // self.heads).permute(0, 2, 1, 3)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.split(self.q(x)), self.split(self.k(x)), self.split(self.v(x))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(d // self.heads)
+        ctx = torch.matmul(scores.softmax(-1), v).permute(0, 2, 1, 3).reshape(b, s, d)
+        x = self.ln1(x + self.o(ctx))
+        return self.ln2(x + self.ff2(nn.functional.gelu(self.ff1(x))))
+
+
+@pytest.mark.parametrize(
+    "make, shape",
+    [(MLP, (4, 16)), (SmallResNet, (1, 3, 16, 16)), (EncoderLayer, (2, 8, 32))],
+    ids=["mlp", "resnet", "encoder"],
+)
+def test_compiled_model_matches_torch(make, shape):
+    torch.manual_seed(0)
+    model = make().eval()
+    x = torch.randn(*shape)
+    compiled = tc.compile(model, (x,))
+    assert not unsupported(compiled.graph), unsupported(compiled.graph)
+    with torch.no_grad():
+        close(compiled(x), model(x))
+        x2 = torch.randn(*shape)
+        close(compiled(x2), model(x2))
+
+
+def test_mlp_graph_fuses_relu_into_the_dense_kernel():
+    torch.manual_seed(0)
+    graph = tc.compile(MLP(), (torch.randn(4, 16),)).graph
+    assert [n.op for n in graph.nodes] == ["dense", "dense"]
+    assert graph.nodes[0].attrs == {"activation": "relu"}
+    text = str(graph)
+    assert text.startswith("graph(x: float32[4, 16]) {")
+    assert "  const fc1.weight: float32[32, 16]\n" in text
+    assert "%linear = dense(%x, %fc1.weight, %fc1.bias, activation=relu)" in text
+    assert text.rstrip().endswith("return %linear_1\n}")
+
+
+def test_batch_norm_folds_into_the_convolution():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4)).eval()
+    model[1].running_mean.uniform_(-1, 1)
+    model[1].running_var.uniform_(0.5, 2)
+    x = torch.randn(1, 3, 8, 8)
+    graph = import_model(model, (x,))
+    assert [n.op for n in graph.nodes] == ["conv2d", "add", "scale_shift"]
+    folded = fold_batch_norm(graph)
+    assert [n.op for n in folded.nodes] == ["conv2d", "add"]
+    conv, add = folded.nodes
+    assert conv.inputs[1].endswith("_folded") and add.inputs[0] == conv.name
+    assert set(folded.constants) == {conv.inputs[1], add.inputs[1]}  # the unfolded weights are gone
+    with torch.no_grad():
+        close(tc.compile(model, (x,))(x), model(x))
+
+
+def test_activation_fuses_only_when_the_product_has_no_other_reader():
+    class TwoReaders(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x):
+            y = self.fc(x)
+            return torch.relu(y) + y
+
+    graph = fuse_dense_activation(import_model(TwoReaders(), (torch.randn(2, 8),)))
+    assert [n.op for n in graph.nodes] == ["dense", "relu", "add"]
+
+
+class WithUnsupported(nn.Module):
+    def forward(self, x):
+        return torch.cumsum(torch.relu(x), 1) + torch.flip(x, (1,))
+
+
+def test_unsupported_ops_run_through_torch_and_are_reported_together():
+    x = torch.randn(3, 5)
+    with pytest.warns(UserWarning, match=r"through PyTorch: aten\.cumsum\.default x1, aten\.flip\.default x1"):
+        compiled = tc.compile(WithUnsupported(), (x,))
+    assert unsupported(compiled.graph) == {"aten.cumsum.default": 1, "aten.flip.default": 1}
+    close(compiled(x), WithUnsupported()(x))
+
+
+def test_fallback_false_lists_every_unsupported_op_in_one_error():
+    with pytest.raises(tc.MinitcError, match=r"2 operator\(s\).*cumsum.*flip"):
+        tc.compile(WithUnsupported(), (torch.randn(3, 5),), fallback=False)
+
+
+def test_new_input_shapes_compile_again_and_say_so():
+    torch.manual_seed(0)
+    model = MLP().eval()
+    compiled = tc.compile(model, (torch.randn(4, 16),))
+    x = torch.randn(6, 16)
+    with pytest.warns(UserWarning, match="new input shapes"):
+        out = compiled(x)
+    with torch.no_grad():
+        close(out, model(x))
+
+
+def test_wrong_inputs_get_clear_errors():
+    compiled = tc.compile(MLP(), (torch.randn(4, 16),))
+    with pytest.raises(tc.DTypeError, match="expected float32, got float64"):
+        compiled(torch.randn(4, 16, dtype=torch.float64))
+
+
+def test_tasks_share_one_kernel_between_identical_layers():
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(16, 16), nn.Linear(16, 16)
+
+        def forward(self, x):
+            return self.b(torch.tanh(self.a(x)))
+
+    compiled = tc.compile(Twice(), (torch.randn(4, 16),))
+    dense = [t for t in compiled.tasks if t.key[0] == "dense"]
+    assert [t.weight for t in dense] == [1, 1]  # one with the tanh epilogue, one without
+
+    class Same(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(16, 16), nn.Linear(16, 16)
+
+        def forward(self, x):
+            return self.b(self.a(x))
+
+    assert [t.weight for t in tc.compile(Same(), (torch.randn(4, 16),)).tasks] == [2]
+
+
+def test_a_model_that_cannot_be_exported_gets_one_clear_error():
+    class DataDependent(nn.Module):
+        def forward(self, x):
+            return x * 2 if x.sum() > 0 else x
+
+    with pytest.raises(tc.MinitcError, match="torch.export could not export DataDependent"):
+        tc.compile(DataDependent(), (torch.randn(3),))
+
+
+def test_torch_compile_backend_minitc():
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    model = MLP().eval()
+    x = torch.randn(4, 16)
+    fast = torch.compile(model, backend="minitc")
+    with torch.no_grad():
+        close(fast(x), model(x))
