@@ -145,6 +145,33 @@ def test_activation_fuses_only_when_the_product_has_no_other_reader():
     assert [n.op for n in graph.nodes] == ["dense", "relu", "add"]
 
 
+def test_encoder_graph_folds_transposes_and_fuses_residual_adds():
+    torch.manual_seed(0)
+    graph = tc.compile(EncoderLayer().eval(), (torch.randn(2, 8, 32),)).graph
+    text = str(graph)
+    ops = [n.op for n in graph.nodes if n.op != "view"]
+    assert ops.count("permute") == 4  # q, k, v into heads and the context back; k's transpose is gone
+    assert "batch_matmul(%permute_view, %permute_1_t1, transpose_b=True)" in text
+    fused = [n for n in graph.nodes if n.op == "fused"]
+    assert [[b.op for b in n.body] for n in fused] == [["dense", "add"], ["dense", "add"]]
+    assert "%add_2d = fused[dense, add](%permute_4_view_view, %o.weight, %o.bias, %x_2d)" in text
+    assert "      %add_2d = add(%x_2d, %linear_3)" in text  # the body, indented under its group
+    assert "%add = view(%add_2d, shape=[2, 8, 32])" in text
+
+
+def test_elementwise_chains_become_one_kernel():
+    class Chain(nn.Module):
+        def forward(self, x, y):
+            return torch.sigmoid(torch.relu(x * 2.0) + y)
+
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    compiled = tc.compile(Chain(), (x, y))
+    (node,) = compiled.graph.nodes
+    assert node.op == "fused" and [b.op for b in node.body] == ["mul", "relu", "add", "sigmoid"]
+    assert node.inputs == ("x", "y") and len(compiled.tasks) == 1
+    close(compiled(x, y), Chain()(x, y))
+
+
 class WithUnsupported(nn.Module):
     def forward(self, x):
         return torch.cumsum(torch.relu(x), 1) + torch.flip(x, (1,))

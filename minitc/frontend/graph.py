@@ -3,7 +3,8 @@
 A graph has user inputs, constants (the model's weights, as numpy arrays), nodes in
 topological order and outputs. Every value is named; a node names its inputs, its operator
 (one of minitc's graph ops, see minitc/frontend/ops.py, or `torch` for an ATen op run through
-PyTorch), plain attributes, and the shape and dtype of what it produces:
+PyTorch, or `fused`: several nodes computed by one kernel, listed under it), plain
+attributes, and the shape and dtype of what it produces:
 
     graph(x: float32[2, 16]) {
       const fc1_weight: float32[32, 16]
@@ -41,6 +42,7 @@ class Node:
     shape: tuple
     dtype: str
     aten: object = None  # the ATen overload, for `torch` nodes and for messages
+    body: tuple = ()  # a `fused` node's nodes, in order: one kernel computes them all
 
     @property
     def value(self) -> Value:
@@ -103,13 +105,19 @@ class Graph:
         for name, array in self.constants.items():
             lines.append(f"  const {name}: {Value(name, array.shape, str(array.dtype))}")
         for n in self.nodes:
-            operands = ", ".join(f"%{i}" for i in n.inputs)
-            attrs = ", ".join(f"{k}={_attr_text(v)}" for k, v in n.attrs.items())
-            call = f"  %{n.name} = {n.op}({operands}{', ' if operands and attrs else ''}{attrs})"
-            lines.append(f"{call:<72} {n.value}")
+            lines.append(_node_line(n, "  "))
+            lines.extend(_node_line(b, "      ") for b in n.body)
         lines.append(f"  return {', '.join('%' + o for o in self.outputs)}")
         lines.append("}")
         return "\n".join(lines)
+
+
+def _node_line(n: Node, indent: str) -> str:
+    operands = ", ".join(f"%{i}" for i in n.inputs)
+    attrs = ", ".join(f"{k}={_attr_text(v)}" for k, v in n.attrs.items())
+    op = f"fused[{', '.join(b.op for b in n.body)}]" if n.body else n.op
+    call = f"{indent}%{n.name} = {op}({operands}{', ' if operands and attrs else ''}{attrs})"
+    return f"{call:<72} {n.value}"
 
 
 def as_array(value) -> np.ndarray:

@@ -77,6 +77,22 @@ def _permute(n, x):
     return compute(n.shape, lambda *i: x[tuple(i[inverse[d]] for d in range(len(dims)))], name=n.op, tag="elementwise")
 
 
+def _view(n, x):
+    """The same elements in another shape (inside a fused kernel, where views are index math)."""
+    strides = [1] * len(x.shape)
+    for d in range(len(x.shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * x.shape[d + 1]
+    out_strides = [1] * len(n.shape)
+    for d in range(len(n.shape) - 2, -1, -1):
+        out_strides[d] = out_strides[d + 1] * n.shape[d + 1]
+
+    def read(*i):
+        flat = sum(v * st for v, st in zip(i, out_strides))
+        return x[tuple((flat // st) % ext for st, ext in zip(strides, x.shape))]
+
+    return compute(n.shape, read, name=n.op, tag="elementwise")
+
+
 def _expand(n, x):
     return compute(n.shape, lambda *i: broadcast_read(x, i), name=n.op, tag="elementwise")
 
@@ -97,16 +113,33 @@ BUILDERS = {
     "scale_shift": _scale_shift,
     "permute": _permute,
     "expand": _expand,
+    "view": _view,
     **{op: _binary(getattr(ops, op)) for op in ("add", "sub", "mul", "div")},
     **{op: _unary(getattr(ops, op)) for op in ("relu", "gelu", "sigmoid", "tanh", "exp")},
 }
 
 
-def node_tensor(node, inputs: list):
-    """The output tensor of `node` computed from the tensors `inputs`."""
+def _fused(node, inputs: list):
+    """The body's tensors built in order; with a dense anchor, the result is tagged as the
+    dense layer's epilogue, so the dense template computes the whole body per output tile."""
+    env = dict(zip(node.inputs, inputs))
+    for member in node.body:
+        env[member.name] = _one(member, [env[i] for i in member.inputs])
+    out = env[node.body[-1].name]
+    if any(m.op == "dense" for m in node.body):
+        out = compute(out.shape, lambda *i: out[i], name="epilogue", tag="dense_epilogue")
+    return out
+
+
+def _one(node, inputs: list):
     if node.op not in BUILDERS:
         raise MinitcError(f"graph node {node.name}: no minitc kernel for the op {node.op!r}")
-    out = BUILDERS[node.op](node, *inputs)
+    return BUILDERS[node.op](node, *inputs)
+
+
+def node_tensor(node, inputs: list):
+    """The output tensor of `node` computed from the tensors `inputs`."""
+    out = _fused(node, inputs) if node.body else _one(node, inputs)
     if tuple(out.shape) != tuple(node.shape) or out.dtype != node.dtype:
         raise MinitcError(
             f"graph node {node.name} ({node.op}): the kernel computes {out.dtype}{list(out.shape)}, "

@@ -6,6 +6,10 @@
   else, becomes the dense kernel's epilogue (`dense(..., activation=gelu)`), looking through
   the views that put a [batch * tokens, features] product back into [batch, tokens, features].
 - `simplify_views`: views to the same shape disappear; a view of a view reads the source.
+- `fold_transposes`: a batch matmul reads a transposed operand through its transpose flag.
+- `fuse_elementwise`: elementwise consumers join their producer's kernel (a `fused` node): a
+  chain of elementwise and injective ops becomes one kernel, and a dense layer takes its
+  consumers (the residual add, ...) as its epilogue.
 
 `run_all` applies them in order and prunes what no output needs.
 """
@@ -16,7 +20,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from minitc.frontend.graph import Graph
+from minitc.frontend.graph import Graph, Node
 
 ACTIVATIONS = ("relu", "gelu", "sigmoid", "tanh")
 CONVOLUTIONS = ("conv2d", "depthwise_conv2d")
@@ -116,7 +120,135 @@ def simplify_views(graph: Graph) -> Graph:
     return g.prune()
 
 
-PASSES = (fold_batch_norm, fuse_dense_activation, simplify_views)
+ELEMENTWISE = ("add", "sub", "mul", "div", "relu", "gelu", "sigmoid", "tanh", "exp", "scale_shift")
+INJECTIVE = ("permute", "expand")
+EPILOGUE_ANCHORS = ("dense",)  # anchors whose template applies a fused elementwise epilogue
+
+
+def _anchor(node) -> str | None:
+    ops = [b.op for b in node.body] if node.body else [node.op]
+    return next((op for op in ops if op in EPILOGUE_ANCHORS), None)
+
+
+def _fusable_producer(node) -> bool:
+    """A node whose result an elementwise consumer can compute in the same kernel."""
+    ops = [b.op for b in node.body] if node.body else [node.op]
+    return all(op in ELEMENTWISE + INJECTIVE + EPILOGUE_ANCHORS for op in ops)
+
+
+def _group(name: str, body: list, shape, dtype) -> Node:
+    produced = {b.name for b in body}
+    inputs = dict.fromkeys(i for b in body for i in b.inputs if i not in produced)
+    return Node(name, "fused", tuple(inputs), {}, tuple(shape), dtype, body=tuple(body))
+
+
+def _members(node) -> list:
+    return list(node.body) if node.body else [node]
+
+
+def fuse_elementwise(graph: Graph) -> Graph:
+    """Elementwise nodes join the kernel of the producers they read when nothing else reads
+    those (TVM's FuseOps, for elementwise and injective producers and the dense anchor): a
+    chain of elementwise ops is one kernel, and a dense layer's consumers (bias, activation,
+    the residual add) become its epilogue. A dense result viewed as [batch, tokens, features]
+    stays 2-D inside the kernel: the consumer's other operands are viewed to 2-D (free) and
+    the kernel's result is viewed back."""
+    g = _copy(graph)
+    users = g.users()
+    shapes = {name: v.shape for name, v in g.values().items()}
+    current: dict = {}  # value name -> the node (possibly fused) that now produces it
+    out: list = []
+
+    def emit(node):
+        current[node.name] = node
+        shapes[node.name] = node.shape
+        out.append(node)
+
+    for node in g.nodes:
+        if node.op not in ELEMENTWISE:
+            emit(node)
+            continue
+        body, inputs, flat = [], list(node.inputs), None  # flat: the anchor's 2-D shape
+        for k, name in enumerate(node.inputs):
+            src, view = current.get(name), None
+            if src is not None and src.op == "view" and _single_use(g, name, users):
+                view, src = src, current.get(src.inputs[0])
+            if src is None or not _fusable_producer(src) or not _single_use(g, src.name, users):
+                continue
+            anchored = _anchor(src) is not None
+            if anchored and (flat is not None or any(_anchor(b) for b in body)):
+                continue  # one anchor per kernel
+            if view is not None and not (anchored and _flattens(node, k, shapes, src.shape)):
+                continue  # elementwise chains do not fuse across views (yet)
+            body.extend(_members(src))
+            out.remove(src)
+            if view is not None:
+                out.remove(view)
+                inputs[k], flat = src.name, src.shape
+        if not body:
+            emit(node)
+        elif flat is None:
+            emit(_group(node.name, body + [replace(node, inputs=tuple(inputs))], node.shape, node.dtype))
+        else:
+            for k, name in enumerate(inputs):
+                if shapes[name] == node.shape:  # an operand of the full shape, read in 2-D
+                    view = Node(f"{name}_2d", "view", (name,), {"shape": flat}, flat, node.dtype)
+                    if view.name not in current:
+                        emit(view)
+                    inputs[k] = view.name
+            member = replace(node, name=f"{node.name}_2d", inputs=tuple(inputs), shape=flat)
+            emit(_group(member.name, body + [member], flat, node.dtype))
+            emit(Node(node.name, "view", (member.name,), {"shape": node.shape}, node.shape, node.dtype))
+            users[member.name] = [out[-1]]
+    g.nodes = out
+    return g.prune()
+
+
+def _flattens(node, k: int, shapes: dict, flat: tuple) -> bool:
+    """Whether `node` can be computed in the 2-D shape `flat` of the anchor behind its k-th
+    operand: the same elements in the same order, and every other operand of the node's full
+    shape (viewed to 2-D) or a vector along the last axis or a scalar."""
+    if node.shape[-1:] != flat[-1:] or int(np.prod(node.shape)) != int(np.prod(flat)):
+        return False
+    return all(j == k or shapes[i] == node.shape or len(shapes[i]) <= 1 for j, i in enumerate(node.inputs))
+
+
+def _swaps_last_two(dims) -> bool:
+    n = len(dims)
+    return n >= 2 and tuple(dims) == tuple(range(n - 2)) + (n - 1, n - 2)
+
+
+def fold_transposes(graph: Graph) -> Graph:
+    """A batch matmul operand that is a transpose of the last two axes (`k.transpose(-1, -2)`
+    in attention), possibly viewed to 3-D, is read in place with the matmul's transpose flag
+    instead of being copied."""
+    g = _copy(graph)
+    producers, users = g.producers(), g.users()
+    for node in g.nodes:
+        if node.op != "batch_matmul":
+            continue
+        inputs = list(node.inputs)
+        for k, flag in ((0, "transpose_a"), (1, "transpose_b")):
+            view, src = None, producers.get(inputs[k])
+            if src is not None and src.op == "view" and _single_use(g, src.name, users):
+                view, src = src, producers.get(src.inputs[0])
+            if src is None or src.op != "permute" or not _swaps_last_two(src.attrs["dims"]):
+                continue
+            if not _single_use(g, src.name, users):
+                continue
+            read = (view or src).shape
+            shape = (*read[:-2], read[-1], read[-2])  # the untransposed operand, as the matmul reads it
+            name = f"{src.inputs[0]}_t{k}"
+            g.nodes.insert(
+                g.nodes.index(node), Node(name, "view", (src.inputs[0],), {"shape": shape}, shape, node.dtype)
+            )
+            inputs[k] = name
+            node.attrs[flag] = not node.attrs.get(flag, False)
+        node.inputs = tuple(inputs)
+    return simplify_views(g.prune())
+
+
+PASSES = (fold_batch_norm, fuse_dense_activation, simplify_views, fold_transposes, fuse_elementwise)
 
 
 def run_all(graph: Graph) -> Graph:

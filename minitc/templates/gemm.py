@@ -372,12 +372,15 @@ def schedule_dense(s, out, target, mr=4, nr=24, nc=24, ku=4, kc=0, mc=0, pack_b=
 def schedule_dense_epilogue(
     s, out, target, mr=4, nr=24, nc=24, ku=4, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto"
 ):
-    """act(X @ W.T + bias): the product is computed per output tile into a register
-    accumulator (compute_at), and bias/activation are applied as the tile is stored."""
+    """act(X @ W.T + bias), or any elementwise epilogue of the product: the product is computed
+    per output tile into a register accumulator (compute_at), and the epilogue (inlined into
+    one stage) is applied as the tile is stored."""
+    product = gemm_producer(s, out)
+    inline_epilogue(s, out, product)
     gemm_schedule(
         s,
         out,
-        gemm_producer(s, out),
+        product,
         target,
         mr=mr,
         nr=nr,
@@ -392,10 +395,29 @@ def schedule_dense_epilogue(
 
 
 def gemm_producer(s, out: str) -> str:
-    for name in s.state.stage(out).read_stages():
-        if s.state.stage(name).tag == "dense":
-            return name
+    """The dense product stage under the epilogue `out`, directly or through elementwise stages."""
+    todo, seen = [out], set()
+    while todo:
+        for name in s.state.stage(todo.pop()).read_stages():
+            st = s.state.stage(name)
+            if st.tag == "dense":
+                return name
+            if name not in seen and not st.is_placeholder and not st.reduce_axes:
+                seen.add(name)
+                todo.append(name)
     raise ScheduleError(f"dense_epilogue template: {out} reads no dense product stage")
+
+
+def inline_epilogue(s, out: str, product: str) -> None:
+    """Inline the elementwise stages between `out` and the product (a fused epilogue chain:
+    bias, activation, a residual add), so `out` reads the product directly."""
+    todo = [out]
+    while todo:
+        for name in s.state.stage(todo.pop()).read_stages():
+            st = s.state.stage(name)
+            if name != product and not st.is_placeholder and not st.reduce_axes and not st.inline:
+                s.compute_inline(name)
+                todo.append(name)
 
 
 for _tag in ("matmul", "batch_matmul", "dense"):
