@@ -26,11 +26,12 @@ from minitc.te import Tensor, compute, max, min, placeholder, reduce_axis, sum
 if_then_else = select
 
 
-def compile(model, example_inputs, target: str = "llvm", db=None, fallback: bool = True):  # noqa: A001
-    """Compile a PyTorch model for inputs like `example_inputs` (minitc.frontend; imports torch)."""
+def compile(model, example_inputs, target: str = "llvm", db=None, **options):  # noqa: A001
+    """Compile a PyTorch model for inputs like `example_inputs`; options: fallback, trials,
+    strategy, progress (minitc.frontend.compile_model says what they do; imports torch)."""
     from minitc.frontend import compile_model
 
-    return compile_model(model, example_inputs, target=target, db=db, fallback=fallback)
+    return compile_model(model, example_inputs, target=target, db=db, **options)
 
 
 def _intrinsic(name):

@@ -248,3 +248,31 @@ def test_torch_compile_backend_minitc():
     fast = torch.compile(model, backend="minitc")
     with torch.no_grad():
         close(fast(x), model(x))
+
+
+def test_tuning_across_the_model_writes_records_that_a_second_compile_uses(tmp_path):
+    torch.manual_seed(0)
+    model, x = MLP().eval(), torch.randn(4, 16)
+    db = str(tmp_path / "records.db")
+    rounds = []
+    tuned = tc.compile(model, (x,), db=db, trials=8, strategy="random", progress=lambda i, s: rounds.append(i))
+    assert len(tuned.tune_results) == len(tuned.tasks) == 2
+    assert sorted(set(rounds)) == [0, 1]  # both tasks got rounds within the 8 trials
+    assert all(r.best_ms is not None for r in tuned.tune_results)
+    with torch.no_grad():
+        close(tuned(x), model(x))
+    from minitc.autotune.database import Database
+
+    with Database(db) as records:
+        assert len(records) >= 8
+    again = tc.compile(model, (x,), db=db)  # no tuning: the records' best programs
+    close(again(x), tuned(x))
+
+
+def test_benchmark_reports_the_total_and_each_task():
+    torch.manual_seed(0)
+    compiled = tc.compile(EncoderLayer().eval(), (torch.randn(2, 8, 32),))
+    report = compiled.benchmark(repeats=3)
+    assert set(report["tasks_ms"]) == {str(t) for t in compiled.tasks}
+    assert report["total_ms"] > 0 and all(v > 0 for v in report["tasks_ms"].values())
+    assert sum(report["tasks_ms"].values()) <= report["total_ms"]

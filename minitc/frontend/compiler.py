@@ -4,6 +4,8 @@
     y = compiled(x)                           # torch tensors in and out
     print(compiled.graph)                     # the graph it runs
     compiled.tasks                            # the distinct kernels and how often each runs
+    compiled.benchmark()                      # median ms in all and per task
+    tc.compile(model, (x,), trials=256)       # tune the tasks first (records database)
 
 Import (minitc/frontend/importer.py) -> graph passes (passes.py) -> tasks: one kernel per
 distinct (op, attributes, input shapes), built from the records database's best program when
@@ -14,11 +16,13 @@ compiled (`fallback=False` makes them an error instead).
 
 from __future__ import annotations
 
+import time
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
+from minitc.autotune.task_scheduler import tune_tasks
 from minitc.driver import build
 from minitc.errors import MinitcError
 from minitc.frontend import passes
@@ -84,8 +88,11 @@ class CompiledModel:
     """A model compiled for one set of input shapes; calling it with other shapes compiles the
     model again for those (with a warning saying so)."""
 
-    def __init__(self, model, example_inputs, target="llvm", db=None, fallback=True):
+    def __init__(self, model, example_inputs, target="llvm", db=None, fallback=True, tuning=None):
         self.model, self.target, self.db, self.fallback = model, target, db, fallback
+        self.tuning = tuning or {}  # tune_tasks options: trials, strategy, progress
+        self.example_inputs = tuple(example_inputs)
+        self.tune_results: list = []
         self._variants: dict = {}
         self._select(example_inputs, first=True)
 
@@ -104,11 +111,46 @@ class CompiledModel:
         graph = passes.run_all(import_model(self.model, inputs))
         _report_fallbacks(graph, self.fallback)
         tasks = extract_tasks(graph)
+        if self.tuning.get("trials"):
+            # rounds small enough that the first round-robin pass reaches every task: a budget
+            # spent before the last task is reached leaves it untuned
+            batch = max(1, min(16, self.tuning["trials"] // len(tasks)))
+            work = [(t.outputs, t.weight) for t in tasks]
+            self.tune_results = tune_tasks(work, target=self.target, db=self.db, batch=batch, **self.tuning)
         kernels = {}
         for task in tasks:
             fn = build(task.outputs, target=self.target, db=self.db)
             kernels.update(dict.fromkeys(task.nodes, fn))
         return graph, tasks, Plan(graph, kernels)
+
+    def benchmark(self, repeats: int = 20) -> dict:
+        """Median milliseconds of the whole model on its example inputs (`total_ms`) and of
+        each task's kernels per call, summed over the nodes that run them (`tasks_ms`, by
+        task description), and of the nodes run through PyTorch (`torch_ms`)."""
+        import torch
+
+        arrays = [
+            t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t) for t in self.example_inputs
+        ]
+        plan = self._select(self.example_inputs)
+        totals, steps = [], []
+        for _ in range(repeats + 1):
+            times: dict = {}
+            start = time.perf_counter()
+            plan.run(arrays, times)
+            totals.append(time.perf_counter() - start)
+            steps.append(times)
+        of_node = {n: str(t) for t in self.tasks for n in t.nodes}
+        per_task: dict = {}
+        for name in steps[1]:
+            key = of_node.get(name, "torch" if name in plan.torch_nodes else "views")
+            per_task.setdefault(key, []).append([s[name] for s in steps[1:]])
+        summed = {k: 1e3 * float(np.median(np.sum(v, axis=0))) for k, v in per_task.items()}
+        return {
+            "total_ms": 1e3 * float(np.median(totals[1:])),
+            "tasks_ms": {k: v for k, v in summed.items() if k not in ("torch", "views")},
+            "torch_ms": summed.get("torch", 0.0),
+        }
 
     def __call__(self, *inputs):
         import torch
@@ -121,12 +163,24 @@ class CompiledModel:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
-def compile_model(model, example_inputs, target: str = "llvm", db=None, fallback: bool = True) -> CompiledModel:
+def compile_model(
+    model,
+    example_inputs,
+    target: str = "llvm",
+    db=None,
+    fallback: bool = True,
+    trials: int = 0,
+    strategy: str = "tlm",
+    progress=None,
+) -> CompiledModel:
     """Compile the `torch.nn.Module` `model` for inputs like `example_inputs` (a tuple of
     tensors, or one tensor). `target`: a CPU target (`llvm`, `llvm -mcpu=...`). `db`: the
-    records database whose best programs to use (default: the user's). `fallback=False`
-    raises UnsupportedOpsError, listing every operator minitc cannot compile, instead of
-    running them through PyTorch."""
+    records database whose best programs to use and where tuning writes (default: the
+    user's). `trials`: measurements spread over the model's tasks by expected gain
+    (minitc.autotune.task_scheduler), with `strategy`; `progress(task index, session)` after
+    each round. `fallback=False` raises UnsupportedOpsError, listing every operator minitc
+    cannot compile, instead of running them through PyTorch."""
     if not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)
-    return CompiledModel(model, tuple(example_inputs), target, db, fallback)
+    tuning = {"trials": trials, "strategy": strategy, "progress": progress} if trials else None
+    return CompiledModel(model, tuple(example_inputs), target, db, fallback, tuning)

@@ -8,6 +8,8 @@ stay numpy arrays for the life of the plan.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from minitc.errors import DTypeError, ShapeError
@@ -61,14 +63,21 @@ class Plan:
             if str(a.dtype) != v.dtype:
                 raise DTypeError(f"input {v.name}: expected {v.dtype}, got {a.dtype}")
 
-    def run(self, arrays: list) -> list:
-        """Output arrays for the input `arrays` (numpy, already checked)."""
+    @property
+    def torch_nodes(self) -> set:
+        return {node.name for kind, node, _ in self.steps if kind == "torch"}
+
+    def run(self, arrays: list, times: dict | None = None) -> list:
+        """Output arrays for the input `arrays` (numpy, already checked); with `times`, the
+        seconds of each step go there by node name."""
         import torch
 
         values = dict(self.graph.constants)
         values.update({v.name: np.ascontiguousarray(a) for v, a in zip(self.graph.inputs, arrays)})
+        clock = time.perf_counter
         with torch.inference_mode():
             for kind, node, what in self.steps:
+                start = clock() if times is not None else 0.0
                 if kind == "kernel":
                     values[node.name] = what(*(values[i] for i in node.inputs))
                 elif kind == "view":
@@ -76,6 +85,8 @@ class Plan:
                 else:
                     target, args, kwargs = what
                     values[node.name] = _from_torch(target(*_torch_args(args, values), **_torch_args(kwargs, values)))
+                if times is not None:
+                    times[node.name] = clock() - start
         return [values[o] for o in self.graph.outputs]
 
 
