@@ -27,6 +27,10 @@ from minitc.errors import MinitcError
 COMMANDS = {
     "bench": ("minitc.benchmarks.cli:bench", "Benchmark minitc against numpy and torch on a suite."),
     "tune": ("minitc.commands.tune:tune", "Tune an operator (tc.tune) and compare with numpy and torch."),
+    "compile": (
+        "minitc.commands.compile:compile_cmd",
+        "Compile (and tune) a whole PyTorch model; time it against torch.",
+    ),
     "show": ("minitc.commands.show:show", "Show tuning records: workloads, best schedule, loop nest, code."),
     "lm": ("minitc.lm.cli:lm", "The tensor language model: generate data, pretrain, measure, fine-tune."),
 }

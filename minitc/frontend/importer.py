@@ -13,6 +13,7 @@ node that runs through PyTorch at run time; `unsupported(graph)` lists them all 
 from __future__ import annotations
 
 import operator
+import warnings
 
 from minitc.errors import MinitcError
 from minitc.frontend.aten import CONVERTERS, KEEP_WHOLE, Unconvertible
@@ -45,11 +46,13 @@ def export(model, example_inputs):
 
     model = model.eval()
     try:
-        program = torch.export.export(model, tuple(example_inputs), strict=False)
-        table = torch.export.default_decompositions()
-        for op in KEEP_WHOLE:
-            table.pop(getattr_path(torch.ops, op), None)
-        return program.run_decompositions(table)
+        with warnings.catch_warnings():  # torch's own deprecations inside export: nothing a user can act on
+            warnings.simplefilter("ignore", FutureWarning)
+            program = torch.export.export(model, tuple(example_inputs), strict=False)
+            table = torch.export.default_decompositions()
+            for op in KEEP_WHOLE:
+                table.pop(getattr_path(torch.ops, op), None)
+            return program.run_decompositions(table)
     except Exception as e:  # torch raises many kinds; one clear error naming the model
         raise ImportError_(f"torch.export could not export {type(model).__name__}: {type(e).__name__}: {e}") from e
 

@@ -1,0 +1,145 @@
+"""`minitc compile MODEL`: compile (and with --trials, tune) a whole PyTorch model, check it
+against PyTorch eager, and time both side by side.
+
+MODEL is a name of the benchmark suite's models (minitc.benchmarks.models_zoo) or
+`path/to/file.py:factory`, a function returning `(model, example_inputs)`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import time
+from pathlib import Path
+
+import click
+
+import minitc as tc
+from minitc.autotune.registry import strategy_names
+from minitc.commands import checks
+from minitc.errors import MinitcError
+
+
+def zoo() -> dict:
+    """{name: factory} of the benchmark suite's models, or {} where that module is absent."""
+    try:
+        from minitc.benchmarks import models_zoo
+    except ImportError:
+        return {}
+    return dict(getattr(models_zoo, "MODELS", {}))
+
+
+def load_model(spec: str):
+    """(model, example inputs, name) for a zoo name or `file.py:factory`."""
+    models = zoo()
+    if spec in models:
+        model, inputs = models[spec]()
+        return model, tuple(inputs), spec
+    path, sep, attr = spec.rpartition(":")
+    if not sep or not path.endswith(".py"):
+        names = ", ".join(sorted(models)) or "none installed"
+        raise MinitcError(f"unknown model {spec!r}: give a model name ({names}) or path/to/file.py:factory")
+    if not Path(path).is_file():
+        raise MinitcError(f"{path}: no such file (MODEL is path/to/file.py:factory)")
+    module_spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    if not callable(getattr(module, attr, None)):
+        raise MinitcError(f"{path} has no function {attr!r}")
+    made = getattr(module, attr)()
+    if not (isinstance(made, tuple) and len(made) == 2):
+        raise MinitcError(f"{spec} must return (model, example_inputs), got {type(made).__name__}")
+    model, inputs = made
+    return model, tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,), attr
+
+
+class ModelProgress:
+    """One line per tuning round: the task, its best, and the model's estimated latency (the
+    sum over tasks of weight x best)."""
+
+    def __init__(self, tasks):
+        self.tasks, self.best = tasks, {}
+        self.start = time.perf_counter()
+
+    def __call__(self, i: int, session) -> None:
+        if math.isfinite(session.best):
+            self.best[i] = session.best
+        estimate = sum(self.tasks[k].weight * ms for k, ms in self.best.items())
+        known = f"{len(self.best)}/{len(self.tasks)} tasks"
+        click.echo(
+            f"[{time.perf_counter() - self.start:5.0f} s] task {i + 1:>2} {str(self.tasks[i])[:60]:<60} "
+            f"best {self.best.get(i, math.nan):.4g} ms | model estimate {estimate:.4g} ms ({known})",
+            err=True,
+        )
+
+
+@click.command(name="compile")
+@click.argument("model_spec", metavar="MODEL")
+@click.option("--trials", default=0, show_default=True, type=click.IntRange(min=0), help="Tuning budget for the model.")
+@click.option("--strategy", default="tlm", show_default=True, help="Search strategy for tuning.")
+@click.option("--target", default="llvm", show_default=True, help="CPU target, e.g. 'llvm -mcpu=haswell'.")
+@click.option("--db", type=click.Path(dir_okay=False), help="Records database (default: the user's).")
+@click.option("--threads", type=click.IntRange(min=1), help="Threads for minitc and torch (default: all CPUs).")
+@click.option("--graph", "show_graph", is_flag=True, help="Print the graph after the passes.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the results here.")
+def compile_cmd(model_spec, trials, strategy, target, db, threads, show_graph, json_path):
+    """Compile a PyTorch MODEL with minitc (tuning it with --trials), check it against PyTorch
+    eager and time both, side by side.
+
+    \b
+    Examples:
+      minitc compile resnet50
+      minitc compile bert-base --trials 512
+      minitc compile my_models.py:make_mlp --graph
+    """
+    import torch
+
+    from minitc.benchmarks.timing import measure, thread_limit
+    from minitc.frontend import unsupported
+
+    if strategy not in strategy_names():
+        raise click.BadParameter(f"choose one of {', '.join(strategy_names())}", param_hint="--strategy")
+    checks.check_output(json_path, "--json")
+    model, inputs, name = load_model(model_spec)
+    threads = threads or tc.get_num_threads()
+    with thread_limit(threads), torch.no_grad():
+        start = time.perf_counter()
+        compiled = tc.compile(model, inputs, target=target, db=db)  # templates: what tuning starts from
+        compile_s = time.perf_counter() - start
+        _summary(compiled, name, compile_s, unsupported(compiled.graph))
+        tune_s = 0.0
+        if trials:
+            start = time.perf_counter()
+            progress = ModelProgress(compiled.tasks)
+            compiled = tc.compile(
+                model, inputs, target=target, db=db, trials=trials, strategy=strategy, progress=progress
+            )
+            tune_s = time.perf_counter() - start
+        if show_graph:
+            click.echo(str(compiled.graph))
+        expected = model(*inputs)
+        got = compiled(*inputs)
+        error = float((got - expected).abs().max())
+        scale = float(expected.abs().max()) or 1.0
+        timings = measure({"minitc": lambda: compiled(*inputs), "torch eager": lambda: model(*inputs)}, repeats=10)
+    ms = {k: 1e3 * v.median for k, v in timings.items()}
+    click.echo(f"max abs error against torch eager: {error:.3g} (relative to the largest output {error / scale:.3g})")
+    click.echo(
+        f"minitc {ms['minitc']:.3f} ms, torch eager {ms['torch eager']:.3f} ms at {threads} threads: "
+        f"minitc is {ms['torch eager'] / ms['minitc']:.2f}x as fast"
+    )
+    if json_path:
+        record = {"model": name, "threads": threads, "target": target, "trials": trials, "strategy": strategy,
+                  "compile_s": compile_s, "tune_s": tune_s, "ms": ms, "max_abs_error": error,
+                  "tasks": len(compiled.tasks), "torch_nodes": unsupported(compiled.graph)}  # fmt: skip
+        Path(json_path).write_text(json.dumps(record, indent=1))
+
+
+def _summary(compiled, name: str, seconds: float, fallbacks: dict) -> None:
+    counts = compiled.graph.op_counts()
+    kernels = sum(n for op, n in counts.items() if op not in ("view",) and not op.startswith("torch"))
+    line = f"{name}: {len(compiled.graph.nodes)} nodes, {kernels} kernels of {len(compiled.tasks)} distinct tasks"
+    if fallbacks:
+        line += f", {sum(fallbacks.values())} through PyTorch ({', '.join(sorted(fallbacks))})"
+    click.echo(f"{line}; compiled in {seconds:.1f} s")

@@ -1,0 +1,56 @@
+"""`minitc compile MODEL`: a model from a file, compiled and tuned, checked and timed; bad
+model specs get one clear line."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("torch")
+
+from minitc.cli import main  # noqa: E402
+
+FACTORY = """
+import torch
+from torch import nn
+
+def make():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8)).eval(), (torch.randn(4, 16),)
+
+def wrong():
+    return 3
+"""
+
+
+@pytest.fixture
+def factory(tmp_path):
+    path = tmp_path / "models.py"
+    path.write_text(FACTORY)
+    return path
+
+
+def test_compile_tunes_checks_and_times_a_model_from_a_file(factory, tmp_path):
+    out = tmp_path / "o.json"
+    args = ["compile", f"{factory}:make", "--trials", "4", "--strategy", "random", "--db", str(tmp_path / "r.db")]
+    result = CliRunner().invoke(main, args + ["--graph", "--json", str(out), "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    assert "make: 2 nodes, 2 kernels of 2 distinct tasks" in result.output
+    assert "model estimate" in result.output and "dense(%input, %0.weight, %0.bias, activation=relu)" in result.output
+    record = json.loads(out.read_text())
+    assert record["max_abs_error"] < 1e-4 and record["tasks"] == 2 and record["trials"] == 4
+    assert set(record["ms"]) == {"minitc", "torch eager"} and all(v > 0 for v in record["ms"].values())
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("no-such-model", "unknown model 'no-such-model'"),
+        ("missing.py:make", "missing.py: no such file"),
+        ("{factory}:nothing", "has no function 'nothing'"),
+        ("{factory}:wrong", "must return (model, example_inputs), got int"),
+    ],
+)
+def test_bad_model_specs_get_one_clear_line(factory, spec, message):
+    result = CliRunner().invoke(main, ["compile", spec.format(factory=factory)])
+    assert result.exit_code == 1 and message in result.output and "Traceback" not in result.output
