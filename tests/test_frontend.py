@@ -276,3 +276,35 @@ def test_benchmark_reports_the_total_and_each_task():
     assert set(report["tasks_ms"]) == {str(t) for t in compiled.tasks}
     assert report["total_ms"] > 0 and all(v > 0 for v in report["tasks_ms"].values())
     assert sum(report["tasks_ms"].values()) <= report["total_ms"]
+
+
+def test_save_and_load_round_trip_without_the_torch_model(tmp_path):
+    from minitc.frontend import load
+
+    torch.manual_seed(0)
+    model = nn.Sequential(SmallResNet(), nn.Softmax(-1)).eval()
+    x = torch.randn(1, 3, 16, 16)
+    compiled = tc.compile(WithUnsupported(), (torch.randn(3, 5),))  # a torch node must survive too
+    for m, inputs in ((compiled, (torch.randn(3, 5),)), (tc.compile(model, (x,)), (x,))):
+        path = tmp_path / "m.minitc"
+        m.save(path)
+        loaded = load(path)
+        assert str(loaded.graph) == str(m.graph)
+        assert [t.trace.to_json() for t in loaded.tasks] == [t.trace.to_json() for t in m.tasks]
+        close(loaded(*inputs), m(*inputs), rtol=0, atol=0)
+    with pytest.raises(tc.ShapeError, match="loaded from .* runs inputs of shapes \\[\\[1, 3, 16, 16\\]\\] only"):
+        loaded(torch.randn(2, 3, 16, 16))
+
+
+def test_a_damaged_saved_model_gets_a_clear_error(tmp_path):
+    from minitc.frontend import SavedModelError, load
+
+    path = tmp_path / "m.minitc"
+    tc.compile(MLP(), (torch.randn(4, 16),)).save(path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(SavedModelError, match="m.minitc: not a saved minitc model, or damaged"):
+        load(path)
+    (tmp_path / "text.minitc").write_text("hello")
+    with pytest.raises(SavedModelError, match="text.minitc: not a saved minitc model"):
+        load(tmp_path / "text.minitc")

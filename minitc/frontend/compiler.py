@@ -23,13 +23,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from minitc.autotune.task_scheduler import tune_tasks
+from minitc.autotune.tuner import tuned_schedule
 from minitc.driver import build
-from minitc.errors import MinitcError
+from minitc.errors import MinitcError, ShapeError
 from minitc.frontend import passes
 from minitc.frontend.importer import import_model, unsupported
 from minitc.frontend.kernels import NO_KERNEL, node_tensor
 from minitc.frontend.runtime import Plan
+from minitc.schedule import Schedule
 from minitc.te import placeholder
+from minitc.templates import template_schedule
 
 
 class UnsupportedOpsError(MinitcError):
@@ -38,11 +41,13 @@ class UnsupportedOpsError(MinitcError):
 
 @dataclass
 class Task:
-    """One distinct kernel of the model: its output tensor, how many nodes run it, which."""
+    """One distinct kernel of the model: its output tensor, how many nodes run it, which, and
+    the schedule's trace it is built with (the records database's best, else the template)."""
 
     key: tuple
     outputs: object
     nodes: list
+    trace: object = None
 
     @property
     def weight(self) -> int:
@@ -74,6 +79,15 @@ def extract_tasks(graph) -> list:
     return list(tasks.values())
 
 
+def build_kernels(tasks, target: str) -> dict:
+    """{node name: compiled kernel}: each task's trace replayed and built once."""
+    kernels = {}
+    for task in tasks:
+        fn = build(Schedule(task.outputs).replay(task.trace), target=target)
+        kernels.update(dict.fromkeys(task.nodes, fn))
+    return kernels
+
+
 def _report_fallbacks(graph, fallback: bool) -> None:
     ops = unsupported(graph)
     if not ops:
@@ -101,6 +115,12 @@ class CompiledModel:
 
         signature = tuple(tuple(t.shape) for t in inputs if isinstance(t, torch.Tensor))
         if signature not in self._variants:
+            if self.model is None:
+                known = ", ".join(str([list(shape) for shape in k]) for k in self._variants)
+                raise ShapeError(
+                    f"this model was loaded from {self.source} and runs inputs of shapes {known} only, got "
+                    f"{[list(shape) for shape in signature]}; compile the PyTorch model (tc.compile) for other shapes"
+                )
             if not first:
                 warnings.warn(f"minitc: new input shapes {list(signature)}: compiling the model again", stacklevel=3)
             self._variants[signature] = self._compile(inputs)
@@ -117,11 +137,27 @@ class CompiledModel:
             batch = max(1, min(16, self.tuning["trials"] // len(tasks)))
             work = [(t.outputs, t.weight) for t in tasks]
             self.tune_results = tune_tasks(work, target=self.target, db=self.db, batch=batch, **self.tuning)
-        kernels = {}
         for task in tasks:
-            fn = build(task.outputs, target=self.target, db=self.db)
-            kernels.update(dict.fromkeys(task.nodes, fn))
-        return graph, tasks, Plan(graph, kernels)
+            chosen = tuned_schedule([task.outputs], self.target, self.db) if self.db is not False else None
+            task.trace = (chosen or template_schedule(task.outputs, self.target)).trace
+        return graph, tasks, Plan(graph, build_kernels(tasks, self.target))
+
+    @classmethod
+    def restored(cls, graph, tasks, plan, example_inputs, target, source: str) -> CompiledModel:
+        """A compiled model rebuilt from a saved file (minitc.frontend.saved.load)."""
+        self = cls.__new__(cls)
+        self.model, self.target, self.db, self.fallback, self.tuning = None, target, False, True, {}
+        self.example_inputs, self.tune_results, self.source = tuple(example_inputs), [], source
+        signature = tuple(tuple(t.shape) for t in example_inputs)
+        self._variants = {signature: (graph, tasks, plan)}
+        self.graph, self.tasks, self.plan = graph, tasks, plan
+        return self
+
+    def save(self, path) -> None:
+        """Write the graph, its constants and each task's trace to one file (minitc.frontend.saved)."""
+        from minitc.frontend.saved import save
+
+        save(self, path)
 
     def benchmark(self, repeats: int = 20) -> dict:
         """Median milliseconds of the whole model on its example inputs (`total_ms`) and of
