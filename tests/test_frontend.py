@@ -308,3 +308,26 @@ def test_a_damaged_saved_model_gets_a_clear_error(tmp_path):
     (tmp_path / "text.minitc").write_text("hello")
     with pytest.raises(SavedModelError, match="text.minitc: not a saved minitc model"):
         load(tmp_path / "text.minitc")
+
+
+def test_the_arena_never_gives_two_live_results_the_same_bytes():
+    from minitc.frontend.memory import lifetimes, nbytes
+
+    torch.manual_seed(0)
+    compiled = tc.compile(SmallResNet().eval(), (torch.randn(1, 3, 16, 16),))
+    plan, graph = compiled.plan, compiled.graph
+    spans, sizes = lifetimes(graph), {n.name: nbytes(n) for n in graph.nodes}
+    placed = sorted(plan.offsets)
+    assert placed and graph.outputs[0] not in plan.offsets  # the output is the caller's, not the arena's
+    for a in placed:
+        for b in placed:
+            if a < b and spans[a][0] <= spans[b][1] and spans[b][0] <= spans[a][1]:
+                lo, hi = sorted(
+                    [(plan.offsets[a], plan.offsets[a] + sizes[a]), (plan.offsets[b], plan.offsets[b] + sizes[b])]
+                )
+                assert lo[1] <= hi[0], (a, b)
+    assert plan.arena_bytes < sum(sizes[n] for n in placed)  # buffers are reused
+    x = torch.randn(1, 3, 16, 16)
+    first = compiled(x).clone()
+    compiled(torch.randn(1, 3, 16, 16))
+    close(compiled(x), first)  # the reused arena leaves nothing behind between calls

@@ -3,17 +3,20 @@
 `Plan(graph, kernels)` lists one step per node in order: a minitc kernel writing a fresh
 buffer, a view (the same buffer, another shape), or a `torch` node calling its ATen operator
 on torch tensors that share the buffers (torch.from_numpy / .numpy(): no copies). Constants
-stay numpy arrays for the life of the plan.
+stay numpy arrays for the life of the plan. Kernels write their intermediate results into one
+arena planned by liveness (memory.py); `plan.arena_bytes` is its size.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
 
 from minitc.errors import DTypeError, ShapeError
 from minitc.frontend.importer import Ref
+from minitc.frontend.memory import nbytes, plan_arena
 
 
 def _torch_args(tree, values):
@@ -39,11 +42,31 @@ def _from_torch(value):
     return value
 
 
+@contextlib.contextmanager
+def one_torch_thread(active: bool):
+    """Run torch's part of a plan on one thread: after a parallel call torch's OpenMP workers
+    spin for milliseconds and would take the cores from the minitc kernel that follows, so the
+    two thread pools must not both be live; the fallback operators are the small part."""
+    if not active:
+        yield
+        return
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 class Plan:
     """The steps of a graph, given a compiled kernel for each node that has one."""
 
     def __init__(self, graph, kernels: dict):
         self.graph = graph
+        self.offsets, self.arena_bytes = plan_arena(graph)
+        self._arena = None  # allocated on the first run, then reused (a plan runs one call at a time)
         self.steps = []
         for node in graph.nodes:
             if node.op == "view":
@@ -63,6 +86,13 @@ class Plan:
             if str(a.dtype) != v.dtype:
                 raise DTypeError(f"input {v.name}: expected {v.dtype}, got {a.dtype}")
 
+    def _buffer(self, node) -> np.ndarray:
+        if self._arena is None:
+            self._arena = np.empty(self.arena_bytes, np.uint8)
+        offset = self.offsets[node.name]
+        size = nbytes(node)
+        return self._arena[offset : offset + size].view(node.dtype).reshape(node.shape)
+
     @property
     def torch_nodes(self) -> set:
         return {node.name for kind, node, _ in self.steps if kind == "torch"}
@@ -75,11 +105,15 @@ class Plan:
         values = dict(self.graph.constants)
         values.update({v.name: np.ascontiguousarray(a) for v, a in zip(self.graph.inputs, arrays)})
         clock = time.perf_counter
-        with torch.inference_mode():
+        with torch.inference_mode(), one_torch_thread(bool(self.torch_nodes)):
             for kind, node, what in self.steps:
                 start = clock() if times is not None else 0.0
                 if kind == "kernel":
-                    values[node.name] = what(*(values[i] for i in node.inputs))
+                    args = [values[i] for i in node.inputs]
+                    if node.name in self.offsets:
+                        values[node.name] = what(*args, out=self._buffer(node))
+                    else:
+                        values[node.name] = what(*args)
                 elif kind == "view":
                     values[node.name] = values[node.inputs[0]].reshape(node.shape)
                 else:
