@@ -109,7 +109,7 @@ def check_output(path, flag: str) -> None:
     default=DEFAULT_SUITE,
     show_default=True,
     help=f"Suite to run: {', '.join(SUITES)}; tuning: {', '.join(TUNE_SUITES)}; "
-    f"GPU: {', '.join(GPU_SUITES)}; tlm-eval.",
+    f"GPU: {', '.join(GPU_SUITES)}; tlm-eval; runner-scaling.",
 )
 @click.option("--workloads", default="", help="Comma-separated workload names of the suite (default: all).")
 @click.option(
@@ -282,6 +282,10 @@ def bench(
             tlm_seeds,
             leave_out_hardware,
         )
+    if suite == "runner-scaling":
+        from minitc.benchmarks.runner_scaling import bench_runner_scaling
+
+        return bench_runner_scaling(ctx, trials, json_path, quiet)
     if suite in GPU_SUITES:
         return bench_gpu(ctx, suite, workloads, repeats, budget_s, tune_trials, json_path, plot_path, quiet)
     if ctx.get_parameter_source("tune_trials") == click.core.ParameterSource.COMMANDLINE:

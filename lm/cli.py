@@ -18,6 +18,7 @@ nothing but the records database).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -229,13 +230,89 @@ def _every(n: int):
     help="CPU target to measure for, e.g. 'llvm -mcpu=haswell' (AVX2 code on an AVX-512 host) or "
     "'llvm -num-cores=1'; each is its own hardware description in the dataset.",
 )
+@click.option(
+    "--ray",
+    "ray_address",
+    is_flag=False,
+    flag_value="auto",
+    metavar="[ADDRESS]",
+    help="Measure on a Ray cluster (its head's ADDRESS, else the one started on this machine): --target "
+    "on the nodes like this machine, and every other kind of node for its own CPU, each kind its own "
+    "hardware description (docs/distributed.md).",
+)
 @_dataset_options
-def measure_cmd(db, per_workload, strategy, lm_path, workloads, seed, target, dataset, no_dataset):
+def measure_cmd(db, per_workload, strategy, lm_path, workloads, seed, target, ray_address, dataset, no_dataset):
     """Measure programs of each workload into the records database (each with its sentence), and
     append them to the dataset."""
     from minitc.lm.training_set import TRAINING
 
-    measure(db, _names(workloads, TRAINING), per_workload, strategy, lm_path, seed, target=target, dataset=dataset)
+    names = _names(workloads, TRAINING)
+    if ray_address is None:
+        return measure(db, names, per_workload, strategy, lm_path, seed, target=target, dataset=dataset)
+    measure_on_ray(ray_address, db, names, per_workload, strategy, lm_path, seed, target, dataset)
+
+
+def measure_on_ray(address, db, names, per_workload, strategy, lm_path, seed, target, dataset) -> None:
+    """`measure` once per kind of node of a Ray cluster: `target` on the kind its records are
+    keyed by (nodes like this machine), every other kind for its own CPU, with the hardware
+    line one of its nodes gives itself (this machine's caches and rates are not theirs)."""
+    from minitc.autotune.ray_runner import RayRunner
+    from minitc.errors import MinitcError
+    from minitc.lm.hardware import hardware
+
+    try:
+        runner = RayRunner(None if address == "auto" else address)
+    except MinitcError as e:
+        raise click.ClickException(str(e)) from None
+    with runner:
+        try:
+            own = runner.kind_for(target)
+        except MinitcError as e:
+            own = None
+            _say(f"not measuring {target}: {e}")
+        for kind in runner.kinds():
+            kind_target = target if kind == own else kind.target
+            _say(f"nodes {kind}: measuring {kind_target}")
+            try:
+                line = None if kind == own else runner.call(kind, hardware, kind.target)
+                with _sentences_of(line):
+                    measure(
+                        db,
+                        names,
+                        per_workload,
+                        strategy,
+                        lm_path,
+                        seed,
+                        target=kind_target,
+                        dataset=dataset,
+                        runner=runner,
+                    )
+            except MinitcError as e:
+                _say(f"nodes {kind.fingerprint}: {e}")
+
+
+@contextlib.contextmanager
+def _sentences_of(line):
+    """Records' sentences written with the hardware line `line` (another machine's) instead of
+    this machine's, for the duration; None changes nothing."""
+    if line is None:
+        yield
+        return
+    from minitc.autotune.registry import RECORD_EXTRAS, register_record_extras, strategy_names
+    from minitc.lm.language import SentenceWriter
+
+    strategy_names()  # loads the plug-ins first, so that theirs cannot replace this one
+    before = RECORD_EXTRAS["sentence"]
+
+    def extras(space):
+        write = SentenceWriter(space, line)
+        return lambda candidate: {"sentence": str(write(candidate.decisions))}
+
+    register_record_extras("sentence", extras)
+    try:
+        yield
+    finally:
+        register_record_extras("sentence", before)
 
 
 def measure(
@@ -249,9 +326,11 @@ def measure(
     target="llvm",
     dataset=None,
     source="minitc lm measure",
+    runner=None,
 ) -> None:
     """Measure each workload up to `per_workload` programs of `target` in `db` (with `add`: that
-    many more); with `dataset` (a folder), append each workload's new programs to it."""
+    many more); with `dataset` (a folder), append each workload's new programs to it. `runner`:
+    a runner that also builds (RayRunner), else this machine's processes."""
     from minitc.lm.dataset import minitc_version
     from minitc.lm.export import Exporter
     from minitc.target import parse_target
@@ -269,7 +348,17 @@ def measure(
             _say(f"[{n + 1}/{len(names)}] {name}: {have} programs already measured")
             continue
         start = time.perf_counter()
-        r = tune(out, trials=todo, strategy=strategy, target=target, db=db, seed=seed + have, lm=lm_path)
+        r = tune(
+            out,
+            trials=todo,
+            strategy=strategy,
+            target=target,
+            db=db,
+            seed=seed + have,
+            lm=lm_path,
+            builder=runner,
+            runner=runner,
+        )
         kept = ""
         if exporter:
             with Database(db) as d:

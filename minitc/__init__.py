@@ -34,6 +34,15 @@ def compile(model, example_inputs, target: str = "llvm", db=None, **options):  #
     return compile_model(model, example_inputs, target=target, db=db, **options)
 
 
+def __getattr__(name):
+    # RayRunner on first use only: `import minitc` never imports ray
+    if name == "RayRunner":
+        from minitc.autotune.ray_runner import RayRunner
+
+        return RayRunner
+    raise AttributeError(f"module 'minitc' has no attribute {name!r}")
+
+
 def _intrinsic(name):
     def fn(x):
         return call(name, x)
@@ -55,7 +64,7 @@ sigmoid = _intrinsic("sigmoid")
 
 __all__ = [
     "BuildError", "ConfigError", "DTypeError", "IRError", "LayoutError", "MinitcError", "RaceError", "ScheduleError",
-    "ShapeError",
+    "RayRunner", "ShapeError",
     "Schedule", "Step", "Tensor", "Trace", "abs", "build", "cast", "ceil", "codegen", "compile", "compute", "dtypes",
     "erf", "exp", "floor", "get_num_threads", "if_then_else", "log", "lower", "max", "maximum", "min", "minimum", "ops",
     "placeholder", "reduce_axis", "select", "set_num_threads", "sigmoid", "sqrt", "sum", "tanh", "tune",

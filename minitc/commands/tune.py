@@ -51,6 +51,7 @@ Examples:
   minitc tune dense --shape 128,768,3072 --bias --activation relu --trials 32
   minitc tune conv2d --shape 1,64,56,56,64,3,3 --stride 1 --padding 1 --json conv.json
   minitc tune softmax --shape 1536,128 --strategy random --plot curve.png
+  minitc tune matmul --shape 512,512,512 --ray 10.0.0.1:6379   # measure on a Ray cluster
 """
 
 
@@ -217,6 +218,15 @@ def _verdict(rec: dict, ms: dict, lib) -> list:
     type=click.FloatRange(min=0),
     help="Seconds of timing per implementation in the final comparison.",
 )
+@click.option(
+    "--ray",
+    "ray_address",
+    is_flag=False,
+    flag_value="auto",
+    metavar="[ADDRESS]",
+    help="Build and measure the candidates on a Ray cluster: the one whose head is at ADDRESS, else the "
+    "one started on this machine (docs/distributed.md).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 def tune(
     op,
@@ -233,6 +243,7 @@ def tune(
     batch,
     cost_model,
     budget_s,
+    ray_address,
     quiet,
     **kwargs,
 ):
@@ -246,6 +257,7 @@ def tune(
     )
     args = command_args(call)
     say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))
+    cluster = _ray_runner(ray_address, target, threads, say)
     try:
         if is_gpu(target):
             return _tune_gpu(
@@ -269,6 +281,8 @@ def tune(
             budget_s=budget_s,
             say=say,
             progress_factory=lambda s: bar,
+            builder=cluster,
+            runner=cluster,
             lm=lm_path,
             learn=learn,
             run=run,
@@ -284,6 +298,9 @@ def tune(
         raise click.exceptions.Exit(130) from None
     except MinitcError as e:
         raise click.ClickException(str(e)) from None
+    finally:
+        if cluster is not None:
+            cluster.close()
     click.echo(format_result(rec, key, target))
     wall = time.perf_counter() - start
     click.echo(f"wall time: {wall:.1f} s (tuning {rec['seconds'] or 0:.1f} s, then timing)")
@@ -309,6 +326,27 @@ def tune(
         say(f"wrote {plot_path}")
     if rec["tuned_ms"] is None:
         raise click.ClickException(rec["error"] or "no tuned kernel")
+
+
+def _ray_runner(address, target, threads, say):
+    """The RayRunner of `--ray [ADDRESS]` (None without it), its nodes said."""
+    if address is None:
+        return None
+    if is_gpu(target):
+        raise click.BadParameter("the Ray runner measures CPU targets; tune a GPU without it", param_hint="--ray")
+    from minitc.autotune.ray_runner import RayRunner
+
+    try:
+        runner = RayRunner(None if address == "auto" else address, threads=threads)
+    except MinitcError as e:
+        raise click.ClickException(str(e)) from None
+    try:
+        kind = runner.kind_for(target)  # a cluster without this hardware fails before tuning
+    except MinitcError as e:
+        runner.close()
+        raise click.ClickException(str(e)) from None
+    say(f"measuring on the Ray cluster at {runner.address}: {kind}")
+    return runner
 
 
 def _check_all(call, target, strategy, lm_path, db, json_path, plot_path) -> str:
