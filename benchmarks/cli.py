@@ -108,7 +108,7 @@ def check_output(path, flag: str) -> None:
     "--suite",
     default=DEFAULT_SUITE,
     show_default=True,
-    help=f"Suite to run: {', '.join(SUITES)}; tuning: {', '.join(TUNE_SUITES)}; "
+    help=f"Suite to run: {', '.join(SUITES)}; models; tuning: {', '.join(TUNE_SUITES)}; "
     f"GPU: {', '.join(GPU_SUITES)}; tlm-eval; runner-scaling.",
 )
 @click.option("--workloads", default="", help="Comma-separated workload names of the suite (default: all).")
@@ -286,6 +286,10 @@ def bench(
         from minitc.benchmarks.runner_scaling import bench_runner_scaling
 
         return bench_runner_scaling(ctx, trials, json_path, quiet)
+    if suite == "models":
+        from minitc.benchmarks.models import bench_models
+
+        return bench_models(ctx)
     if suite in GPU_SUITES:
         return bench_gpu(ctx, suite, workloads, repeats, budget_s, tune_trials, json_path, plot_path, quiet)
     if ctx.get_parameter_source("tune_trials") == click.core.ParameterSource.COMMANDLINE:

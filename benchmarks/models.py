@@ -1,0 +1,361 @@
+"""`python -m minitc.benchmarks --suite models`: whole models, minitc against PyTorch eager,
+torch.compile (Inductor) and ONNX Runtime, side by side in one process.
+
+    python -m minitc.benchmarks --suite models [--workloads resnet50,bert-base] [--threads 2]
+        [--trials N [--db FILE]] [--repeats N] [--budget S] [--json FILE] [--plot FILE.png]
+        [--wait-quiet S] [--no-machine] [--quiet]
+
+For each model of benchmarks/models_zoo.py (default: the four full ones; `--workloads` names
+others, such as the test variants tiny-bert and resnet18-small) and each thread count (default
+2), the systems are:
+
+- minitc: `tc.compile(model, inputs, db=False)`, the operators' templates only;
+- minitc-tuned: `tc.compile(model, inputs, trials=N, db=FILE)` when --trials is given (and
+  tc.compile takes trials=);
+- eager: the model under torch.no_grad();
+- inductor: torch.compile(model) with torch._inductor.config.freezing = True, compiled for each
+  thread count (its first call, the compile, is its setup_s);
+- onnxruntime: the model exported to ONNX once, run by an InferenceSession with
+  intra_op_num_threads set to the thread count (skipped, with a note, without onnxruntime).
+
+`MINITC_MODELS_SYSTEMS=minitc,eager` runs only those systems (the tests use it: Inductor's
+compile alone takes longer than the test budget).
+
+PyTorch eager's output is computed once, first; every system's output is compared with it: max
+abs error, and relative error = max abs error / max |eager|. A system off by more than RTOL
+relative, or failing to build or run, is an error and is not timed. One more call measures
+memory, then the systems that passed are timed interleaved (benchmarks/timing.py `measure`)
+with thread_limit(n) in force for minitc, torch and BLAS.
+
+Memory: `peak_rss_mib` is the process's peak resident memory (Linux VmHWM, reset through
+/proc/self/clear_refs once the previous model is freed) while this model's systems are built,
+checked and timed, all in this one process; `start_rss_mib` is what was resident at that reset
+(the libraries). One call's share cannot be told apart: the allocators keep freed buffers for
+the next call. For minitc the plan's own sizes are given: `arena_mib`, the one buffer its
+intermediate results share (planned by liveness), and `constants_mib`, the weights it holds.
+
+After the timing, `minitc_breakdown` (CompiledModel.benchmark, minitc alone) says where its
+time goes: the total, the nodes run through torch, and the slowest tasks (fused groups).
+
+JSON (`--json FILE`): one record per model and thread count (models_report.py prints them):
+
+    {"suite": "models", "model": "resnet50", "description": "ResNet-50, 1x3x224x224",
+     "inputs": ["float32[1, 3, 224, 224]"], "threads": 2,
+     "minitc_ms": 91.2 | null, "minitc_tuned_ms": null, "eager_ms": 60.1, "inductor_ms": 45.2,
+     "onnxruntime_ms": 40.3,                  # medians; null: an error, or not run
+     "minitc_vs_eager": 0.66 | null,          # eager ms / minitc ms (> 1: minitc is faster)
+     "compile_s": 25.1, "tuning_s": null, "trials": null,    # tuning_s: the tuned compile
+     "max_abs_err": 2e-06, "rel_err": 1e-07,  # minitc (templates) against eager
+     "torch_nodes": 35, "torch_ops": {"aten.hardtanh.default": 35},  # nodes run through torch
+     "graph_nodes": 120, "tasks": 40, "arena_mib": 9.2, "constants_mib": 97.5,
+     "minitc_breakdown": {"total_ms": 90.1, "torch_ms": 0.0, "top_tasks": [["conv2d ... x3", 9.1], ...]},
+     "peak_rss_mib": 1403.2, "start_rss_mib": 610.5,   # the process's, see above
+     "systems": {"minitc": {"ms", "spread_pct", "setup_s", "max_abs_err", "rel_err", "error",
+                            "traceback"}, "eager": {...}, ...},
+     "error": null | "...",                   # minitc's (templates) error
+     "notes": [...],                          # systems skipped, how the ONNX file was made
+     "target": "llvm", "host": {"cpu": ..., "llvm_cpu": ...}, "background_cpus": 0.02,
+     "machine": {...} | null, "run": {"date", "command", "suite", "threads", "repeats", ...}}
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import inspect
+import os
+import time
+
+import numpy as np
+
+import minitc as tc
+from minitc.benchmarks import models_report, models_zoo
+from minitc.benchmarks.machine import host_cpu
+from minitc.benchmarks.models_systems import (
+    SYSTEMS,
+    TARGET,
+    System,
+    as_array,
+    breakdown,
+    compare,
+    export_onnx,
+    failed,
+    ms_key,
+    peak_memory,
+    reset_peak_memory,
+    setup_eager,
+    setup_inductor,
+    setup_minitc,
+    setup_onnxruntime,
+    short,
+    sig,
+)
+from minitc.benchmarks.timing import BackgroundLoad, measure, thread_limit, wait_for_quiet
+
+SYSTEMS_ENV = "MINITC_MODELS_SYSTEMS"
+FACTS = (  # the record's facts about minitc's compiled model and the process's memory
+    "torch_nodes", "torch_ops", "graph_nodes", "tasks", "arena_mib", "constants_mib", "minitc_breakdown",
+    "peak_rss_mib", "start_rss_mib",
+)  # fmt: skip
+
+
+def chosen_systems() -> list:
+    """The systems to run: all, or those MINITC_MODELS_SYSTEMS names (ValueError otherwise)."""
+    text = os.environ.get(SYSTEMS_ENV, "")
+    names = [n.strip() for n in text.split(",") if n.strip()] or list(SYSTEMS)
+    unknown = [n for n in names if n not in SYSTEMS]
+    if unknown:
+        raise ValueError(f"{SYSTEMS_ENV}: unknown system(s) {', '.join(unknown)}; known: {', '.join(SYSTEMS)}")
+    return names
+
+
+def compile_takes_trials() -> bool:
+    """Whether tc.compile tunes (`trials=`): tc.compile passes its options to compile_model."""
+    from minitc.frontend import compile_model
+
+    return any("trials" in inspect.signature(f).parameters for f in (tc.compile, compile_model))
+
+
+# --- one model ----------------------------------------------------------------------------------
+def run_model(spec, threads, systems, repeats=10, budget_s=3.0, trials=None, db=None, say=None, wait_quiet_s=0.0):
+    """The records of one model, one per thread count."""
+    import torch
+
+    say = say or (lambda msg: None)
+    notes: list = []
+    memory = {"start_rss_mib": reset_peak_memory()}
+    try:
+        say(f"{spec.name}: building the model")
+        model, inputs = spec.make()
+    except Exception as e:  # noqa: BLE001 - e.g. transformers missing
+        why = f"model failed: {short(e)}" + (
+            f" (needs {spec.needs}: pip install 'minitc[bench]')" if spec.needs else ""
+        )
+        return [base_record(spec, n, [], {}, {}, why, []) for n in threads]
+    shapes = [f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}" for t in inputs]
+    with thread_limit(threads[0]), torch.no_grad():
+        reference = as_array(model(*inputs)).astype(np.float64)
+    built, facts = {}, {}
+    if "minitc" in systems:
+        say(f"{spec.name}: tc.compile (templates)")
+        mine, facts = setup_minitc("minitc", model, inputs, db=False)
+        built["minitc"] = mine
+        say(f"{spec.name}: minitc: {mine.error or f'compiled in {mine.setup_s:.1f} s'}")
+    if "minitc-tuned" in systems and trials:
+        say(f"{spec.name}: tc.compile with {trials} trials")
+        built["minitc-tuned"], _ = setup_minitc("minitc-tuned", model, inputs, trials=trials, db=db)
+    onnx_bytes = None
+    if "onnxruntime" in systems:
+        onnx_bytes = _onnx_for(model, inputs, built, notes, say, spec.name)
+    rows = []
+    for n in threads:
+        if wait_quiet_s > 0:
+            wait_for_quiet(wait_quiet_s)
+        with thread_limit(n):
+            here = dict(built)
+            if "eager" in systems:
+                here["eager"] = setup_eager(model, inputs)
+            if "inductor" in systems:
+                say(f"{spec.name}: torch.compile (Inductor, freezing) at {n} thread(s)")
+                here["inductor"] = setup_inductor(model, inputs)
+            if onnx_bytes is not None:
+                here["onnxruntime"] = setup_onnxruntime(onnx_bytes, inputs, n)
+            here = {s: here[s] for s in SYSTEMS if s in here}
+            for system in here.values():
+                check(system, reference)
+            fns = {s.name: s.fn for s in here.values() if s.error is None}
+            say(f"{spec.name}: timing {', '.join(fns) or 'nothing'} with {n} thread(s)")
+            with BackgroundLoad() as load:
+                timings = measure(fns, repeats=repeats, budget_s=budget_s) if fns else {}
+        error = here["minitc"].error if "minitc" in here else None
+        memory["peak_rss_mib"] = peak_memory()
+        if error is None and "minitc" in here and "minitc_breakdown" not in facts:
+            facts["minitc_breakdown"] = breakdown(here["minitc"].compiled)
+        rows.append(base_record(spec, n, shapes, here, timings, error, notes, {**facts, **memory}, trials, load.cpus))
+        say(summary(rows[-1]))
+    del model, built
+    torch._dynamo.reset()  # Inductor's compiled graphs hold the model's weights
+    gc.collect()
+    return rows
+
+
+def _onnx_for(model, inputs, built, notes, say, name):
+    try:
+        import onnx  # noqa: F401 - the exporter needs it
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        notes.append("onnxruntime not run: pip install 'minitc[bench]' (onnxruntime, onnx)")
+        return None
+    say(f"{name}: exporting to ONNX")
+    try:
+        onnx_bytes, how = export_onnx(model, inputs)
+    except Exception as e:  # noqa: BLE001
+        built["onnxruntime"] = failed("onnxruntime", "ONNX export failed", e)
+        return None
+    notes.append(f"ONNX file made by {how}")
+    return onnx_bytes
+
+
+def check(system: System, reference: np.ndarray) -> None:
+    """Run once and compare with eager: a wrong result is an error, and is not timed."""
+    if system.error is not None:
+        return
+    try:
+        out = system.fn()
+    except Exception as e:  # noqa: BLE001
+        failure = failed(system.name, "run failed", e)
+        system.error, system.traceback = failure.error, failure.traceback
+        return
+    system.check, system.error = compare(out, reference)
+
+
+def base_record(spec, n, shapes, systems, timings, error, notes, facts=None, trials=None, background=None) -> dict:
+    facts = facts or {}
+    ms = {s: timings[s].median * 1e3 for s in timings}
+    entries = {}
+    for name, s in systems.items():
+        entries[name] = {
+            "ms": sig(ms.get(name), 5),
+            "spread_pct": round(100 * timings[name].spread, 1) if name in timings else None,
+            "setup_s": round(s.setup_s, 2) if s.setup_s is not None else None,
+            **s.check,
+            "error": s.error,
+            **({"traceback": s.traceback} if s.traceback else {}),
+        }
+    mine = systems.get("minitc")
+    tuned = systems.get("minitc-tuned")
+    return {
+        "suite": "models",
+        "model": spec.name,
+        "description": spec.description,
+        "inputs": shapes,
+        "threads": n,
+        **{ms_key(s): sig(ms.get(s), 5) for s in SYSTEMS},
+        "minitc_vs_eager": sig(ms["eager"] / ms["minitc"], 4) if "eager" in ms and "minitc" in ms else None,
+        "compile_s": round(mine.setup_s, 2) if mine and mine.setup_s is not None else None,
+        "tuning_s": round(tuned.setup_s, 1) if tuned and tuned.setup_s is not None else None,
+        "trials": trials if tuned else None,
+        "max_abs_err": mine.check.get("max_abs_err") if mine else None,
+        "rel_err": mine.check.get("rel_err") if mine else None,
+        **{k: facts.get(k) for k in FACTS},
+        "systems": entries,
+        "error": error,
+        "notes": list(notes),
+        "target": TARGET,
+        "host": host_cpu(),
+        "background_cpus": round(background, 2) if background is not None else None,
+    }
+
+
+def summary(rec: dict) -> str:
+    parts = [f"{s} {rec[ms_key(s)]:.1f} ms" for s in SYSTEMS if rec.get(ms_key(s)) is not None]
+    errors = [f"{s}: {e['error']}" for s, e in rec["systems"].items() if e.get("error")]
+    tail = f"  ERRORS {'; '.join(errors)}" if errors else ""
+    return f"{rec['model']} [{rec['threads']}T]: " + ", ".join(parts) + tail
+
+
+def run_models(specs, threads, systems, repeats=10, budget_s=3.0, trials=None, db=None, progress=None,
+               context=None, wait_quiet_s=0.0) -> list:  # fmt: skip
+    """Records of every model at every thread count; `context` (machine, run) joins each."""
+    records = []
+    for i, spec in enumerate(specs):
+        say = (lambda msg, i=i: progress(f"[{i + 1}/{len(specs)}] {msg}")) if progress else None
+        for rec in run_model(spec, threads, systems, repeats, budget_s, trials, db, say, wait_quiet_s):
+            records.append({**rec, **(context or {})})
+    return records
+
+
+# --- the command --------------------------------------------------------------------------------
+NOT_USED = (
+    "strategies",
+    "seed",
+    "cost_model",
+    "tune_trials",
+    "tlm_k",
+    "evo_trials",
+    "tlm_seeds",
+    "lm_path",
+    "evo_from",
+)
+DEFAULT_THREADS = [2]
+
+
+def bench_models(ctx) -> None:
+    """`python -m minitc.benchmarks --suite models ...`: benchmarks/cli.py hands over its click
+    context; the options this suite reads are --workloads (model names), --threads (default 2),
+    --repeats, --budget, --trials and --db (the tuned minitc), --json, --plot, --wait-quiet,
+    --no-machine and --quiet."""
+    import click
+    from click.core import ParameterSource
+
+    from minitc.benchmarks.cli import command_line
+    from minitc.benchmarks.machine import measure_machine
+    from minitc.benchmarks.report import require_matplotlib, write_json
+
+    p = ctx.params
+
+    def given(name: str) -> bool:
+        return ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
+
+    options = {o.name: max(o.opts, key=len) for o in ctx.command.params}
+    unused = [options[name] for name in NOT_USED if given(name)]
+    if unused:
+        raise click.UsageError(f"{', '.join(unused)}: not used by the models suite")
+    if p["db"] and not given("trials"):
+        raise click.UsageError("--db is for the tuned minitc: give --trials too")
+    try:
+        specs = models_zoo.select([n.strip() for n in p["workloads"].split(",") if n.strip()])
+        systems = chosen_systems()
+        if p["plot_path"]:
+            require_matplotlib()
+    except (KeyError, ValueError, RuntimeError) as e:
+        raise click.UsageError(e.args[0]) from None
+    say = (lambda msg: None) if p["quiet"] else (lambda msg: click.echo(msg, err=True))
+    threads = p["threads"] if given("threads") else DEFAULT_THREADS
+    trials = p["trials"] if given("trials") else None
+    if trials and not compile_takes_trials():
+        say("tc.compile takes no trials= yet: the tuned minitc is not run")
+        trials = None
+    start = time.perf_counter()
+    machine = None if p["no_machine"] else measure_machine(threads, progress=say)
+    context = {
+        "machine": machine.to_json() if machine else None,
+        "run": {
+            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "command": command_line(ctx),
+            "suite": "models",
+            "threads": list(threads),
+            "repeats": p["repeats"],
+            "budget_s": p["budget_s"],
+            "wait_quiet_s": p["wait_quiet_s"],
+            "systems": systems,
+            "versions": all_versions(),
+        },
+    }
+    records = run_models(
+        specs, threads, systems, p["repeats"], p["budget_s"], trials, p["db"], say, context, p["wait_quiet_s"]
+    )
+    say(f"suite models done in {time.perf_counter() - start:.0f} s")
+    click.echo("\n".join(models_report.header(records)))
+    click.echo(models_report.format_table(records))
+    if p["json_path"]:
+        write_json(records, p["json_path"])
+        say(f"wrote {p['json_path']}")
+    if p["plot_path"]:
+        models_report.plot(records, p["plot_path"])
+        say(f"wrote {p['plot_path']}")
+
+
+def all_versions() -> dict:
+    """The runner's versions, and those of the packages only this suite uses."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from minitc.benchmarks.cli import versions
+
+    out = versions()
+    for name in ("transformers", "onnxruntime", "onnx"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
