@@ -168,6 +168,8 @@ class TuningSession:
         ):  # measure the hand template first: never lose to tc.build
             self.search.queue.append(self.space.replay(self.space.default_values()))
         self.task = Task.from_outputs(self.space.outputs, self.target)
+        if builder is None and hasattr(runner, "build") and hasattr(runner, "build_one"):
+            builder = runner  # a runner that builds on its own nodes (RayRunner): no local build
         self.own = (builder is None, runner is None)
         self.builder = builder or LocalBuilder(workers=2)
         self.runner = make_runner(runner or "local", self.target)
