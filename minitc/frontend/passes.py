@@ -87,9 +87,8 @@ def fuse_dense_activation(graph: Graph) -> Graph:
     for i, node in enumerate(g.nodes):
         if node.op not in ACTIVATIONS:
             continue
-        views, src = [], producers.get(node.inputs[0])
+        src = producers.get(node.inputs[0])
         while src is not None and src.op == "view" and _single_use(g, src.name, users):
-            views.append(src)
             src = producers.get(src.inputs[0])
         chain_ok = src is not None and src.op == "dense" and "activation" not in src.attrs
         if not chain_ok or not _single_use(g, src.name, users):
