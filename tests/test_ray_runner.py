@@ -110,7 +110,7 @@ def test_hardware_no_node_has_is_refused(runner):
 
 def test_same_best_program_as_the_local_runner(runner, tmp_path):
     out = _matmul()
-    kw = dict(trials=6, strategy="random", seed=6, batch=6)  # the best is 1.8x the second, 1 thread
+    kw = dict(trials=6, strategy="random", seed=6, batch=6)  # one thread per kernel
     local_runner = LocalRunner(threads=1)
     try:
         local = tc.tune(out, db=tmp_path / "local.db", runner=local_runner, **kw)
@@ -123,15 +123,26 @@ def test_same_best_program_as_the_local_runner(runner, tmp_path):
     with Database(tmp_path / "local.db") as a, Database(tmp_path / "ray.db") as b:
         assert {r.trace for r in a.records(local.workload)} == {r.trace for r in b.records(remote.workload)}
         assert {r.hardware for r in b.records(remote.workload)} == {hardware_fingerprint("llvm")}
-        local_top, remote_top = _fastest(a, local.workload), _fastest(b, remote.workload)
-    # the same programs measured; each run's winner is among the other's two fastest (the best is
-    # 1.8x the second on a quiet machine; a busy one, such as a CI host, can swap close ones)
-    assert _steps(remote.best_trace) in local_top and _steps(local.best_trace) in remote_top
+        local_ms, remote_ms = _times(a, local.workload), _times(b, remote.workload)
+    # The same programs were measured. Which of two close programs wins is up to the host (the two
+    # fastest are within 2-15% on Zen 3, Zen 4 and Zen 5) and its load, but each run's winner must be
+    # close to the best in the other run's timings: the next program is 1.4x or more slower.
+    remote_best, local_best = _steps(remote.best_trace), _steps(local.best_trace)
+    assert local_ms[remote_best] <= CLOSE * min(local_ms.values()), (local_ms, remote_best)
+    assert remote_ms[local_best] <= CLOSE * min(remote_ms.values()), (remote_ms, local_best)
 
 
-def _fastest(db, workload, k: int = 2) -> list:
-    ok = sorted((r for r in db.records(workload) if r.ok), key=lambda r: r.median_ms)
-    return [_steps(r.trace) for r in ok[:k]]
+CLOSE = 1.3  # a winner within this factor of the other run's best is "the same best program"
+
+
+def _times(db, workload) -> dict:
+    """Each program's best median (ms) in `db`, keyed by its schedule steps."""
+    times = {}
+    for r in db.records(workload):
+        if r.ok:
+            key = _steps(r.trace)
+            times[key] = min(times.get(key, float("inf")), r.median_ms)
+    return times
 
 
 def test_a_node_killed_mid_batch_loses_no_record(runner, tmp_path):
