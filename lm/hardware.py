@@ -66,11 +66,14 @@ def two_digits(x: float) -> int:
     return int(round(x / scale) * scale)
 
 
-def _measure(threads: int) -> dict:
-    """A quick version of the benchmark runner's machine measurement (the same probes)."""
+def _measure(target) -> dict:
+    """A quick version of the benchmark runner's machine measurement (the same probes), the
+    FMA rate in `target`'s vectors where this host can run its code."""
+    threads = target.num_cores
+    runs_here = target if target.is_host_compatible else "llvm"  # else the host's own vectors
     before = get_num_threads()
     try:
-        fma = measure_fma(threads, tasks=threads * 4, iters=500_000, repeats=3)
+        fma = measure_fma(threads, tasks=threads * 4, iters=500_000, repeats=3, target=runs_here)
         triad = measure_triad(threads, repeats=3)
     finally:
         set_num_threads(before)
@@ -110,7 +113,7 @@ def hardware(target="llvm", measured: dict | None = None) -> Hardware | GpuHardw
         try:
             measured = json.loads(cache.read_text())
         except (OSError, ValueError):
-            measured = _measure(t.num_cores)
+            measured = _measure(t)
             cache.parent.mkdir(parents=True, exist_ok=True)
             cache.write_text(json.dumps(measured))
     simd = simd_width(t, "float32")

@@ -14,7 +14,7 @@ from minitc.backends.llvm import jit
 from minitc.backends.llvm.codegen import render
 from minitc.errors import BuildError
 from minitc.schedule.recorder import Schedule
-from minitc.target import cpus, parse_target, simd_width
+from minitc.target import cpus, parse_target, simd_width, vector_rate
 from minitc.templates import DEFAULTS, conv, gemm, load_templates, template_schedule
 from minitc.templates.conv import FMA_LATENCY_CHAINS as FMA_CHAINS
 from minitc.templates.elementwise import default_vector
@@ -107,7 +107,14 @@ def _target(cpu: str, extra: str = ""):
 def test_target_description(cpu):
     t = _target(cpu)
     bits, registers, full_rate, preferred = DESCRIPTIONS[cpu]
-    assert (t.vector_bits, t.vector_registers, t.full_rate_512, t.preferred_vector_bits) == DESCRIPTIONS[cpu]
+    if t.is_host and bits == 512:  # the host's own cpu: its FMA rate is measured, not looked up
+        full_rate = vector_rate.host_full_rate_512(t.cpu, t.features)
+    assert (t.vector_bits, t.vector_registers, t.full_rate_512, t.preferred_vector_bits) == (
+        bits,
+        registers,
+        full_rate,
+        preferred,
+    )
     assert t.lanes("float32") == bits // 32 and t.lanes("float64") == bits // 64
     assert t.preferred_lanes("float32") == preferred // 32
     d = t.describe()
@@ -115,6 +122,17 @@ def test_target_description(cpu):
     assert d["num_cores"] == 2 and set(d["caches"]) == {"l1d", "l2", "l3"}
     if not t.is_host:  # the host's own cpu reads its caches from sysfs
         assert d["caches"] == cpus.known_caches(cpu)
+
+
+@pytest.mark.skipif(parse_target("llvm").vector_bits != 512, reason="the host has no AVX-512")
+def test_the_host_512_bit_rate_is_measured():
+    """Two FMA pipes of 512 bits give about twice the FLOP/s of 256-bit code, split ones about
+    the same; nothing in between (the probe compares the two widths one thread, interleaved)."""
+    host = parse_target("llvm")
+    ratio = vector_rate.wide_over_narrow_rate(host.cpu, host.features)
+    assert 0.7 < ratio < 1.3 or 1.7 < ratio < 2.3, ratio
+    assert host.full_rate_512 == (ratio > vector_rate.FULL_RATE_RATIO)
+    assert host.preferred_vector_bits == (512 if cpus.full_rate_512(host.cpu) else 256)
 
 
 def test_disabled_avx512_describes_an_avx2_machine():

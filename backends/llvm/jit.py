@@ -15,7 +15,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import importlib.util
-import threading
 import time
 
 import llvmlite.binding as llvm
@@ -23,9 +22,9 @@ import llvmlite.binding as llvm
 from minitc.backends.llvm.codegen import render, sanitize
 from minitc.errors import BuildError
 from minitc.target import parse_target
-from minitc.target.cpu import LLVMTarget, ensure_llvm_initialized
+from minitc.target.cpu import LLVM_LOCK, LLVMTarget, ensure_llvm_initialized
 
-_LOCK = threading.RLock()
+_LOCK = LLVM_LOCK
 _CACHE: dict = {}
 _ENGINE = None
 _MACHINES: dict = {}

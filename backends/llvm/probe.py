@@ -6,10 +6,12 @@ model's hardware tokens both come from here).
     measure_triad(threads) -> (best, median) GB/s
 
 * FMA peak: a loop-nest IR kernel written by hand with `minitc.ir`. Each parallel task keeps
-  ACC_ROWS independent `<8 x float>` accumulators (an unrolled x vectorized local tile that LLVM
-  promotes to registers) and updates each with `acc = acc * x + y` ITERS times: ACC_ROWS
-  independent FMA chains, enough to cover the FMA latency times its two pipes. The IR flops
-  are 2 * 8 * ACC_ROWS per iteration; no memory traffic in the loop.
+  ACC_ROWS independent accumulators of the target's full vector width (`<16 x float>` with
+  AVX-512, `<8 x float>` with AVX2; an unrolled x vectorized local tile that LLVM promotes to
+  registers) and updates each with `acc = acc * x + y` ITERS times: ACC_ROWS independent FMA
+  chains, enough to cover the FMA latency times its two pipes. The IR flops are
+  2 * lanes * ACC_ROWS per iteration; no memory traffic in the loop. Where 512-bit ops are
+  split in halves the wide kernel simply runs at the 256-bit rate.
 * Bandwidth: STREAM triad `a[i] = b[i] + s * c[i]` over TRIAD_ELEMS floats per array (64 MiB
   each, several times any L3 of the machines we run on), parallel + vectorized. Bytes counted
   the STREAM way: 12 per element (read b and c, write a), without write-allocate traffic.
@@ -30,24 +32,25 @@ from minitc.backends.llvm.jit import compile_kernel
 from minitc.backends.llvm.runtime import set_num_threads
 from minitc.expr import Var, const
 from minitc.ir import Allocate, Buffer, For, Kernel, Load, Store, seq
+from minitc.target import parse_target
 
-ACC_ROWS = 10  # independent <8 x float> FMA chains per task
-LANES = 8  # AVX2: 8 floats per ymm register
+ACC_ROWS = 10  # independent FMA chains per task
+LANES = 8  # the triad's vectors (memory-bound: 256 bits are enough everywhere)
 TRIAD_ELEMS = 16 * 2**20  # 64 MiB per float32 array
 TRIAD_SCALAR = 3.0
 
 
-def fma_kernel(tasks: int, iters: int) -> Kernel:
-    """`out[t] = acc` after `iters` rounds of `acc = acc * x + y` on an ACC_ROWS x 8 register
-    tile, one tile per parallel task. `xy` holds x (row 0) and y (row 1), 8 lanes each."""
-    XY = Buffer("xy", (2, LANES), "float32")
-    out = Buffer("out", (tasks, ACC_ROWS, LANES), "float32")
-    acc = Buffer("acc", (ACC_ROWS, LANES), "float32", scope="local")
+def fma_kernel(tasks: int, iters: int, lanes: int = LANES) -> Kernel:
+    """`out[t] = acc` after `iters` rounds of `acc = acc * x + y` on an ACC_ROWS x `lanes`
+    register tile, one tile per parallel task. `xy` holds x (row 0) and y (row 1)."""
+    XY = Buffer("xy", (2, lanes), "float32")
+    out = Buffer("out", (tasks, ACC_ROWS, lanes), "float32")
+    acc = Buffer("acc", (ACC_ROWS, lanes), "float32", scope="local")
     t, it = Var("t"), Var("it")
     u0, v0, u1, v1, u2, v2 = (Var(n) for n in ("u", "v", "u", "v", "u", "v"))
 
     def tile(u, v, stmt):
-        return For(u, ACC_ROWS, "unrolled", For(v, LANES, "vectorized", stmt))
+        return For(u, ACC_ROWS, "unrolled", For(v, lanes, "vectorized", stmt))
 
     init = tile(u0, v0, Store(acc, (u0, v0), Load(XY, (const(1), v0))))
     update = For(
@@ -61,8 +64,8 @@ def fma_kernel(tasks: int, iters: int) -> Kernel:
     return Kernel("peak_fma", [XY, out], 1, body)
 
 
-def fma_flops(tasks: int, iters: int) -> int:
-    return 2 * LANES * ACC_ROWS * iters * tasks
+def fma_flops(tasks: int, iters: int, lanes: int = LANES) -> int:
+    return 2 * lanes * ACC_ROWS * iters * tasks
 
 
 def triad_kernel(n: int = TRIAD_ELEMS, scalar: float = TRIAD_SCALAR, tasks: int = 64) -> Kernel:
@@ -77,8 +80,8 @@ def triad_kernel(n: int = TRIAD_ELEMS, scalar: float = TRIAD_SCALAR, tasks: int 
     return Kernel("stream_triad", [B, C, A], 2, body)
 
 
-def _compile(kernel):
-    return compile_kernel(kernel, "llvm").cfunc
+def _compile(kernel, target="llvm"):
+    return compile_kernel(kernel, target).cfunc
 
 
 def _ptr(a: np.ndarray):
@@ -95,14 +98,16 @@ def _samples(call, repeats: int) -> list:
     return out
 
 
-def measure_fma(threads: int, tasks: int, iters: int = 5_000_000, repeats: int = 7) -> tuple:
-    """(best, median) GFLOP/s of the FMA kernel with `threads` threads and `tasks` tasks."""
-    fn = _compile(fma_kernel(tasks, iters))
-    xy = np.array([[0.999999] * LANES, [1e-6] * LANES], np.float32)  # stays near 1: no denormals
-    out = np.empty((tasks, ACC_ROWS, LANES), np.float32)
+def measure_fma(threads: int, tasks: int, iters: int = 5_000_000, repeats: int = 7, target="llvm") -> tuple:
+    """(best, median) GFLOP/s of the FMA kernel with `threads` threads and `tasks` tasks, in
+    vectors of `target`'s full width (the host's by default)."""
+    lanes = parse_target(target).lanes("float32")
+    fn = _compile(fma_kernel(tasks, iters, lanes), target)
+    xy = np.array([[0.999999] * lanes, [1e-6] * lanes], np.float32)  # stays near 1: no denormals
+    out = np.empty((tasks, ACC_ROWS, lanes), np.float32)
     set_num_threads(threads)
     times = _samples(lambda: fn(_ptr(xy), _ptr(out)), repeats)
-    flops = fma_flops(tasks, iters)
+    flops = fma_flops(tasks, iters, lanes)
     return flops / min(times) / 1e9, flops / statistics.median(times) / 1e9
 
 
@@ -124,9 +129,10 @@ def triad_arrays():
 
 def check_kernels() -> None:
     """Small runs of both kernels against numpy (a wrong peak kernel would mislead every %)."""
-    fn = _compile(fma_kernel(2, 3))
-    xy = np.array([[0.5] * LANES, [1.0] * LANES], np.float32)
-    out = np.empty((2, ACC_ROWS, LANES), np.float32)
+    lanes = parse_target("llvm").lanes("float32")
+    fn = _compile(fma_kernel(2, 3, lanes))
+    xy = np.array([[0.5] * lanes, [1.0] * lanes], np.float32)
+    out = np.empty((2, ACC_ROWS, lanes), np.float32)
     set_num_threads(1)
     fn(_ptr(xy), _ptr(out))
     expect = 1.0

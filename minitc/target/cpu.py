@@ -14,10 +14,11 @@ The description (properties of LLVMTarget; `describe()` gives them all as a dict
     t.lanes("float32")          # lanes of one vector register: 16 (AVX-512), 8 (AVX2), 4 (SSE)
     t.vector_bits               # the widest vector register: 512, 256 or 128
     t.vector_registers          # 32 with AVX-512 (zmm0-31), else 16
-    t.full_rate_512             # 512-bit ops at the rate of 256-bit ones (Intel server cores),
-                                # not split in halves (Zen 4, Intel client cores)
-    t.preferred_vector_bits     # what memory-bound code should use: 256 where 512-bit ops are
-                                # split (wider vectors only cost more), else vector_bits
+    t.full_rate_512             # 512-bit ops at the rate of 256-bit ones (Intel server cores,
+                                # Zen 5 server and desktop), not split in halves (Zen 4, Intel
+                                # client cores); measured on the host (vector_rate.py)
+    t.preferred_vector_bits     # what memory-bound code should use: 512 only on the cpus the
+                                # table lists as full-rate, else at most 256
     t.preferred_lanes("float32")  # lanes of a dtype at that width
     t.cache_bytes("l2")         # "l1d", "l2" (per core), "l3" (shared; 0: none), in bytes
     t.num_cores                 # cores the parallel loops are shared among (-num-cores)
@@ -32,17 +33,19 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 
 from minitc import dtypes
 from minitc.errors import BuildError
-from minitc.target import cpus
+from minitc.target import cpus, vector_rate
 from minitc.target.cpus import CPU_FEATURES, LEVELS
 
 _OPTIONS = ("-mcpu", "-mattr", "-mtriple", "-num-cores")
 SPLIT_512_BITS = 256  # the widest vector a core with split 512-bit units runs at full rate
+LLVM_LOCK = threading.RLock()  # LLVM's global context is not thread-safe: hold it to parse or compile
 
 
 @dataclass(frozen=True)
@@ -97,14 +100,21 @@ class LLVMTarget:
 
     @property
     def full_rate_512(self) -> bool:
-        """True if 512-bit vector operations run at full rate (two 512-bit FMA pipes)."""
-        return self.vector_bits == 512 and cpus.full_rate_512(self.cpu)
+        """True if 512-bit vector operations run at full rate (two 512-bit FMA pipes): measured
+        on the host's own cpu (one LLVM name covers both kinds of core), else from the table."""
+        if self.vector_bits != 512:
+            return False
+        if self.is_host:
+            return vector_rate.host_full_rate_512(self.cpu, self.features)
+        return cpus.full_rate_512(self.cpu)
 
     @property
     def preferred_vector_bits(self) -> int:
-        """The vector width that pays for memory-bound code: the widest, unless 512-bit ops are
-        split in halves (then 256: same throughput, half the registers per vector)."""
-        if self.vector_bits == 512 and not self.full_rate_512:
+        """The vector width that pays for memory-bound code: 512 bits only on the cpus the table
+        lists as full-rate (Intel server cores), else at most 256. Where 512-bit ops are split,
+        wider vectors only cost more; on AMD's full-rate Zen 5, 256-bit elementwise and softmax
+        kernels measured faster too (docs/benchmarks.md)."""
+        if self.vector_bits == 512 and not cpus.full_rate_512(self.cpu):
             return SPLIT_512_BITS
         return self.vector_bits
 

@@ -31,7 +31,9 @@ change decisions, not structure), so its trace is a point of the tuner's design 
 
 from __future__ import annotations
 
+from minitc import dtypes
 from minitc.errors import ScheduleError
+from minitc.target.cpu import SPLIT_512_BITS
 from minitc.templates import defaults, template
 
 SPARE_REGISTERS = 4  # vector registers left to the weight broadcast and the input vectors
@@ -88,10 +90,13 @@ def acc_registers(target) -> int:
 
 def row_width(target, dtype: str, extent: int) -> int:
     """The register width (lanes) that vectors along a row of `extent` outputs are cut from:
-    the target's full width, except where 512-bit ops are split in halves and only the
-    preferred (256-bit) width divides the row. There whole 256-bit vectors run as many lanes
-    per cycle, where wider ones would carry idle or masked lanes (56 = 7 x 8, not 16 x k)."""
-    width, narrow = target.lanes(dtype), target.preferred_lanes(dtype)
+    the target's full width, except where 512-bit ops are split in halves and only 256 bits
+    divide the row. There whole 256-bit vectors run as many lanes per cycle, where wider ones
+    would carry idle or masked lanes (56 = 7 x 8, not 16 x k)."""
+    width = target.lanes(dtype)
+    if target.full_rate_512:
+        return width
+    narrow = min(width, max(1, SPLIT_512_BITS // dtypes.bits(dtype)))
     return narrow if extent % width and not extent % narrow else width
 
 
