@@ -70,6 +70,18 @@ def test_templates_follow_the_target(cpu):
             assert "%zmm" not in asm and "%ymm" in asm, (name, cpu)
 
 
+@pytest.mark.parametrize("cpu", CPUS + ["x86-64-v3"])
+def test_the_jit_generates_the_targets_code_not_the_hosts(cpu):
+    """The JIT's machine is the host's: only the kernel's function attributes make it generate
+    the target's code. A target without -mattr must still name its (no extra) features, else
+    the host's feature list applies and an AVX-512 host runs zmm code for an AVX2 target."""
+    target = parse_target(f"llvm -mcpu={cpu} -num-cores=2")
+    kernel = tc.lower(template_schedule(_workloads()["softmax"][0], target))
+    module, machine = jit.optimized_module(render(kernel, target, name="k"), "k", target)
+    host_machine = jit._target_machine(parse_target("llvm"))
+    assert host_machine.emit_assembly(module) == machine.emit_assembly(module)
+
+
 @pytest.mark.parametrize("cpu", CPUS)
 def test_kernels_run_where_the_host_can(cpu):
     target = parse_target(f"llvm -mcpu={cpu} -num-cores=2")

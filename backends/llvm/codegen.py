@@ -121,9 +121,9 @@ class Codegen(ExprEmitter, MemoryEmitter, ParallelEmitter):
 
     def module_text(self) -> str:
         t = self.target
-        attrs = f'nounwind "target-cpu"="{t.cpu}"'
-        if t.features:
-            attrs += f' "target-features"="{t.features}"'
+        # always name the features, even none: a function without "target-features" takes the
+        # JIT's (the host's) feature list, and AVX-512 code would run for an AVX2 target
+        attrs = f'nounwind "target-cpu"="{t.cpu}" "target-features"="{t.features}"'
         out = [f"; minitc kernel {self.kernel_name!r} for target {t.string!r}"]
         out += [f"; note: {n}" for n in dict.fromkeys(self.notes)]
         out.append(f'target triple = "{t.triple}"')
