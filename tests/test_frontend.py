@@ -172,6 +172,46 @@ def test_elementwise_chains_become_one_kernel():
     close(compiled(x, y), Chain()(x, y))
 
 
+class Conv1DGelu(nn.Module):
+    """GPT-2's MLP: Conv1D layers (addmm with an [in, out] weight) and the tanh GELU, which
+    cubes through pow; then ReLU6 (hardtanh) and a one-sided clamp."""
+
+    def __init__(self, d=16, ff=32):
+        super().__init__()
+        self.w1, self.b1 = nn.Parameter(torch.randn(d, ff) / 4), nn.Parameter(torch.randn(ff))
+        self.w2, self.b2 = nn.Parameter(torch.randn(ff, d) / 4), nn.Parameter(torch.randn(d))
+
+    def forward(self, x):
+        h = torch.addmm(self.b1, x, self.w1)
+        h = 0.5 * h * (1.0 + torch.tanh(0.7978845608 * (h + 0.044715 * torch.pow(h, 3.0))))
+        y = torch.addmm(self.b2, h, self.w2)
+        return nn.functional.relu6(y) + torch.clamp(y, min=-0.5) + torch.pow(y, 2)
+
+
+def test_conv1d_tanh_gelu_relu6_and_clamp_compile_without_torch():
+    torch.manual_seed(0)
+    model, x = Conv1DGelu().eval(), torch.randn(4, 16)
+    x[0, :3] = torch.tensor([float("nan"), 7.0, -7.0])
+    compiled = tc.compile(model, (x,))
+    assert not unsupported(compiled.graph), unsupported(compiled.graph)
+    ops = [n.op for n in compiled.graph.nodes]
+    assert "matmul" not in ops and ops.count("fused") == 2  # each addmm is a dense anchor of a group
+    dense_bodies = [[b.op for b in n.body] for n in compiled.graph.nodes if n.op == "fused"]
+    assert all(body[0] == "dense" for body in dense_bodies), dense_bodies
+    assert "clamp" in dense_bodies[1] and dense_bodies[0].count("mul") >= 4  # pow(h, 3): two products
+    with torch.no_grad():
+        ours, theirs = compiled(x), model(x)
+    np.testing.assert_array_equal(ours[0].isnan().numpy(), theirs[0].isnan().numpy())
+    close(ours, theirs)
+    assert graph_weights_transposed(compiled.graph, model.w1)
+
+
+def graph_weights_transposed(graph, weight) -> bool:
+    """The [in, out] Conv1D weight is a constant of the graph as dense's [out, in]."""
+    w = weight.detach().numpy()
+    return any(c.shape == w.T.shape and np.array_equal(c, w.T) for c in graph.constants.values())
+
+
 class WithUnsupported(nn.Module):
     def forward(self, x):
         return torch.cumsum(torch.relu(x), 1) + torch.flip(x, (1,))

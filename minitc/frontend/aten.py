@@ -68,10 +68,17 @@ def linear(im, node, x, w, b=None):
 
 @converts("aten.addmm.default")
 def addmm(im, node, bias, a, b, beta=1, alpha=1):
+    """`a @ b + bias`. With a constant [in, out] weight (GPT-2's Conv1D) and a [out] bias it is
+    a dense layer: the weight is transposed once, at compile time, to dense's [out, in]."""
     _require(beta == 1 and alpha == 1)
     dtype = _floating(im, bias, a, b)
     _require(len(im.shape(a)) == 2 and len(im.shape(b)) == 2)
-    y = im.emit("matmul", [a, b], {}, (im.shape(a)[0], im.shape(b)[1]), dtype, base=f"{node.name}_mm")
+    shape = (im.shape(a)[0], im.shape(b)[1])
+    weight = im.constant_array(b)
+    if weight is not None and im.shape(bias) == (shape[1],):
+        w = im.constant(np.ascontiguousarray(weight.T), f"{b}_t")
+        return im.emit("dense", [a, w, bias], {}, shape, dtype, base=node.name)
+    y = im.emit("matmul", [a, b], {}, shape, dtype, base=f"{node.name}_mm")
     return _binary(im, node, "add", y, bias)
 
 
@@ -229,6 +236,31 @@ def _unary_converter(op: str):
 
 for _op in ("relu", "sigmoid", "tanh", "exp"):
     converts(f"aten.{_op}.default")(_unary_converter(_op))
+
+
+@converts("aten.clamp.default")
+def clamp(im, node, x, low=None, high=None):
+    """Clamp to [low, high], either bound optional; a NaN stays NaN, as in torch."""
+    _require(all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in (low, high)))
+    attrs = {"low": None if low is None else float(low), "high": None if high is None else float(high)}
+    return im.emit("clamp", [x], attrs, im.shape(x), _floating(im, x), base=node.name)
+
+
+@converts("aten.hardtanh.default")
+def hardtanh(im, node, x, low=-1.0, high=1.0):
+    """ReLU6 is hardtanh(x, 0, 6)."""
+    return clamp(im, node, x, low, high)
+
+
+@converts("aten.pow.Tensor_Scalar")
+def power(im, node, x, exponent):
+    """x ** 2 and x ** 3 (GPT-2's tanh GELU cubes) as products; other exponents run in torch."""
+    _require(exponent in (2, 3) and not isinstance(exponent, bool))
+    dtype = _floating(im, x)
+    square = im.emit("mul", [x, x], {}, im.shape(x), dtype, base=f"{node.name}_sq" if exponent == 3 else node.name)
+    if exponent == 2:
+        return square
+    return im.emit("mul", [square, x], {}, im.shape(x), dtype, base=node.name)
 
 
 @converts("aten.gelu.default")

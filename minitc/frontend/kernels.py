@@ -61,6 +61,12 @@ def _unary(op):
     return build
 
 
+def _clamp(n, x):
+    low, high = n.attrs["low"], n.attrs["high"]
+    y = x if low is None else ops.maximum(x, low)
+    return y if high is None else ops.minimum(y, high)
+
+
 def _scale_shift(n, x, scale, shift):
     return compute(
         x.shape,
@@ -111,6 +117,7 @@ BUILDERS = {
     "softmax": lambda n, x: ops.softmax(x),
     "layer_norm": lambda n, x, g, b: ops.layer_norm(x, g, b, eps=n.attrs["eps"]),
     "scale_shift": _scale_shift,
+    "clamp": _clamp,
     "permute": _permute,
     "expand": _expand,
     "view": _view,

@@ -7,6 +7,8 @@
   the views that put a [batch * tokens, features] product back into [batch, tokens, features].
 - `simplify_views`: views to the same shape disappear; a view of a view reads the source.
 - `fold_transposes`: a batch matmul reads a transposed operand through its transpose flag.
+- `fuse_elementwise_regions`: elementwise nodes that read one value along several paths which
+  meet again (the tanh GELU) become one kernel, with the value's producer.
 - `fuse_elementwise`: elementwise consumers join their producer's kernel (a `fused` node): a
   chain of elementwise and injective ops becomes one kernel, and a dense layer takes its
   consumers (the residual add, ...) as its epilogue.
@@ -119,7 +121,7 @@ def simplify_views(graph: Graph) -> Graph:
     return g.prune()
 
 
-ELEMENTWISE = ("add", "sub", "mul", "div", "relu", "gelu", "sigmoid", "tanh", "exp", "scale_shift")
+ELEMENTWISE = ("add", "sub", "mul", "div", "relu", "gelu", "sigmoid", "tanh", "exp", "scale_shift", "clamp")
 INJECTIVE = ("permute", "expand")
 EPILOGUE_ANCHORS = ("dense",)  # anchors whose template applies a fused elementwise epilogue
 
@@ -203,6 +205,57 @@ def fuse_elementwise(graph: Graph) -> Graph:
     return g.prune()
 
 
+def fuse_elementwise_regions(graph: Graph) -> Graph:
+    """A value that several elementwise nodes read, whose paths meet again in one elementwise
+    node (the tanh GELU reads its input four times), is computed in one kernel with all of
+    them: the region from the value to the meeting node becomes a `fused` node, which the
+    value's producer joins when it could fuse at all and nothing else reads it. This is the
+    post-dominator case of TVM's FuseOps that `fuse_elementwise`'s single-reader chains miss."""
+    g = _copy(graph)
+    users = {name: {u.name for u in readers} for name, readers in g.users().items()}
+    taken, groups = set(), {}
+    for node in g.nodes:
+        if node.name in taken or len(users.get(node.name, ())) < 2:
+            continue
+        region = _region(g, node, users, taken)
+        if region is None:
+            continue
+        joins = _fusable_producer(node) and node.name not in g.outputs and node.op != "view"
+        body = ([node] if joins else []) + [m for r in region for m in _members(r)]
+        taken.update(r.name for r in region)
+        if joins:
+            taken.add(node.name)
+        last = region[-1]
+        groups[last.name] = _group(last.name, body, last.shape, last.dtype)
+    g.nodes = [groups.get(n.name, n) for n in g.nodes if n.name not in taken or n.name in groups]
+    return g.prune()
+
+
+def _region(g: Graph, start, users: dict, taken: set) -> list | None:
+    """The elementwise nodes from `start`'s value to the first node where all its paths meet,
+    in graph order; None when a path leaves elementwise ops (or the shape) first, or an
+    intermediate value is an output of the graph."""
+    open_reads = {start.name: set(users[start.name])}  # value -> its readers not yet in the region
+    region = []
+    for node in g.nodes[g.nodes.index(start) + 1 :]:
+        read = [i for i in dict.fromkeys(node.inputs) if i in open_reads]
+        if not read:
+            continue
+        if node.op not in ELEMENTWISE or node.name in taken or node.shape != start.shape:
+            return None
+        region.append(node)
+        for i in read:
+            open_reads[i].discard(node.name)
+            if not open_reads[i]:
+                del open_reads[i]
+        if not open_reads:
+            return region if len(region) >= 2 else None
+        if node.name in g.outputs or not users.get(node.name):
+            return None
+        open_reads[node.name] = set(users[node.name])
+    return None
+
+
 def _flattens(node, k: int, shapes: dict, flat: tuple) -> bool:
     """Whether `node` can be computed in the 2-D shape `flat` of the anchor behind its k-th
     operand: the same elements in the same order, and every other operand of the node's full
@@ -247,7 +300,14 @@ def fold_transposes(graph: Graph) -> Graph:
     return simplify_views(g.prune())
 
 
-PASSES = (fold_batch_norm, fuse_dense_activation, simplify_views, fold_transposes, fuse_elementwise)
+PASSES = (
+    fold_batch_norm,
+    fuse_dense_activation,
+    simplify_views,
+    fold_transposes,
+    fuse_elementwise_regions,
+    fuse_elementwise,
+)
 
 
 def run_all(graph: Graph) -> Graph:
