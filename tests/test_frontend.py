@@ -131,6 +131,16 @@ def test_batch_norm_folds_into_the_convolution():
         close(tc.compile(model, (x,))(x), model(x))
 
 
+def test_convolutions_take_bias_residual_and_relu_as_their_epilogue():
+    torch.manual_seed(0)
+    graph = tc.compile(SmallResNet().eval(), (torch.randn(1, 3, 16, 16),)).graph
+    bodies = [[b.op for b in n.body] for n in graph.nodes if n.op == "fused"]
+    assert bodies.count(["conv2d", "add", "relu"]) == 3  # the stem and each block's first conv
+    assert bodies.count(["conv2d", "add", "add", "relu"]) == 2  # the second, with the residual
+    assert ["conv2d", "add"] in bodies  # the downsampling shortcut
+    assert not any(n.op in ("conv2d", "add", "relu") for n in graph.nodes)  # no separate passes
+
+
 def test_activation_fuses_only_when_the_product_has_no_other_reader():
     class TwoReaders(nn.Module):
         def __init__(self):

@@ -82,6 +82,27 @@ def test_conv2d_explicit_params(params):
     _check(Y, [x, w], ref.conv2d(x, w, padding=1), **params)
 
 
+@pytest.mark.parametrize(
+    "stride, params",
+    [(1, {}), (2, {}), (1, dict(kb=3, ohb=2, owv=1, lanes=4, kgroups=2, pad="root"))],
+    ids=["defaults", "strided", "nothing-divides"],
+)
+def test_conv2d_with_an_elementwise_epilogue(stride, params):
+    """A fused kernel of the model front end: relu(conv + bias + residual), tagged conv2d. The
+    template finds the convolution under the epilogue and applies the epilogue to each
+    accumulator tile as it is stored: no separate pass over the output."""
+    X, W = tc.placeholder((1, 6, 11, 13), name="X"), tc.placeholder((8, 6, 3, 3), name="W")
+    conv = tc.ops.conv2d(X, W, stride=stride, padding=1)
+    B, R = tc.placeholder((8, 1, 1), name="B"), tc.placeholder(conv.shape, name="R")
+    y = tc.ops.relu(tc.ops.add(tc.ops.add(conv, B), R))
+    out = tc.compute(y.shape, lambda *i: y[i], name="epilogue", tag="conv2d")
+    x, w, b, r = _arrays((1, 6, 11, 13), (8, 6, 3, 3), (8, 1, 1), conv.shape, seed=2)
+    f = _check(out, [x, w, b, r], np.maximum(ref.conv2d(x, w, stride=stride, padding=1) + b + r, 0), **params)
+    text = str(f.kernel)
+    assert text.count("epilogue[") == 1 and "conv2d_local[" in text.split("epilogue[")[1]  # stored from the tile
+    assert "conv2d[" not in text  # the product is never written out whole
+
+
 def test_conv2d_resnet_defaults_divide_the_shape():
     """conv-resnet (C=K=64, 56x56, 3x3): a full-width vector micro-kernel of 12 accumulator
     registers whose channel block divides K, and a row tile for the padding."""

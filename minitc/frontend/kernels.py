@@ -126,15 +126,21 @@ BUILDERS = {
 }
 
 
+# the tag of a fused kernel's result, by its anchor: the template that computes the whole body
+# per output tile of the anchor (conv2d's template finds the convolution under its epilogue)
+EPILOGUE_TAGS = {"dense": "dense_epilogue", "conv2d": "conv2d"}
+
+
 def _fused(node, inputs: list):
-    """The body's tensors built in order; with a dense anchor, the result is tagged as the
-    dense layer's epilogue, so the dense template computes the whole body per output tile."""
+    """The body's tensors built in order; with an anchor (dense, conv2d), the result is tagged
+    for the anchor's epilogue template, which computes the whole body per output tile."""
     env = dict(zip(node.inputs, inputs))
     for member in node.body:
         env[member.name] = _one(member, [env[i] for i in member.inputs])
     out = env[node.body[-1].name]
-    if any(m.op == "dense" for m in node.body):
-        out = compute(out.shape, lambda *i: out[i], name="epilogue", tag="dense_epilogue")
+    tag = next((EPILOGUE_TAGS[m.op] for m in node.body if m.op in EPILOGUE_TAGS), None)
+    if tag is not None:
+        out = compute(out.shape, lambda *i: out[i], name="epilogue", tag=tag)
     return out
 
 

@@ -123,7 +123,7 @@ def simplify_views(graph: Graph) -> Graph:
 
 ELEMENTWISE = ("add", "sub", "mul", "div", "relu", "gelu", "sigmoid", "tanh", "exp", "scale_shift", "clamp")
 INJECTIVE = ("permute", "expand")
-EPILOGUE_ANCHORS = ("dense",)  # anchors whose template applies a fused elementwise epilogue
+EPILOGUE_ANCHORS = ("dense", "conv2d")  # anchors whose template applies a fused elementwise epilogue
 
 
 def _anchor(node) -> str | None:

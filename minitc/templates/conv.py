@@ -35,6 +35,7 @@ from minitc import dtypes
 from minitc.errors import ScheduleError
 from minitc.target.cpu import SPLIT_512_BITS
 from minitc.templates import defaults, template
+from minitc.templates.gemm import inline_epilogue
 
 SPARE_REGISTERS = 4  # vector registers left to the weight broadcast and the input vectors
 FMA_LATENCY_CHAINS = 12  # accumulators that hide FMA latency (5 cycles x 2 pipes = 10, plus slack)
@@ -147,9 +148,13 @@ def schedule_conv2d(s, out, target, kb=4, ohb=3, owv=1, lanes=8, rcb=0, kgroups=
     and owv: vectors of `lanes` output columns per micro-kernel; rcb: input channels per
     reduction block (0: all); kgroups: parallel groups of output-channel blocks per row tile;
     unroll_window: unroll ry and rx; pad: "tile", "inline" or "root"."""
-    K, C = s.state.stage(out).shape[1], s.state.stage(out).reduce_axes[0].extent
-    pad_stage = find_pad_stage(s, out)
-    acc = s.cache_write(out, "local")
+    conv = conv_producer(s, out)
+    K, C = s.state.stage(conv).shape[1], s.state.stage(conv).reduce_axes[0].extent
+    pad_stage = find_pad_stage(s, conv)
+    acc = s.cache_write(conv, "local")
+    if conv != out:  # an epilogue: applied to the accumulator tile as it is stored
+        inline_epilogue(s, out, conv)
+        s.compute_inline(conv)
 
     # output: parallel over (image, row tile, channel group); a [kb, ohb, OW] tile per k_o
     n, k, oh, ow = s.loops(out)
@@ -179,12 +184,30 @@ def schedule_conv2d(s, out, target, kb=4, ohb=3, owv=1, lanes=8, rcb=0, kgroups=
     s.vectorize(wl)
 
 
+def conv_producer(s, out: str) -> str:
+    """The convolution stage itself, or the one under an elementwise epilogue `out` (a fused
+    kernel of the model front end: bias, residual add, activation)."""
+    if s.state.stage(out).reduce_axes:
+        return out
+    todo, seen = [out], set()
+    while todo:
+        for name in s.state.stage(todo.pop()).read_stages():
+            st = s.state.stage(name)
+            if st.tag == "conv2d" and st.reduce_axes:
+                return name
+            if name not in seen and not st.is_placeholder and not st.reduce_axes:
+                seen.add(name)
+                todo.append(name)
+    raise ScheduleError(f"conv2d template: {out} reads no conv2d stage")
+
+
 @defaults("conv2d")
 def conv2d_defaults(s, out, target) -> dict:
     """Tile sizes for the shape and target: at most `acc_registers(target)` accumulator
     registers per micro-kernel, no more loads than FMAs per step, sizes that divide K, OH and
     the vectors of a row when possible (a masked vector in the accumulator tile is never
     unrolled into registers), input rows and weights of a reduction block within half the L1d."""
+    out = conv_producer(s, out)
     st = s.state.stage(out)
     N, K, OH, OW = st.shape
     C, R, S = (a.extent for a in st.reduce_axes)
