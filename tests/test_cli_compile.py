@@ -36,7 +36,10 @@ def test_compile_tunes_checks_and_times_a_model_from_a_file(factory, tmp_path):
     result = CliRunner().invoke(main, args + ["--graph", "--json", str(out), "--threads", "1"])
     assert result.exit_code == 0, result.output
     assert "make: 2 nodes, 2 kernels of 2 distinct tasks" in result.output
-    assert "model estimate" in result.output and "dense(%input, %0.weight, %0.bias, activation=relu)" in result.output
+    assert (
+        "model estimate" in result.output
+        and "dense(%input, %0.weight_t, %0.bias, weight_in_out=True, activation=relu)" in result.output
+    )
     record = json.loads(out.read_text())
     assert record["max_abs_error"] < 1e-4 and record["tasks"] == 2 and record["trials"] == 4
     assert set(record["ms"]) == {"minitc", "torch eager"} and all(v > 0 for v in record["ms"].values())

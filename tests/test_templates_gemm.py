@@ -167,6 +167,17 @@ def test_dense(bias, act):
         _check(out, ins, ref, tol=2e-4)
 
 
+@pytest.mark.parametrize("M, N, K", [(1, 1, 1), (37, 53, 29), (16, 96, 64)])
+def test_dense_with_the_weight_stored_in_out(M, N, K):
+    """W given [in, out] (pre-transposed, or GPT-2's Conv1D): the same layer, and the template
+    packs its panels with plain vector copies instead of transposing 8x8 blocks."""
+    X, W, b = tc.placeholder((M, K), name="X"), tc.placeholder((K, N), name="W"), tc.placeholder((N,), name="b")
+    out = tc.ops.dense(X, W, b, activation="relu", weight_in_out=True)
+    _check(out, [X, W, b], lambda x, w, bias: np.maximum(x @ w + bias, 0), tol=2e-4)
+    with pytest.raises(tc.ShapeError, match=r"expects 29 \(W is \[in_features, out_features\]\)"):
+        tc.ops.dense(tc.placeholder((4, 30), name="X2"), tc.placeholder((29, 5), name="W2"), weight_in_out=True)
+
+
 def test_dense_epilogue_fused_into_register_tile():
     out, ins, ref = _dense(130, 70, 90, True, "relu")
     s = _scheduled(out, mr=4, nr=16, nc=32, ku=2)

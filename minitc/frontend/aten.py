@@ -62,22 +62,25 @@ def linear(im, node, x, w, b=None):
     _require(len(im.shape(w)) == 2 and (b is None or len(im.shape(b)) == 1))
     x2, lead = _flatten_leading(im, x)
     out = im.shape(w)[0]
-    y = im.emit("dense", [x2, w] + ([b] if b else []), {}, (im.shape(x2)[0], out), dtype, base=node.name)
+    attrs = {}
+    weight = im.constant_array(w)
+    if weight is not None:  # transposed once here: the kernel packs [in, out] panels by plain copies
+        w, attrs = im.constant(np.ascontiguousarray(weight.T), f"{w}_t"), {"weight_in_out": True}
+    y = im.emit("dense", [x2, w] + ([b] if b else []), attrs, (im.shape(x2)[0], out), dtype, base=node.name)
     return im.view(y, (*lead, out))
 
 
 @converts("aten.addmm.default")
 def addmm(im, node, bias, a, b, beta=1, alpha=1):
     """`a @ b + bias`. With a constant [in, out] weight (GPT-2's Conv1D) and a [out] bias it is
-    a dense layer: the weight is transposed once, at compile time, to dense's [out, in]."""
+    a dense layer reading the weight as it is stored (`weight_in_out`)."""
     _require(beta == 1 and alpha == 1)
     dtype = _floating(im, bias, a, b)
     _require(len(im.shape(a)) == 2 and len(im.shape(b)) == 2)
     shape = (im.shape(a)[0], im.shape(b)[1])
     weight = im.constant_array(b)
     if weight is not None and im.shape(bias) == (shape[1],):
-        w = im.constant(np.ascontiguousarray(weight.T), f"{b}_t")
-        return im.emit("dense", [a, w, bias], {}, shape, dtype, base=node.name)
+        return im.emit("dense", [a, b, bias], {"weight_in_out": True}, shape, dtype, base=node.name)
     y = im.emit("matmul", [a, b], {}, shape, dtype, base=f"{node.name}_mm")
     return _binary(im, node, "add", y, bias)
 

@@ -14,7 +14,7 @@ NO_KERNEL = ("view", "torch")
 
 
 def _dense(n, x, w, b=None):
-    return ops.dense(x, w, b, activation=n.attrs.get("activation"))
+    return ops.dense(x, w, b, activation=n.attrs.get("activation"), weight_in_out=n.attrs.get("weight_in_out", False))
 
 
 def _matmul(n, a, b):

@@ -75,8 +75,11 @@ def batch_matmul(A, B, transpose_a: bool = False, transpose_b: bool = False, nam
     )
 
 
-def dense(X, W, bias=None, activation=None, name: str | None = None) -> Tensor:
+def dense(X, W, bias=None, activation=None, name: str | None = None, weight_in_out: bool = False) -> Tensor:
     """Y = act(X @ W.T + bias), like torch.nn.Linear: X [M, IN], W [OUT, IN], bias [OUT].
+
+    `weight_in_out=True` takes W stored transposed, [IN, OUT] (a constant weight pre-transposed
+    once, or GPT-2's Conv1D weight): the template then packs it into panels by plain copies.
 
     `activation` is None, "relu", "gelu" (exact erf form), "sigmoid" or "tanh". Stages: the
     product `dense` (or `name`), then, only when there is a bias or an activation, a single
@@ -85,11 +88,12 @@ def dense(X, W, bias=None, activation=None, name: str | None = None) -> Tensor:
     """
     op = "dense"
     _util.rank(op, "X", X, 2, "[batch, in_features]")
-    _util.rank(op, "W", W, 2, "[out_features, in_features], like torch.nn.Linear.weight")
-    if X.shape[1] != W.shape[1]:
+    layout = "[in_features, out_features]" if weight_in_out else "[out_features, in_features]"
+    _util.rank(op, "W", W, 2, layout if weight_in_out else f"{layout}, like torch.nn.Linear.weight")
+    features_in, features_out = (W.shape[0], W.shape[1]) if weight_in_out else (W.shape[1], W.shape[0])
+    if X.shape[1] != features_in:
         raise ShapeError(
-            f"{op}: X {X.shape} has {X.shape[1]} input features but W {W.shape} expects {W.shape[1]} "
-            "(W is [out_features, in_features])"
+            f"{op}: X {X.shape} has {X.shape[1]} input features but W {W.shape} expects {features_in} (W is {layout})"
         )
     if activation is not None and activation not in ACTIVATIONS:
         raise ShapeError(
@@ -97,14 +101,18 @@ def dense(X, W, bias=None, activation=None, name: str | None = None) -> Tensor:
         )
     if bias is not None:
         _util.rank(op, "bias", bias, 1, "[out_features]")
-        if bias.shape[0] != W.shape[0]:
-            raise ShapeError(f"{op}: bias has {bias.shape[0]} elements but W {W.shape} has {W.shape[0]} outputs")
+        if bias.shape[0] != features_out:
+            raise ShapeError(f"{op}: bias has {bias.shape[0]} elements but W {W.shape} has {features_out} outputs")
         _util.numeric(op, X, W, bias)
     else:
         _util.numeric(op, X, W)
     base = name or op
     k = reduce_axis(X.shape[1], name="k")
-    Y = compute((X.shape[0], W.shape[0]), lambda i, j: te.sum(X[i, k] * W[j, k], axis=k), name=base, tag="dense")
+
+    def product(i, j):
+        return te.sum(X[i, k] * (W[k, j] if weight_in_out else W[j, k]), axis=k)
+
+    Y = compute((X.shape[0], features_out), product, name=base, tag="dense")
     if bias is None and activation is None:
         return Y
     parts = (["bias"] if bias is not None else []) + ([activation] if activation is not None else [])
