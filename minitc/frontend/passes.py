@@ -220,7 +220,7 @@ def fuse_elementwise_regions(graph: Graph) -> Graph:
         region = _region(g, node, users, taken)
         if region is None:
             continue
-        joins = _fusable_producer(node) and node.name not in g.outputs and node.op != "view"
+        joins = _fusable_producer(node) and node.name not in g.outputs
         body = ([node] if joins else []) + [m for r in region for m in _members(r)]
         taken.update(r.name for r in region)
         if joins:

@@ -35,7 +35,7 @@ from minitc import dtypes
 from minitc.errors import ScheduleError
 from minitc.target.cpu import SPLIT_512_BITS
 from minitc.templates import defaults, template
-from minitc.templates.gemm import inline_epilogue
+from minitc.templates.gemm import epilogue_anchor, inline_epilogue
 
 SPARE_REGISTERS = 4  # vector registers left to the weight broadcast and the input vectors
 FMA_LATENCY_CHAINS = 12  # accumulators that hide FMA latency (5 cycles x 2 pipes = 10, plus slack)
@@ -189,16 +189,7 @@ def conv_producer(s, out: str) -> str:
     kernel of the model front end: bias, residual add, activation)."""
     if s.state.stage(out).reduce_axes:
         return out
-    todo, seen = [out], set()
-    while todo:
-        for name in s.state.stage(todo.pop()).read_stages():
-            st = s.state.stage(name)
-            if st.tag == "conv2d" and st.reduce_axes:
-                return name
-            if name not in seen and not st.is_placeholder and not st.reduce_axes:
-                seen.add(name)
-                todo.append(name)
-    raise ScheduleError(f"conv2d template: {out} reads no conv2d stage")
+    return epilogue_anchor(s, out, "conv2d", "conv2d")
 
 
 @defaults("conv2d")

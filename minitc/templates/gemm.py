@@ -396,16 +396,22 @@ def schedule_dense_epilogue(
 
 def gemm_producer(s, out: str) -> str:
     """The dense product stage under the epilogue `out`, directly or through elementwise stages."""
+    return epilogue_anchor(s, out, "dense", "dense_epilogue")
+
+
+def epilogue_anchor(s, out: str, tag: str, template_name: str) -> str:
+    """The reduction stage tagged `tag` under the elementwise epilogue `out` (a fused kernel:
+    bias, activation, a residual add), found through elementwise stages only."""
     todo, seen = [out], set()
     while todo:
         for name in s.state.stage(todo.pop()).read_stages():
             st = s.state.stage(name)
-            if st.tag == "dense":
+            if st.tag == tag and st.reduce_axes:
                 return name
             if name not in seen and not st.is_placeholder and not st.reduce_axes:
                 seen.add(name)
                 todo.append(name)
-    raise ScheduleError(f"dense_epilogue template: {out} reads no dense product stage")
+    raise ScheduleError(f"{template_name} template: {out} reads no {tag} product stage")
 
 
 def inline_epilogue(s, out: str, product: str) -> None:
