@@ -82,7 +82,9 @@ def reset_peak_memory():
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
-        return round(_status_mib("VmRSS"), 1)
+        # VmHWM itself, not VmRSS: the kernel syncs per-thread RSS counters lazily, so a
+        # VmRSS read can run ahead of the peak it was just reset to
+        return round(_status_mib("VmHWM"), 1)
     except (OSError, ValueError):
         return None
 
@@ -90,7 +92,7 @@ def reset_peak_memory():
 def peak_memory():
     """The process's peak resident MiB since reset_peak_memory (None where unknown)."""
     try:
-        return round(_status_mib("VmHWM"), 1)
+        return round(max(_status_mib("VmHWM"), _status_mib("VmRSS")), 1)
     except (OSError, ValueError):
         return None
 
