@@ -31,23 +31,24 @@ print(f.llvm_ir[:500], f.asm[:500])
 np.testing.assert_allclose(c, a @ b, rtol=1e-4)
 
 
-def median_ms(fn, repeats=20):
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return 1e3 * float(np.median(times))
+if __name__ == "__main__":  # the timing; `minitc explain examples/quickstart.py` skips it
 
+    def median_ms(fn, repeats=20):
+        fn()  # warm-up
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        return 1e3 * float(np.median(times))
 
-flops = 2 * M * N * K
-naive = tc.build(tc.Schedule(C))
-rows = [
-    ("minitc, quickstart schedule", median_ms(lambda: f(a, b, out=c))),
-    ("minitc, naive loop nest", median_ms(lambda: naive(a, b, out=c), repeats=3)),
-    ("numpy (BLAS)", median_ms(lambda: np.matmul(a, b, out=c))),
-]
-print(f"\nmatmul {M}x{N}x{K} float32, median of repeats:")
-for name, ms in rows:
-    print(f"  {name:30s} {ms:8.2f} ms  {flops / ms / 1e6:7.1f} GFLOP/s")
+    flops = 2 * M * N * K
+    naive = tc.build(tc.Schedule(C))
+    rows = [
+        ("minitc, quickstart schedule", median_ms(lambda: f(a, b, out=c))),
+        ("minitc, naive loop nest", median_ms(lambda: naive(a, b, out=c), repeats=3)),
+        ("numpy (BLAS)", median_ms(lambda: np.matmul(a, b, out=c))),
+    ]
+    print(f"\nmatmul {M}x{N}x{K} float32, median of repeats:")
+    for name, ms in rows:
+        print(f"  {name:30s} {ms:8.2f} ms  {flops / ms / 1e6:7.1f} GFLOP/s")

@@ -8,6 +8,7 @@ from minitc import dtypes, ops
 from minitc.autotune.tuner import tune
 from minitc.backends.llvm.runtime import get_num_threads, set_num_threads
 from minitc.driver import build, codegen, lower
+from minitc.explain import explain
 from minitc.errors import (
     BuildError,
     ConfigError,

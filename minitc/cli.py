@@ -31,6 +31,10 @@ COMMANDS = {
         "minitc.commands.compile:compile_cmd",
         "Compile (and tune) a whole PyTorch model; time it against torch.",
     ),
+    "explain": (
+        "minitc.commands.explain:explain_cmd",
+        "Explain a schedule step by step: each primitive, why, the loop nest after it.",
+    ),
     "show": ("minitc.commands.show:show", "Show tuning records: workloads, best schedule, loop nest, code."),
     "lm": ("minitc.lm.cli:lm", "The tensor language model: generate data, pretrain, measure, fine-tune."),
 }

@@ -13,8 +13,8 @@ from minitc.benchmarks import suites as wl
 from minitc.benchmarks.progress import TuneProgress
 from minitc.cli import main
 from minitc.commands.recover import recover
-from minitc.commands.show import step_line
 from minitc.commands.spec import command_args, flops, parse_call
+from minitc.schedule.trace import step_call
 
 TUNE_FIELDS = {"workload", "best_ms", "trials", "errors", "history", "seconds", "overhead_s_per_trial"}
 TABLE_FIELDS = {"tuned_ms", "default_ms", "numpy_ms", "torch_ms", "best_library", "ratio", "gflops", "flops"}
@@ -295,7 +295,7 @@ def test_show_prints_each_step_as_its_schedule_call():
     row, partial, rest = s.loops(s.rfactor(inner))
     s.reorder(row, rest, partial)
     s.vectorize(partial)
-    assert [step_line(step) for step in s.trace.steps] == [
+    assert [step_call(step) for step in s.trace.steps] == [
         "split(sum.r1, factor=8)",
         "rfactor(sum.r1_i)",
         "reorder(sum_rf.i0, sum_rf.r1_o, sum_rf.r1_i)",

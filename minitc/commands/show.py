@@ -21,6 +21,7 @@ from minitc.autotune.workload_key import describe, workload_key
 from minitc.commands.recover import recover
 from minitc.commands.spec import FAMILY_OF, command_args, op_options, parse_call, pop_op_options, shape_help
 from minitc.schedule.recorder import Schedule
+from minitc.schedule.trace import json_arg, step_call
 from minitc.target import hardware_fingerprint, parse_target
 
 HELP = f"""Show tuning records.
@@ -46,51 +47,21 @@ def _date(ts: float) -> str:
     return datetime.datetime.fromtimestamp(ts).astimezone().isoformat(sep=" ", timespec="seconds")
 
 
-def _arg(v) -> str:
-    if isinstance(v, str):
-        return repr(v).replace("'", '"')
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_arg(x) for x in v) + "]"
-    return str(v)
-
-
-def step_line(step) -> str:
-    """One trace step as the Schedule call that made it, e.g. `split(C.i, factor=32)`."""
-    loops = [f"{step.stage}.{lp}" for lp in step.loops]
-    k, a, d = step.kind, step.args, step.decisions
-    if k == "split":
-        return f"split({loops[0]}, {'nparts' if 'nparts' in a else 'factor'}={d[0]})"
-    if k in ("fuse", "reorder", "unroll", "parallel", "vectorize", "rfactor"):
-        return f"{k}({', '.join(loops)})"
-    if k == "bind":
-        return f"bind({loops[0]}, {_arg(a[0])})"
-    if k in ("compute_at", "reverse_compute_at"):
-        return f"{k}({step.stage}, {a[0]}.{step.loops[0]})"
-    if k == "compute_inline":
-        return f"compute_inline({step.stage})"
-    if k == "cache_write":
-        return f"cache_write({step.stage}, {_arg(a[0])})"
-    if k == "cache_read":
-        layout = f", layout={_arg(a[2])}" if len(a) > 2 else ""
-        return f"cache_read({step.stage}, {_arg(a[0])}, readers={_arg(a[1])}{layout})"
-    return f"{k}({', '.join([step.stage, *loops])}; args={list(a)}, decisions={list(d)})"
-
-
 def _db_path(db) -> Path:
 
     return Path(db) if db else default_path()
 
 
-def _open(path: Path):
-
+def open_records(path: Path):
+    """The records database at `path`; a corrupt one is a usage error, not a crash."""
     try:
         return Database(path)
     except DatabaseError as e:
         raise click.ClickException(str(e)) from None
 
 
-def _machine(target: str) -> tuple:
-
+def machine_key(target: str) -> tuple:
+    """(normalised target string, hardware fingerprint): what records are keyed by."""
     try:
         t = parse_target(target)
     except Exception as e:  # noqa: BLE001
@@ -102,8 +73,8 @@ def list_workloads(path: Path, target: str) -> None:
     if not path.exists():
         click.echo(f"no tuning records yet: {path} does not exist (run `minitc tune OP --shape ...` first)")
         return
-    tstring, hw = _machine(target)
-    with _open(path) as db:
+    tstring, hw = machine_key(target)
+    with open_records(path) as db:
         rows = []
         for key, desc in db.workloads():
             recs = db.records(key)
@@ -139,7 +110,7 @@ def resolve_key(path: Path, prefix: str) -> tuple:
     """(key, description) of the only workload whose key starts with `prefix`."""
     if not path.exists():
         raise click.ClickException(f"no tuning records: {path} does not exist")
-    with _open(path) as db:
+    with open_records(path) as db:
         matches = [(k, d) for k, d in db.workloads() if k.startswith(prefix.lower())]
     if len(matches) == 1:
         return matches[0]
@@ -160,7 +131,7 @@ def _decision_lines(out, values, target) -> list:
         cand = Space(out, target).replay(values, strict=True)
     except Exception:  # noqa: BLE001 - an older record or another design space
         return [f"  values: {values}"]
-    return [f"  {d.name} = {_arg(d.value)}   ({len(d.domain)} choices)" for d in cand.decisions]
+    return [f"  {d.name} = {json_arg(d.value)}   ({len(d.domain)} choices)" for d in cand.decisions]
 
 
 @click.command("show", help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
@@ -187,7 +158,7 @@ def show(workload, db, target, show_llvm, show_asm, **kwargs):
 
 def show_workload(path, workload, shape, options, target, show_llvm, show_asm) -> None:
 
-    tstring, hw = _machine(target)
+    tstring, hw = machine_key(target)
     if shape or options:
         call = parse_call(workload, shape, options, hint="WORKLOAD")
         out = call.build()
@@ -201,7 +172,7 @@ def show_workload(path, workload, shape, options, target, show_llvm, show_asm) -
         click.echo(f"  op: {' '.join(command_args(call))}")
     recs, best, other_hw = [], [], False
     if path.exists():
-        with _open(path) as db:
+        with open_records(path) as db:
             recs = db.records(key, tstring, hw)
             best = db.best(key, tstring, hw)
             if not best:
@@ -222,7 +193,7 @@ def show_workload(path, workload, shape, options, target, show_llvm, show_asm) -
         )
         click.echo(f"trace ({len(steps)} steps):")
         for i, step in enumerate(steps, 1):
-            click.echo(f"  {i:3d}. {step_line(step)}")
+            click.echo(f"  {i:3d}. {step_call(step)}")
         if values is not None:
             click.echo("decisions:")
             for line in _decision_lines(out, values, target) if out is not None else [f"  values: {values}"]:

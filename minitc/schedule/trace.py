@@ -85,3 +85,34 @@ class Trace:
 
     def __iter__(self):
         return iter(self.steps)
+
+
+def json_arg(v) -> str:
+    """A step argument as it reads in a call: strings quoted, lists bracketed."""
+    if isinstance(v, str):
+        return repr(v).replace("'", '"')
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(json_arg(x) for x in v) + "]"
+    return str(v)
+
+
+def step_call(step: Step) -> str:
+    """One trace step as the Schedule call that made it, e.g. `split(C.i, factor=32)`."""
+    loops = [f"{step.stage}.{lp}" for lp in step.loops]
+    k, a, d = step.kind, step.args, step.decisions
+    if k == "split":
+        return f"split({loops[0]}, {'nparts' if 'nparts' in a else 'factor'}={d[0]})"
+    if k in ("fuse", "reorder", "unroll", "parallel", "vectorize", "rfactor"):
+        return f"{k}({', '.join(loops)})"
+    if k == "bind":
+        return f"bind({loops[0]}, {json_arg(a[0])})"
+    if k in ("compute_at", "reverse_compute_at"):
+        return f"{k}({step.stage}, {a[0]}.{step.loops[0]})"
+    if k == "compute_inline":
+        return f"compute_inline({step.stage})"
+    if k == "cache_write":
+        return f"cache_write({step.stage}, {json_arg(a[0])})"
+    if k == "cache_read":
+        layout = f", layout={json_arg(a[2])}" if len(a) > 2 else ""
+        return f"cache_read({step.stage}, {json_arg(a[0])}, readers={json_arg(a[1])}{layout})"
+    return f"{k}({', '.join([step.stage, *loops])}; args={list(a)}, decisions={list(d)})"
