@@ -35,6 +35,10 @@ COMMANDS = {
         "minitc.commands.explain:explain_cmd",
         "Explain a schedule step by step: each primitive, why, the loop nest after it.",
     ),
+    "explore": (
+        "minitc.commands.explore:explore",
+        "A local compiler-explorer page: schedule, loop nest, IR, assembly, timing.",
+    ),
     "show": ("minitc.commands.show:show", "Show tuning records: workloads, best schedule, loop nest, code."),
     "lm": ("minitc.lm.cli:lm", "The tensor language model: generate data, pretrain, measure, fine-tune."),
 }

@@ -44,7 +44,7 @@ LAYERS = [
     ("API and model front end", ("minitc.driver", "minitc.explain", "minitc.frontend", "minitc")),
     ("language model", ("minitc.lm",)),
     ("benchmarks", ("minitc.benchmarks",)),
-    ("command line", ("minitc.cli", "minitc.commands", "minitc.__main__")),
+    ("command line", ("minitc.cli", "minitc.commands", "minitc.explore", "minitc.__main__")),
 ]
 _MODULE_STRING = re.compile(r"minitc(\.\w+)+(?=$|:)")
 
