@@ -74,6 +74,7 @@ function showError(error) {
   box.append(": " + error.message);
   box.hidden = false;
   $("output").classList.add("stale");
+  $("view-info").textContent = "";
 }
 
 function clearError() {
@@ -139,7 +140,7 @@ async function loadOp(resetSchedule) {
   $("expression").value = answer.expression;
   state.generated = answer.expression;
   if (resetSchedule) $("schedule").value = answer.schedule;
-  refresh();
+  codeEdited();
 }
 
 async function chooseOp() {
@@ -162,6 +163,12 @@ async function chooseOp() {
   await loadOp(true);
 }
 
+// The last Run's numbers belong to the code as it was: dim them once the code changes.
+function codeEdited() {
+  $("result").classList.add("stale");
+  debounce("view", refresh);
+}
+
 function expressionEdited() {
   if ($("op").value !== CUSTOM && $("expression").value !== state.generated) {
     $("op").value = CUSTOM; // the code no longer is the op's: keep it as a custom expression
@@ -169,7 +176,7 @@ function expressionEdited() {
     $("options").disabled = true;
     $("syntax").textContent = "edited: the last tensor assigned is the output";
   }
-  debounce("view", refresh);
+  codeEdited();
 }
 
 async function fillSchedule(kind) {
@@ -182,7 +189,7 @@ async function fillSchedule(kind) {
     return;
   }
   $("schedule").value = answer.schedule;
-  refresh();
+  codeEdited();
 }
 
 // -- run ----------------------------------------------------------------------------------------
@@ -227,11 +234,13 @@ async function run() {
     fill.style.width = Math.min(100, pct).toFixed(1) + "%";
     const m = r.machine || {};
     label.textContent = pct.toFixed(1) + "% of the " + r.peak_name + " (" + fmt(r.peak) + " " + r.unit + ", " +
-      r.threads + " thread" + (r.threads === 1 ? "" : "s") + (m.cpu ? ", " + m.cpu : "") + ")";
+      r.threads + " thread" + (r.threads === 1 ? "" : "s") + (m.cpu ? ", " + m.cpu : "") + ")" +
+      (r.peak_note ? "; " + r.peak_note : "");
   } else {
     fill.style.width = "0";
     label.textContent = "the machine's peak is unknown";
   }
+  $("result").classList.remove("stale");
   $("result").hidden = false;
 }
 
@@ -271,8 +280,8 @@ async function start() {
   select.addEventListener("change", chooseOp);
   for (const id of ["shape", "options"]) $(id).addEventListener("input", () => debounce("op", () => loadOp(false)));
   $("expression").addEventListener("input", expressionEdited);
-  $("schedule").addEventListener("input", () => debounce("view", refresh));
-  $("target").addEventListener("input", () => debounce("view", refresh));
+  $("schedule").addEventListener("input", codeEdited);
+  $("target").addEventListener("input", codeEdited);
   for (const id of ["expression", "schedule"]) $(id).addEventListener("keydown", tabKey);
   for (const b of document.querySelectorAll("#tabs button")) b.addEventListener("click", () => chooseTab(b.dataset.view));
   $("naive").addEventListener("click", () => fillSchedule("naive"));
