@@ -116,6 +116,8 @@ def record(step, seconds, threads):
         "pct_peak": round(100 * gflops / PEAK, 1),
         "cpu": f"{CPU['cpu']} ({CPU['llvm_cpu']})",
         "threads": threads,
+        "size": N,
+        "peak_gflops": round(PEAK, 1),
     }
     rows.append(row)
     print(f"{step}: {row['ms']:.3f} ms, {gflops:.1f} GFLOP/s, {row['pct_peak']:.1f}% of the {THREADS}-thread peak")
@@ -151,6 +153,10 @@ run_step("naive", s)
 # whole block of `C` is updated with row `k` of `B`. A block of `C` (4 KiB at 32 x 32) stays in
 # the L1 cache while `k` runs, and the inner loop now walks rows of `B` and `C`, contiguously.
 # `k` is split too (`k_i` of 4), which the unroll step uses later.
+#
+# At N = 1024 this helps less than it promises: the rows of a block are exactly 4 KiB apart,
+# and addresses 4 KiB apart fall into the same set of the L1 cache, so the block's 32 rows
+# compete for the few lines (ways) of one set and keep evicting each other.
 
 # %%
 BM = -(-32 // MR) * MR
@@ -351,8 +357,8 @@ run_step("parallel", s, threads=THREADS)
 # padded work, and the widest panel of `B` that fits a quarter of the L2 cache.
 # `tc.lower(C, target=...)` shows its loop nest.
 #
-# numpy calls a BLAS library (OpenBLAS here) and torch its own GEMM kernels; both are limited
-# to `THREADS` threads. The three are timed interleaved, so machine noise affects them alike.
+# numpy calls a BLAS library (OpenBLAS in numpy's wheels) and torch its own (MKL in the x86
+# wheels); both are limited to `THREADS` threads. The three are timed interleaved, so machine noise affects them alike.
 
 # %%
 A = tc.placeholder((N, N), "float32", name="A")
@@ -383,10 +389,12 @@ for name, timing in timings.items():
 # ## The climb
 #
 # The table and the plot put the steps side by side (the plot's GFLOP/s axis is logarithmic:
-# the naive loop is two to three orders of magnitude below the peak). The blocking steps gain
-# little on their own; the register tile (step 3) and the packed panel (step 4) are where
+# the naive loop is two to three orders of magnitude below the peak). Blocking and
+# vectorising gain a factor of a few at most, because the block of `C` still goes through memory
+# at every step of `k`; the register tile (step 3) and the packed panel (step 4) are where
 # most of the speed comes from, and threads multiply what one core does. The table is also
-# written as JSON, for the docs to quote.
+# written as JSON, for the docs to quote (`pct_peak` is always relative to the
+# `THREADS`-thread peak, `peak_gflops`).
 
 # %%
 print(f"\nmatmul {N}^3 float32 on {CPU['cpu']} ({CPU['llvm_cpu']}), FMA peak {PEAK:.1f} GFLOP/s at {THREADS} thread(s)")
