@@ -54,7 +54,10 @@ class _Worker:
                 return None
             self.buffer += chunk
         line, _, self.buffer = self.buffer.partition(b"\n")
-        return json.loads(line)
+        try:
+            return json.loads(line)
+        except ValueError:
+            return None
 
     def close(self) -> None:
         if self.proc.poll() is None:

@@ -93,7 +93,8 @@ class ExploreServer(ThreadingHTTPServer):
 
     def server_close(self) -> None:
         super().server_close()
-        self.sandbox.close()
+        if hasattr(self, "sandbox"):  # not when binding the port failed
+            self.sandbox.close()
 
     def api(self, route: str, body: dict) -> dict:
         lim = self.limits

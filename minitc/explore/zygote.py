@@ -23,6 +23,8 @@ import time
 
 from minitc.explore.worker import run_job  # imported once here, inherited by every child
 
+_answers_fd = None  # the worker's answer stream, closed in each child
+
 
 def _address_space() -> int:
     """This process's virtual memory size in bytes (0 where /proc cannot tell)."""
@@ -61,6 +63,8 @@ def _child(request: dict, out_fd: int) -> None:
     code = 0
     try:
         os.setsid()
+        if _answers_fd is not None:
+            os.close(_answers_fd)  # the user's code must not write into the answers either
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)  # the user's code must not read the request stream
         os.dup2(devnull, 1)
@@ -129,7 +133,9 @@ def run_forked(request: dict) -> dict:
 
 
 def main() -> None:
-    out = os.fdopen(os.dup(1), "wb")
+    global _answers_fd
+    _answers_fd = os.dup(1)
+    out = os.fdopen(_answers_fd, "wb")
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # only answers go to the answer stream
     for line in sys.stdin.buffer:
         try:
