@@ -8,7 +8,6 @@ from minitc import dtypes, ops
 from minitc.autotune.tuner import tune
 from minitc.backends.llvm.runtime import get_num_threads, set_num_threads
 from minitc.driver import build, codegen, lower
-from minitc.explain import explain
 from minitc.errors import (
     BuildError,
     ConfigError,
@@ -20,6 +19,7 @@ from minitc.errors import (
     ScheduleError,
     ShapeError,
 )
+from minitc.explain import explain
 from minitc.expr import call, cast, maximum, minimum, select
 from minitc.schedule import Schedule, Step, Trace
 from minitc.te import Tensor, compute, max, min, placeholder, reduce_axis, sum
@@ -67,6 +67,7 @@ __all__ = [
     "BuildError", "ConfigError", "DTypeError", "IRError", "LayoutError", "MinitcError", "RaceError", "ScheduleError",
     "RayRunner", "ShapeError",
     "Schedule", "Step", "Tensor", "Trace", "abs", "build", "cast", "ceil", "codegen", "compile", "compute", "dtypes",
-    "erf", "exp", "floor", "get_num_threads", "if_then_else", "log", "lower", "max", "maximum", "min", "minimum", "ops",
+    "erf", "exp", "explain", "floor", "get_num_threads", "if_then_else", "log", "lower", "max", "maximum", "min",
+    "minimum", "ops",
     "placeholder", "reduce_axis", "select", "set_num_threads", "sigmoid", "sqrt", "sum", "tanh", "tune",
 ]  # fmt: skip
