@@ -177,9 +177,11 @@ for strategy in ("random", "evolutionary"):
 #
 # `result.history` is the best time found after each measurement. Plotted as GFLOP/s against
 # the number of measurements, it shows how fast each strategy finds good programs. The grey
-# line is the hand template, timed in this process (the search times its candidates in the
-# runner process, so the two differ by a few percent). With a few trials the curves are
-# mostly luck; over hundreds, evolutionary search pulls ahead (docs/tuning.md).
+# line is the hand template, timed in this process, Python call included; the search times
+# the bare kernel in its runner process, so the two differ, a little at 512^3 and a lot for
+# the fast run's 128^3, whose calls last tens of microseconds. With a few trials the curves
+# are mostly luck; over hundreds of trials evolutionary search ends ahead, by a few percent
+# (docs/tuning.md).
 
 # %%
 template = tc.build(C, target=TARGET, db=False)
@@ -250,8 +252,8 @@ finite = np.isfinite(test_ms)
 rho = np.corrcoef(ranks(scores[finite]), ranks(-np.asarray(test_ms)[finite]))[0, 1]
 print(f"trained on {len(train_traces)} programs, ranked {int(finite.sum())} unseen ones: Spearman {rho:.2f}")
 favourite = int(np.argmax(scores))
-place = int(np.sum(np.asarray(test_ms) < test_ms[favourite])) + 1
-print(f"the program it ranks first takes {test_ms[favourite]:.3f} ms: the {place}. fastest of {len(test_ms)}")
+faster = int(np.sum(np.asarray(test_ms) < test_ms[favourite]))
+print(f"the program it ranks first takes {test_ms[favourite]:.3f} ms; {faster} of the {len(test_ms)} are faster")
 
 # %% [markdown]
 # ## The records database
@@ -262,8 +264,8 @@ print(f"the program it ranks first takes {test_ms[favourite]:.3f} ms: the {place
 # re-measures its five best programs at the end, on a quiet machine, so a program can have
 # several records; the latest counts. `tc.build(C, db=path)` looks up the best record of this
 # workload for this target and machine, replays its trace, and compiles it; `tc.lower` shows
-# its loop nest. From the shell, `minitc show matmul --shape 128,128,128 --db FILE` prints
-# the same. Without `db=`, `tc.build` reads `$MINITC_DB` or `~/.cache/minitc/records.db`.
+# its loop nest. From the shell, `minitc show` prints the same (the command is printed
+# below). Without `db=`, `tc.build` reads `$MINITC_DB` or `~/.cache/minitc/records.db`.
 
 # %%
 path = OUT / "05-evolutionary.db"
@@ -282,13 +284,14 @@ tuned = tc.build(C, target=TARGET, db=path)
 np.testing.assert_allclose(tuned(a, b), expected, rtol=1e-4, atol=1e-3)
 print("the best record, rebuilt by tc.build(C, db=...), matches numpy; its loop nest:")
 print(tc.lower(C, target=TARGET, db=path))
+print(f"from the shell: minitc show matmul --shape {SIZE},{SIZE},{SIZE} --db {path}")
 
 # %% [markdown]
 # Finally the hand template, the two searches' best programs and the rebuilt best record,
 # timed side by side in this process (interleaved medians). These times include the Python
-# call into the kernel, which the tuner's runner leaves out: for the fast run's 128^3 matmul,
-# a few tens of microseconds, that is a large share, so the ranking can differ from the
-# search's own.
+# call into the kernel (several microseconds), which the tuner's runner leaves out; next to
+# the fast run's 128^3 matmul, a few tens of microseconds, that is a large share, so there
+# the ranking can differ from the search's own.
 
 # %%
 kernels = {"template": template, "tc.build(C, db=...)": tuned}
