@@ -4,7 +4,7 @@
 This module is the API facade: it re-exports the public names of the layers below it (the
 map is in the README); code inside minitc imports the modules themselves."""
 
-from minitc import dtypes, ops
+from minitc import dtypes, ops, target
 from minitc.autotune.tuner import tune
 from minitc.backends.llvm.runtime import get_num_threads, set_num_threads
 from minitc.driver import build, codegen, lower
@@ -69,5 +69,5 @@ __all__ = [
     "Schedule", "Step", "Tensor", "Trace", "abs", "build", "cast", "ceil", "codegen", "compile", "compute", "dtypes",
     "erf", "exp", "explain", "floor", "get_num_threads", "if_then_else", "log", "lower", "max", "maximum", "min",
     "minimum", "ops",
-    "placeholder", "reduce_axis", "select", "set_num_threads", "sigmoid", "sqrt", "sum", "tanh", "tune",
+    "placeholder", "reduce_axis", "select", "set_num_threads", "sigmoid", "sqrt", "sum", "tanh", "target", "tune",
 ]  # fmt: skip

@@ -18,6 +18,7 @@ OUTPUTS = {
     "04_memory_bound.py": ["04-roofline.png"],
     "05_search.py": ["05-tuning-curve.png"],
     "06_tensor_language.py": ["06-model-vs-random.png"],
+    "08_whole_model.py": ["08-memory-plan.png", "08-time-per-task.png"],
 }
 
 
@@ -36,6 +37,7 @@ def test_tutorial_runs_in_fast_mode(path, tmp_path):
         "MINITC_TUTORIAL_FAST": "1",
         "MINITC_TUTORIAL_OUT": str(out),
         "MINITC_DB": str(tmp_path / "records.db"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),  # the hardware description the model measures
         "MPLBACKEND": "Agg",
     }
     r = subprocess.run([sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
