@@ -114,6 +114,12 @@ class Importer:
     def run(self) -> Graph:
         program = self.program
         signature = program.graph_signature
+        changed = [spec.target for spec in signature.output_specs if spec.kind.name.endswith("_MUTATION")]
+        if changed:  # the compiled program returns values; it cannot write them back
+            raise ImportError_(
+                f"the model changes {', '.join(map(str, changed))} in place when it runs, which minitc cannot "
+                "compile (a batch norm in training mode? call model.eval())"
+            )
         kinds = {spec.arg.name: spec for spec in signature.input_specs}
         for fx_node in program.graph_module.graph.nodes:
             if fx_node.op == "placeholder":
