@@ -19,7 +19,7 @@ from minitc.errors import (
     ScheduleError,
     ShapeError,
 )
-from minitc.explain import explain
+from minitc.explanation import explain
 from minitc.expr import call, cast, maximum, minimum, select
 from minitc.schedule import Schedule, Step, Trace
 from minitc.te import Tensor, compute, max, min, placeholder, reduce_axis, sum

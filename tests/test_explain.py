@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 import minitc as tc
 from minitc.cli import main
-from minitc.explain import estimate_flops, trace_differences
+from minitc.explanation import estimate_flops, trace_differences
 from minitc.templates import template_schedule
 
 ROOT = Path(__file__).resolve().parents[1]

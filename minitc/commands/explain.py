@@ -22,7 +22,7 @@ from minitc.autotune.workload_key import workload_key
 from minitc.commands.recover import recover
 from minitc.commands.show import machine_key, open_records, resolve_key
 from minitc.commands.spec import op_options, parse_call, pop_op_options, shape_help
-from minitc.explain import trace_differences
+from minitc.explanation import trace_differences
 from minitc.schedule.recorder import Schedule
 from minitc.templates import template_schedule
 
