@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
+import minitc as tc  # noqa: E402
 from minitc.frontend import dynamo, unsupported  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:torch")
@@ -126,6 +127,25 @@ def test_a_weight_changed_after_compiling_compiles_again():
         with pytest.warns(UserWarning, match="weights changed since compiling"):
             close(fast(x), model(x))
     assert len(graphs) == 1  # dynamo did not recompile: its guards do not cover the weights
+
+
+def test_weights_are_copied_when_compiling():
+    """A change the backend cannot see (through `.data`), and any change for tc.compile, leaves
+    the compiled model computing with the weights it was compiled with, all of them: the bias
+    that is used as it is as well as the weight that was transposed."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 3)).eval()
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        expected = model(x).clone()
+    compiled = tc.compile(model, (x,))
+    fast, _ = compile_recording(model)
+    with torch.no_grad():
+        fast(x)
+        model[0].weight.data.mul_(2)
+        model[2].bias.data.add_(10)
+        close(compiled(x), expected)
+        close(fast(x), expected)
 
 
 def test_another_batch_size_compiles_the_dynamic_graph_per_size():

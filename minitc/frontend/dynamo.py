@@ -46,9 +46,9 @@ def weight_name(node) -> str | None:
 
 
 def frozen_module(graph_module, args, weights: dict, fixed: dict):
-    """An nn.Module holding `weights` ({input index: dotted name}) as buffers, copied from
-    `args`, whose forward takes the other tensor inputs in order and calls `graph_module` with
-    all of them (the values in `fixed`, {input index: value}, as given)."""
+    """An nn.Module holding `weights` ({input index: dotted name}) of `args` as buffers, whose
+    forward takes the other tensor inputs in order and calls `graph_module` with all of them
+    (the values in `fixed`, {input index: value}, as given)."""
     import torch
 
     class Frozen(torch.nn.Module):
@@ -68,7 +68,7 @@ def frozen_module(graph_module, args, weights: dict, fixed: dict):
             if not hasattr(owner, part):
                 owner.add_module(part, torch.nn.Module())
             owner = getattr(owner, part)
-        owner.register_buffer(leaf, args[i].detach().clone())
+        owner.register_buffer(leaf, args[i].detach())  # the import copies it (graph.as_array)
     module.dynamo_graph = graph_module
     return module
 

@@ -121,7 +121,8 @@ def _node_line(n: Node, indent: str) -> str:
 
 
 def as_array(value) -> np.ndarray:
-    """A constant as a contiguous numpy array (a torch tensor is detached and copied once)."""
+    """A constant as a contiguous numpy array. A torch tensor is copied, so that the compiled
+    model keeps the weights it was compiled with (numpy() alone would share their memory)."""
     if hasattr(value, "detach"):
-        value = value.detach().cpu().contiguous().numpy()
+        return np.array(value.detach().cpu().numpy(), order="C", copy=True)
     return np.ascontiguousarray(value)
