@@ -89,6 +89,12 @@ def test_cnn_weights_are_constants_and_nothing_runs_through_pytorch():
     ops = {n.op for n in graph.nodes} | {b.op for n in graph.nodes for b in n.body}
     assert "scale_shift" not in ops  # both batch norms folded into their convolutions
     assert {"conv1.weight_folded", "conv2.weight_folded", "fc.weight_t"} <= set(graph.constants)
+    exported = tc.compile(model, (x,)).graph  # the model's own export: the same program
+
+    def nodes(g):
+        return [(n.op, tuple(b.op for b in n.body), n.value.shape) for n in g.nodes]
+
+    assert nodes(graph) == nodes(exported) and sorted(graph.constants) == sorted(exported.constants)
 
 
 def test_mlp():
