@@ -8,6 +8,7 @@ import pytest
 from helpers import roundtrip
 
 import minitc as tc
+from minitc.interp import interpret
 from minitc.target import parse_target
 from minitc.templates import DEFAULTS, TEMPLATES, load_templates
 
@@ -15,6 +16,7 @@ pytestmark = pytest.mark.avx2
 load_templates()
 TOL = dict(rtol=1e-4, atol=1e-5)
 AVX2 = "llvm -mcpu=znver2 -num-cores=2"  # for tests of a template's structure, whatever the host
+AVX512 = "llvm -mcpu=skylake-avx512 -num-cores=2"  # 16 float32 lanes: other splits than AVX2's
 PAR = "parallel"  # AVX2 has two cores
 
 
@@ -22,12 +24,12 @@ def _data(rng, shape, scale=1.0):
     return (rng.standard_normal(shape) * scale).astype("float32")
 
 
-def _schedule(out, **params):
-    """The template of out's tag applied with its defaults overridden by `params`."""
+def _schedule(out, target="llvm", **params):
+    """The template of out's tag for `target`, its defaults overridden by `params`."""
     s = tc.Schedule(out)
     name = s.state.outputs[0]
     tag = s.state.stage(name).tag
-    target = parse_target("llvm")
+    target = parse_target(target)
     p = DEFAULTS[tag](s, name, target)
     p.update(params)
     TEMPLATES[tag](s, name, target, **p)
@@ -156,6 +158,84 @@ def test_reduce_loop_structure():
     cols = str(tc.lower(tc.ops.sum(tc.placeholder((64, 16384), name="X"), axis=0), target=AVX2))
     assert f"{PAR}(4)" in cols and "for r0 in range(64)" in cols  # 16 KiB column chunks
     assert cols.index("for r0") < cols.rindex("vectorized(32)")  # rows streamed, chunk in L1
+
+
+# Axis sets whose kept axes of extent 1 (keepdims, or size-1 dimensions) sit after the rows the
+# template tiles, so the outer loops are not adjacent until reordered; the shapes make the
+# template split the rows, the reduced contiguous axis (vector partial results) or the columns.
+AXIS_SETS = [
+    ((1, 8, 16, 16), (2, 3), True),  # adaptive_avg_pool2d(1) of a small CNN
+    ((1, 8, 32, 32), (2, 3), True),
+    ((1, 8, 32, 32), (2, 3), False),
+    ((2, 8, 8, 8), (2, 3), True),
+    ((2, 20, 9, 64), (1, 3), True),  # 9 rows: a tile of 8 and a guarded tail
+    ((2, 20, 9, 64), (1, 3), False),
+    ((1, 8, 1, 64), (3,), False),  # size-1 axes around the rows without keepdims
+    ((3, 2, 4, 40), (0, 2), True),  # contiguous axis kept
+    ((3, 2, 4, 40), (0, 2), False),
+    ((4, 6, 70), (0, 2), True),
+    ((4, 6, 70), (1,), True),
+    ((5, 9, 48), (2,), True),
+    ((2, 3, 4, 40), None, True),  # a full reduction
+]
+
+
+@pytest.mark.parametrize("target", [AVX2, AVX512])
+@pytest.mark.parametrize("shape,axis,keepdims", AXIS_SETS)
+@pytest.mark.parametrize("op", ["sum", "max", "min", "mean"])
+def test_reduce_axis_sets(op, shape, axis, keepdims, target):
+    """The default schedule for a pinned target is legal, replays, and computes the numpy
+    result in the reference interpreter (whatever the host runs); natively too for AVX2."""
+    rng = np.random.default_rng(9)
+    x = _data(rng, shape)
+    X = tc.placeholder(shape, name="X")
+    out = getattr(tc.ops, op)(X, axis=axis, keepdims=keepdims)
+    expected = getattr(tc.ops.reference, op)(x, axis=axis, keepdims=keepdims)
+    kernel = roundtrip(_schedule(out, target=target))
+    got = np.zeros(expected.shape, "float32")
+    interpret(kernel, [x, got])
+    np.testing.assert_allclose(got, expected, **TOL)
+    if target == AVX2:
+        np.testing.assert_allclose(tc.build(out, target=AVX2)(x), expected, **TOL)
+
+
+@pytest.mark.parametrize("target", [AVX2, AVX512])
+def test_reduce_keepdims_rows_tiled(target):
+    """A mean over (2, 3) with keepdims: vector partial results per channel, the channels'
+    final step unrolled, the size-1 loops outside fused around them."""
+    X = tc.placeholder((1, 8, 32, 32), name="X")
+    text = str(tc.lower(tc.ops.mean(X, axis=(2, 3), keepdims=True), target=target))
+    assert "as mean_rf" in text and "vectorized(" in text and "unrolled(8)" in text
+
+
+def test_reduce_reading_no_reduced_axis():
+    """A reduction whose body does not read along its reduction axis, with size-1 kept axes
+    between the others: those are parallelized, fused."""
+    rng = np.random.default_rng(10)
+    x = _data(rng, (6, 1, 5))
+    X = tc.placeholder(x.shape, name="X")
+    k = tc.reduce_axis(4, name="k")
+    y = tc.compute(x.shape, lambda i, j, m: tc.sum(X[i, j, m] * 2.0, axis=k), name="y", tag="reduce")
+    s = _check(y, [X], [x], 8 * x, parallel=True)
+    assert f"{PAR}(30)" in str(tc.lower(s))
+
+
+def test_adaptive_avg_pool_head_compiles():
+    """tc.compile of a CNN whose head is adaptive_avg_pool2d, at a shape where the mean's
+    default schedule tiles the channels with vector partial results."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8, 4),
+    ).eval()
+    x = torch.randn(1, 3, 32, 32)
+    compiled = tc.compile(model, x, target=AVX2, fallback=False)
+    with torch.no_grad():
+        np.testing.assert_allclose(np.asarray(compiled(x)), model(x).numpy(), **TOL)
 
 
 # -- softmax and layer_norm ----------------------------------------------------------------------

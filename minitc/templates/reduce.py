@@ -123,7 +123,9 @@ def schedule_reduction(s, name: str, target, *, vector: int, lanes: int, rows: i
         parallelize(s, spatial, parallel)
         return
     if kind != "reduced":
-        parallelize(s, [lp for lp in spatial if extent(s, lp) > 1], parallel)
+        outer = [lp for lp in spatial if extent(s, lp) > 1]
+        s.reorder(*outer, *(lp for lp in spatial if extent(s, lp) == 1))  # adjacent, to fuse
+        parallelize(s, outer, parallel)
         return
     c = contiguous_reduce_loop(st, red)
     if not 1 < lanes < extent(s, c):  # no vector partial results
@@ -218,10 +220,12 @@ def row_partials(s, name: str, c, *, lanes: int, rows: int, parallel: bool) -> N
     rf = vector_partials(s, c, lanes)
     *spatial, k = s.loops(name)
     spatial, v = tile_rows(s, spatial, rows)
+    # the tile's rows go innermost: the other spatial loops must be adjacent to fuse, and kept
+    # axes of extent 1 after the rows (keepdims: a mean over (2, 3) of NCHW) are not otherwise
+    s.reorder(*spatial, k, v)
     tile = (s.fuse(*spatial) if len(spatial) > 1 else spatial[0]) if spatial else None
     if tile is not None:
         s.compute_at(rf, tile)
-    s.reorder(k, v)
     s.unroll(v)
     parallelize(s, [tile] if tile is not None else [], parallel)
 
