@@ -141,6 +141,27 @@ def test_convolutions_take_bias_residual_and_relu_as_their_epilogue():
     assert not any(n.op in ("conv2d", "add", "relu") for n in graph.nodes)  # no separate passes
 
 
+def test_conv_weights_are_packed_where_channel_vectors_pay():
+    """On an 8-lane target, a convolution with 8-wide output rows keeps its [K, C, R, S] weight;
+    one with 7-wide rows or a stride of 2 gets it repacked once into [C, R, S, K]."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, stride=2, padding=1), nn.Conv2d(16, 8, 2)
+    ).eval()
+    x = torch.randn(1, 3, 16, 16)
+    compiled = tc.compile(model, (x,), target="llvm -mcpu=znver2 -num-cores=2")
+    convs = [b for n in compiled.graph.nodes for b in ([n] + list(getattr(n, "body", [])) or [n]) if b.op == "conv2d"]
+    assert [c.attrs.get("weight_layout") for c in convs] == [None, "CRSK", "CRSK"]
+    assert [tuple(compiled.graph.constants[c.inputs[1]].shape) for c in convs] == [
+        (16, 3, 3, 3),
+        (16, 3, 3, 16),
+        (16, 2, 2, 8),
+    ]
+    assert "weight_layout=CRSK" in str(compiled.graph)
+    with torch.no_grad():
+        close(compiled(x), model(x))
+
+
 def test_activation_fuses_only_when_the_product_has_no_other_reader():
     class TwoReaders(nn.Module):
         def __init__(self):

@@ -377,3 +377,19 @@ def test_cache_read_with_layout(update_golden):
     assert 'alloc("local", float32[6, 4]) as W_local' in str(kernel)
     with pytest.raises(tc.ScheduleError, match="layout \\(0, 0\\) is not a permutation"):
         tc.Schedule(D).cache_read(W, "local", [D], layout=(0, 0))
+
+
+def test_cache_write_with_layout(update_golden):
+    """An accumulator tile stored [j, i]: the copy-out transposes it back into C[i, j]."""
+    *_, C = matmul()
+    s = tc.Schedule(C)
+    CT = s.cache_write(C, "local", layout=(1, 0))
+    i, j = s.loops(C)
+    io, ii = s.split(i, factor=5)
+    s.compute_at(CT, io)
+    kernel = check(s, "cache_write_layout", update_golden, ref_matmul)
+    assert f'alloc("local", float32[{N}, 5]) as C_local' in str(kernel)
+    assert s.trace.steps[0].args == ("local", (1, 0))
+    assert str(tc.lower(tc.Schedule(C).replay(tc.Trace.from_json(s.trace.to_json())))) == str(kernel)
+    with pytest.raises(tc.ScheduleError, match="layout \\(1, 1\\) is not a permutation"):
+        tc.Schedule(C).cache_write(C, "local", layout=(1, 1))

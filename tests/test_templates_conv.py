@@ -124,6 +124,89 @@ def test_conv2d_micro_kernel_is_register_blocked():
     assert "vfmadd231ps" in f.asm and "vbroadcastss" in f.asm
 
 
+# -- conv2d with weights [C, R, S, K]: output channels in the lanes (conv_channels.py) ----------
+
+CHANNEL_CASES = [
+    # x shape, K, R x S, stride, padding, dilation
+    ((1, 16, 7, 7), 32, (3, 3), 1, 1, 1),  # ResNet's last stage, scaled down
+    ((1, 8, 14, 14), 16, (1, 1), 2, 0, 1),  # a strided 1x1 (the downsampling branch)
+    ((2, 6, 9, 11), 24, (3, 2), (2, 1), (1, 0), (2, 1)),  # K not a multiple of the lanes
+    ((1, 5, 5, 13), 7, (3, 3), 1, 2, 2),  # nothing divides
+]
+
+
+def _crsk(xs, k, rs, seed=0):
+    X, W = tc.placeholder(xs, name="X"), tc.placeholder((xs[1], *rs, k), name="W")
+    x, w = _arrays(xs, (xs[1], *rs, k), seed=seed)
+    return X, W, x, w
+
+
+@pytest.mark.parametrize("xs, k, rs, stride, padding, dilation", CHANNEL_CASES)
+def test_conv2d_channel_vectors_default(xs, k, rs, stride, padding, dilation):
+    X, W, x, w = _crsk(xs, k, rs)
+    Y = tc.ops.conv2d(X, W, stride=stride, padding=padding, dilation=dilation, weight_layout="CRSK")
+    kcrs = np.ascontiguousarray(w.transpose(3, 0, 1, 2))
+    want = ref.conv2d(x, kcrs, stride=stride, padding=padding, dilation=dilation)
+    np.testing.assert_allclose(want, ref.conv2d(x, w, stride, padding, dilation, weight_layout="CRSK"), **TOL)
+    f = _check(Y, [x, w], want)
+    assert "conv2d_local[" in str(f.kernel)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        dict(kb=3, ohb=2, owv=3, lanes=8, rcb=3, kgroups=2, unroll_window=False, pad="tile"),  # nothing divides
+        dict(kb=1, ohb=5, owv=5, lanes=4, rcb=0, kgroups=1, pad="inline"),
+        dict(kb=2, ohb=1, owv=1, lanes=16, rcb=2, kgroups=3, pad="root"),
+    ],
+)
+def test_conv2d_channel_vectors_explicit_params(params):
+    """Any sizes are legal (the design space samples them): partial tiles get guards."""
+    X, W, x, w = _crsk((1, 5, 9, 13), 20, (3, 3), seed=1)
+    Y = tc.ops.conv2d(X, W, padding=1, weight_layout="CRSK")
+    _check(Y, [x, w], ref.conv2d(x, w, padding=1, weight_layout="CRSK"), **params)
+
+
+def test_conv2d_channel_vectors_apply_the_epilogue_per_tile():
+    X, W, x, w = _crsk((1, 8, 7, 7), 32, (3, 3), seed=2)
+    conv = tc.ops.conv2d(X, W, padding=1, weight_layout="CRSK")
+    B, R = tc.placeholder((32, 1, 1), name="B"), tc.placeholder(conv.shape, name="R")
+    y = tc.ops.relu(tc.ops.add(tc.ops.add(conv, B), R))
+    out = tc.compute(y.shape, lambda *i: y[i], name="epilogue", tag="conv2d")
+    b, r = _arrays((32, 1, 1), conv.shape, seed=3)
+    want = np.maximum(ref.conv2d(x, w, padding=1, weight_layout="CRSK") + b + r, 0)
+    text = str(_check(out, [x, w, b, r], want).kernel)
+    assert text.count("epilogue[") == 1 and "conv2d_local[" in text.split("epilogue[")[1]
+
+
+def test_conv2d_channel_vectors_micro_kernel_for_each_target():
+    """Lanes and the accumulator tile follow the target: whole vectors of output channels, a
+    tile of output columns that divides the row, the accumulators stored [n, oh, ow, k]."""
+    X, W = tc.placeholder((1, 64, 14, 14), name="X"), tc.placeholder((64, 3, 3, 128), name="W")
+    Y = tc.ops.conv2d(X, W, padding=1, weight_layout="CRSK")
+    for target, lanes in ((AVX2, 8), (parse_target("llvm -mcpu=skylake-avx512 -num-cores=2"), 16)):
+        s = tc.Schedule(Y)
+        load_templates()
+        p = DEFAULTS["conv2d"](s, "conv2d", target)
+        acc = p["kb"] * p["owv"]
+        assert p["lanes"] == lanes and 14 % p["owv"] == 0 and 128 % (p["kb"] * lanes) == 0
+        assert acc + p["kb"] + 3 <= target.vector_registers and acc >= 6
+        text = str(tc.lower(_schedule(Y, target)))
+        assert (
+            f"vectorized({lanes})" in text and f"float32[1, {p['ohb']}, 14, {p['kb'] * lanes}]) as conv2d_local" in text
+        )
+
+
+def test_channel_vectors_pay_where_rows_waste_lanes():
+    from minitc.templates.conv_channels import channel_vectors_pay
+
+    avx512 = parse_target("llvm -mcpu=skylake-avx512")
+    assert channel_vectors_pay(avx512, "float32", 512, 7, 1) and channel_vectors_pay(avx512, "float32", 64, 56, 1)
+    assert not channel_vectors_pay(avx512, "float32", 64, 112, 1)  # 7 whole vectors per row
+    assert not channel_vectors_pay(AVX2, "float32", 64, 56, 1) and channel_vectors_pay(AVX2, "float32", 64, 56, 2)
+    assert not channel_vectors_pay(AVX2, "float32", 3, 7, 1)  # three channels fill no vector
+
+
 # -- depthwise_conv2d and pooling -------------------------------------------------------------
 
 WINDOW_CASES = [

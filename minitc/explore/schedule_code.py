@@ -162,7 +162,10 @@ class _Writer:
     def _new_stage(self, st, refs, loops) -> None:
         k, stage = st.kind, st.stage
         if k == "cache_write":
-            t, call = self.s.cache_write(stage, st.args[0]), f"cache_write({self.stage(stage)}, {_q(st.args[0])})"
+            layout = tuple(st.args[1]) if len(st.args) > 1 else None
+            extra = f", layout={list(layout)}" if layout else ""
+            t = self.s.cache_write(stage, st.args[0], layout)
+            call = f"cache_write({self.stage(stage)}, {_q(st.args[0])}{extra})"
         elif k == "rfactor":
             t, call = self.s.rfactor(refs[0]), f"rfactor({loops[0]})"
         else:

@@ -128,7 +128,7 @@ class CompiledModel:
         return self.plan
 
     def _compile(self, inputs):
-        graph = passes.run_all(import_model(self.model, inputs))
+        graph = passes.run_all(import_model(self.model, inputs), self.target)
         _report_fallbacks(graph, self.fallback)
         tasks = extract_tasks(graph)
         if self.tuning.get("trials"):

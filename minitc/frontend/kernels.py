@@ -28,7 +28,8 @@ def _batch_matmul(n, a, b):
 def _conv(op):
     def build(n, x, w):
         a = n.attrs
-        return op(x, w, stride=a["stride"], padding=a["padding"], dilation=a["dilation"])
+        layout = {"weight_layout": a["weight_layout"]} if "weight_layout" in a else {}  # conv2d's packed weights
+        return op(x, w, stride=a["stride"], padding=a["padding"], dilation=a["dilation"], **layout)
 
     return build
 

@@ -2,6 +2,9 @@
 
 - `fold_batch_norm`: a per-channel scale and shift (inference batch norm) after a convolution
   with constant weights becomes new weights and a bias: w' = w * scale, b' = b * scale + shift.
+- `pack_conv_weights` (needs the target): a convolution whose constant weight the channel-vector
+  template runs better (minitc/templates/conv_channels.py) gets the weight repacked once into
+  [C, R, S, K] (`weight_layout="CRSK"`).
 - `fuse_dense_activation`: an activation applied to a dense layer's output, and read by nothing
   else, becomes the dense kernel's epilogue (`dense(..., activation=gelu)`), looking through
   the views that put a [batch * tokens, features] product back into [batch, tokens, features].
@@ -23,6 +26,8 @@ from dataclasses import replace
 import numpy as np
 
 from minitc.frontend.graph import Graph, Node
+from minitc.target import is_gpu, parse_target
+from minitc.templates.conv_channels import channel_vectors_pay
 
 ACTIVATIONS = ("relu", "gelu", "sigmoid", "tanh")
 CONVOLUTIONS = ("conv2d", "depthwise_conv2d")
@@ -81,6 +86,23 @@ def _new_constant(g: Graph, base: str, array) -> str:
         name = f"{base}_{n}"
     g.constants[name] = np.ascontiguousarray(array)
     return name
+
+
+def pack_conv_weights(graph: Graph, target) -> Graph:
+    if is_gpu(target):
+        return graph
+    t = parse_target(target)
+    g = _copy(graph)
+    for node in g.nodes:
+        weight = g.constants.get(node.inputs[1]) if node.op == "conv2d" else None
+        if weight is None or node.attrs.get("weight_layout"):
+            continue
+        channels, width, stride = node.shape[1], node.shape[3], node.attrs["stride"][1]
+        if channel_vectors_pay(t, node.dtype, channels, width, stride):
+            packed = _new_constant(g, f"{node.inputs[1]}_crsk", weight.transpose(1, 2, 3, 0))
+            node.inputs = (node.inputs[0], packed, *node.inputs[2:])
+            node.attrs["weight_layout"] = "CRSK"
+    return g.prune()
 
 
 def fuse_dense_activation(graph: Graph) -> Graph:
@@ -302,6 +324,7 @@ def fold_transposes(graph: Graph) -> Graph:
 
 PASSES = (
     fold_batch_norm,
+    pack_conv_weights,
     fuse_dense_activation,
     simplify_views,
     fold_transposes,
@@ -310,7 +333,7 @@ PASSES = (
 )
 
 
-def run_all(graph: Graph) -> Graph:
+def run_all(graph: Graph, target="llvm") -> Graph:
     for p in PASSES:
-        graph = p(graph)
+        graph = p(graph, target) if p is pack_conv_weights else p(graph)
     return graph

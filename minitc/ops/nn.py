@@ -36,23 +36,41 @@ def pad_hw(X: Tensor, ph: int, pw: int, value, name: str) -> Tensor:
     return compute((N, C, H + 2 * ph, W + 2 * pw), body, name=name, tag="pad", attrs={"padding": (ph, pw)})
 
 
-def conv2d(X, W, stride=1, padding=0, dilation=1, name: str | None = None) -> Tensor:
+WEIGHT_LAYOUTS = ("KCRS", "CRSK")
+
+
+def conv2d(X, W, stride=1, padding=0, dilation=1, name: str | None = None, weight_layout: str = "KCRS") -> Tensor:
     """2-D convolution (cross-correlation, like torch.nn.functional.conv2d without groups).
 
     X [N, C, H, W], W [K, C, R, S] -> [N, K, OH, OW] with
     OH = (H + 2*pad_h - dil_h*(R-1) - 1) // stride_h + 1 (likewise OW).
-    stride, padding and dilation are ints or (h, w) pairs.
+    stride, padding and dilation are ints or (h, w) pairs. `weight_layout="CRSK"` takes W
+    stored [C, R, S, K] (a constant weight repacked once by the model front end, so that the
+    template can load vectors of output channels).
     """
     op = "conv2d"
+    if weight_layout not in WEIGHT_LAYOUTS:
+        raise ShapeError(f"{op}: weight_layout must be one of {', '.join(WEIGHT_LAYOUTS)}, got {weight_layout!r}")
+    crsk = weight_layout == "CRSK"
     _util.rank(op, "X", X, 4, "NCHW")
-    _util.rank(op, "W", W, 4, "KCRS: [out_channels, in_channels, kernel_h, kernel_w]")
+    _util.rank(
+        op,
+        "W",
+        W,
+        4,
+        "CRSK: [in_channels, kernel_h, kernel_w, out_channels]"
+        if crsk
+        else "KCRS: [out_channels, in_channels, kernel_h, kernel_w]",
+    )
     sh, sw = _util.pair(op, "stride", stride)
     ph, pw = _util.pair(op, "padding", padding, minimum=0)
     dh, dw = _util.pair(op, "dilation", dilation)
     N, C, H, Wd = X.shape
-    K, C2, R, S = W.shape
+    C2, R, S, K = W.shape if crsk else (W.shape[1], W.shape[2], W.shape[3], W.shape[0])
     if C != C2:
-        raise ShapeError(f"{op}: X {X.shape} has {C} input channels but W {W.shape} expects {C2} (W is [K, C, R, S])")
+        raise ShapeError(
+            f"{op}: X {X.shape} has {C} input channels but W {W.shape} expects {C2} (W is [{', '.join(weight_layout)}])"
+        )
     _util.numeric(op, X, W)
     OH = _util.out_size(op, "vertical", H, ph, R, sh, dh)
     OW = _util.out_size(op, "horizontal", Wd, pw, S, sw, dw)
@@ -62,11 +80,12 @@ def conv2d(X, W, stride=1, padding=0, dilation=1, name: str | None = None) -> Te
 
     def body(n, k, oh, ow):
         x = P[n, rc, oh * sh + ry * dh, ow * sw + rx * dw]
-        return te.sum(x * W[k, rc, ry, rx], axis=(rc, ry, rx))
+        return te.sum(x * (W[rc, ry, rx, k] if crsk else W[k, rc, ry, rx]), axis=(rc, ry, rx))
 
-    return compute(
-        (N, K, OH, OW), body, name=base, tag=op, attrs={"stride": (sh, sw), "padding": (ph, pw), "dilation": (dh, dw)}
-    )
+    attrs = {"stride": (sh, sw), "padding": (ph, pw), "dilation": (dh, dw)}
+    if crsk:  # the default layout is not named, so workload keys of KCRS convolutions stay as they were
+        attrs["weight_layout"] = weight_layout
+    return compute((N, K, OH, OW), body, name=base, tag=op, attrs=attrs)
 
 
 def depthwise_conv2d(X, W, stride=1, padding=0, dilation=1, name: str | None = None) -> Tensor:

@@ -135,7 +135,10 @@ def _conv2d(size, rng):
         "tiny": (1, 2, 5, 5, 3, 3, 3, 1, 1, 1),
         "medium": (1, 64, 56, 56, 64, 3, 3, 1, 1, 1),
     }.get(size) or _pick(rng, _CONV_SMALL)
-    return (_normal(rng, n, c, h, w), _normal(rng, k, c, r, s)), {"stride": st, "padding": pad, "dilation": dil}
+    params = {"stride": st, "padding": pad, "dilation": dil}
+    if size == "small" and rng.integers(2):  # weights packed [C, R, S, K], as the model front end does
+        return (_normal(rng, n, c, h, w), _normal(rng, c, r, s, k)), {**params, "weight_layout": "CRSK"}
+    return (_normal(rng, n, c, h, w), _normal(rng, k, c, r, s)), params
 
 
 @_maker

@@ -232,9 +232,11 @@ class Schedule:
     def compute_inline(self, tensor) -> None:
         self._apply(Step("compute_inline", self.stage_name(tensor)))
 
-    def cache_write(self, tensor, scope: str = "local") -> Tensor:
-        """Compute `tensor` into a new cache stage (returned) and copy it out."""
-        (name,) = self._apply(Step("cache_write", self.stage_name(tensor), (), (scope,)))
+    def cache_write(self, tensor, scope: str = "local", layout=None) -> Tensor:
+        """Compute `tensor` into a new cache stage (returned) and copy it out; `layout`, a
+        permutation of the dimensions, stores the cache transposed."""
+        args = (scope,) if layout is None else (scope, tuple(layout))
+        (name,) = self._apply(Step("cache_write", self.stage_name(tensor), (), args))
         return self._register(name)
 
     def cache_read(self, tensor, scope: str, readers, layout=None) -> Tensor:

@@ -177,9 +177,11 @@ def compute_inline(state: State, stage: str) -> State:
     return state.replace_stage(replace(st, inline=True, attach=None))
 
 
-def cache_write(state: State, stage: str, scope: str = "local") -> tuple[State, str]:
+def cache_write(state: State, stage: str, scope: str = "local", layout: tuple | None = None) -> tuple[State, str]:
     """Compute a stage into a cache stage, then copy the result out. With compute_at, the cache
-    becomes a small accumulator tile kept in registers or L1.
+    becomes a small accumulator tile kept in registers or L1. `layout` (a permutation of the
+    dimensions) stores the cache transposed: (0, 2, 1) keeps C_local[i, k, j] for C[i, j, k], so
+    that vectors along k are contiguous in the tile while C stays as it is.
 
     Before: cache_write(C, "local")          After:
         for i, j:                                for i, j:
@@ -193,12 +195,31 @@ def cache_write(state: State, stage: str, scope: str = "local") -> tuple[State, 
     untouched = initial_loops(st.axes, st.reduce_axes)
     if st.relations or st.loops != untouched or st.attach is not None or state.attached_to(stage):
         raise ScheduleError(f"cache_write on {stage} must come before any other primitive on {stage}")
+    ndim = len(st.shape)
+    layout = tuple(range(ndim)) if layout is None else tuple(layout)
+    if sorted(layout) != list(range(ndim)):
+        raise ScheduleError(f"cache_write of {stage}: layout {layout} is not a permutation of its {ndim} dimensions")
     taken = {s.name for s in state.stages}
     name = unique_name(f"{stage}_{scope}", taken)
-    cache = replace(st, name=name, scope=scope, output=False, attach=None)
+    cache_axes = tuple(st.axes[p] for p in layout)
+    cache = replace(
+        st,
+        name=name,
+        shape=tuple(st.shape[p] for p in layout),
+        axes=cache_axes,
+        loops=initial_loops(cache_axes, st.reduce_axes),
+        scope=scope,
+        output=False,
+        attach=None,
+    )
     axes = tuple(IterVar(a.name, a.extent, "spatial") for a in st.axes)
     copy = replace(
-        st, axes=axes, body=Read(name, axes, st.dtype), loops=initial_loops(axes, ()), relations=(), predicate=None
+        st,
+        axes=axes,
+        body=Read(name, tuple(axes[p] for p in layout), st.dtype),
+        loops=initial_loops(axes, ()),
+        relations=(),
+        predicate=None,
     )
     stages = []
     for s in state.stages:

@@ -111,7 +111,8 @@ def step_call(step: Step) -> str:
     if k == "compute_inline":
         return f"compute_inline({step.stage})"
     if k == "cache_write":
-        return f"cache_write({step.stage}, {json_arg(a[0])})"
+        layout = f", layout={json_arg(a[1])}" if len(a) > 1 else ""
+        return f"cache_write({step.stage}, {json_arg(a[0])}{layout})"
     if k == "cache_read":
         layout = f", layout={json_arg(a[2])}" if len(a) > 2 else ""
         return f"cache_read({step.stage}, {json_arg(a[0])}, readers={json_arg(a[1])}{layout})"

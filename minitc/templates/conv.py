@@ -1,7 +1,8 @@
 """Schedule templates for the convolution family on NCHW data: `conv2d`, `depthwise_conv2d`,
 `max_pool2d`, `avg_pool2d`.
 
-conv2d is a direct convolution around a register-blocked micro-kernel. One parallel task owns a
+conv2d is a direct convolution around a register-blocked micro-kernel (weights stored [C, R, S, K]
+take the channel-vector variant of conv_channels.py instead). One parallel task owns a
 tile of `ohb` output rows (and, with `kgroups` > 1, a share of the output channels): it pads the
 input rows the tile reads into a local buffer (compute_at of the `pad` stage), then for each
 block of `kb` output channels accumulates a [kb, ohb, OW] tile in a local buffer (cache_write +
@@ -35,6 +36,7 @@ from minitc import dtypes
 from minitc.errors import ScheduleError
 from minitc.target.cpu import SPLIT_512_BITS
 from minitc.templates import defaults, template
+from minitc.templates.conv_channels import channel_defaults, schedule_conv2d_channels
 from minitc.templates.gemm import epilogue_anchor, inline_epilogue
 
 SPARE_REGISTERS = 4  # vector registers left to the weight broadcast and the input vectors
@@ -151,6 +153,10 @@ def schedule_conv2d(s, out, target, kb=4, ohb=3, owv=1, lanes=8, rcb=0, kgroups=
     conv = conv_producer(s, out)
     K, C = s.state.stage(conv).shape[1], s.state.stage(conv).reduce_axes[0].extent
     pad_stage = find_pad_stage(s, conv)
+    if _attrs(s, conv).get("weight_layout") == "CRSK":  # output channels in the lanes
+        tile = schedule_conv2d_channels(s, out, conv, kb, ohb, owv, lanes, rcb, kgroups, unroll_window)
+        _place_pad(s, pad_stage, pad, tile, lanes)
+        return
     acc = s.cache_write(conv, "local")
     if conv != out:  # an epilogue: applied to the accumulator tile as it is stored
         inline_epilogue(s, out, conv)
@@ -199,6 +205,8 @@ def conv2d_defaults(s, out, target) -> dict:
     the vectors of a row when possible (a masked vector in the accumulator tile is never
     unrolled into registers), input rows and weights of a reduction block within half the L1d."""
     out = conv_producer(s, out)
+    if _attrs(s, out).get("weight_layout") == "CRSK":
+        return channel_defaults(s, out, target)
     st = s.state.stage(out)
     N, K, OH, OW = st.shape
     C, R, S = (a.extent for a in st.reduce_axes)

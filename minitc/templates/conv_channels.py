@@ -1,0 +1,110 @@
+"""conv2d vectorized over output channels, for weights stored [C, R, S, K] (`weight_layout="CRSK"`,
+which the model front end packs once for a constant weight).
+
+The row template (conv.py) puts output columns in vector lanes, which wastes lanes when a row
+is not a multiple of the vector width (ResNet's 7-, 14- and 28-wide rows on AVX-512) and
+gathers lanes when the stride is 2. Here the lanes hold `lanes` consecutive output channels,
+whatever the row: each reduction step loads kb weight vectors W[c, ry, rx, k : k + kb*lanes],
+broadcasts owv input pixels and does owv x kb FMAs into an accumulator tile stored
+[n, oh, ow, k] (cache_write with a layout), which the copy-out transposes back into NCHW while
+applying the fused epilogue.
+
+    pad (once, parallel over channels)
+    for n_oh_o_k_o in parallel(N * OH/ohb * K/(kgroups*kb*lanes)):
+        acc[ohb, OW, kgroups*kb*lanes] = 0
+        for rc_o, oh, ow_o, kg:                      # the weight block of rc_o is reused across rows
+            for rc_i, ry, rx:
+                for ow, kv in unrolled(owv), unrolled(kb):
+                    acc[oh, ow_o*owv + ow, (kg*kb + kv)*lanes : +lanes] += pad[rc, oh*sh + ry.., ..] * W[rc, ry, rx, ..]
+        out[n, k_o.., oh_o.., :] = epilogue(acc[.., .., ..])
+
+Parameters are those of the row template, read for channels: kb = channel vectors and owv =
+output columns of the micro-kernel, ohb = output rows and kgroups = micro-kernel channel blocks
+per parallel task, lanes = channels per vector, rcb = input channels per reduction block.
+"""
+
+from __future__ import annotations
+
+from minitc.templates.gemm import inline_epilogue
+
+MAX_ACCUMULATORS = 14  # more spilled on Zen 5 (7 x 4 zmm: 28 accumulators and 4 weight vectors)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def channel_vectors_pay(target, dtype: str, channels: int, out_width: int, stride: int) -> bool:
+    """Whether a convolution should keep output channels in vector lanes (weights [C, R, S, K])
+    rather than output columns: where the channels fill whole vectors and a row does not
+    (7, 14 and 28 columns on AVX-512), or the stride makes row vectors gathers."""
+    width = target.lanes(dtype)
+    return channels % width == 0 and (stride > 1 or out_width % width != 0)
+
+
+def schedule_conv2d_channels(s, out, conv, kb, ohb, owv, lanes, rcb, kgroups, unroll_window):
+    """The schedule (see the module docstring) but for the padding, which the caller places at
+    the parallel loop returned; `conv` is the convolution stage under `out`'s epilogue (or `out`
+    itself)."""
+    C = s.state.stage(conv).reduce_axes[0].extent
+    acc = s.cache_write(conv, "local", layout=(0, 2, 3, 1))
+    if conv != out:
+        inline_epilogue(s, out, conv)
+        s.compute_inline(conv)
+
+    n, k, oh, ow = s.loops(out)
+    ko, ki = s.split(k, factor=kgroups * kb * lanes)
+    oho, ohi = s.split(oh, factor=ohb)
+    s.reorder(n, oho, ko, ohi, ki, ow)  # the copy-out stores whole output rows
+    tile = s.fuse(n, oho, ko)
+    s.parallel(tile)
+
+    s.compute_at(acc, tile)
+    an, aoh, aow, ak, rc, ry, rx = s.loops(acc)
+    wo, wi = s.split(aow, factor=owv)
+    kv, kl = s.split(ak, factor=lanes)
+    kg, kvi = s.split(kv, factor=kb)
+    rco, rci = s.split(rc, factor=rcb or C)
+    s.reorder(an, rco, aoh, wo, kg, rci, ry, rx, wi, kvi, kl)
+    if unroll_window:
+        s.unroll(ry)
+        s.unroll(rx)
+    s.unroll(wi)
+    s.unroll(kvi)
+    s.vectorize(kl)
+    return tile
+
+
+def channel_defaults(s, conv, target) -> dict:
+    """The micro-kernel with the most FMAs per load that fits the registers (accumulators, kb
+    weight vectors and a broadcast, at most MAX_ACCUMULATORS accumulators) among the tiles that
+    divide the row and the channel vectors; the reduction block whose weights and input rows fit half the L1d; the
+    most rows per task that still leave four tasks per core."""
+    st = s.state.stage(conv)
+    N, K, OH, OW = st.shape
+    C, R, S = (a.extent for a in st.reduce_axes)
+    attrs = s.tensor(conv).op.attrs
+    (sh, sw), (dh, dw) = attrs["stride"], attrs["dilation"]
+    lanes = target.lanes(st.dtype)
+    vectors = max(1, _cdiv(K, lanes))
+    # tiles that divide the row and the channels: a partial tile puts a guard in the micro-kernel
+    columns = [d for d in range(1, min(OW, 8) + 1) if OW % d == 0]
+    blocks = [d for d in range(1, min(4, vectors) + 1) if vectors % d == 0 and K % lanes == 0] or [1]
+    best = None
+    for kb in blocks:
+        for owv in columns:
+            acc = kb * owv
+            if acc > MAX_ACCUMULATORS or acc + kb + 3 > target.vector_registers:
+                continue
+            key = (round(acc / (owv + kb), 3), acc)
+            if best is None or key > best[0]:
+                best = (key, dict(kb=kb, owv=owv))
+    kb, owv = best[1]["kb"], best[1]["owv"]
+    threads = max(1, target.num_cores)
+    kblocks = _cdiv(K, kb * lanes)
+    ohb = max(d for d in range(1, OH + 1) if OH % d == 0 and (N * (OH // d) * kblocks >= 4 * threads or d == 1))
+    in_rows = (ohb - 1) * sh + (R - 1) * dh + 1
+    in_cols = (OW - 1) * sw + (S - 1) * dw + 1
+    per_channel = 4 * (R * S * kb * lanes + in_rows * in_cols)
+    rcb = max([d for d in range(1, C + 1) if C % d == 0 and d * per_channel <= target.cache_bytes("l1d") // 2] or [1])
+    return dict(kb=kb, ohb=ohb, owv=owv, lanes=lanes, rcb=rcb, kgroups=1, unroll_window=R * S <= 25, pad="root")
