@@ -267,7 +267,7 @@ except tc.ShapeError as e:
     print("ShapeError:", e)
 
 # %% [markdown]
-# ## Operators minitc does not compile, and `torch.compile`
+# ## Operators minitc does not compile
 #
 # A node minitc has no kernel for runs through PyTorch, and one warning lists them all;
 # `fallback=False` raises an error instead. Here a softmax over the batch axis (minitc's
@@ -289,19 +289,65 @@ except minitc.frontend.UnsupportedOpsError as e:
     print("UnsupportedOpsError:", e)
 
 # %% [markdown]
-# minitc is also a `torch.compile` backend: `torch.compile(model, backend="minitc")`
-# hands each graph that TorchDynamo captures to the same compiler (with the records
-# database of `$MINITC_DB` or the user's). TorchDynamo passes the model's parameters and
-# buffers to the backend as inputs of the graph, not as constants, so nothing can be
-# folded at compile time: the batch norms, whose inference form needs constant statistics,
-# run through PyTorch, and the warning says so. `tc.compile`, which exports the model
-# with its weights as constants, gives the fully compiled graph above.
+# ## `torch.compile(model, backend="minitc")`
+#
+# minitc is also a `torch.compile` backend: `torch.compile(model, backend="minitc")` hands
+# each graph that TorchDynamo captures to the same compiler (with the records database of
+# `$MINITC_DB` or the user's). TorchDynamo passes the model's parameters and buffers to the
+# backend as inputs of the graph. The backend tells them from the real inputs by where
+# dynamo read them (a module's `_parameters` or `_buffers`), copies them, and compiles them
+# as constants, as `tc.compile` does: the batch norms fold into their convolutions, the
+# linear weight is transposed once, nothing runs through PyTorch and there is no warning.
+# The graph it compiles has the same nodes and constants as `tc.compile`'s above.
+#
+# `"minitc"` is the registered name of `minitc.frontend.dynamo.backend`; `torch.compile`
+# takes any function as a backend, so a wrapper around it can keep what it compiled, to
+# look at.
 
 # %%
-dynamo_model = torch.compile(model, backend="minitc")
+from minitc.frontend import dynamo, unsupported  # noqa: E402
+
+captured = []  # what the backend compiled: one entry per graph dynamo captured
+
+
+def minitc_keeping_graphs(graph_module, example_inputs):
+    captured.append(dynamo.backend(graph_module, example_inputs))
+    return captured[-1]
+
+
+dynamo_model = torch.compile(model, backend=minitc_keeping_graphs)
 with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     np.testing.assert_allclose(dynamo_model(x).numpy(), expected.numpy(), rtol=1e-4, atol=1e-5)
-for w in caught:
-    print("warning:", w.message)
 print("torch.compile(model, backend='minitc') agrees with PyTorch eager")
+print("minitc's warnings:", [str(w.message) for w in caught if "minitc" in str(w.message)] or "none")
+(graph,) = [g.compiled.graph for g in captured]
+print(f"{len(captured)} graph; nodes run through PyTorch: {unsupported(graph) or 'none'}")
+folded = [name for name in graph.constants if name.endswith(("_folded", "_t"))]
+print(f"{len(graph.constants)} constants, among them {', '.join(folded)}")
+
+
+def program(g):
+    return [(n.op, tuple(b.op for b in n.body), n.value.shape) for n in g.nodes]
+
+
+same = program(graph) == program(compiled.graph) and sorted(graph.constants) == sorted(compiled.graph.constants)
+assert same
+print(f"the same nodes and constants as tc.compile's graph: {same}")
+
+# %% [markdown]
+# Dynamo (torch 2.13) does not guard the weights: after one changes (in place under
+# `no_grad`, `load_state_dict`, a new `nn.Parameter`) it calls the same compiled graph with
+# the new tensors. The backend compares each weight with what it copied and compiles the graph
+# again, with a warning, so the result follows the model. A change made in place through
+# `.data` leaves no trace it can see (docs/models.md, "Changing a weight after compiling").
+
+# %%
+with torch.no_grad():
+    model.fc.bias.add_(1.0)
+    expected = model(x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        np.testing.assert_allclose(dynamo_model(x).numpy(), expected.numpy(), rtol=1e-4, atol=1e-5)
+print("warning:", next((w.message for w in caught if "minitc" in str(w.message)), "none"))
+print("after model.fc.bias.add_(1.0) the compiled model agrees with PyTorch again")
