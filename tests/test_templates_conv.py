@@ -201,10 +201,16 @@ def test_channel_vectors_pay_where_rows_waste_lanes():
     from minitc.templates.conv_channels import channel_vectors_pay
 
     avx512 = parse_target("llvm -mcpu=skylake-avx512")
-    assert channel_vectors_pay(avx512, "float32", 512, 7, 1) and channel_vectors_pay(avx512, "float32", 64, 56, 1)
-    assert not channel_vectors_pay(avx512, "float32", 64, 112, 1)  # 7 whole vectors per row
-    assert not channel_vectors_pay(AVX2, "float32", 64, 56, 1) and channel_vectors_pay(AVX2, "float32", 64, 56, 2)
-    assert not channel_vectors_pay(AVX2, "float32", 3, 7, 1)  # three channels fill no vector
+
+    def pay(target, k, c, r, width, stride=1):
+        return channel_vectors_pay(target, "float32", (k, c, r, r), width, stride)
+
+    assert pay(avx512, 512, 512, 3, 7) and pay(avx512, 64, 64, 3, 56) and pay(avx512, 512, 1024, 1, 7)
+    assert not pay(avx512, 64, 64, 3, 112)  # 7 whole vectors per row
+    assert not pay(avx512, 256, 64, 1, 56) and not pay(avx512, 384, 64, 1, 14)  # wide or shallow 1x1
+    assert pay(avx512, 512, 256, 1, 28, stride=2)
+    assert not pay(AVX2, 64, 64, 3, 56) and pay(AVX2, 64, 64, 3, 56, stride=2) and pay(AVX2, 64, 64, 3, 28)
+    assert not pay(AVX2, 3, 16, 3, 7)  # three channels fill no vector
 
 
 # -- depthwise_conv2d and pooling -------------------------------------------------------------

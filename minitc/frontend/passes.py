@@ -97,8 +97,7 @@ def pack_conv_weights(graph: Graph, target) -> Graph:
         weight = g.constants.get(node.inputs[1]) if node.op == "conv2d" else None
         if weight is None or node.attrs.get("weight_layout"):
             continue
-        channels, width, stride = node.shape[1], node.shape[3], node.attrs["stride"][1]
-        if channel_vectors_pay(t, node.dtype, channels, width, stride):
+        if channel_vectors_pay(t, node.dtype, weight.shape, node.shape[3], node.attrs["stride"][1]):
             packed = _new_constant(g, f"{node.inputs[1]}_crsk", weight.transpose(1, 2, 3, 0))
             node.inputs = (node.inputs[0], packed, *node.inputs[2:])
             node.attrs["weight_layout"] = "CRSK"
