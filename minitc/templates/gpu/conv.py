@@ -75,12 +75,15 @@ def _fit_shared(s, out: str, k_tile: int, w_tile: int, bc: int) -> int:
 
 
 def _weight_shape(s, out: str) -> tuple:
-    """[K, C, R, S] of the weight: the read indexed first by the output-channel axis."""
+    """[K, C, R, S] of the weight: the read indexed by the output-channel axis, first (weights
+    stored [K, C, R, S]) or last (`weight_layout="CRSK"`)."""
     st = s.state.stage(out)
+    crsk = s.tensor(out).op.attrs.get("weight_layout") == "CRSK"
     for r in st.reads():
-        if r.indices and r.indices[0] is st.axes[1]:
-            return s.state.stage(r.stage).shape
-    raise ScheduleError(f"GPU conv2d template: {out} reads no [K, C, R, S] weight")
+        if r.indices and r.indices[-1 if crsk else 0] is st.axes[1]:
+            shape = s.state.stage(r.stage).shape
+            return (shape[3], *shape[:3]) if crsk else shape
+    raise ScheduleError(f"GPU conv2d template: {out} reads no [K, C, R, S] or [C, R, S, K] weight")
 
 
 @defaults("conv2d")
