@@ -162,6 +162,72 @@ def test_conv_weights_are_packed_where_channel_vectors_pay():
         close(compiled(x), model(x))
 
 
+def test_attention_softmax_is_one_kernel_and_a_fully_masked_row_gives_zeros():
+    """scaled_dot_product_attention's softmax (_safe_softmax) is a minitc softmax: a row whose
+    scores are all masked gives 0 as in PyTorch, not NaN, and nothing runs through PyTorch."""
+
+    class Attention(nn.Module):
+        def forward(self, q, k, v, mask):
+            return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 8, 16) for _ in range(3))
+    mask = torch.zeros(1, 1, 8, 8)
+    mask[..., 3, :] = float("-inf")  # query 3 may attend to nothing
+    compiled = tc.compile(Attention(), (q, k, v, mask))
+    softmaxes = [n for n in compiled.graph.nodes for n in (n.body or [n]) if n.op == "softmax"]
+    assert [n.attrs for n in softmaxes] == [{"safe": True}] and not unsupported(compiled.graph)
+    got, want = compiled(q, k, v, mask), Attention()(q, k, v, mask)
+    assert torch.equal(got[..., 3, :], torch.zeros_like(got[..., 3, :]))
+    close(got, want)
+
+
+def test_common_subexpressions_are_computed_once():
+    """Layers that rebuild the same value (the same op on the same inputs) share one node, also
+    for operators that run through PyTorch."""
+
+    class Twice(nn.Module):
+        def forward(self, x):
+            a = torch.relu(x).cumsum(-1) + torch.relu(x).cumsum(-1)
+            return a + x.view(4, 8).view(32).cumsum(0).view(4, 8)
+
+    x = torch.randn(4, 8)
+    with pytest.warns(UserWarning, match="runs 2 node"):  # cumsum twice in the model, once here
+        compiled = tc.compile(Twice(), (x,))
+    ops = [n.op for n in compiled.graph.nodes for n in (n.body or [n])]
+    assert ops.count("relu") == 1 and ops.count("torch") == 2
+    close(compiled(x), Twice()(x))
+
+
+def test_slices_and_splits_are_kernels_that_fuse_into_their_readers():
+    class Split(nn.Module):
+        def forward(self, x):
+            q, k, v = x.split([4, 4, 8], dim=-1)  # GPT-2's query, key and value
+            return torch.relu(q) * k + v[:, 1:5] - x[:, -3:-1].sum(-1, keepdim=True)
+
+    x = torch.randn(6, 16)
+    compiled = tc.compile(Split(), (x,))
+    assert not unsupported(compiled.graph)
+    ops = [n.op for n in compiled.graph.nodes for n in (n.body or [n])]
+    assert ops.count("slice") == 5 and [n.op for n in compiled.graph.nodes] == ["slice", "sum", "fused"]
+    close(compiled(x), Split()(x))
+
+
+def test_fused_kernels_of_the_same_input_shapes_are_different_tasks():
+    """fused[add, relu] and fused[sub, sigmoid] of one input: two tasks, each its own kernel
+    (they once shared a task key, and the second output was the first's kernel's)."""
+
+    class Two(nn.Module):
+        def forward(self, x):
+            return torch.relu(x + 1), torch.sigmoid(x - 1)
+
+    x = torch.randn(4, 8)
+    compiled = tc.compile(Two(), (x,))
+    assert [n.op for n in compiled.graph.nodes] == ["fused", "fused"] and len(compiled.tasks) == 2
+    for got, want in zip(compiled(x), Two()(x)):
+        close(got, want)
+
+
 def test_activation_fuses_only_when_the_product_has_no_other_reader():
     class TwoReaders(nn.Module):
         def __init__(self):

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-KEEP_WHOLE = ("aten.linear.default", "aten.layer_norm.default")
+KEEP_WHOLE = ("aten.linear.default", "aten.layer_norm.default", "aten._safe_softmax.default")
 
 CONVERTERS: dict = {}
 
@@ -163,6 +163,13 @@ def softmax(im, node, x, dim, half_to_float):
     return im.emit("softmax", [x], {}, im.shape(x), dtype, base=node.name)
 
 
+@converts("aten._safe_softmax.default")
+def safe_softmax(im, node, x, dim, dtype=None):
+    """The softmax of scaled_dot_product_attention: a fully masked row gives 0, not NaN."""
+    _require(dtype is None and dim in (-1, len(im.shape(x)) - 1))
+    return im.emit("softmax", [x], {"safe": True}, im.shape(x), _floating(im, x), base=node.name)
+
+
 def _pool_shape(node) -> tuple:
     val = node.meta["val"]
     return tuple(int(d) for d in (val[0] if isinstance(val, (list, tuple)) else val).shape)
@@ -300,6 +307,34 @@ def permute(im, node, x, dims):
         return x
     shape = tuple(im.shape(x)[d] for d in dims)
     return im.emit("permute", [x], {"dims": dims}, shape, im.dtype(x), base=node.name)
+
+
+@converts("aten.slice.Tensor")
+def slice_(im, node, x, dim=0, start=None, end=None, step=1):
+    _require(step == 1)
+    shape = im.shape(x)
+    dim %= len(shape)
+    begin = 0 if start is None else max(0, min(shape[dim], start + shape[dim] if start < 0 else start))
+    stop = shape[dim] if end is None else max(begin, min(shape[dim], end + shape[dim] if end < 0 else end))
+    return _slice(im, node.name, x, dim, begin, stop)
+
+
+@converts("aten.split_with_sizes.default")
+def split_with_sizes(im, node, x, sizes, dim=0):
+    """The pieces (GPT-2's query, key and value out of one dense layer) as slices, which fuse
+    into their readers."""
+    dim %= len(im.shape(x))
+    _require(sum(sizes) == im.shape(x)[dim])
+    starts = [sum(sizes[:n]) for n in range(len(sizes))]
+    return tuple(_slice(im, f"{node.name}_{n}", x, dim, b, b + size) for n, (b, size) in enumerate(zip(starts, sizes)))
+
+
+def _slice(im, base: str, x: str, dim: int, begin: int, stop: int) -> str:
+    shape = im.shape(x)
+    if (begin, stop) == (0, shape[dim]):
+        return x
+    out = shape[:dim] + (stop - begin,) + shape[dim + 1 :]
+    return im.emit("slice", [x], {"axis": dim, "start": begin}, out, im.dtype(x), base=base)
 
 
 @converts("aten.expand.default")

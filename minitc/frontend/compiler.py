@@ -60,9 +60,20 @@ class Task:
 
 
 def task_key(node, values) -> tuple:
-    """Nodes with equal keys compute the same function of their inputs: one kernel serves all."""
-    attrs = tuple(sorted((k, repr(v)) for k, v in node.attrs.items()))
-    return (node.op, attrs, tuple((values[i].shape, values[i].dtype) for i in node.inputs))
+    """Nodes with equal keys compute the same function of their inputs: one kernel serves all.
+    A fused node's key lists its members (operator, attributes, which input or member each
+    reads, shape): fused[add, relu] and fused[sub, sigmoid] of the same input are two kernels."""
+    inputs = tuple((values[i].shape, values[i].dtype) for i in node.inputs)
+    position = {name: ("input", k) for k, name in enumerate(node.inputs)}
+    members = []
+    for m, b in enumerate(node.body or [node]):
+        members.append((b.op, _attrs_key(b), tuple(position.get(i, ("value", i)) for i in b.inputs), b.shape, b.dtype))
+        position[b.name] = ("member", m)
+    return (node.op, tuple(members), inputs)
+
+
+def _attrs_key(node) -> tuple:
+    return tuple(sorted((k, repr(v)) for k, v in node.attrs.items()))
 
 
 def extract_tasks(graph) -> list:

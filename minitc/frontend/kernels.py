@@ -100,6 +100,11 @@ def _view(n, x):
     return compute(n.shape, read, name=n.op, tag="elementwise")
 
 
+def _slice(n, x):
+    axis, start = n.attrs["axis"], n.attrs["start"]
+    return compute(n.shape, lambda *i: x[i[:axis] + (i[axis] + start,) + i[axis + 1 :]], name=n.op, tag="elementwise")
+
+
 def _expand(n, x):
     return compute(n.shape, lambda *i: broadcast_read(x, i), name=n.op, tag="elementwise")
 
@@ -115,12 +120,13 @@ BUILDERS = {
     "mean": _reduce(ops.mean),
     "sum": _reduce(ops.sum),
     "max": _reduce(ops.max),
-    "softmax": lambda n, x: ops.softmax(x),
+    "softmax": lambda n, x: ops.softmax(x, safe=n.attrs.get("safe", False)),
     "layer_norm": lambda n, x, g, b: ops.layer_norm(x, g, b, eps=n.attrs["eps"]),
     "scale_shift": _scale_shift,
     "clamp": _clamp,
     "permute": _permute,
     "expand": _expand,
+    "slice": _slice,
     "view": _view,
     **{op: _binary(getattr(ops, op)) for op in ("add", "sub", "mul", "div")},
     **{op: _unary(getattr(ops, op)) for op in ("relu", "gelu", "sigmoid", "tanh", "exp")},

@@ -1,5 +1,8 @@
 """Graph passes: each takes a graph and returns the rewritten graph (the input is not changed).
 
+- `eliminate_common_subexpressions`: a node that computes what an earlier one computes (the same
+  operator, inputs and attributes) reads the earlier one's value instead (BERT's and GPT-2's
+  attention masks are rebuilt by every layer, a dozen small PyTorch calls each).
 - `fold_batch_norm`: a per-channel scale and shift (inference batch norm) after a convolution
   with constant weights becomes new weights and a bias: w' = w * scale, b' = b * scale + shift.
 - `pack_conv_weights` (needs the target): a convolution whose constant weight the channel-vector
@@ -26,6 +29,7 @@ from dataclasses import replace
 import numpy as np
 
 from minitc.frontend.graph import Graph, Node
+from minitc.frontend.importer import Ref
 from minitc.target import is_gpu, parse_target
 from minitc.templates.conv_channels import channel_vectors_pay
 
@@ -44,6 +48,68 @@ def _copy(graph: Graph) -> Graph:
 
 def _single_use(graph: Graph, name: str, users: dict) -> bool:
     return len(users.get(name, [])) == 1 and name not in graph.outputs
+
+
+# PyTorch operators whose results differ between two calls with the same arguments
+NOT_PURE = ("rand", "dropout", "bernoulli", "normal", "empty")
+
+
+def _renamed(node: Node, alias: dict) -> None:
+    """Point `node`'s inputs (and a `torch` node's call arguments) at the values in `alias`."""
+    node.inputs = tuple(alias.get(i, i) for i in node.inputs)
+    if node.aten is not None:
+        target, args, kwargs = node.aten
+        node.aten = (target, _renamed_tree(args, alias), _renamed_tree(kwargs, alias))
+
+
+def _renamed_tree(tree, alias: dict):
+    if isinstance(tree, Ref):
+        return Ref(alias.get(tree, tree))
+    if type(tree) in (list, tuple):
+        return type(tree)(_renamed_tree(t, alias) for t in tree)
+    if isinstance(tree, dict):
+        return {k: _renamed_tree(v, alias) for k, v in tree.items()}
+    return tree
+
+
+def _frozen(tree):
+    """A hashable form of attributes and call arguments (a Ref stays apart from a plain string)."""
+    if isinstance(tree, Ref):
+        return ("%", str(tree))
+    if isinstance(tree, (list, tuple)):
+        return tuple(_frozen(t) for t in tree)
+    if isinstance(tree, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in tree.items()))
+    try:
+        hash(tree)
+        return tree
+    except TypeError:
+        return repr(tree)
+
+
+def _computation(node: Node):
+    """What a node computes, as a key equal for nodes that compute the same value; None for a
+    node never merged (a fused kernel, a random or uninitialised PyTorch result)."""
+    if node.op == "fused" or (node.op == "torch" and any(w in node.attrs["target"] for w in NOT_PURE)):
+        return None
+    call = node.aten[1:] if node.op == "torch" else ()
+    return (node.op, node.inputs, _frozen(node.attrs), _frozen(call), node.shape, node.dtype)
+
+
+def eliminate_common_subexpressions(graph: Graph) -> Graph:
+    g, alias, seen, nodes = _copy(graph), {}, {}, []
+    for node in g.nodes:
+        _renamed(node, alias)
+        key = _computation(node)
+        if key is not None and key in seen:
+            alias[node.name] = seen[key]
+            continue
+        if key is not None:
+            seen[key] = node.name
+        nodes.append(node)
+    g.nodes = nodes
+    g.outputs = [alias.get(o, o) for o in g.outputs]
+    return g.prune()
 
 
 def fold_batch_norm(graph: Graph) -> Graph:
@@ -127,7 +193,7 @@ def simplify_views(graph: Graph) -> Graph:
     g, alias, producers, nodes = _copy(graph), {}, {}, []
     shapes = {name: v.shape for name, v in g.values().items()}
     for node in g.nodes:
-        node.inputs = tuple(alias.get(i, i) for i in node.inputs)
+        _renamed(node, alias)
         if node.op == "view":
             src = producers.get(node.inputs[0])
             if src is not None and src.op == "view":
@@ -143,7 +209,7 @@ def simplify_views(graph: Graph) -> Graph:
 
 
 ELEMENTWISE = ("add", "sub", "mul", "div", "relu", "gelu", "sigmoid", "tanh", "exp", "scale_shift", "clamp")
-INJECTIVE = ("permute", "expand")
+INJECTIVE = ("permute", "expand", "slice")
 EPILOGUE_ANCHORS = ("dense", "conv2d")  # anchors whose template applies a fused elementwise epilogue
 
 
@@ -169,8 +235,9 @@ def _members(node) -> list:
 
 
 def fuse_elementwise(graph: Graph) -> Graph:
-    """Elementwise nodes join the kernel of the producers they read when nothing else reads
-    those (TVM's FuseOps, for elementwise and injective producers and the dense anchor): a
+    """Elementwise and injective nodes join the kernel of the producers they read when nothing
+    else reads those (TVM's FuseOps, for elementwise and injective producers and the dense
+    anchor; an injective node takes no anchor, whose template applies elementwise epilogues): a
     chain of elementwise ops is one kernel, and a dense layer's consumers (bias, activation,
     the residual add) become its epilogue. A dense result viewed as [batch, tokens, features]
     stays 2-D inside the kernel: the consumer's other operands are viewed to 2-D (free) and
@@ -187,7 +254,7 @@ def fuse_elementwise(graph: Graph) -> Graph:
         out.append(node)
 
     for node in g.nodes:
-        if node.op not in ELEMENTWISE:
+        if node.op not in ELEMENTWISE + INJECTIVE:
             emit(node)
             continue
         body, inputs, flat = [], list(node.inputs), None  # flat: the anchor's 2-D shape
@@ -198,8 +265,8 @@ def fuse_elementwise(graph: Graph) -> Graph:
             if src is None or not _fusable_producer(src) or not _single_use(g, src.name, users):
                 continue
             anchored = _anchor(src) is not None
-            if anchored and (flat is not None or any(_anchor(b) for b in body)):
-                continue  # one anchor per kernel
+            if anchored and (node.op in INJECTIVE or flat is not None or any(_anchor(b) for b in body)):
+                continue  # one anchor per kernel, whose template takes elementwise epilogues only
             if view is not None and not (anchored and _flattens(node, k, shapes, src.shape)):
                 continue  # elementwise chains do not fuse across views (yet)
             body.extend(_members(src))
@@ -322,6 +389,7 @@ def fold_transposes(graph: Graph) -> Graph:
 
 
 PASSES = (
+    eliminate_common_subexpressions,
     fold_batch_norm,
     pack_conv_weights,
     fuse_dense_activation,

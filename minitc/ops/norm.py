@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from minitc import te
 from minitc.errors import ShapeError
-from minitc.expr import call
+from minitc.expr import call, select
 from minitc.ops import _util
 from minitc.te import Tensor, compute, reduce_axis
 
 
-def softmax(X, axis: int = -1, name: str | None = None) -> Tensor:
-    """exp(X - max) / sum(exp(X - max)) along `axis`; numerically stable."""
+def softmax(X, axis: int = -1, name: str | None = None, safe: bool = False) -> Tensor:
+    """exp(X - max) / sum(exp(X - max)) along `axis`; numerically stable. A row that is all
+    -inf gives NaN, as torch.softmax does, or 0 with `safe` (torch's _safe_softmax, which
+    scaled_dot_product_attention uses for fully masked rows)."""
     op = "softmax"
     _util.tensor(op, "X", X)
     _util.floating(op, X)
@@ -45,7 +47,13 @@ def softmax(X, axis: int = -1, name: str | None = None) -> Tensor:
         name=f"{base}_sum",
         tag="softmax_sum",
     )
-    return compute(X.shape, lambda *i: E[i] / S[row(i)], name=base, tag="softmax", attrs={"axis": ax})
+    if not safe:
+        return compute(X.shape, lambda *i: E[i] / S[row(i)], name=base, tag="softmax", attrs={"axis": ax})
+
+    def masked(*i):  # a row of -inf has max -inf: 0 there, where exp(-inf - -inf) is NaN
+        return select(M[row(i)] == float("-inf"), 0.0, E[i] / S[row(i)])
+
+    return compute(X.shape, masked, name=base, tag="softmax", attrs={"axis": ax, "safe": True})
 
 
 def layer_norm(X, gamma, beta, eps: float = 1e-5, name: str | None = None) -> Tensor:

@@ -124,10 +124,15 @@ def avg_pool2d(X, kernel, stride=None, padding=0):
 # normalisation
 
 
-def softmax(X, axis=-1):
+def softmax(X, axis=-1, safe=False):
     x = _work(X)
-    e = np.exp(x - x.max(axis=axis, keepdims=True))
-    return (e / e.sum(axis=axis, keepdims=True)).astype(np.asarray(X).dtype)
+    top = x.max(axis=axis, keepdims=True)
+    with np.errstate(invalid="ignore"):  # a row of -inf: NaN, or 0 when safe
+        e = np.exp(x - top)
+        y = e / e.sum(axis=axis, keepdims=True)
+    if safe:
+        y = np.where(top == -np.inf, 0.0, y)
+    return y.astype(np.asarray(X).dtype)
 
 
 def layer_norm(X, gamma, beta, eps=1e-5):
