@@ -74,6 +74,7 @@ def lr_factor(step: int, warmup: int, total: int) -> float:
     return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
 
 
+@torch.enable_grad()  # a caller's no_grad (tuning inside `minitc compile`) must not stop training
 def train(
     model: TensorLM,
     examples: list[Example],

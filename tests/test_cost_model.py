@@ -146,6 +146,20 @@ def test_fit_predict_shapes_and_errors(matmul):
     assert r.predict("mm", traces[:7]).shape == (7,)
 
 
+def test_fits_inside_the_callers_no_grad(matmul):
+    """`minitc compile` tunes a model under torch.no_grad(): the cost model still trains there
+    (backward() once failed: the scores had no grad_fn), and so does the language model."""
+    import torch
+
+    out, traces = matmul
+    model = TLPModel(seed=2, fit_steps=2)
+    model.register("mm", out)
+    before = [p.detach().clone() for p in model.net.parameters()]
+    with torch.no_grad():
+        model.fit("mm", traces[:40], [_synthetic_latency(t) for t in traces[:40]])
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.net.parameters()))
+
+
 def test_save_load_round_trip(matmul, tmp_path):
     out, traces = matmul
     model = TLPModel(seed=2, hidden=32, fit_steps=3)

@@ -328,22 +328,23 @@ class TLPModel(CostModel):
         groups = [(m, y) for m, y in groups if len(m) > 1 and (y > 0).any()]
         if not groups:
             return None
-        self.net.train()
-        scores = self._forward([m for ms, _ in groups for m in ms])
-        losses, at = [], 0
-        for ms, y in groups:
-            loss = lambda_rank_loss(
-                scores[at : at + len(ms)], torch.as_tensor(y, dtype=scores.dtype, device=self.device)
-            )
-            at += len(ms)
-            if loss is not None:
-                losses.append(loss)
-        self.net.eval()
-        if not losses:
-            return None
-        total = torch.stack(losses).mean()
-        self.opt.zero_grad()
-        total.backward()
+        with torch.enable_grad():  # tuning may run inside the caller's no_grad (minitc compile does)
+            self.net.train()
+            scores = self._forward([m for ms, _ in groups for m in ms])
+            losses, at = [], 0
+            for ms, y in groups:
+                loss = lambda_rank_loss(
+                    scores[at : at + len(ms)], torch.as_tensor(y, dtype=scores.dtype, device=self.device)
+                )
+                at += len(ms)
+                if loss is not None:
+                    losses.append(loss)
+            self.net.eval()
+            if not losses:
+                return None
+            total = torch.stack(losses).mean()
+            self.opt.zero_grad()
+            total.backward()
         torch.nn.utils.clip_grad_norm_(self.net.parameters(), self.config.grad_clip)
         self.opt.step()
         return float(total.detach())
