@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from minitc.templates.gemm import inline_epilogue
 
-MAX_ACCUMULATORS = 14  # more spilled on Zen 5 (7 x 4 zmm: 28 accumulators and 4 weight vectors)
+MAX_ACCUMULATORS = 14  # with more, LLVM spills: 7 x 4 zmm left no register for a fifth operand
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -39,9 +39,8 @@ def channel_vectors_pay(target, dtype: str, weight_shape: tuple, out_width: int,
     lanes rather than output columns. The channels must fill whole vectors; then a stride
     (row vectors would be gathers) or a row that is not whole vectors decides, except that a
     1x1 convolution needs rows narrower than a vector and 128 input channels or more: its tile
-    is copied back to NCHW transposed, which costs more than it saves on wide or shallow layers
-    (ResNet-50 and MobileNet-V2 on Zen 5: 56- and 28-wide rows of 1x1 convolutions, 14-wide
-    ones of 64 or 96 channels, all ran faster as row vectors)."""
+    is copied back to NCHW transposed, which costs more than the lanes save when the layer is
+    wide or its reduction short (docs/benchmarks.md has the measurements)."""
     K, C, R, S = weight_shape
     width = target.lanes(dtype)
     if K % width:
