@@ -113,7 +113,7 @@ def channel_defaults(s, conv, target) -> dict:
     threads = max(1, target.num_cores)
     kblocks = _cdiv(K, kb * lanes)
     ohb = max(d for d in range(1, OH + 1) if OH % d == 0 and (N * (OH // d) * kblocks >= 4 * threads or d == 1))
-    in_rows = (ohb - 1) * sh + (R - 1) * dh + 1
+    in_rows = (R - 1) * dh + 1  # the rows one output row reads: a block sweeps the tile row by row
     in_cols = (OW - 1) * sw + (S - 1) * dw + 1
     per_channel = 4 * (R * S * kb * lanes + in_rows * in_cols)
     rcb = max([d for d in range(1, C + 1) if C % d == 0 and d * per_channel <= target.cache_bytes("l1d") // 2] or [1])
