@@ -162,6 +162,17 @@ def test_conv_weights_are_packed_where_channel_vectors_pay():
         close(compiled(x), model(x))
 
 
+def test_packed_conv_weight_rows_are_padded_off_a_kib_stride():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(16, 256, 1, stride=2), nn.ReLU()).eval()
+    x = torch.randn(1, 16, 14, 14)
+    compiled = tc.compile(model, (x,), target="llvm -mcpu=znver2 -num-cores=2")
+    (conv,) = [n for n in compiled.graph.nodes for n in (n.body or [n]) if n.op == "conv2d"]
+    assert compiled.graph.constants[conv.inputs[1]].shape == (16, 1, 1, 256 + 16)  # one cache line more
+    with torch.no_grad():
+        close(compiled(x), model(x))
+
+
 def test_attention_softmax_is_one_kernel_and_a_fully_masked_row_gives_zeros():
     """scaled_dot_product_attention's softmax (_safe_softmax) is a minitc softmax: a row whose
     scores are all masked gives 0 as in PyTorch, not NaN, and nothing runs through PyTorch."""

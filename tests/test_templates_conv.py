@@ -167,6 +167,18 @@ def test_conv2d_channel_vectors_explicit_params(params):
     _check(Y, [x, w], ref.conv2d(x, w, padding=1, weight_layout="CRSK"), **params)
 
 
+def test_conv2d_channel_vectors_read_padded_weight_rows():
+    """Weights [C, R, S, K'] with K' > out_channels (rows padded off a 1 KiB stride): only the
+    first out_channels of each row are read."""
+    X, W, x, w = _crsk((1, 8, 7, 7), 272, (1, 1), seed=4)
+    w[..., 256:] = np.nan  # the padding is never read
+    Y = tc.ops.conv2d(X, W, weight_layout="CRSK", out_channels=256)
+    assert Y.shape == (1, 256, 7, 7) and Y.op.attrs["out_channels"] == 256
+    _check(Y, [x, w], ref.conv2d(x, w, weight_layout="CRSK", out_channels=256))
+    with pytest.raises(tc.ShapeError, match="out_channels=300 does not fit"):
+        tc.ops.conv2d(X, W, weight_layout="CRSK", out_channels=300)
+
+
 def test_conv2d_channel_vectors_apply_the_epilogue_per_tile():
     X, W, x, w = _crsk((1, 8, 7, 7), 32, (3, 3), seed=2)
     conv = tc.ops.conv2d(X, W, padding=1, weight_layout="CRSK")

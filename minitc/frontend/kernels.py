@@ -28,7 +28,8 @@ def _batch_matmul(n, a, b):
 def _conv(op):
     def build(n, x, w):
         a = n.attrs
-        layout = {"weight_layout": a["weight_layout"]} if "weight_layout" in a else {}  # conv2d's packed weights
+        # conv2d's packed weights, whose rows may be padded past the output channels
+        layout = {"weight_layout": a["weight_layout"], "out_channels": n.shape[1]} if "weight_layout" in a else {}
         return op(x, w, stride=a["stride"], padding=a["padding"], dilation=a["dilation"], **layout)
 
     return build

@@ -164,10 +164,23 @@ def pack_conv_weights(graph: Graph, target) -> Graph:
         if weight is None or node.attrs.get("weight_layout"):
             continue
         if channel_vectors_pay(t, node.dtype, weight.shape, node.shape[3], node.attrs["stride"][1]):
-            packed = _new_constant(g, f"{node.inputs[1]}_crsk", weight.transpose(1, 2, 3, 0))
+            packed = _new_constant(g, f"{node.inputs[1]}_crsk", _padded_rows(weight.transpose(1, 2, 3, 0), t))
             node.inputs = (node.inputs[0], packed, *node.inputs[2:])
             node.attrs["weight_layout"] = "CRSK"
     return g.prune()
+
+
+ROW_ALIGNMENT = 1024  # bytes: rows this far apart share L1 sets (4 KiB per way on common x86 cores)
+
+
+def _padded_rows(weight, target) -> np.ndarray:
+    """The [C, R, S, K] weight with each row padded by one cache line of zeros when its length is
+    a multiple of ROW_ALIGNMENT: the micro-kernel reads one row per reduction step, and rows a
+    whole number of KiB apart would all land in the same few L1 sets."""
+    if weight.shape[-1] * weight.itemsize % ROW_ALIGNMENT:
+        return weight
+    extra = 64 // weight.itemsize
+    return np.concatenate([weight, np.zeros(weight.shape[:-1] + (extra,), weight.dtype)], axis=-1)
 
 
 def fuse_dense_activation(graph: Graph) -> Graph:

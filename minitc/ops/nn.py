@@ -39,14 +39,18 @@ def pad_hw(X: Tensor, ph: int, pw: int, value, name: str) -> Tensor:
 WEIGHT_LAYOUTS = ("KCRS", "CRSK")
 
 
-def conv2d(X, W, stride=1, padding=0, dilation=1, name: str | None = None, weight_layout: str = "KCRS") -> Tensor:
+def conv2d(
+    X, W, stride=1, padding=0, dilation=1, name: str | None = None, weight_layout: str = "KCRS", out_channels=None
+) -> Tensor:
     """2-D convolution (cross-correlation, like torch.nn.functional.conv2d without groups).
 
     X [N, C, H, W], W [K, C, R, S] -> [N, K, OH, OW] with
     OH = (H + 2*pad_h - dil_h*(R-1) - 1) // stride_h + 1 (likewise OW).
     stride, padding and dilation are ints or (h, w) pairs. `weight_layout="CRSK"` takes W
     stored [C, R, S, K] (a constant weight repacked once by the model front end, so that the
-    template can load vectors of output channels).
+    template can load vectors of output channels); its rows may be padded past the K =
+    `out_channels` it computes (a row stride of a whole number of KiB puts every row's vectors
+    in the same L1 sets).
     """
     op = "conv2d"
     if weight_layout not in WEIGHT_LAYOUTS:
@@ -67,6 +71,10 @@ def conv2d(X, W, stride=1, padding=0, dilation=1, name: str | None = None, weigh
     dh, dw = _util.pair(op, "dilation", dilation)
     N, C, H, Wd = X.shape
     C2, R, S, K = W.shape if crsk else (W.shape[1], W.shape[2], W.shape[3], W.shape[0])
+    if out_channels is not None:
+        if not (crsk and 0 < out_channels <= K) and not (not crsk and out_channels == K):
+            raise ShapeError(f"{op}: out_channels={out_channels} does not fit W {W.shape} ({weight_layout})")
+        K = out_channels
     if C != C2:
         raise ShapeError(
             f"{op}: X {X.shape} has {C} input channels but W {W.shape} expects {C2} (W is [{', '.join(weight_layout)}])"
@@ -85,6 +93,8 @@ def conv2d(X, W, stride=1, padding=0, dilation=1, name: str | None = None, weigh
     attrs = {"stride": (sh, sw), "padding": (ph, pw), "dilation": (dh, dw)}
     if crsk:  # the default layout is not named, so workload keys of KCRS convolutions stay as they were
         attrs["weight_layout"] = weight_layout
+        if K != W.shape[3]:
+            attrs["out_channels"] = K
     return compute((N, K, OH, OW), body, name=base, tag=op, attrs=attrs)
 
 

@@ -84,10 +84,10 @@ def _windows(x, kh, kw, sh, sw, dh, dw):
     return win[:, :, ::sh, ::sw, ::dh, ::dw]
 
 
-def conv2d(X, W, stride=1, padding=0, dilation=1, weight_layout="KCRS"):
+def conv2d(X, W, stride=1, padding=0, dilation=1, weight_layout="KCRS", out_channels=None):
     (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
     x = np.pad(_work(X), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-    w = _work(W) if weight_layout == "KCRS" else _work(W).transpose(3, 0, 1, 2)
+    w = _work(W) if weight_layout == "KCRS" else _work(W).transpose(3, 0, 1, 2)[:out_channels]
     win = _windows(x, w.shape[2], w.shape[3], sh, sw, dh, dw)
     return np.einsum("nchwrs,kcrs->nkhw", win, w, optimize=True).astype(_out_dtype(X, W))
 

@@ -94,7 +94,7 @@ def channel_defaults(s, conv, target) -> dict:
     N, K, OH, OW = st.shape
     C, R, S = (a.extent for a in st.reduce_axes)
     attrs = s.tensor(conv).op.attrs
-    (sh, sw), (dh, dw) = attrs["stride"], attrs["dilation"]
+    (_, sw), (dh, dw) = attrs["stride"], attrs["dilation"]
     lanes = target.lanes(st.dtype)
     vectors = max(1, _cdiv(K, lanes))
     # tiles that divide the row and the channels: a partial tile puts a guard in the micro-kernel
