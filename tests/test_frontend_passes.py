@@ -1,0 +1,117 @@
+"""Front-end passes and converters that change what runs: convolution weights packed for the
+channel-vector template (and their padded rows), attention's softmax and GPT-2's splits as
+kernels, common subexpressions computed once, and one task per distinct fused kernel; each
+compiled model is checked against PyTorch eager."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import minitc as tc  # noqa: E402
+from minitc.frontend import unsupported  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:torch")
+
+
+def close(a, b, rtol=1e-4, atol=1e-5):
+    np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=rtol, atol=atol)
+
+
+def test_conv_weights_are_packed_where_channel_vectors_pay():
+    """On an 8-lane target, a convolution with 8-wide output rows keeps its [K, C, R, S] weight;
+    one with 7-wide rows or a stride of 2 gets it repacked once into [C, R, S, K]."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, stride=2, padding=1), nn.Conv2d(16, 8, 2)
+    ).eval()
+    x = torch.randn(1, 3, 16, 16)
+    compiled = tc.compile(model, (x,), target="llvm -mcpu=znver2 -num-cores=2")
+    convs = [b for n in compiled.graph.nodes for b in ([n] + list(getattr(n, "body", [])) or [n]) if b.op == "conv2d"]
+    assert [c.attrs.get("weight_layout") for c in convs] == [None, "CRSK", "CRSK"]
+    assert [tuple(compiled.graph.constants[c.inputs[1]].shape) for c in convs] == [
+        (16, 3, 3, 3),
+        (16, 3, 3, 16),
+        (16, 2, 2, 8),
+    ]
+    assert "weight_layout=CRSK" in str(compiled.graph)
+    with torch.no_grad():
+        close(compiled(x), model(x))
+
+
+def test_packed_conv_weight_rows_are_padded_off_a_kib_stride():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(16, 256, 1, stride=2), nn.ReLU()).eval()
+    x = torch.randn(1, 16, 14, 14)
+    compiled = tc.compile(model, (x,), target="llvm -mcpu=znver2 -num-cores=2")
+    (conv,) = [n for n in compiled.graph.nodes for n in (n.body or [n]) if n.op == "conv2d"]
+    assert compiled.graph.constants[conv.inputs[1]].shape == (16, 1, 1, 256 + 16)  # one cache line more
+    with torch.no_grad():
+        close(compiled(x), model(x))
+
+
+def test_attention_softmax_is_one_kernel_and_a_fully_masked_row_gives_zeros():
+    """scaled_dot_product_attention's softmax (_safe_softmax) is a minitc softmax: a row whose
+    scores are all masked gives 0 as in PyTorch, not NaN, and nothing runs through PyTorch."""
+
+    class Attention(nn.Module):
+        def forward(self, q, k, v, mask):
+            return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 8, 16) for _ in range(3))
+    mask = torch.zeros(1, 1, 8, 8)
+    mask[..., 3, :] = float("-inf")  # query 3 may attend to nothing
+    compiled = tc.compile(Attention(), (q, k, v, mask))
+    softmaxes = [n for n in compiled.graph.nodes for n in (n.body or [n]) if n.op == "softmax"]
+    assert [n.attrs for n in softmaxes] == [{"safe": True}] and not unsupported(compiled.graph)
+    got, want = compiled(q, k, v, mask), Attention()(q, k, v, mask)
+    assert torch.equal(got[..., 3, :], torch.zeros_like(got[..., 3, :]))
+    close(got, want)
+
+
+def test_common_subexpressions_are_computed_once():
+    """Layers that rebuild the same value (the same op on the same inputs) share one node, also
+    for operators that run through PyTorch."""
+
+    class Twice(nn.Module):
+        def forward(self, x):
+            a = torch.relu(x).cumsum(-1) + torch.relu(x).cumsum(-1)
+            return a + x.view(4, 8).view(32).cumsum(0).view(4, 8)
+
+    x = torch.randn(4, 8)
+    with pytest.warns(UserWarning, match="runs 2 node"):  # cumsum twice in the model, once here
+        compiled = tc.compile(Twice(), (x,))
+    ops = [n.op for n in compiled.graph.nodes for n in (n.body or [n])]
+    assert ops.count("relu") == 1 and ops.count("torch") == 2
+    close(compiled(x), Twice()(x))
+
+
+def test_slices_and_splits_are_kernels_that_fuse_into_their_readers():
+    class Split(nn.Module):
+        def forward(self, x):
+            q, k, v = x.split([4, 4, 8], dim=-1)  # GPT-2's query, key and value
+            return torch.relu(q) * k + v[:, 1:5] - x[:, -3:-1].sum(-1, keepdim=True)
+
+    x = torch.randn(6, 16)
+    compiled = tc.compile(Split(), (x,))
+    assert not unsupported(compiled.graph)
+    ops = [n.op for n in compiled.graph.nodes for n in (n.body or [n])]
+    assert ops.count("slice") == 5 and [n.op for n in compiled.graph.nodes] == ["slice", "sum", "fused"]
+    close(compiled(x), Split()(x))
+
+
+def test_fused_kernels_of_the_same_input_shapes_are_different_tasks():
+    """fused[add, relu] and fused[sub, sigmoid] of one input: two tasks, each its own kernel
+    (they once shared a task key, and the second output was the first's kernel's)."""
+
+    class Two(nn.Module):
+        def forward(self, x):
+            return torch.relu(x + 1), torch.sigmoid(x - 1)
+
+    x = torch.randn(4, 8)
+    compiled = tc.compile(Two(), (x,))
+    assert [n.op for n in compiled.graph.nodes] == ["fused", "fused"] and len(compiled.tasks) == 2
+    for got, want in zip(compiled(x), Two()(x)):
+        close(got, want)
