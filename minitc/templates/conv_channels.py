@@ -38,9 +38,9 @@ def channel_vectors_pay(target, dtype: str, weight_shape: tuple, out_width: int,
     """Whether a convolution with a [K, C, R, S] weight should keep output channels in vector
     lanes rather than output columns. The channels must fill whole vectors; then a stride
     (row vectors would be gathers) or a row that is not whole vectors decides, except that a
-    1x1 convolution needs rows narrower than a vector and 128 input channels or more: its tile
-    is copied back to NCHW transposed, which costs more than the lanes save when the layer is
-    wide or its reduction short (docs/benchmarks.md has the measurements)."""
+    1x1 convolution needs rows narrower than a vector and 128 input channels or more: on wide
+    or shallow 1x1 layers the row template measured as fast or faster on whole models
+    (docs/benchmarks.md)."""
     K, C, R, S = weight_shape
     width = target.lanes(dtype)
     if K % width:
