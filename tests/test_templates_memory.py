@@ -269,10 +269,10 @@ def test_softmax_loop_structure():
     X = tc.placeholder((1536, 128), name="X")
     text = str(tc.lower(tc.ops.softmax(X), target=AVX2))
     head = text.splitlines()[1]
-    assert head.strip() == f"for i0_o in {PAR}(192):"  # one tile loop; everything inside it
-    assert text.count(f"{PAR}(") == 1 and "float32[8, 128]" in text and "unrolled(8)" in text
-    for stat in ("softmax_max_rf", "softmax_sum_rf"):  # vector partial results: 8 rows x 4 vectors
-        assert f'alloc("local", float32[8, 32]) as {stat}' in text
+    assert head.strip() == f"for i0_o in {PAR}(48):"  # one tile loop of 32 short rows; everything inside it
+    assert text.count(f"{PAR}(") == 1 and "float32[32, 128]" in text and "unrolled(32)" in text
+    for stat in ("softmax_max_rf", "softmax_sum_rf"):  # vector partial results: 32 rows x 2 vectors
+        assert f'alloc("local", float32[32, 16]) as {stat}' in text
 
 
 @pytest.mark.parametrize("shape", [(7, 13), (2, 3, 40), (16,), (33, 64)])
