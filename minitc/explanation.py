@@ -18,12 +18,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from minitc.autotune.runner import mismatch, random_array
 from minitc.backends import build_schedule, lower_schedule
 from minitc.errors import MinitcError
 from minitc.schedule import Schedule
 from minitc.schedule.trace import Step, step_call
 from minitc.target import parse_target
 from minitc.te_eval import evaluate
+
+RTOL = 1e-3  # each step's output against numpy, as the tuner checks its candidates
 
 _WHY = {
     "split": "tiles the loop: the inner {decision} iterations are a block of work that can stay in "
@@ -198,26 +201,19 @@ class _Reference:
         names, _ = s.arguments()
         rng = np.random.default_rng(0)
         tensors = [s.tensor(n) for n in names]
-        self.inputs = [_random(t, rng) for t in tensors]
+        self.inputs = [random_array(t, rng) for t in tensors]
         self.expected = evaluate(list(outputs), dict(zip(tensors, self.inputs)))
 
     def time(self, fn, budget_s: float) -> float:
         start = time.perf_counter()
         got = fn(*self.inputs)
         once = time.perf_counter() - start
-        for g, want in zip(got if isinstance(got, tuple) else (got,), self.expected):
-            close = np.isclose(g, want, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(want).max(initial=0))))
-            if not close.all():
-                raise MinitcError(f"wrong result: {int((~close).sum())} of {want.size} elements differ from numpy")
+        wrong = mismatch(got if isinstance(got, tuple) else (got,), self.expected, RTOL)
+        if wrong:
+            raise MinitcError(wrong)
         samples = []
         for _ in range(max(1, min(50, int(budget_s / max(once, 1e-6))))):
             t = time.perf_counter()
             fn(*self.inputs)
             samples.append(time.perf_counter() - t)
         return 1e3 * float(np.median(samples))
-
-
-def _random(t, rng) -> np.ndarray:
-    if np.dtype(t.dtype).kind == "f":
-        return rng.standard_normal(t.shape).astype(t.dtype)
-    return rng.integers(-8, 8, t.shape).astype(t.dtype)

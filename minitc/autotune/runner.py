@@ -79,12 +79,13 @@ class Task:
         in_names, out_names = s.arguments()
         args = [s.tensor(n) for n in in_names] + [s.tensor(n) for n in out_names]
         rng = np.random.default_rng(seed)
-        inputs = [_random_array(t, rng) for t in args[: len(in_names)]]
+        inputs = [random_array(t, rng) for t in args[: len(in_names)]]
         expected = evaluate(outs, dict(zip(args, inputs)))
         return Task(outs, args, inputs, expected, target, key=workload_key(outs))
 
 
-def _random_array(t, rng):
+def random_array(t, rng):
+    """Random inputs for a placeholder `t`: standard normal floats, small integers."""
     if t.dtype.startswith("float"):
         return rng.standard_normal(t.shape).astype(t.dtype)
     return rng.integers(-8, 8, t.shape).astype(t.dtype)

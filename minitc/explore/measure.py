@@ -17,6 +17,7 @@ import minitc as tc
 from minitc import te_eval
 from minitc.benchmarks.baselines import numpy_fn, workload_for
 from minitc.benchmarks.timing import measure
+from minitc.explanation import estimate_flops
 from minitc.te import ComputeOp, graph
 
 COMPUTE_BOUND_INTENSITY = 2.0  # flops per byte above which a hand-typed expression is rated in GFLOP/s
@@ -30,10 +31,7 @@ def estimated_work(outputs) -> tuple:
     """(kind, work) of a hand-typed expression: a multiply-add (2 flops) per reduction point;
     compute-bound when that is over COMPUTE_BOUND_INTENSITY flops per byte moved."""
     tensors = graph(outputs)
-    flops = 0.0
-    for t in tensors:
-        if isinstance(t.op, ComputeOp) and t.op.reduce_axes:
-            flops += 2.0 * _size(t) * int(np.prod([a.extent for a in t.op.reduce_axes], dtype=np.int64))
+    flops = estimate_flops(outputs) or 0.0
     moved = [t for t in tensors if not isinstance(t.op, ComputeOp)] + list(outputs)
     nbytes = float(sum(_size(t) * np.dtype(t.dtype).itemsize for t in moved))
     if flops and flops / nbytes >= COMPUTE_BOUND_INTENSITY:

@@ -164,7 +164,7 @@ def pack_conv_weights(graph: Graph, target) -> Graph:
         if weight is None or node.attrs.get("weight_layout"):
             continue
         if channel_vectors_pay(t, node.dtype, weight.shape, node.shape[3], node.attrs["stride"][1]):
-            packed = _new_constant(g, f"{node.inputs[1]}_crsk", _padded_rows(weight.transpose(1, 2, 3, 0), t))
+            packed = _new_constant(g, f"{node.inputs[1]}_crsk", _padded_rows(weight.transpose(1, 2, 3, 0)))
             node.inputs = (node.inputs[0], packed, *node.inputs[2:])
             node.attrs["weight_layout"] = "CRSK"
     return g.prune()
@@ -173,7 +173,7 @@ def pack_conv_weights(graph: Graph, target) -> Graph:
 ROW_ALIGNMENT = 1024  # bytes: rows this far apart share L1 sets (4 KiB per way on common x86 cores)
 
 
-def _padded_rows(weight, target) -> np.ndarray:
+def _padded_rows(weight) -> np.ndarray:
     """The [C, R, S, K] weight with each row padded by one cache line of zeros when its length is
     a multiple of ROW_ALIGNMENT: the micro-kernel reads one row per reduction step, and rows a
     whole number of KiB apart would all land in the same few L1 sets."""

@@ -72,7 +72,7 @@ def conv2d(
     N, C, H, Wd = X.shape
     C2, R, S, K = W.shape if crsk else (W.shape[1], W.shape[2], W.shape[3], W.shape[0])
     if out_channels is not None:
-        if not (crsk and 0 < out_channels <= K) and not (not crsk and out_channels == K):
+        if not (0 < out_channels <= K if crsk else out_channels == K):
             raise ShapeError(f"{op}: out_channels={out_channels} does not fit W {W.shape} ({weight_layout})")
         K = out_channels
     if C != C2:
