@@ -18,9 +18,7 @@ import click
 
 import minitc as tc
 from minitc.autotune.tuner import decode_trace
-from minitc.autotune.workload_key import workload_key
-from minitc.commands.recover import recover
-from minitc.commands.show import machine_key, open_records, resolve_key
+from minitc.commands.show import machine_key, open_records, resolve_workload
 from minitc.commands.spec import op_options, parse_call, pop_op_options, shape_help
 from minitc.explanation import trace_differences
 from minitc.schedule.recorder import Schedule
@@ -119,12 +117,7 @@ def _script_schedule(source: str) -> Schedule:
 def _best_record(path: Path, source: str, shape, options, target: str) -> tuple:
     """(schedule of the best record, FLOPs or None, its differences from the template)."""
     tstring, hw = machine_key(target)
-    if shape or options:
-        call = parse_call(source, shape, options, hint="--workload")
-        key = workload_key(call.build())
-    else:
-        key, desc = resolve_key(path, source)
-        call = recover(key, desc)
+    call, key, _ = resolve_workload(path, source, shape, options, "--workload")
     if call is None:
         raise click.ClickException(f"workload {key[:12]} was not made by an op this command knows; give OP --shape")
     if not path.exists():

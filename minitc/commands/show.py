@@ -156,17 +156,23 @@ def show(workload, db, target, show_llvm, show_asm, **kwargs):
     show_workload(path, workload, shape, options, target, show_llvm, show_asm)
 
 
+def resolve_workload(path: Path, workload: str, shape, options, hint: str) -> tuple:
+    """(OpCall or None, key, description) of a workload given as an op with --shape and
+    options, or as a key prefix of the records database (the call then recovered from its
+    description; None when no op this command knows made it)."""
+    if shape or options:
+        call = parse_call(workload, shape, options, hint=hint)
+        out = call.build()
+        return call, workload_key(out), describe(out)
+    key, desc = resolve_key(path, workload)
+    return recover(key, desc), key, desc
+
+
 def show_workload(path, workload, shape, options, target, show_llvm, show_asm) -> None:
 
     tstring, hw = machine_key(target)
-    if shape or options:
-        call = parse_call(workload, shape, options, hint="WORKLOAD")
-        out = call.build()
-        key, desc = workload_key(out), describe(out)
-    else:
-        key, desc = resolve_key(path, workload)
-        call = recover(key, desc)
-        out = call.build() if call else None
+    call, key, desc = resolve_workload(path, workload, shape, options, "WORKLOAD")
+    out = call.build() if call else None
     click.echo(f"workload {key}: {desc}")
     if call:
         click.echo(f"  op: {' '.join(command_args(call))}")

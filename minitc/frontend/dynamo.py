@@ -111,9 +111,13 @@ class CompiledGraph:
         # sizes of a graph dynamo made dynamic (SymInts): minitc compiles per value, at the call
         self.sizes = [i for i in inputs if i not in self.tensors]
         self.models: dict = {}  # {size values: CompiledModel}
-        self.stamps = {i: (example_inputs[i], stamp(example_inputs[i])) for i in self.weights}
+        self.stamps = self._stamps(example_inputs)
         if not self.sizes:
             self.compiled = self._compile(example_inputs)
+
+    def _stamps(self, args) -> dict:
+        """{input index: (the weight tensor, its stamp)}, to see later whether it changed."""
+        return {i: (args[i], stamp(args[i])) for i in self.weights}
 
     def _compile(self, args):
         fixed = {i: args[i] for i in self.sizes}
@@ -124,7 +128,7 @@ class CompiledGraph:
     def __call__(self, *args):
         if any(args[i] is not t or stamp(args[i]) != s for i, (t, s) in self.stamps.items()):
             warnings.warn("minitc: the model's weights changed since compiling: compiling again", stacklevel=2)
-            self.stamps = {i: (args[i], stamp(args[i])) for i in self.weights}
+            self.stamps = self._stamps(args)
             self.models.clear()
         key = tuple(args[i] for i in self.sizes)
         self.compiled = self.models.get(key) or self._compile(args)
