@@ -1,12 +1,14 @@
 """Measure GPU programs into the tensor-language dataset within a time budget (run on a GPU).
 
-    python experiments/gpu_collect.py --dataset OUT_DIR --seconds 200 [--per-workload 32]
+    python experiments/gpu_collect.py --db OUT/gpu.db --seconds 200 [--per-workload 32]
+    minitc lm export-db OUT/gpu.db          # back on the development machine: into lm/data
 
 Goes through the training workloads whose GPU design space is settled (GEMMs, convolutions,
 depthwise convolutions), interleaving the kinds so that a short budget still covers each, and
 measures each with `minitc lm measure`'s code (evolutionary search, so the dataset holds good
 programs as well as poor ones). It stops before a workload once the budget is spent; every
-finished workload is already in the dataset."""
+finished workload is already in the records database, which comes back as one file (a dataset
+shard per workload would be many)."""
 
 from __future__ import annotations
 
@@ -28,8 +30,7 @@ def interleaved() -> list:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dataset", required=True)
-    p.add_argument("--db", default="/tmp/gpu-collect.db")
+    p.add_argument("--db", required=True)
     p.add_argument("--seconds", type=float, default=200)
     p.add_argument("--per-workload", type=int, default=32)
     p.add_argument("--strategy", default="evolutionary")
@@ -39,7 +40,7 @@ def main() -> None:
         if time.perf_counter() > deadline:
             print(f"budget spent: stopping before {name}", flush=True)
             break
-        measure(args.db, [name], args.per_workload, args.strategy, target="cuda", dataset=args.dataset)
+        measure(args.db, [name], args.per_workload, args.strategy, target="cuda")
 
 
 if __name__ == "__main__":
