@@ -15,7 +15,10 @@ it implements are the IR's semantics, which every backend must reproduce:
 - Intrinsics: exp log sqrt tanh erf abs floor ceil, and sigmoid(x) = 1 / (1 + exp(-x)).
 - Loops of every kind (serial, parallel, vectorized, unrolled, and GPU bindings) run as serial
   loops, in order: the kinds are performance hints and the compiler guarantees the serial order
-  is a valid one. `Barrier` does nothing; shared and local buffers are ordinary allocations.
+  is a valid one. `Barrier` does nothing; shared and local buffers are ordinary allocations,
+  except that a local buffer allocated inside loops bound to thread indices belongs to one
+  thread: inside a loop rebinding such an index (a cooperative shared-memory fill) each index
+  value reads and writes its own copy, as each GPU thread has its own registers.
 - `Allocate` makes a fresh buffer each time it executes, filled with nan (floats), -999999
   (ints) or True (bools), so a read of uninitialised memory shows up in results.
 - Any out-of-bounds index, negative ones included, raises `IRError`.
@@ -35,7 +38,7 @@ from minitc import dtypes
 from minitc.errors import DTypeError, IRError, LayoutError, ShapeError
 from minitc.expr import Binary, Call, Cast, Compare, Const, Not, Select, Var
 from minitc.intrinsics import NUMPY_INTRINSICS
-from minitc.ir import Allocate, Barrier, For, IfThenElse, Kernel, Load, Seq, Store
+from minitc.ir import THREAD_TAGS, Allocate, Barrier, For, IfThenElse, Kernel, Load, Seq, Store
 
 INT_SENTINEL = -999999
 BOOL_SENTINEL = True
@@ -91,6 +94,8 @@ class _Context:
         self.slot_names = []  # slot -> name, for error messages
         self.vars = {}  # Var -> slot, for loop variables in scope
         self.buffers = {}  # Buffer -> slot, for parameters and allocations in scope
+        self.threads = {}  # thread tag -> slot of the innermost loop bound to it
+        self.per_thread = {}  # local Buffer -> the thread tags bound where it is allocated
 
     def new_slot(self, name: str) -> int:
         self.slot_names.append(name)
@@ -137,7 +142,11 @@ def _compile_for(s: For, ctx: _Context):
     extent = loop_extent(s)
     slot = ctx.new_slot(s.var.name)
     with binding(ctx.vars, s.var, slot):
-        body = compile_stmt(s.body, ctx)
+        if s.kind in THREAD_TAGS:
+            with binding(ctx.threads, s.kind, slot):
+                body = compile_stmt(s.body, ctx)
+        else:
+            body = compile_stmt(s.body, ctx)
     values = [np.int64(v) for v in range(extent)]
 
     def run_for(env):
@@ -182,12 +191,13 @@ def _compile_if(s: IfThenElse, ctx: _Context):
 def _compile_allocate(s: Allocate, ctx: _Context):
     b = s.buffer
     slot = ctx.new_slot(b.name)
-    with binding(ctx.buffers, b, slot):
+    tags = tuple(sorted(ctx.threads)) if b.scope == "local" else ()
+    with binding(ctx.buffers, b, slot), binding(ctx.per_thread, b, tags):
         body = compile_stmt(s.body, ctx)
     fill, shape, dtype = fill_value(b.dtype), b.shape, np.dtype(b.dtype)
 
     def run_allocate(env):
-        env[slot] = np.full(shape, fill, dtype=dtype)
+        env[slot] = {} if tags else np.full(shape, fill, dtype=dtype)  # per thread: made at first use
         body(env)
         env[slot] = None
 
@@ -195,12 +205,12 @@ def _compile_allocate(s: Allocate, ctx: _Context):
 
 
 def _compile_store(s: Store, ctx: _Context):
-    slot = _buffer_slot(s.buffer, ctx, "store to")
+    array = _compile_array(s.buffer, ctx, "store to")
     index = _compile_index(s.buffer, s.indices, ctx, "store to")
     value = compile_expr(s.value, ctx)
 
     def run_store(env):
-        env[slot][index(env)] = value(env)
+        array(env)[index(env)] = value(env)
 
     return run_store
 
@@ -228,6 +238,26 @@ def _buffer_slot(buffer, ctx: _Context, what: str) -> int:
     if slot is None:
         raise IRError(f"{what} buffer {buffer.name}, which is neither a kernel parameter nor allocated here")
     return slot
+
+
+def _compile_array(buffer, ctx: _Context, what: str):
+    """fn(env) -> the buffer's array; for a per-thread local buffer, that of the thread whose
+    indices the innermost loops bound to its tags hold."""
+    slot = _buffer_slot(buffer, ctx, what)
+    tags = ctx.per_thread.get(buffer, ())
+    if not tags:
+        return lambda env: env[slot]
+    slots = tuple(ctx.threads[t] for t in tags)
+    fill, shape, dtype = fill_value(buffer.dtype), buffer.shape, np.dtype(buffer.dtype)
+
+    def per_thread(env):
+        copies, key = env[slot], tuple(env[s] for s in slots)
+        array = copies.get(key)
+        if array is None:
+            array = copies[key] = np.full(shape, fill, dtype=dtype)
+        return array
+
+    return per_thread
 
 
 def _compile_index(buffer, indices, ctx: _Context, what: str):
@@ -305,9 +335,9 @@ def _compile_var(e: Var, ctx: _Context):
 
 
 def _compile_load(e: Load, ctx: _Context):
-    slot = _buffer_slot(e.buffer, ctx, "load from")
+    array = _compile_array(e.buffer, ctx, "load from")
     index = _compile_index(e.buffer, e.indices, ctx, "load from")
-    return lambda env: env[slot][index(env)]
+    return lambda env: array(env)[index(env)]
 
 
 def _idiv(a, b):

@@ -295,13 +295,17 @@ def test_float2_and_double2(cases):
 
 def test_shared_fill_is_float4_and_aligned(cases):
     src = body_of(render_program(cases["shared_fill"][0]))
+    # double-buffered (minitc/lowering/double_buffer.py): two tiles each, and each fill twice
+    # (prologue and loop), staged through registers: float4 loads into them, float4 stores out
     assert (
-        "__shared__ __align__(16) float A_shared[256];" in src
-        and "__shared__ __align__(16) float B_shared[256];" in src
+        "__shared__ __align__(16) float A_shared[512];" in src
+        and "__shared__ __align__(16) float B_shared[512];" in src
     )
-    assert src.count("*reinterpret_cast<float4*>(&") == 2 and src.count("*reinterpret_cast<const float4*>(&") == 2
+    assert src.count("*reinterpret_cast<float4*>(&") == 4 and src.count("*reinterpret_cast<const float4*>(&") == 4
+    assert "const float4 A_v = *reinterpret_cast<const float4*>(&A[" in src and "A_shared_reg[3] = A_v.w;" in src
     assert (
-        "*reinterpret_cast<float4*>(&A_shared[ax0 * 16 + ax1_o * 4]) = make_float4(A_v.x, A_v.y, A_v.z, A_v.w);" in src
+        "*reinterpret_cast<float4*>(&A_shared[ax0_1 * 16 + ax1_o_1 * 4]) = make_float4(A_shared_reg[0], "
+        "A_shared_reg[1], A_shared_reg[2], A_shared_reg[3]);" in src
     )
     assert "if ((int)threadIdx.x < 4) {" in src  # the bound loop's guard is outside the vector loop
 
@@ -325,11 +329,13 @@ def test_shared_load_and_same_element_read(cases):
 
 def test_a_register_tile_reads_shared_rows_as_float4(cases):
     src = body_of(render_program(cases["register_tile"][0]))
-    assert "__shared__ __align__(16) float B_shared[" in src and "__shared__ float A_shared[" in src
-    load = "const float4 B_shared_v = *reinterpret_cast<const float4*>(&B_shared["
-    assert src.count(load) == 1  # in the k loop; A_shared (rows along k, padded) stays scalar
-    for lane, c in enumerate("xyzw"):  # the register array keeps scalar stores
-        assert re.search(rf"C_local\[[^\]]*\] = C_local\[[^\]]*\] \+ A_shared\[[^\]]*\] \* B_shared_v\.{c};", src)
+    assert "__shared__ __align__(16) float B_shared[" in src and "__shared__ __align__(16) float A_shared[" in src
+    for name in ("A_shared", "B_shared"):  # both tiles are laid out [k][m or n]: rows of registers
+        load = f"const float4 {name}_v = *reinterpret_cast<const float4*>(&{name}["
+        assert src.count(load) == 1  # in the k loop
+        for lane, c in enumerate("xyzw"):  # the register array keeps scalar stores
+            assert re.search(rf"{name}_local\[[^\]]*\] = {name}_v\.{c};", src)
+    assert re.search(r"C_local\[[^\]]*\] = C_local\[[^\]]*\] \+ A_shared_local\[i_1\] \* B_shared_local\[j_1\];", src)
     assert "reinterpret_cast<float4*>(&C_local" not in src
 
 
@@ -342,7 +348,7 @@ def test_what_does_not_qualify_renders_the_plain_loop(cases, name):
 
 
 def test_shared_arrays_are_aligned_only_when_accessed_as_vectors(cases):
-    assert "__shared__ float A_shared[256];" in render_program(serial(cases["shared_fill"][0]))
+    assert "__shared__ float A_shared[512];" in render_program(serial(cases["shared_fill"][0]))
 
 
 # -- nvcc --------------------------------------------------------------------------------------------

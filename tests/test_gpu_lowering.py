@@ -68,23 +68,24 @@ def test_shared_tile_spans_the_block_and_matches_numpy():
     program = lower_gpu(s, "cuda-sim")
     (launch,) = program.launches
     assert launch.grid == (3, 4, 1) and launch.block == (4, 4, 1)
-    # one tile for the whole block, not per thread; A's rows (along k) get a word of padding
-    assert launch.shared_bytes == (16 * (8 + 1) + 8 * 16) * 4
+    # one tile for the whole block, not per thread; A's rows (along k) get a word of padding;
+    # two of each (double buffering)
+    assert launch.shared_bytes == 2 * (16 * (8 + 1) + 8 * 16) * 4
     a, b = (_rand(*sh, seed=n) for n, sh in enumerate(shapes))
     np.testing.assert_allclose(tc.build(s, target="cuda-sim")(a, b), ref(a, b), rtol=1e-5, atol=1e-5)
 
 
-def test_tiles_read_down_their_columns_get_a_padded_row():
-    """At each k step the threads of dense's template read W_shared[n, k] down a column: rows of
-    16 words would put 16 threads on one memory bank, so rows are padded to 17. B_shared[k, n]
-    of a matmul is read along its rows and keeps its aligned rows (float4 loads)."""
+def test_gemm_shared_tiles_are_laid_out_k_major():
+    """The GEMM template lays every shared tile out [k][m] or [k][n], whatever the operand's
+    layout (dense's W[n, k] included): a thread's values of one k are contiguous (float4
+    reads), so no tile is read down a column and none needs the padded row."""
     X, W = tc.placeholder((128, 64), name="X"), tc.placeholder((96, 64), name="W")
     A, B = tc.placeholder((128, 64), name="A"), tc.placeholder((64, 96), name="B")
     shapes = {}
     for out in (ops.dense(X, W), ops.matmul(A, B)):
         program = lower_gpu(tc.templates.gpu.gpu_template_schedule([out], None), "cuda-sim")
-        shapes.update({b.name: b.shape for b in _shared_buffers(program)})
-    assert shapes == {"X_shared": (32, 17), "W_shared": (32, 17), "A_shared": (32, 17), "B_shared": (16, 32)}
+        shapes.update({b.name: b.shape[-2:] for b in _shared_buffers(program)})
+    assert shapes == {"X_shared": (16, 32), "W_shared": (16, 32), "A_shared": (16, 32), "B_shared": (16, 32)}
     x, w = _rand(128, 64), _rand(96, 64, seed=1)
     np.testing.assert_allclose(
         tc.build(ops.dense(X, W), target="cuda-sim", db=False)(x, w), x @ w.T, rtol=1e-4, atol=1e-4

@@ -104,6 +104,10 @@ def lower_state(state: State, inputs: list, outputs: list, name: str = "kernel",
 
         body = sink_guards(body)
         _dump("sink guards below barriers", body)
+        from minitc.lowering.double_buffer import double_buffer
+
+        body = double_buffer(body)
+        _dump("double buffer shared tiles", body)
     kernel = ir.Kernel(name, [params[n] for n in list(inputs) + list(outputs)], len(inputs), body)
 
     try:

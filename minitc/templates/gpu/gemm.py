@@ -62,23 +62,43 @@ def gemm_gpu(s, out: str, acc: str, target, *, bm, bn, tm, tn, bk, shared=True):
     ko, ki = s.split(ak, factor=bk)
     s.reorder(ko, ki, ai, aj)
     s.unroll(ai)
+    if not shared:
+        _vector_reads_of_b(s, aj, tn, tm >= 8 and _rows_of_b(b_role))
+        return
+    s.unroll(aj)
+    threads = (bm // tm, bn // tn)
+    M, N, K = _gemm_shape(s, acc)
+    for (name, k_dim, mn_dim), tile, regs in ((a_role, min(bm, M), tm), (b_role, min(bn, N), tn)):
+        # the shared tile is laid out [k][m] (A) and [k][n] (B) whatever the operand's layout,
+        # so that a thread's tm (tn) values of one k are contiguous: float4 reads into registers
+        ndim = len(s.state.stage(name).shape)
+        layout = [d for d in range(ndim) if d not in (k_dim, mn_dim)] + [k_dim, mn_dim]
+        identity = layout == list(range(ndim))
+        cache = s.cache_read(name, "shared", [acc], None if identity else layout)
+        s.compute_at(cache, ko)
+        rows = s.state.stage(name).shape[-1]  # the operand's contiguous dimension
+        tiles = {k_dim: min(bk, K), mn_dim: tile}
+        vector_fetch(s, cache, threads, layout.index(ndim - 1), tiles[ndim - 1] if ndim - 1 in tiles else 1, rows)
+        reg = s.cache_read(cache, "local", [acc])  # this k's tm (tn) values, read as vectors
+        s.compute_at(reg, ki)
+        *_, r = s.loops(reg)
+        lanes = 4 if regs % 4 == 0 else 2 if regs % 2 == 0 else 1
+        if lanes > 1:
+            ro, ri = s.split(r, factor=lanes)
+            s.unroll(ro)
+            s.vectorize(ri)
+
+
+def _vector_reads_of_b(s, aj, tn: int, rows: bool) -> None:
+    """Without shared tiles: float4/float2 loads of B's rows feed the register tile where they
+    are read along rows; that paid only with 8 rows a thread or more (a 4x4 tile got slower)."""
     lanes = 4 if tn % 4 == 0 else 2 if tn % 2 == 0 else 1
-    if lanes > 1 and tm >= 8 and _rows_of_b(b_role):
-        # B's tile is read along its rows: float4/float2 loads of B_shared feed the register
-        # tile (backends/cuda/vector.py), a quarter of the shared-memory load instructions; that
-        # pays for the vector-to-register copies only with 8 rows a thread or more (a 4x4 tile
-        # got slower with them)
+    if lanes > 1 and rows:
         ajo, aji = s.split(aj, factor=lanes)
         s.unroll(ajo)
         s.vectorize(aji)
     else:
         s.unroll(aj)
-    if shared:
-        threads = (bm // tm, bn // tn)
-        for name in (a_role[0], b_role[0]):
-            cache = s.cache_read(name, "shared", [acc])
-            s.compute_at(cache, ko)
-            cooperative_fetch(s, cache, threads)
 
 
 def _rows_of_b(b_role: tuple) -> bool:
@@ -103,6 +123,29 @@ def cooperative_fetch(s, cache, threads: tuple) -> None:
     if ny > 1:
         _, fy = s.split(rest, factor=ny)
         s.bind(fy, "threadIdx.y")
+
+
+def vector_fetch(s, cache, threads: tuple, dim: int, extent: int, rows: int) -> None:
+    """`cooperative_fetch` that copies 4 elements a thread where the source is contiguous:
+    `dim`, the cache dimension along the source's rows, is split by 4 and vectorized when its
+    tile `extent` and the source's row length `rows` are multiples of 4 (aligned float4
+    loads). Neighbouring threads take neighbouring vectors of a row. A transposing fill (the
+    vectors run down a column of the cache) is staged through registers by lowering
+    (minitc/lowering/double_buffer.py), so its global loads stay float4."""
+    if extent % 4 or rows % 4:
+        return cooperative_fetch(s, cache, threads)
+    ny, nx = threads
+    loops = list(s.loops(cache))
+    vo, vi = s.split(loops[dim], factor=4)
+    outer = loops[:dim] + loops[dim + 1 :] + [vo]
+    s.reorder(*outer, vi)
+    fused = s.fuse(*outer) if len(outer) > 1 else outer[0]
+    rest, fx = s.split(fused, factor=nx)
+    s.bind(fx, "threadIdx.x")
+    if ny > 1:
+        _, fy = s.split(rest, factor=ny)
+        s.bind(fy, "threadIdx.y")
+    s.vectorize(vi)
 
 
 def _gemm_shape(s, acc: str) -> tuple:
@@ -160,10 +203,9 @@ def _defaults(s, out, target) -> dict:
     st = s.state.stage(out)
     acc = gemm_producer(s, out) if st.tag == "dense_epilogue" else out
     batch = st.shape[0] if len(st.shape) == 3 else 1
-    _, b_role = gemm_operands(s, acc)
-    return pick_gpu_tiles(
-        *_gemm_shape(s, acc), sms=getattr(target, "sm_count", 0) or 132, batch=batch, rows_of_b=_rows_of_b(b_role)
-    )
+    # B's shared tile is laid out [k][n] for every operand layout (dense's W[n, k] included)
+    sms = getattr(target, "sm_count", 0) or 132
+    return pick_gpu_tiles(*_gemm_shape(s, acc), sms=sms, batch=batch, rows_of_b=True)
 
 
 for _tag in ("matmul", "batch_matmul", "dense", "dense_epilogue"):
