@@ -10,6 +10,9 @@ A `Kernel` has parameter buffers (inputs then outputs) and a body statement buil
     IfThenElse(cond, then, orelse)   guards (non-divisible splits, partial tiles)
     Allocate(buffer, body)           a temporary buffer live within body
     Barrier()                        GPU: every thread of the block waits here (__syncthreads)
+    ShuffleXor(buffer, combiner,     GPU: buffer[0] = combine(buffer[0], buffer[0] of the thread
+               offset, width)        whose lane is lane ^ offset), a warp shuffle step of a
+                                     cross-thread reduction (lowering/allreduce.py)
 
 and expressions from expr.py plus `Load(buffer, indices)`. Buffers are dense, row-major and have
 static shapes; indices are int64.
@@ -111,6 +114,18 @@ class Allocate(Stmt):
 class Barrier(Stmt):
     """GPU: wait until every thread of the block gets here; shared-memory writes made before it
     are visible after it. Lowering puts one before and after each shared-memory fill."""
+
+
+@dataclass(eq=False)
+class ShuffleXor(Stmt):
+    """GPU: one butterfly step of a warp reduction: every thread combines its `buffer[0]` (a
+    local scalar) with that of the thread whose lane is its own xor `offset`, within segments of
+    `width` lanes (`__shfl_xor_sync`). Like a barrier, every thread of the warp must reach it."""
+
+    buffer: Buffer
+    combiner: str  # sum, max or min
+    offset: int
+    width: int
 
 
 @dataclass(eq=False)

@@ -38,7 +38,7 @@ import math
 
 from minitc import dtypes
 from minitc.expr import Binary, Call, Cast, Compare, Const, Expr, Not, Select, Var
-from minitc.ir import GPU_TAGS, Allocate, Barrier, Buffer, For, IfThenElse, Kernel, Load, Seq, Stmt, Store
+from minitc.ir import GPU_TAGS, Allocate, Barrier, Buffer, For, IfThenElse, Kernel, Load, Seq, ShuffleXor, Stmt, Store
 
 INDENT = "    "
 
@@ -135,6 +135,7 @@ class _Printer:
             IfThenElse: self._if,
             Allocate: self._allocate,
             Barrier: self._barrier,
+            ShuffleXor: self._shuffle,
         }
 
     # -- names ---------------------------------------------------------------------------------
@@ -212,6 +213,10 @@ class _Printer:
 
     def _barrier(self, s: Barrier, indent: int) -> list:
         return [INDENT * indent + "barrier()"]
+
+    def _shuffle(self, s: ShuffleXor, indent: int) -> list:
+        acc = f"{self.name(s.buffer)}[0]"
+        return [INDENT * indent + f"{acc} = {s.combiner}({acc}, shfl_xor({acc}, {s.offset}, width={s.width}))"]
 
     def _allocate(self, s: Allocate, indent: int) -> list:
         b = s.buffer

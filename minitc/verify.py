@@ -21,7 +21,7 @@ import numbers
 from minitc import dtypes
 from minitc.errors import IRError
 from minitc.expr import Var, walk
-from minitc.ir import LOOP_KINDS, Allocate, Barrier, For, IfThenElse, Kernel, Load, Seq, Store, walk_stmts
+from minitc.ir import LOOP_KINDS, Allocate, Barrier, For, IfThenElse, Kernel, Load, Seq, ShuffleXor, Store, walk_stmts
 
 MAX_VECTOR_LANES = 64
 
@@ -52,6 +52,7 @@ class _Verifier:
             IfThenElse: self._if,
             Allocate: self._allocate,
             Barrier: lambda s: None,
+            ShuffleXor: self._shuffle,
         }
 
     def run(self) -> None:
@@ -144,6 +145,14 @@ class _Verifier:
         from minitc.expr import walk
 
         return any(n is v for i in indices for n in walk(i) for v in loop_vars)
+
+    def _shuffle(self, s: ShuffleXor) -> None:
+        if s.buffer not in self.allocated:
+            raise _Failure(f"shuffle of {s.buffer.name}, which no enclosing Allocate allocates")
+        if s.buffer.scope != "local" or s.buffer.shape != (1,):
+            raise _Failure(f"shuffle of {s.buffer.name}: it must be a local scalar (shape (1,)), not {s.buffer!r}")
+        if s.combiner not in ("sum", "max", "min") or not 0 < s.offset < s.width <= 32:
+            raise _Failure(f"shuffle of {s.buffer.name}: bad combiner/offset/width {s.combiner, s.offset, s.width}")
 
     def _seq(self, s: Seq) -> None:
         for child in s.stmts:

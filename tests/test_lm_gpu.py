@@ -172,7 +172,7 @@ def test_gpu_skeletons_and_labels(workload_samples, hw):
         ("template", ("conv2d", "kt", "vk", "wt", "vw", "bc", "shared")),
         ("generic", ()),
     )
-    assert skeletons["softmax"] == (("generic", ()),)
+    assert skeletons["softmax"] == (("template", ("softmax", "threads", "rows")), ("generic", ()))
     slots = set()
     for space, candidates in workload_samples.values():
         for c in candidates:

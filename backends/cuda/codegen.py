@@ -22,6 +22,8 @@ Statements (one method each, `STMT_EMITTERS`):
                Allocate runs (`__align__(16)` if accessed as vectors); local: a per-thread
                array declared where it is allocated
   Barrier      `__syncthreads();`
+  ShuffleXor   `acc[0] = combine(acc[0], __shfl_xor_sync(mask, acc[0], offset, width));` with the
+               mask of every thread of the warp (the last warp of a block may be partial)
 """
 
 from __future__ import annotations
@@ -42,7 +44,19 @@ from minitc.backends.cuda.exprs import (
 from minitc.backends.cuda.vector import VectorWriter
 from minitc.errors import BuildError
 from minitc.expr import Const, Var, walk
-from minitc.ir import BLOCK_TAGS, THREAD_TAGS, Allocate, Barrier, For, IfThenElse, Seq, Store, stmt_exprs, walk_stmts
+from minitc.ir import (
+    BLOCK_TAGS,
+    THREAD_TAGS,
+    Allocate,
+    Barrier,
+    For,
+    IfThenElse,
+    Seq,
+    ShuffleXor,
+    Store,
+    stmt_exprs,
+    walk_stmts,
+)
 from minitc.lowering.gpu import GpuProgram, Launch
 
 MAX_UNROLL = 64  # beyond this, `#pragma unroll 8` (as the LLVM backend does)
@@ -62,6 +76,7 @@ STMT_EMITTERS = {
     IfThenElse: "emit_if",
     Allocate: "emit_allocate",
     Barrier: "emit_barrier",
+    ShuffleXor: "emit_shuffle",
 }
 
 
@@ -195,6 +210,13 @@ class _LaunchWriter(ExprWriter, VectorWriter):
             align = "__align__(16) " if b in self.vector_shared else ""
             decls.append(f"{INDENT}__shared__ {align}{C_TYPES[b.dtype]} {self.name(b)}[{max(1, b.size)}];")
         threads = launch.threads_per_block
+        if threads % 32 and any(isinstance(s, ShuffleXor) for s in walk_stmts(body)):
+            # the threads of the last warp, which is partial: a shuffle's mask names exactly those
+            bx, by, _ = launch.block
+            tid = f"(threadIdx.x + {bx} * (threadIdx.y + {by} * threadIdx.z))"
+            last = f"{(1 << threads % 32) - 1:#x}u"
+            full = f"{tid} / 32 < {threads // 32} ? 0xffffffffu : " if threads > 32 else ""
+            decls.append(f"{INDENT}const unsigned mtc_mask = {full}{last};")
         head = [
             f"// {fname}: grid {tuple(launch.grid)} x block {tuple(launch.block)} ({threads} threads), "
             f"{launch.shared_bytes} bytes of shared memory",
@@ -263,6 +285,16 @@ class _LaunchWriter(ExprWriter, VectorWriter):
             name = self.name(var)
             self.line(f"const {self.var_types[var]} {name} = {init};")
             self.scopes[-1].add(name)
+
+    def emit_shuffle(self, s: ShuffleXor):
+        acc = f"{self.name(s.buffer)}[0]"
+        mask = "mtc_mask" if self.launch.threads_per_block % 32 else "0xffffffffu"
+        other = f"__shfl_xor_sync({mask}, {acc}, {s.offset}, {s.width})"
+        if s.combiner == "sum":
+            value = f"{acc} + {other}" if dtypes.is_float(s.buffer.dtype) else f"mtc_add({acc}, {other})"
+        else:
+            value = f"mtc_{s.combiner}({acc}, {other})"
+        self.line(f"{acc} = {value};")
 
     def emit_loop(self, s: For):
         ctype = "int" if s.extent - 1 <= INT32[1] else "long long"

@@ -29,7 +29,7 @@ from minitc.backends.cuda.sim_memory import Chunk, Env, Mem, Tracker
 from minitc.backends.function import HostCallable
 from minitc.errors import IRError, RaceError
 from minitc.interp import binding, fill_value, loop_extent
-from minitc.ir import GPU_TAGS, Allocate, Barrier, For, IfThenElse, Seq, Store, walk_stmts
+from minitc.ir import GPU_TAGS, Allocate, Barrier, For, IfThenElse, Seq, ShuffleXor, Store, walk_stmts
 
 MAX_LANES = 1 << 17  # lanes simulated at once; bigger launches run in chunks of whole blocks
 MAX_LOCAL_BYTES = 1 << 28  # per-lane (local) buffers of a chunk, all together
@@ -253,7 +253,40 @@ def _compile_barrier(s: Barrier, ctx: Context):
     return run_barrier
 
 
+WARP = 32
+SHUFFLE_COMBINE = {"sum": np.add, "max": np.maximum, "min": np.minimum}  # nan-propagating, as on the GPU
+
+
+def _compile_shuffle(s: ShuffleXor, ctx: Context):
+    """`__shfl_xor_sync` with the mask of every thread of the warp: all of them must be active,
+    and each reads the partner lane's value from before the step."""
+    slot = ctx.buffer_slot(s.buffer, "shuffle of")
+    fn, offset, name = SHUFFLE_COMBINE[s.combiner], s.offset, ctx.name
+
+    def run_shuffle(env):
+        c = env.chunk
+        act = env.active()
+        tid = act % c.tpb
+        warps = -(-c.tpb // WARP)
+        key = c.lblock[act] * warps + tid // WARP
+        counts = np.bincount(key, minlength=c.nb * warps)
+        expected = np.minimum(WARP, c.tpb - (np.arange(c.nb * warps) % warps) * WARP)
+        partial = (counts > 0) & (counts < expected)
+        partner = tid ^ offset
+        if partial.any() or (partner >= c.tpb).any():
+            lane = c.lane0 + int(act[np.argmax(partial[key] | (partner >= c.tpb))])
+            raise RaceError(
+                f"kernel {name}: a warp shuffle of {s.buffer.name} is reached by only some threads of a warp "
+                f"({c.thread(lane)}), or reads a lane that does not exist; every thread of the warp must take part"
+            )
+        data = env.slots[slot].data  # local: one element per lane
+        data[act] = fn(data[act], data[act - tid + partner])
+
+    return run_shuffle
+
+
 STMT_COMPILERS = {
+    ShuffleXor: _compile_shuffle,
     Barrier: _compile_barrier,
     For: _compile_for,
     Seq: _compile_seq,

@@ -100,8 +100,11 @@ def lower_state(state: State, inputs: list, outputs: list, name: str = "kernel",
     body = simplify_stmt(body) or ir.Seq(())
     _dump("simplify", body)
     if gpu:
+        from minitc.lowering.allreduce import lower_allreduce
         from minitc.lowering.gpu import sink_guards
 
+        body = lower_allreduce(body)
+        _dump("cross-thread reductions", body)
         body = sink_guards(body)
         _dump("sink guards below barriers", body)
         from minitc.lowering.double_buffer import double_buffer

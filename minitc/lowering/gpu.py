@@ -14,7 +14,8 @@ launch dimension). That reading is exact only if the schedule obeys three rules,
    otherwise all those threads write the same elements.
 2. A loop bound to an index nested inside another loop bound to the same index must not use the
    outer loop's variable (a shared-memory fill inside the compute's thread loops does not).
-3. No barrier sits under a condition that differs between the threads of a block.
+3. No barrier, and no warp shuffle of a cross-thread reduction, sits under a condition that
+   differs between the threads of a block.
 
 The simulator (backends/cuda/sim.py) then checks every access of a real run for races.
 """
@@ -165,6 +166,13 @@ class _RaceRules:
             if s.buffer.scope == "local":
                 self.local_tags[s.buffer] = {t for t in bound if t in ir.THREAD_TAGS}
             self.stmt(s.body, bound, divergent)
+        elif isinstance(s, ir.ShuffleXor):
+            if divergent:
+                raise ScheduleError(
+                    f"kernel {self.name}: a cross-thread reduction sits under a condition that differs between the "
+                    "threads of a block (a thread loop shorter than the block, or a guard on the thread index); "
+                    "every thread of the block must take part: bind loops of one extent to each thread index"
+                )
         elif isinstance(s, ir.Barrier):
             if divergent:
                 raise ScheduleError(
@@ -193,7 +201,10 @@ class _RaceRules:
         if s.buffer.scope == "local":
             inside = {t for t in bound if t in ir.THREAD_TAGS and self.extents.get(t, 1) > 1}
             extra = inside - self.local_tags.get(s.buffer, inside)
-            if extra:
+            # a store that does not depend on those threads' indices writes the same value in
+            # each thread's copy (the total of a cross-thread reduction): that is the whole tile
+            uniform = not ({bound[t][0] for t in extra} & {v for e in ir.stmt_exprs(s) for v in _vars(e)})
+            if extra and not uniform:
                 raise ScheduleError(
                     f"kernel {self.name}: local buffer {s.buffer.name} is allocated outside the loops bound to "
                     f"{', '.join(sorted(extra))} but written inside them, so every thread would get its own copy "
@@ -229,7 +240,7 @@ def sink_guards(s: ir.Stmt) -> ir.Stmt:
     def push(cond, body):
         if not _has_barrier(body):
             return ir.IfThenElse(cond, body)
-        if isinstance(body, ir.Barrier):
+        if isinstance(body, (ir.Barrier, ir.ShuffleXor)):
             return body
         if isinstance(body, ir.For):
             return ir.For(body.var, body.extent, body.kind, push(cond, body.body))
@@ -252,7 +263,7 @@ def sink_guards(s: ir.Stmt) -> ir.Stmt:
 
 
 def _has_barrier(s: ir.Stmt) -> bool:
-    return any(isinstance(n, ir.Barrier) for n in ir.walk_stmts(s))
+    return any(isinstance(n, (ir.Barrier, ir.ShuffleXor)) for n in ir.walk_stmts(s))
 
 
 def _vars(e) -> set:

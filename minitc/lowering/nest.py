@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from minitc import ir
 from minitc.errors import ScheduleError
-from minitc.expr import Var, logical, substitute, transform, walk
+from minitc.expr import Const, Var, logical, substitute, transform, walk
+from minitc.lowering.allreduce import ThreadAllReduce
 from minitc.lowering.bounds import StageInfo
 from minitc.schedule.state import Read, Stage, State
 from minitc.te import Reduce, combine
@@ -58,6 +59,8 @@ class NestBuilder:
             store = ir.Store(buf, idx, self.lower_expr(st.body, info.values))
             return self.nest(st, info, loops, store, info.guards, info.vars)
         body = st.body
+        if any(lp.reduce and lp.kind in ir.THREAD_TAGS for lp in st.loops):
+            return self.cross_thread_reduction(st, info, buf, idx)
         update = ir.Store(
             buf, idx, combine(body.combiner, ir.Load(buf, idx), self.lower_expr(body.source, info.values))
         )
@@ -76,6 +79,39 @@ class NestBuilder:
         init_nest = self.nest(st, info, init_loops, init, init_guards, init_vars, attach=False, top=False)
         update_nest = self.nest(st, info, rest, update, inner_guards, info.vars, top=False)
         return self.nest(st, info, shared, ir.seq(init_nest, update_nest), outer_guards, info.vars)
+
+    def cross_thread_reduction(self, st: Stage, info: StageInfo, buf: ir.Buffer, idx: tuple) -> ir.Stmt:
+        """A reduction loop bound to threadIdx.x: the bound loop hoisted outside the other
+        reduction loops, a partial result per thread, then a ThreadAllReduce that leaves the
+        total in every thread (lowering/allreduce.py has the nest and how it is lowered)."""
+        first = next(n for n, lp in enumerate(st.loops) if lp.reduce)
+        if any(not lp.reduce for lp in st.loops[first:]):
+            raise ScheduleError(
+                f"{st.name} binds a reduction loop to threadIdx.x, so its spatial loops must all come before "
+                "its reduction loops (each thread group reduces one element at a time); reorder them"
+            )
+        (tp,) = [n for n, lp in enumerate(st.loops) if lp.reduce and lp.kind in ir.THREAD_TAGS]
+        red = [n for n in range(first, len(st.loops)) if n != tp]
+        tx, extent = info.vars[st.loops[tp].name], info.extents[st.loops[tp].name]
+        acc = ir.Buffer(f"{st.name}_red", (1,), buf.dtype, "local")
+        zero = (Const(0, "int64"),)
+        body = st.body
+        update = ir.Store(
+            acc, zero, combine(body.combiner, ir.Load(acc, zero), self.lower_expr(body.source, info.values))
+        )
+        spatial_vars = {info.vars[st.loops[p].name] for p in range(first)} | self._outside_vars(info)
+        outer_guards = [g for g in info.guards if not (_vars(g) - spatial_vars)]
+        inner_guards = [g for g in info.guards if g not in outer_guards]
+        partial = self.nest(st, info, red, update, inner_guards, info.vars, top=False)
+        result = ir.Store(buf, idx, ir.Load(acc, zero))
+        if buf.scope != "local":  # one thread writes the total; a local result is every thread's own
+            result = ir.IfThenElse(tx == 0, result)
+        all_reduce = ThreadAllReduce(acc, body.combiner, body.init, tx, extent, st.name)
+        before, after = self.attached(st, st.loops[tp].name)
+        inner = ir.Allocate(acc, ir.seq(*before, ir.Store(acc, zero, body.init), partial, all_reduce, result, *after))
+        return self.nest(
+            st, info, list(range(first)), ir.For(tx, extent, st.loops[tp].kind, inner), outer_guards, info.vars
+        )
 
     def nest(self, st: Stage, info: StageInfo, positions, inner, guards, vars_, attach=True, top=True):
         """Wrap `inner` in the loops at `positions` (outermost first), placing each guard just

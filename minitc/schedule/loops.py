@@ -149,8 +149,10 @@ def bind(state: State, stage: str, loop: str, tag: str) -> State:
                 B[i_o*128 + i_i] = f(A[...])         B[i_o*128 + i_i] = f(A[...])
 
     A bound loop is not a loop: every thread runs the body once with the variable set to its
-    index. A reduction loop cannot be bound (its iterations update the same element: a race),
-    and each index can be bound once per stage.
+    index. A reduction loop may be bound to threadIdx.x only: a cross-thread reduction, where
+    each thread accumulates a partial result and the threads then combine theirs (warp
+    shuffles, shared memory; minitc/lowering/allreduce.py). Each index can be bound once per
+    stage.
     """
     if tag not in GPU_TAGS:
         raise ScheduleError(
@@ -158,10 +160,11 @@ def bind(state: State, stage: str, loop: str, tag: str) -> State:
         )
     st = state.stage(stage)
     lp = st.loop(loop)
-    if lp.reduce and tag != "vthread":
+    if lp.reduce and tag not in ("vthread", "threadIdx.x"):
         raise ScheduleError(
-            f"cannot bind loop {loop} of stage {stage} to {tag}: it is a reduction loop, so the threads "
-            "would race on the same elements; bind a spatial loop (or cache_write and bind its loops)"
+            f"cannot bind loop {loop} of stage {stage} to {tag}: it is a reduction loop; only threadIdx.x "
+            "can carry a cross-thread reduction (the threads of a warp are consecutive in x), so bind it "
+            "to threadIdx.x, or bind a spatial loop (or cache_write and bind its loops)"
         )
     for other in st.loops:
         if other.kind == tag and other.name != loop and tag != "vthread":

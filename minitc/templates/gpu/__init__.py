@@ -2,9 +2,10 @@
 and the generic binding every other stage gets.
 
 On a GPU a loop nest that binds nothing runs in a single thread, so `gpu_template_schedule`
-first applies the operator's template (gemm.py, conv.py) and then gives every root stage left
-unbound the simple binding: its spatial loops fused, split into blocks of `threads` threads,
-one output element per thread (`bind_flat`). Reductions stay serial inside each thread.
+first applies the operator's template (gemm.py, conv.py, reduce.py) and then gives every root
+stage left unbound the simple binding: its spatial loops fused, split into blocks of `threads`
+threads, one output element per thread (`bind_flat`). Reductions outside reduce.py's templates
+stay serial inside each thread.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def defaults(tag: str):
 
 
 def load_gpu_templates() -> None:
-    from minitc.templates.gpu import conv, gemm  # noqa: F401  (they register themselves)
+    from minitc.templates.gpu import conv, gemm, reduce  # noqa: F401  (they register themselves)
 
 
 def is_bound(s: Schedule, name: str) -> bool:
