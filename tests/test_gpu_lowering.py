@@ -68,9 +68,8 @@ def test_shared_tile_spans_the_block_and_matches_numpy():
     program = lower_gpu(s, "cuda-sim")
     (launch,) = program.launches
     assert launch.grid == (3, 4, 1) and launch.block == (4, 4, 1)
-    # one tile for the whole block, not per thread; A's rows (along k) get a word of padding;
-    # two of each (double buffering)
-    assert launch.shared_bytes == 2 * (16 * (8 + 1) + 8 * 16) * 4
+    # one tile for the whole block, not per thread; A's rows (along k) get a word of padding
+    assert launch.shared_bytes == (16 * (8 + 1) + 8 * 16) * 4
     a, b = (_rand(*sh, seed=n) for n, sh in enumerate(shapes))
     np.testing.assert_allclose(tc.build(s, target="cuda-sim")(a, b), ref(a, b), rtol=1e-5, atol=1e-5)
 
@@ -301,8 +300,8 @@ def test_gemm_tiles_fill_the_gpu_and_respect_the_thread_tile():
     from minitc.templates.gpu.gemm import pick_gpu_tiles
 
     assert pick_gpu_tiles(4096, 4096, 4096) == {"bm": 64, "bn": 64, "tm": 4, "tn": 4, "bk": 16}
-    # B read along its rows (float4 loads): 8x8 per thread where 128x128 tiles fill the GPU
-    assert pick_gpu_tiles(4096, 4096, 4096, rows_of_b=True) == {"bm": 128, "bn": 128, "tm": 8, "tn": 8, "bk": 16}
+    # B read along its rows (float4 loads): 16x8 per thread where 128x128 tiles fill the GPU
+    assert pick_gpu_tiles(4096, 4096, 4096, rows_of_b=True) == {"bm": 128, "bn": 128, "tm": 16, "tn": 8, "bk": 16}
     assert pick_gpu_tiles(1024, 1024, 1024, rows_of_b=True)["tm"] == 4  # 64 blocks: too few for 132 SMs
     for shape in [(64, 64, 64), (50, 70, 40), (100, 100, 100), (4096, 3072, 768), (7, 9, 5)]:
         t = pick_gpu_tiles(*shape)
