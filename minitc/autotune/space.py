@@ -62,6 +62,7 @@ CANDIDATES = {
     "wt": (4, 8, 16, 32),
     "vw": (1, 2, 4),
     "bc": (4, 8, 16),
+    "threads": (8, 16, 32, 64, 128, 256, 512, 1024),  # threads per row (GPU reduce.py)
 }
 BOOLEAN = (False, True)
 
