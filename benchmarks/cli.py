@@ -117,7 +117,8 @@ def check_output(path, flag: str) -> None:
     default=HOST_TARGET,
     show_default=True,
     help=f"Suites {', '.join(SUITES)}: the LLVM target minitc's kernels are built for, e.g. "
-    "'llvm -mcpu=znver2' (AVX2 code on an AVX-512 host); this host must be able to run its code.",
+    "'llvm -mcpu=znver2' (AVX2 code on an AVX-512 host); this host must be able to run its code. "
+    "tlm-eval: also 'cuda' (the GPU here).",
 )
 @click.option("--threads", default="1,2", show_default=True, callback=_threads, help="Thread counts to run.")
 @click.option(
@@ -264,8 +265,8 @@ def bench(
     check_output(json_path, "--json")
     check_output(plot_path, "--plot")
     given_target = ctx.get_parameter_source("target") == click.core.ParameterSource.COMMANDLINE
-    if given_target and suite not in SUITES and suite not in GPU_SUITES:
-        raise click.UsageError(f"--target applies to the suites {', '.join(SUITES)}, not {suite}")
+    if given_target and suite not in SUITES and suite not in GPU_SUITES and suite != "tlm-eval":
+        raise click.UsageError(f"--target applies to the suites {', '.join(SUITES)} and tlm-eval, not {suite}")
     if leave_out_hardware and suite != "tlm-eval":
         raise click.UsageError("--leave-out-hardware applies to the suite tlm-eval")
     if suite == "tlm-eval":
@@ -281,6 +282,7 @@ def bench(
             evo_from,
             tlm_seeds,
             leave_out_hardware,
+            target if given_target else "llvm",
         )
     if suite == "runner-scaling":
         from minitc.benchmarks.runner_scaling import bench_runner_scaling
@@ -380,6 +382,7 @@ def bench_tlm_eval(
     evo_from=None,
     tlm_seeds="",
     leave_out_hardware=False,
+    target="llvm",
 ) -> None:
     """`--suite tlm-eval`: the language model against evolutionary search on held-out workloads
     (with `leave_out_hardware`: a copy of it fine-tuned without this host's measurements)."""
@@ -398,7 +401,7 @@ def bench_tlm_eval(
     if leave_out_hardware:
         lm_path, left_out = _leave_out_model(lm_path, say)
     try:
-        by_seed = tlm_eval.run_seeds(names, ks, budgets, seeds, say, lm_path, evo_from)
+        by_seed = tlm_eval.run_seeds(names, ks, budgets, seeds, say, lm_path, evo_from, target)
     except KeyError as e:
         raise click.UsageError(e.args[0]) from None
     rows = by_seed[seeds[0]]

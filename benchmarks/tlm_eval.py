@@ -46,12 +46,14 @@ from types import SimpleNamespace
 
 from minitc.autotune.cost_model import default_cost_model
 from minitc.autotune.database import Database
-from minitc.autotune.runner import LocalRunner, Task
+from minitc.autotune.registry import make_runner
+from minitc.autotune.runner import Task
 from minitc.autotune.space import Space
 from minitc.autotune.tuner import decode_trace, tune
 from minitc.benchmarks.tlm_report import _at, _matched
 from minitc.benchmarks.tuning import kernels_ms, template_kernel_ms, template_trace
 from minitc.lm.training_set import HELD_OUT
+from minitc.target import is_gpu
 
 
 def _time_to(history: list, times: list, target: float | None):
@@ -87,7 +89,7 @@ def _confirmed_winners(out, records: list, result, budgets) -> dict:
     smaller = [k for k in budgets if k < len(records) and any(r.ok for r in records[:k])]
     if smaller:
         space = Space(out, records[0].target)
-        task, runner = Task.from_outputs(space.outputs, space.target.string), LocalRunner()
+        task, runner = Task.from_outputs(space.outputs, space.target.string), make_runner("local", space.target)
         try:
             for k in smaller:
                 start = time.perf_counter()
@@ -104,17 +106,31 @@ def _confirmed_winners(out, records: list, result, budgets) -> dict:
     return {k: answers[min(k, len(records))] for k in budgets if min(k, len(records)) in answers}
 
 
-def retime(out, rows_traces: dict, rounds: int) -> dict:
+def retime(out, rows_traces: dict, rounds: int, target="llvm") -> dict:
     """{label: median ms}: each distinct winner (TLM@k, Evo@t) built once and timed side by side."""
     by_trace = {}
     for label, trace in rows_traces.items():
         by_trace.setdefault(trace, []).append(label)
-    timed = kernels_ms(out, {str(n): t for n, t in enumerate(by_trace)}, rounds=rounds)
+    timed = kernels_ms(out, {str(n): t for n, t in enumerate(by_trace)}, target, rounds, runner=_runner(target))
     return {label: timed[str(n)] for n, labels in enumerate(by_trace.values()) for label in labels}
 
 
+def _runner(target):
+    """The runner of `target`'s kind (None: kernels_ms's CPU default)."""
+    return make_runner("local", target) if is_gpu(target) else None
+
+
 def evaluate_workload(
-    name: str, make, ks, evo_trials, seed: int = 0, say=None, lm=None, evo_from=None, retime_rounds: int = 5
+    name: str,
+    make,
+    ks,
+    evo_trials,
+    seed: int = 0,
+    say=None,
+    lm=None,
+    evo_from=None,
+    retime_rounds: int = 5,
+    target="llvm",
 ) -> dict:
     """One row of the table. `evo_from`: a row of an earlier run whose evolutionary search is
     reused (its budget must cover `evo_trials`): only TLM is run again. The winners at each
@@ -137,6 +153,7 @@ def evaluate_workload(
                 cost_model=default_cost_model(),
                 template_first=False,
                 lm=lm,
+                target=target,
             )
             with Database(os.path.join(tmp, "r.db")) as db:
                 records = db.records(r.workload)[: len(r.history)]  # the trials, not the re-measurements
@@ -155,7 +172,7 @@ def evaluate_workload(
     )
     row = {
         "workload": name,
-        "template_ms": template_kernel_ms(out),
+        "template_ms": template_kernel_ms(out, target, runner=_runner(target)),
         "tlm_ms": {k: measured.get(f"TLM@{k}") for k in ks},
         "evo_ms": {t: measured.get(f"Evo@{t}") for t in evo_trials},
         "tlm_seconds": {k: seconds.get(f"TLM@{k}") for k in ks},
@@ -173,11 +190,11 @@ def evaluate_workload(
     }
     row["winners"], row["first_winners"] = winners, first
     if retime_rounds and winners:
-        template = template_trace(out)  # timed with them: what the searches add to the hand schedule
+        template = template_trace(out, target)  # timed with them: what the searches add to the hand schedule
         extra = {"template": template} if template is not None else {}
         timed = {**winners, **{f"{label} first": t for label, t in first.items()}, **extra}
         say(f"{name}: timing the {len(set(timed.values()))} winners again, side by side")
-        row["retimed_ms"] = retime(out, timed, retime_rounds)
+        row["retimed_ms"] = retime(out, timed, retime_rounds, target)
     top = max(evo_trials)
     row["evo_best_s"] = _time_to(evo.history, evo.times, row["evo_ms"][top])
     row["tlm_time_to_evo_best_s"] = _time_to(tlm.history, tlm.times, row["evo_ms"][top])
@@ -189,9 +206,15 @@ def _evo_labels(by_label: dict) -> dict:
     return {label: v for label, v in by_label.items() if label.startswith("Evo@")}
 
 
-def run(names=None, ks=(1, 10, 32, 64), evo_trials=(64, 256, 1000), seed=0, say=None, lm=None, evo_from=None) -> list:
+def run(
+    names=None, ks=(1, 10, 32, 64), evo_trials=(64, 256, 1000), seed=0, say=None, lm=None, evo_from=None, target="llvm"
+) -> list:
     """Rows of the table; `evo_from` (the JSON path of an earlier run, or its rows) reuses its
-    evolutionary runs."""
+    evolutionary runs. `target`: a CPU target of this host, or "cuda" (the GPU here)."""
+    if is_gpu(target):
+        from minitc.backends.cuda.device import device_target
+
+        target = device_target(target).string  # the GPU here, as the tuner records it
     names = list(names or HELD_OUT)
     unknown = [n for n in names if n not in HELD_OUT]
     if unknown:
@@ -210,16 +233,19 @@ def run(names=None, ks=(1, 10, 32, 64), evo_trials=(64, 256, 1000), seed=0, say=
             f"{evo_from if from_file else 'the earlier run'} has no evolutionary run of "
             f"{max(evo_trials)} trials for {', '.join(short)}"
         )
-    return [evaluate_workload(n, HELD_OUT[n], list(ks), list(evo_trials), seed, say, lm, earlier.get(n)) for n in names]
+    return [
+        evaluate_workload(n, HELD_OUT[n], list(ks), list(evo_trials), seed, say, lm, earlier.get(n), target=target)
+        for n in names
+    ]
 
 
-def run_seeds(names, ks, evo_trials, seeds, say=None, lm=None, evo_from=None) -> dict:
+def run_seeds(names, ks, evo_trials, seeds, say=None, lm=None, evo_from=None, target="llvm") -> dict:
     """{seed: rows}: TLM once per seed, against one evolutionary run (that of `evo_from`, else
     the first seed's). The model's first samples decide much of a workload's result, so one
     seed's geomean moves by several percent; the seeds table shows how much."""
     by_seed = {}
     for seed in seeds:
-        by_seed[seed] = run(names, ks, evo_trials, seed, say, lm, evo_from)
+        by_seed[seed] = run(names, ks, evo_trials, seed, say, lm, evo_from, target)
         evo_from = evo_from or by_seed[seed]
     return by_seed
 

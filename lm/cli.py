@@ -142,7 +142,13 @@ def workloads_cmd():
     help="Share of each templated workload's programs drawn near the template's default program "
     "(the prompt's `default` line) rather than uniformly.",
 )
-def gen_data_cmd(out, per_workload, workloads, seed, near_template):
+@click.option(
+    "--target",
+    default="llvm",
+    show_default=True,
+    help="The design space to sample: a CPU target, or 'cuda' / 'cuda -arch=sm_XX' for GPU programs (no GPU needed).",
+)
+def gen_data_cmd(out, per_workload, workloads, seed, near_template, target):
     """Append random legal programs of each workload, as sentences, to OUT (JSON lines)."""
     from minitc.lm.data import gen_data
     from minitc.lm.training_set import TRAINING
@@ -155,6 +161,7 @@ def gen_data_cmd(out, per_workload, workloads, seed, near_template):
         seed,
         near_template=near_template,
         progress=lambda i, t, name: _say(f"[{i}/{t}] {name}"),
+        target=target,
     )
     click.echo(f"wrote {n} sentences to {out} in {time.perf_counter() - start:.1f} s")
 
@@ -180,7 +187,12 @@ def gen_data_cmd(out, per_workload, workloads, seed, near_template):
     type=click.IntRange(min=1),
     help="torch threads (1 is fastest on a busy 2-core machine).",
 )
-def pretrain_cmd(data, out, epochs, max_minutes, d_model, layers, lr, threads):
+@click.option(
+    "--init",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Start from this checkpoint's weights (--d-model and --layers are then its own).",
+)
+def pretrain_cmd(data, out, epochs, max_minutes, d_model, layers, lr, threads, init):
     """Train a new model on gen-data sentences."""
     from minitc.lm.pipeline import pretrain
 
@@ -194,8 +206,9 @@ def pretrain_cmd(data, out, epochs, max_minutes, d_model, layers, lr, threads):
         max_seconds=max_minutes * 60,
         threads=threads,
         progress=_every(20),
+        init=init,
     )
-    click.echo(json.dumps(meta, indent=1))
+    click.echo(json.dumps({k: v for k, v in meta.items() if k != "history"}, indent=1))
 
 
 def _every(n: int):

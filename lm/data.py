@@ -28,7 +28,14 @@ from minitc.lm.training_set import TRAINING, workload
 
 
 def gen_data(
-    path, names=None, per_workload: int = 256, seed: int = 0, hardware=None, progress=None, near_template: float = 0.0
+    path,
+    names=None,
+    per_workload: int = 256,
+    seed: int = 0,
+    hardware=None,
+    progress=None,
+    near_template: float = 0.0,
+    target="llvm",
 ) -> int:
     """Append `per_workload` random programs of each workload to the JSONL file `path`; returns
     how many sentences were written.
@@ -36,14 +43,14 @@ def gen_data(
     With `near_template`, that share of each workload with a hand template is instead drawn
     from the template's neighbourhood: its default program (the prompt's `default` line) after
     1-4 mutations. Uniform samples bear no relation to that line, so a model pretrained only on
-    them learns to ignore it."""
+    them learns to ignore it. `target` "cuda" writes GPU programs (no GPU needed)."""
 
     names = list(names or TRAINING)
     rng = np.random.default_rng(seed)
     written = 0
     with open(path, "a") as f:
         for n, name in enumerate(names):
-            space = Space(workload(name), "llvm")
+            space = Space(workload(name), target)
             write = SentenceWriter(space, hardware or host_hardware(space.target))
             seen = set()
             for c in _template_neighbours(space, round(per_workload * near_template), rng) + _random_programs(

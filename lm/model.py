@@ -142,6 +142,19 @@ class TensorLM(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.apply(_init_weights)
 
+    def with_vocab(self, vocab_size: int) -> TensorLM:
+        """A copy that knows `vocab_size` tokens, the first ones its own: the tokens appended to
+        the vocabulary since it was trained start as fresh small embeddings."""
+        if vocab_size < self.cfg.vocab_size:
+            raise LMError(f"cannot shrink a model's vocabulary from {self.cfg.vocab_size} to {vocab_size}")
+        grown = TensorLM(ModelConfig.from_dict({**self.cfg.to_dict(), "vocab_size": vocab_size}))
+        state = dict(self.state_dict())
+        weight = grown.tok_emb.weight.detach().clone()
+        weight[: self.cfg.vocab_size] = state["tok_emb.weight"]
+        state["tok_emb.weight"] = weight
+        grown.load_state_dict(state)
+        return grown
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 

@@ -7,7 +7,9 @@
 
 Which model `load_model()` picks: the MINITC_LM environment variable if set, else the user's
 own fine-tuned model (`minitc tune --learn` writes it next to the records database), else the
-checkpoint shipped in the package (lm/checkpoints/cpu.pt).
+checkpoint shipped in the package (lm/checkpoints/cpu.pt). For a GPU (`load_model(gpu=True)`):
+MINITC_LM_GPU if set, else the shipped GPU checkpoint (lm/checkpoints/gpu.pt), trained on GPU
+sentences and measurements (docs/gpu.md#the-language-model-on-gpus).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from minitc.lm.tokenizer import Tokenizer
 from minitc.lm.train import evaluate, train
 
 SHIPPED = Path(__file__).with_name("checkpoints") / "cpu.pt"
+SHIPPED_GPU = SHIPPED.with_name("gpu.pt")
 
 
 def user_model_path() -> Path:
@@ -40,7 +43,9 @@ def adapted_model_path(fingerprint: str) -> Path:
     return user_model_path().parent / f"lm-adapted-{fingerprint}.pt"
 
 
-def default_model_path() -> Path:
+def default_model_path(gpu: bool = False) -> Path:
+    if gpu:
+        return Path(os.environ.get("MINITC_LM_GPU") or SHIPPED_GPU)
     env = os.environ.get("MINITC_LM")
     if env:
         return Path(env)
@@ -48,9 +53,9 @@ def default_model_path() -> Path:
     return user if user.exists() else SHIPPED
 
 
-def load_model(path=None) -> tuple:
+def load_model(path=None, gpu: bool = False) -> tuple:
     """(model, tokenizer, meta) of a checkpoint (default: see the module docstring)."""
-    path = Path(path) if path is not None else default_model_path()
+    path = Path(path) if path is not None else default_model_path(gpu)
     if not path.exists():
         raise LMError(
             f"no language model at {path}: train one with `minitc lm pretrain`, or reinstall minitc "
@@ -77,8 +82,11 @@ def pretrain(
     seed: int = 0,
     threads: int | None = None,
     progress=None,
+    init=None,
 ) -> dict:
-    """Train a new model on the sentences of gen-data file(s) `data` (loss on decision tokens only)."""
+    """Train a new model on the sentences of gen-data file(s) `data` (loss on decision tokens only);
+    with `init`, a checkpoint to start from instead of random weights (the GPU model starts from
+    the CPU one: workload lines and the grammar are the same)."""
     from minitc.lm.data import examples, read_sentences
 
     _threads(threads)
@@ -91,7 +99,15 @@ def pretrain(
     n_val = max(1, len(items) // 50)
     val = examples(tok, [items[i][1] for i in order[:n_val]])
     train_set = examples(tok, [items[i][1] for i in order[n_val:]])
-    model = TensorLM(ModelConfig(vocab_size=len(tok), **(config or {})))
+    history = []
+    if init is None:
+        model = TensorLM(ModelConfig(vocab_size=len(tok), **(config or {})))
+    else:
+        model, own, init_meta = load_model(init)
+        if list(tok.vocab[: len(own)]) != list(own.vocab):
+            raise LMError(f"{init}: its vocabulary is not a prefix of this minitc's; pretrain a new model instead")
+        model = model.with_vocab(len(tok))
+        history = list(init_meta.get("history", [])) + [{k: v for k, v in init_meta.items() if k != "history"}]
     start = time.perf_counter()
     losses = train(
         model,
@@ -116,6 +132,7 @@ def pretrain(
         "val_loss": metrics["loss"],
         "val_accuracy": metrics["accuracy"],
         "parameters": model.num_parameters(),
+        **({"init": str(init), "history": history} if init is not None else {}),
     }
     save_checkpoint(out, model, tok.vocab, meta)
     return meta

@@ -1,8 +1,9 @@
 """What minitc.lm adds to the tuner, registered through the entry point group `minitc.plugins`
 (pyproject.toml) the first time the tuner looks a plug-in up:
 
-- the `tlm` strategy: the language model proposes decisions (strategy.py); on a GPU target,
-  which the shipped model has never seen, tuning falls back to evolutionary search;
+- the `tlm` strategy: the language model proposes decisions (strategy.py); on a GPU target the
+  GPU model does (pipeline.SHIPPED_GPU, or `lm` if given), and without one trained on GPU
+  sentences tuning falls back to evolutionary search, with a warning;
 - a `sentence` field in every tuning record, whichever strategy found the program, so that
   every measurement can become training data (data.demonstrations reads it back).
 
@@ -20,14 +21,22 @@ from minitc.lm.language import SentenceWriter
 
 
 def tlm_strategy(space, rng, cost_model=None, lm=None, learn: bool = False, **_):
-    if space.gpu:
-        warnings.warn(
-            "the shipped language model knows CPU sentences only; tuning the GPU with evolutionary search", stacklevel=4
-        )
-        return make_strategy("evolutionary", space, rng, cost_model)
     from minitc.lm.strategy import tlm_search
 
+    if space.gpu and lm is None and not _gpu_model_ready():
+        warnings.warn(
+            "no language model trained on GPU sentences is installed; tuning the GPU with evolutionary search",
+            stacklevel=4,
+        )
+        return make_strategy("evolutionary", space, rng, cost_model)
+
     return tlm_search(space, rng, cost_model or default_cost_model(), lm, learn)
+
+
+def _gpu_model_ready() -> bool:
+    from minitc.lm.pipeline import default_model_path
+
+    return default_model_path(gpu=True).exists()
 
 
 def sentence_extras(space):

@@ -269,7 +269,7 @@ def tlm_search(space, rng, cost_model=None, lm=None, learn: bool = False) -> TLM
     from minitc.lm.pipeline import load_model
 
     torch.set_num_threads(1)  # decoding is latency-bound; a second thread mostly waits
-    model, tok, meta = load_model(lm)
+    model, tok, meta = load_model(lm, gpu=getattr(space, "gpu", False))
     hw = hardware(space.target)
     if getattr(space, "gpu", False) and not trained_on_gpu(meta):
         from minitc.lm.model import LMError
