@@ -548,15 +548,19 @@ def adapt_cmd(lm_path, out, minutes, per_workload, workloads, others, target, db
 @lm.command("ship")
 @click.argument("checkpoint", type=click.Path(exists=True, dir_okay=False))
 @click.option(
-    "--out", type=click.Path(dir_okay=False), callback=_writable, help="Default: the package's lm/checkpoints/cpu.pt."
+    "--out",
+    type=click.Path(dir_okay=False),
+    callback=_writable,
+    help="Default: the package's lm/checkpoints/gpu.pt for a model trained on GPU sentences, else cpu.pt.",
 )
 def ship_cmd(checkpoint, out):
     """Store CHECKPOINT (weights as float16) as the model minitc ships and uses by default."""
     from minitc.lm.model import load_checkpoint, save_checkpoint
-    from minitc.lm.pipeline import SHIPPED
+    from minitc.lm.pipeline import SHIPPED, SHIPPED_GPU
+    from minitc.lm.strategy import trained_on_gpu
 
     model, vocab, meta = load_checkpoint(checkpoint)
-    target = Path(out or SHIPPED)
+    target = Path(out or (SHIPPED_GPU if trained_on_gpu(meta) else SHIPPED))
     target.parent.mkdir(parents=True, exist_ok=True)
     save_checkpoint(target, model, vocab, meta, half=True)
     click.echo(f"wrote {target} ({target.stat().st_size / 2**20:.1f} MiB, {model.num_parameters()} parameters)")

@@ -1,0 +1,128 @@
+"""The language model on GPUs: GPU training data (gen-data --target cuda), a model grown from the
+CPU checkpoint's vocabulary, the `tlm` strategy picking the GPU model for a GPU space (and
+falling back to evolutionary search without one), the shipped GPU checkpoint, and tlm-eval on a
+GPU target (the simulator here). No GPU is needed."""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+import minitc as tc
+from minitc.autotune.space import Space
+from minitc.lm.data import gen_data, read_sentences
+from minitc.lm.decode import Decoder
+from minitc.lm.hardware import gpu_hardware
+from minitc.lm.model import LMError, ModelConfig, TensorLM, save_checkpoint
+from minitc.lm.pipeline import SHIPPED, SHIPPED_GPU, load_model, pretrain
+from minitc.lm.plugin import tlm_strategy
+from minitc.lm.strategy import TLMSearch, trained_on_gpu
+from minitc.lm.tokenizer import Tokenizer
+
+TINY = {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64}
+H100 = str(gpu_hardware("cuda"))
+
+
+@pytest.fixture(scope="module")
+def tiny_gpu_checkpoint(tmp_path_factory):
+    torch.set_num_threads(1)
+    tok = Tokenizer.default()
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("lm") / "tiny-gpu.pt"
+    model = TensorLM(ModelConfig(vocab_size=len(tok), **TINY))
+    save_checkpoint(path, model, tok.vocab, {"stage": "test", "hardware": H100})
+    return path
+
+
+def _matmul(n=64):
+    A, B = tc.placeholder((n, n), name="A"), tc.placeholder((n, n), name="B")
+    return tc.ops.matmul(A, B)
+
+
+def test_gen_data_writes_gpu_sentences(tmp_path):
+    data = tmp_path / "gpu.jsonl"
+    assert gen_data(data, ["matmul-256", "resnet18-c3"], per_workload=5, seed=2, target="cuda") == 10
+    items = read_sentences(data)
+    assert {str(s.hardware) for _, s in items} == {H100}
+    assert all(s.decisions for _, s in items)
+
+
+def test_a_model_grows_its_vocabulary_keeping_what_it_learned():
+    torch.manual_seed(1)
+    small = TensorLM(ModelConfig(vocab_size=20, **TINY)).eval()
+    grown = small.with_vocab(27).eval()
+    tokens = torch.tensor([[1, 5, 7, 19]])
+    old, new = small(tokens)[0], grown(tokens)[0]
+    assert new.shape[-1] == 27 and torch.allclose(old, new[..., :20], atol=1e-5)
+    with pytest.raises(LMError, match="cannot shrink"):
+        grown.with_vocab(10)
+
+
+def test_pretraining_from_the_cpu_checkpoint_learns_gpu_tokens(tmp_path):
+    data = tmp_path / "gpu.jsonl"
+    gen_data(data, ["matmul-256"], per_workload=4, target="cuda")
+    small_vocab = Tokenizer.default().vocab[:441]
+    torch.manual_seed(0)
+    init = tmp_path / "cpu-like.pt"
+    save_checkpoint(init, TensorLM(ModelConfig(vocab_size=441, **TINY)), small_vocab, {"stage": "test"})
+    meta = pretrain(data, tmp_path / "gpu.pt", epochs=1, batch_size=2, max_seconds=30, threads=1, init=init)
+    model, tok, saved = load_model(tmp_path / "gpu.pt")
+    assert len(tok) == len(Tokenizer.default()) == model.cfg.vocab_size and tok.writes_gpu()
+    assert saved["init"] == str(init) and saved["history"][0]["stage"] == "test" == meta["history"][0]["stage"]
+    assert trained_on_gpu(saved)
+    other = tmp_path / "other.pt"
+    save_checkpoint(other, TensorLM(ModelConfig(vocab_size=3, **TINY)), ["<pad>", "x", "y"], {})
+    with pytest.raises(Exception, match="not a prefix|vocab"):
+        pretrain(data, tmp_path / "bad.pt", epochs=1, max_seconds=5, threads=1, init=other)
+
+
+def test_tlm_on_a_gpu_uses_the_gpu_model_or_falls_back_with_a_warning(tmp_path, monkeypatch, tiny_gpu_checkpoint):
+    space = Space(_matmul(), "cuda-sim")
+    monkeypatch.setenv("MINITC_LM_GPU", str(tiny_gpu_checkpoint))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tiny model's meta names no machine like this one
+        search = tlm_strategy(space, np.random.default_rng(0))
+    assert isinstance(search, TLMSearch) and search.meta["hardware"] == H100
+    monkeypatch.setenv("MINITC_LM_GPU", str(tmp_path / "missing.pt"))
+    with pytest.warns(UserWarning, match="no language model trained on GPU sentences"):
+        fallback = tlm_strategy(space, np.random.default_rng(0))
+    assert not isinstance(fallback, TLMSearch)
+    with pytest.raises(LMError, match="never on a GPU's sentences"):
+        tlm_strategy(space, np.random.default_rng(0), lm=SHIPPED)
+
+
+def test_the_shipped_gpu_model_writes_legal_gpu_programs():
+    if not SHIPPED_GPU.exists():
+        pytest.fail(f"the package must ship a GPU model at {SHIPPED_GPU}")
+    model, tok, meta = load_model(gpu=True)
+    assert trained_on_gpu(meta) and tok.writes_gpu()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        space = Space(_matmul(128), "cuda-sim")
+        candidates, failures = Decoder(model, tok, space, gpu_hardware("cuda")).generate(8, np.random.default_rng(0))
+    finally:
+        torch.set_num_threads(threads)
+    assert failures == 0 and len(candidates) == 8
+    for c in candidates:
+        assert space.replay(c.values).key == c.key
+
+
+def test_tlm_eval_runs_on_a_gpu_target(tmp_path, tiny_gpu_checkpoint):
+    from minitc.cli import main
+
+    out = tmp_path / "eval.json"
+    args = ["bench", "--suite", "tlm-eval", "--target", "cuda-sim", "--workloads", "softmax-bert"]
+    args += ["--tlm-k", "1,2", "--evo-trials", "2", "--lm", str(tiny_gpu_checkpoint), "--json", str(out), "-q"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(out.read_text())["rows"]
+    assert len(row["tlm_history"]) == 2 and len(row["evo_history"]) == 2
+    assert all(ms > 0 for ms in row["retimed_ms"].values()) and row["template_ms"] > 0
+    bad = CliRunner().invoke(main, ["bench", "--suite", "models", "--target", "cuda"])
+    assert bad.exit_code != 0 and "--target applies to" in bad.output
