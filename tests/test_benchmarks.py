@@ -185,8 +185,14 @@ def test_plot_without_matplotlib_names_the_extra(monkeypatch, tmp_path):
         (["--threads", "a,b"], "expected comma-separated integers"),
         (["--suite", "smoke", "--target", "llvm -mcpu=pentium9000"], "unknown cpu 'pentium9000'"),
         (["--suite", "smoke", "--target", "cuda"], "is a GPU target; the CPU suites take 'llvm ...' targets"),
-        (["--suite", "smoke-tune", "--target", AVX2], "--target applies to the suites cpu-core, smoke, not smoke-tune"),
-        (["--suite", "tlm-eval", "--target", AVX2], "--target applies to the suites cpu-core, smoke, not tlm-eval"),
+        (
+            ["--suite", "smoke-tune", "--target", AVX2],
+            "--target applies to the suites cpu-core, smoke and tlm-eval, not smoke-tune",
+        ),
+        (
+            ["--suite", "models", "--target", AVX2],
+            "--target applies to the suites cpu-core, smoke and tlm-eval, not models",
+        ),
         (["--suite", "gpu-smoke", "--target", AVX2], "--target: not used by the GPU suites"),
     ],
 )
