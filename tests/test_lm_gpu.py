@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from lm_helpers import check_domain, check_round_trip, draw, where
+from lm_helpers import check_domain, check_round_trip, draw, one_torch_thread, where
 
 import minitc as tc
 from minitc.autotune import gpu_space_rules
@@ -332,14 +332,10 @@ def test_shipped_checkpoint_keeps_its_token_ids(shipped, tok):
 
 def test_shipped_model_still_decodes_cpu_programs(shipped):
     model, shipped_tok, _ = shipped
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_torch_thread():
         space = Space(WORKLOADS["matmul"](), "llvm")
         cpu_hw = hardware("llvm", measured={"gflops": 200.0, "gbps": 30.0})
         candidates, failures = Decoder(model, shipped_tok, space, cpu_hw).generate(6, np.random.default_rng(0))
-    finally:
-        torch.set_num_threads(threads)
     assert failures == 0 and len(candidates) == 6
     for c in candidates:
         assert space.replay(c.values).key == c.key
@@ -363,10 +359,8 @@ def test_a_gpu_vocabulary_model_decodes_legal_gpu_programs(workload_samples, tok
     vocabulary): every program is legal by construction (the GPU rules draw within the thread and
     register budgets, the templates make every combination legal), replays, and writes a
     sentence that parses back."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     torch.manual_seed(0)
-    try:
+    with one_torch_thread():
         model = TensorLM(
             ModelConfig(vocab_size=len(tok), d_model=32, n_layers=1, n_heads=2, d_ff=64, max_len=1024)
         ).eval()
@@ -378,5 +372,3 @@ def test_a_gpu_vocabulary_model_decodes_legal_gpu_programs(workload_samples, tok
             for c in candidates:
                 assert space.replay(c.values).key == c.key
                 check_round_trip(space, c, hw)
-    finally:
-        torch.set_num_threads(threads)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from lm_helpers import one_torch_thread
 
 import minitc as tc
 from minitc.autotune.space import Space
@@ -99,13 +100,9 @@ def test_the_shipped_gpu_model_writes_legal_gpu_programs():
         pytest.fail(f"the package must ship a GPU model at {SHIPPED_GPU}")
     model, tok, meta = load_model(gpu=True)
     assert trained_on_gpu(meta) and tok.writes_gpu()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_torch_thread():
         space = Space(_matmul(128), "cuda-sim")
         candidates, failures = Decoder(model, tok, space, gpu_hardware("cuda")).generate(8, np.random.default_rng(0))
-    finally:
-        torch.set_num_threads(threads)
     assert failures == 0 and len(candidates) == 8
     for c in candidates:
         assert space.replay(c.values).key == c.key
@@ -126,3 +123,39 @@ def test_tlm_eval_runs_on_a_gpu_target(tmp_path, tiny_gpu_checkpoint):
     assert all(ms > 0 for ms in row["retimed_ms"].values()) and row["template_ms"] > 0
     bad = CliRunner().invoke(main, ["bench", "--suite", "models", "--target", "cuda"])
     assert bad.exit_code != 0 and "--target applies to" in bad.output
+
+
+GPU_WORKLOADS = {
+    "matmul": lambda: _matmul(64),
+    "dense-gelu": lambda: tc.ops.dense(
+        tc.placeholder((24, 40), name="X"), tc.placeholder((32, 40), name="W"), activation="gelu"
+    ),
+    "conv2d-pad": lambda: tc.ops.conv2d(
+        tc.placeholder((1, 8, 10, 10), name="X"), tc.placeholder((16, 8, 3, 3), name="W"), stride=1, padding=1
+    ),
+    "softmax": lambda: tc.ops.softmax(tc.placeholder((12, 96), name="X")),
+    "layer_norm": lambda: tc.ops.layer_norm(
+        tc.placeholder((6, 80), name="X"), tc.placeholder((80,), name="G"), tc.placeholder((80,), name="B")
+    ),
+}
+
+
+def test_constrained_decoding_writes_only_legal_gpu_programs():
+    """Two thousand programs decoded by an untrained model (near-uniform choices reach every
+    corner of the space) over five GPU workloads: every one replays, and every distinct program
+    lowers to launches that pass the GPU checks (threads and shared memory per block, races)."""
+    from minitc.backends import lower_gpu
+
+    tok, hw = Tokenizer.default(), gpu_hardware("cuda")
+    torch.manual_seed(5)
+    with one_torch_thread():
+        model = TensorLM(ModelConfig(vocab_size=len(tok), max_len=1024, **TINY)).eval()
+        rng, total = np.random.default_rng(11), 0
+        for name, make in GPU_WORKLOADS.items():
+            space = Space(make(), "cuda-sim")
+            candidates, failures = Decoder(model, tok, space, hw).generate(400, rng)
+            assert failures == 0 and len(candidates) == 400, name
+            total += len(candidates)
+            for c in {c.key: c for c in candidates}.values():
+                lower_gpu(space.replay(c.values).schedule, "cuda-sim")
+    assert total == 2000

@@ -130,9 +130,13 @@ def _round_up(n: int, step: int) -> int:
 def cooperative_fetch(s, cache, threads: tuple) -> None:
     """All threads of the block copy the tile together: fuse its loops, deal the elements out
     to threadIdx.x (fastest, so neighbouring threads read neighbouring addresses) and y."""
-    ny, nx = threads
     loops = s.loops(cache)
-    fused = s.fuse(*loops) if len(loops) > 1 else loops[0]
+    _deal(s, s.fuse(*loops) if len(loops) > 1 else loops[0], threads)
+
+
+def _deal(s, fused, threads: tuple) -> None:
+    """Deal the iterations of `fused` out to threadIdx.x, then threadIdx.y."""
+    ny, nx = threads
     rest, fx = s.split(fused, factor=nx)
     s.bind(fx, "threadIdx.x")
     if ny > 1:
@@ -149,17 +153,11 @@ def vector_fetch(s, cache, threads: tuple, dim: int, extent: int, rows: int) -> 
     (minitc/lowering/double_buffer.py), so its global loads stay float4."""
     if extent % 4 or rows % 4:
         return cooperative_fetch(s, cache, threads)
-    ny, nx = threads
     loops = list(s.loops(cache))
     vo, vi = s.split(loops[dim], factor=4)
     outer = loops[:dim] + loops[dim + 1 :] + [vo]
     s.reorder(*outer, vi)
-    fused = s.fuse(*outer) if len(outer) > 1 else outer[0]
-    rest, fx = s.split(fused, factor=nx)
-    s.bind(fx, "threadIdx.x")
-    if ny > 1:
-        _, fy = s.split(rest, factor=ny)
-        s.bind(fy, "threadIdx.y")
+    _deal(s, s.fuse(*outer) if len(outer) > 1 else outer[0], threads)
     s.vectorize(vi)
 
 
