@@ -293,6 +293,10 @@ print(f"best of the model's {len(model_rates)}: {max(model_rates):.1f} GFLOP/s, 
 print(f"best of {len(random_rates)} random:   {max(random_rates):.1f} GFLOP/s, median {np.median(random_rates):.1f}")
 print(f"template: {gflops['template']:.1f} GFLOP/s")
 
+fastest = max(range(len(proposals)), key=lambda n: gflops[f"model {n}"])
+print(f"the loop nest of the model's fastest program (model {fastest}):")
+print(tc.lower(proposals[fastest].schedule))
+
 # %%
 import matplotlib.pyplot as plt  # noqa: E402
 
