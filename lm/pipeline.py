@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from minitc.autotune.database import Database, default_path
+from minitc.lm.language import GpuHardware
 from minitc.lm.model import LMError, ModelConfig, TensorLM, load_checkpoint, save_checkpoint
 from minitc.lm.tokenizer import Tokenizer
 from minitc.lm.train import evaluate, train
@@ -172,6 +173,8 @@ def finetune(
     if demos is None:
         demos = _demonstrations(db, data, hardware, leave_out, sharpness)
         source = str(db if db is not None else data)
+    if not tok.writes_gpu():  # a CPU model's vocabulary cannot write a GPU's sentences
+        demos = [(s, w) for s, w in demos if not isinstance(s.hardware, GpuHardware)]
     if not demos:
         raise LMError(f"no measured programs with sentences in {source}: run `minitc lm measure` first")
     demo_set = examples(tok, [s for s, _ in demos], [w for _, w in demos])

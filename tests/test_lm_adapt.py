@@ -3,6 +3,8 @@ tiny model and one small workload; the hardware warning of the `tlm` strategy (w
 the closest machine it names, what it advises); and the leave-one-hardware-out model of the
 tlm-eval suite (its split and its refusals, not an evaluation)."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -175,3 +177,21 @@ def test_leave_out_model_trains_without_this_hosts_measurements(tmp_path, tiny):
         leave_out_model(tmp_path / "seen.pt", tmp_path / "x.pt", data=tmp_path / "data")
     refused = CliRunner().invoke(main, ["bench", "--suite", "smoke", "--leave-out-hardware"])
     assert refused.exit_code == 2 and "--leave-out-hardware applies to the suite tlm-eval" in refused.output
+
+
+def test_adapting_a_cpu_mixes_in_other_cpus_not_gpus(tmp_path):
+    import shutil
+
+    from minitc.lm.adapt import mixture
+    from minitc.target import parse_target
+
+    data = tmp_path / "data"
+    here_fp = hardware_fingerprint(parse_target("llvm"))
+    DatasetWriter(data).append(_entries(hardware("llvm", measured={"gflops": 1.0, "gbps": 1.0}), here_fp, 4))
+    DatasetWriter(data).append(_entries(ZEN4, ZEN4_FP, 5))
+    for shard in (Path(__file__).parents[1] / "lm" / "data").glob("NVIDIA-*.jsonl.gz"):  # GPU measurements
+        shutil.copy(shard, data / shard.name)
+    assert any(e.hardware.startswith("hardware cuda") for e in load(data, sentences=False))
+    here, rest = mixture(tmp_path / "none.db", data, "llvm", 100.0, np.random.default_rng(0))
+    assert len(here) == 4 and len(rest) == 5
+    assert all(str(s.hardware).startswith("hardware llvm") for s, _ in here + rest)

@@ -159,3 +159,17 @@ def test_constrained_decoding_writes_only_legal_gpu_programs():
             for c in {c.key: c for c in candidates}.values():
                 lower_gpu(space.replay(c.values).schedule, "cuda-sim")
     assert total == 2000
+
+
+def test_a_cpu_model_is_not_fine_tuned_on_gpu_sentences(tmp_path):
+    from minitc.lm.pipeline import finetune
+
+    gen_data(tmp_path / "cpu.jsonl", ["matmul-256"], per_workload=3)
+    gen_data(tmp_path / "gpu.jsonl", ["matmul-256"], per_workload=3, target="cuda")
+    demos = [(s, 1.0) for name in ("cpu", "gpu") for _, s in read_sentences(tmp_path / f"{name}.jsonl")]
+    torch.manual_seed(0)
+    cpu_vocab = Tokenizer.default().vocab[:441]
+    init = tmp_path / "cpu-like.pt"
+    save_checkpoint(init, TensorLM(ModelConfig(vocab_size=441, **TINY)), cpu_vocab, {"stage": "test"})
+    meta = finetune(init, None, tmp_path / "ft.pt", demos=demos, source="test", epochs=1, threads=1)
+    assert meta["demonstrations"] == 3 and not trained_on_gpu(meta)
