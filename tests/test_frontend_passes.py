@@ -115,3 +115,32 @@ def test_fused_kernels_of_the_same_input_shapes_are_different_tasks():
     assert [n.op for n in compiled.graph.nodes] == ["fused", "fused"] and len(compiled.tasks) == 2
     for got, want in zip(compiled(x), Two()(x)):
         close(got, want)
+
+
+class TokensMLP(nn.Module):
+    """GPT-2's MLP on [batch, tokens, features]: the Conv1D product is [tokens, features] viewed
+    to 3-D, and the tanh GELU (which reads it four times) runs on the 3-D view."""
+
+    def __init__(self, d=16, ff=32):
+        super().__init__()
+        self.w1, self.b1 = nn.Parameter(torch.randn(d, ff) / 4), nn.Parameter(torch.randn(ff))
+        self.w2, self.b2 = nn.Parameter(torch.randn(ff, d) / 4), nn.Parameter(torch.randn(d))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        h = torch.addmm(self.b1, x.view(-1, d), self.w1).view(b, t, -1)
+        h = 0.5 * h * (1.0 + torch.tanh(0.7978845608 * (h + 0.044715 * torch.pow(h, 3.0))))
+        return torch.addmm(self.b2, h.view(-1, h.shape[-1]), self.w2).view(b, t, d)
+
+
+def test_an_elementwise_region_on_a_viewed_dense_result_is_its_epilogue():
+    torch.manual_seed(0)
+    model, x = TokensMLP().eval(), torch.randn(2, 5, 16)
+    compiled = tc.compile(model, (x,))
+    bodies = [[b.op for b in n.body] for n in compiled.graph.nodes if n.op == "fused"]
+    assert bodies and bodies[0][0] == "dense" and "tanh" in bodies[0], bodies
+    assert not any(n.op == "fused" and n.body[0].op != "dense" for n in compiled.graph.nodes)
+    gelu = next(n for n in compiled.graph.nodes if n.op == "fused" and "tanh" in [b.op for b in n.body])
+    assert gelu.shape == (10, 32) and all(b.shape == (10, 32) for b in gelu.body)
+    with torch.no_grad():
+        close(compiled(x), model(x))

@@ -14,7 +14,8 @@
 - `simplify_views`: views to the same shape disappear; a view of a view reads the source.
 - `fold_transposes`: a batch matmul reads a transposed operand through its transpose flag.
 - `fuse_elementwise_regions`: elementwise nodes that read one value along several paths which
-  meet again (the tanh GELU) become one kernel, with the value's producer.
+  meet again (the tanh GELU) become one kernel, with the value's producer; a dense result
+  viewed to [batch, tokens, features] (GPT-2's MLP) takes the region as its epilogue in 2-D.
 - `fuse_elementwise`: elementwise consumers join their producer's kernel (a `fused` node): a
   chain of elementwise and injective ops becomes one kernel, and a dense layer takes its
   consumers (the residual add, ...) as its epilogue.
@@ -314,6 +315,7 @@ def fuse_elementwise_regions(graph: Graph) -> Graph:
     post-dominator case of TVM's FuseOps that `fuse_elementwise`'s single-reader chains miss."""
     g = _copy(graph)
     users = {name: {u.name for u in readers} for name, readers in g.users().items()}
+    producers = g.producers()
     taken, groups = set(), {}
     for node in g.nodes:
         if node.name in taken or len(users.get(node.name, ())) < 2:
@@ -321,15 +323,53 @@ def fuse_elementwise_regions(graph: Graph) -> Graph:
         region = _region(g, node, users, taken)
         if region is None:
             continue
+        taken.update(r.name for r in region)
+        last = region[-1]
+        anchor = _viewed_anchor(g, node, producers, users, region)
+        if anchor is not None:  # a dense result viewed to 3-D: the region joins it in 2-D
+            taken.update((node.name, anchor.name))
+            groups[last.name] = _flat_region(anchor, node, region)
+            continue
         joins = _fusable_producer(node) and node.name not in g.outputs
         body = ([node] if joins else []) + [m for r in region for m in _members(r)]
-        taken.update(r.name for r in region)
         if joins:
             taken.add(node.name)
-        last = region[-1]
-        groups[last.name] = _group(last.name, body, last.shape, last.dtype)
-    g.nodes = [groups.get(n.name, n) for n in g.nodes if n.name not in taken or n.name in groups]
-    return g.prune()
+        groups[last.name] = [_group(last.name, body, last.shape, last.dtype)]
+    nodes = [n for n in g.nodes if n.name not in taken or n.name in groups]
+    g.nodes = [m for n in nodes for m in groups.get(n.name, [n])]
+    return simplify_views(g.prune())
+
+
+def _viewed_anchor(g: Graph, view, producers: dict, users: dict, region: list):
+    """The anchor (a dense layer) behind `view` when the region can be computed in the anchor's
+    2-D shape instead: the view only regroups the leading axes, nothing else reads the anchor,
+    and the region's nodes read nothing but the view, each other and constants of one element
+    or of the last axis."""
+    src = producers.get(view.inputs[0]) if view.op == "view" else None
+    if src is None or _anchor(src) is None or users.get(src.name) != {view.name} or src.name in g.outputs:
+        return None
+    if view.shape[-1:] != src.shape[-1:]:
+        return None
+    inside, shapes = {view.name} | {r.name for r in region}, {n: v.shape for n, v in g.values().items()}
+    ok = all(i in inside or len(shapes[i]) <= 1 for r in region for i in r.inputs)
+    return src if ok and not any(r.body for r in region) else None
+
+
+def _flat_region(anchor: Node, view: Node, region: list) -> list:
+    """The anchor and the region as one kernel of the anchor's 2-D shape, then a view of its
+    result back to the region's shape."""
+    flat, last = anchor.shape, region[-1]
+    members = [
+        replace(
+            r,
+            name=f"{r.name}_2d" if r is last else r.name,
+            inputs=tuple(anchor.name if i == view.name else i for i in r.inputs),
+            shape=flat,
+        )
+        for r in region
+    ]
+    fused = _group(f"{last.name}_2d", [anchor] + members, flat, last.dtype)
+    return [fused, Node(last.name, "view", (fused.name,), {"shape": last.shape}, last.shape, last.dtype)]
 
 
 def _region(g: Graph, start, users: dict, taken: set) -> list | None:
