@@ -144,3 +144,40 @@ def test_an_elementwise_region_on_a_viewed_dense_result_is_its_epilogue():
     assert gelu.shape == (10, 32) and all(b.shape == (10, 32) for b in gelu.body)
     with torch.no_grad():
         close(compiled(x), model(x))
+
+
+def test_heads_split_from_one_product_are_read_through_their_views():
+    """GPT-2's attention input: one product split into query, key and value, each viewed to
+    [batch, tokens, heads, dim] and permuted: one kernel per head tensor reads the product
+    through slice, view and permute (affine index math), with no copy of the slices."""
+
+    class Heads(nn.Module):
+        def __init__(self, d=16, heads=2):
+            super().__init__()
+            self.qkv, self.heads = nn.Linear(d, 3 * d), heads
+
+        def forward(self, x):
+            b, t, d = x.shape
+            q, k, v = self.qkv(x).split(d, dim=2)
+            q, k, v = (y.view(b, t, self.heads, d // self.heads).permute(0, 2, 1, 3) for y in (q, k, v))
+            return (q * 0.5) @ k.transpose(-1, -2), v.permute(0, 2, 1, 3).contiguous()
+
+    torch.manual_seed(0)
+    model, x = Heads().eval(), torch.randn(2, 5, 16)
+    compiled = tc.compile(model, (x,))
+    assert "slice" not in [n.op for n in compiled.graph.nodes]  # no slice is a kernel of its own
+    bodies = [[b.op for b in n.body] for n in compiled.graph.nodes if n.op == "fused"]
+    assert sum(body[:3] == ["slice", "view", "permute"] for body in bodies) == 3, bodies
+    with torch.no_grad():
+        for got, want in zip(compiled(x), model(x)):
+            close(got, want)
+
+
+def test_split_groups_names_the_axes_a_view_splits_each_axis_into():
+    from minitc.frontend.kernels import split_groups
+
+    assert split_groups((128, 768), (1, 128, 12, 64)) == [[0, 1], [2, 3]]
+    assert split_groups((1, 128, 2304), (128, 2304)) == [[], [0], [1]]
+    assert split_groups((2, 3), (2, 3, 1)) == [[0], [1]]
+    assert split_groups((12, 64), (768,)) is None  # a merge: flat-index math instead
+    assert split_groups((4, 6), (6, 4)) is None

@@ -85,8 +85,35 @@ def _permute(n, x):
     return compute(n.shape, lambda *i: x[tuple(i[inverse[d]] for d in range(len(dims)))], name=n.op, tag="elementwise")
 
 
+def split_groups(source: tuple, shape: tuple):
+    """For a view that only splits axes ([128, 768] -> [1, 128, 12, 64]): the view's axes that
+    make up each axis of `source`, in order; None for any other view (one that merges axes)."""
+    groups, j = [], 0
+    for extent in source:
+        group, size = [], 1
+        while size < extent and j < len(shape):
+            group.append(j)
+            size *= shape[j]
+            j += 1
+        if size != extent:
+            return None
+        groups.append(group)
+    return groups if all(e == 1 for e in shape[j:]) else None
+
+
 def _view(n, x):
-    """The same elements in another shape (inside a fused kernel, where views are index math)."""
+    """The same elements in another shape (inside a fused kernel, where views are index math):
+    affine when the view only splits axes, else through the flat index."""
+    groups = split_groups(tuple(x.shape), tuple(n.shape))
+    if groups is not None:
+
+        def combine(i, group):
+            index = 0
+            for d in group:
+                index = index * n.shape[d] + i[d]
+            return index
+
+        return compute(n.shape, lambda *i: x[tuple(combine(i, g) for g in groups)], name=n.op, tag="elementwise")
     strides = [1] * len(x.shape)
     for d in range(len(x.shape) - 2, -1, -1):
         strides[d] = strides[d + 1] * x.shape[d + 1]

@@ -17,8 +17,9 @@
   meet again (the tanh GELU) become one kernel, with the value's producer; a dense result
   viewed to [batch, tokens, features] (GPT-2's MLP) takes the region as its epilogue in 2-D.
 - `fuse_elementwise`: elementwise consumers join their producer's kernel (a `fused` node): a
-  chain of elementwise and injective ops becomes one kernel, and a dense layer takes its
-  consumers (the residual add, ...) as its epilogue.
+  chain of elementwise and injective ops becomes one kernel, also across a view that only
+  splits axes (GPT-2's query, key and value: slice, view and permute read the product in
+  place), and a dense layer takes its consumers (the residual add, ...) as its epilogue.
 
 `run_all` applies them in order and prunes what no output needs.
 """
@@ -31,6 +32,7 @@ import numpy as np
 
 from minitc.frontend.graph import Graph, Node
 from minitc.frontend.importer import Ref
+from minitc.frontend.kernels import split_groups
 from minitc.target import is_gpu, parse_target
 from minitc.templates.conv_channels import channel_vectors_pay
 
@@ -235,7 +237,8 @@ def _anchor(node) -> str | None:
 def _fusable_producer(node) -> bool:
     """A node whose result an elementwise consumer can compute in the same kernel."""
     ops = [b.op for b in node.body] if node.body else [node.op]
-    return all(op in ELEMENTWISE + INJECTIVE + EPILOGUE_ANCHORS for op in ops)
+    inside = ("view",) if node.body else ()  # in a fused kernel a view is index math, not a buffer
+    return all(op in ELEMENTWISE + INJECTIVE + EPILOGUE_ANCHORS + inside for op in ops)
 
 
 def _group(name: str, body: list, shape, dtype) -> Node:
@@ -281,13 +284,18 @@ def fuse_elementwise(graph: Graph) -> Graph:
             anchored = _anchor(src) is not None
             if anchored and (node.op in INJECTIVE or flat is not None or any(_anchor(b) for b in body)):
                 continue  # one anchor per kernel, whose template takes elementwise epilogues only
-            if view is not None and not (anchored and _flattens(node, k, shapes, src.shape)):
-                continue  # elementwise chains do not fuse across views (yet)
+            if view is not None and not (
+                _flattens(node, k, shapes, src.shape) if anchored else split_groups(src.shape, view.shape)
+            ):
+                continue  # across a view: an anchor computed in 2-D, or a view that only splits axes
             body.extend(_members(src))
             out.remove(src)
             if view is not None:
                 out.remove(view)
-                inputs[k], flat = src.name, src.shape
+                if anchored:
+                    inputs[k], flat = src.name, src.shape
+                else:  # read through the view's index math (affine: kernels.split_groups)
+                    body.append(view)
         if not body:
             emit(node)
         elif flat is None:
