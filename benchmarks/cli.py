@@ -404,6 +404,8 @@ def bench_tlm_eval(
         by_seed = tlm_eval.run_seeds(names, ks, budgets, seeds, say, lm_path, evo_from, target)
     except KeyError as e:
         raise click.UsageError(e.args[0]) from None
+    except MinitcError as e:  # no GPU, no CuPy, an unknown target
+        raise click.ClickException(str(e)) from None
     rows = by_seed[seeds[0]]
     click.echo(tlm_report.table(rows, ks, budgets))
     if len(seeds) > 1:

@@ -123,6 +123,8 @@ def test_tlm_eval_runs_on_a_gpu_target(tmp_path, tiny_gpu_checkpoint):
     assert all(ms > 0 for ms in row["retimed_ms"].values()) and row["template_ms"] > 0
     bad = CliRunner().invoke(main, ["bench", "--suite", "models", "--target", "cuda"])
     assert bad.exit_code != 0 and "--target applies to" in bad.output
+    unknown = CliRunner().invoke(main, ["bench", "--suite", "tlm-eval", "--target", "tpu", "--workloads", "bmm-bert"])
+    assert unknown.exit_code == 1 and unknown.output.startswith("Error: unknown target 'tpu'")
 
 
 GPU_WORKLOADS = {
