@@ -14,6 +14,7 @@ sentences and measurements (docs/gpu.md#the-language-model-on-gpus).
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections import Counter
@@ -22,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from minitc.autotune.cost_model import torch_threads
 from minitc.autotune.database import Database, default_path
 from minitc.lm.language import GpuHardware
 from minitc.lm.model import LMError, ModelConfig, TensorLM, load_checkpoint, save_checkpoint
@@ -66,11 +68,19 @@ def load_model(path=None, gpu: bool = False) -> tuple:
     return model, Tokenizer(vocab), meta
 
 
-def _threads(n):
-    # On a shared 2-core machine torch's worker threads mostly wait for each other.
-    torch.set_num_threads(n or max(1, (os.cpu_count() or 1)))
+def _own_threads(fn):
+    """Run `fn` with its `threads` keyword's torch threads (default: every CPU), then give the
+    caller back its own setting: a tuning run that fine-tunes must not slow the user's torch."""
+
+    @functools.wraps(fn)
+    def run(*args, threads=None, **kwargs):
+        with torch_threads(threads or max(1, os.cpu_count() or 1)):
+            return fn(*args, threads=threads, **kwargs)
+
+    return run
 
 
+@_own_threads
 def pretrain(
     data,
     out,
@@ -90,7 +100,6 @@ def pretrain(
     the CPU one: workload lines and the grammar are the same)."""
     from minitc.lm.data import examples, read_sentences
 
-    _threads(threads)
     torch.manual_seed(seed)
     tok = Tokenizer.default()
     files = [data] if isinstance(data, (str, Path)) else list(data)
@@ -139,6 +148,7 @@ def pretrain(
     return meta
 
 
+@_own_threads
 def finetune(
     checkpoint,
     db,
@@ -167,7 +177,6 @@ def finetune(
     the new checkpoint's meta."""
     from minitc.lm.data import examples
 
-    _threads(threads)
     torch.manual_seed(seed)
     model, tok, meta = load_model(checkpoint)
     if demos is None:

@@ -33,11 +33,14 @@ import math
 
 import numpy as np
 
+from minitc.autotune.cost_model import torch_threads
 from minitc.autotune.mutators import edit, switch_flips
 from minitc.autotune.search import RandomSearch
 from minitc.errors import ScheduleError
 from minitc.lm.decode import Decoder
 from minitc.lm.hardware import closest_machine, differences, hardware, same_machine, trained_hardware
+
+DECODING_THREADS = 1  # decoding is latency-bound: a second torch thread mostly waits
 
 
 class TLMSearch(RandomSearch):
@@ -75,6 +78,10 @@ class TLMSearch(RandomSearch):
         self.told, self.trust_cost_model_after = 0, 32
 
     def ask(self, n: int) -> list:
+        with torch_threads(DECODING_THREADS):
+            return self._ask(n)
+
+    def _ask(self, n: int) -> list:
         if not self.measured:  # a short first round: the sweep and the edits start sooner
             n = min(n, self.first_round)
         picked = self._queued(n)
@@ -264,11 +271,8 @@ def tlm_search(space, rng, cost_model=None, lm=None, learn: bool = False) -> TLM
     or the default one (pipeline.load_model), this machine's hardware tokens, the cost model."""
     import warnings
 
-    import torch
-
     from minitc.lm.pipeline import load_model
 
-    torch.set_num_threads(1)  # decoding is latency-bound; a second thread mostly waits
     model, tok, meta = load_model(lm, gpu=getattr(space, "gpu", False))
     hw = hardware(space.target)
     if getattr(space, "gpu", False) and not trained_on_gpu(meta):

@@ -1,23 +1,15 @@
 """Helpers shared by the tensor-language tests (test_lm_language.py, test_lm_gpu.py,
 test_lm_gpu_model.py)."""
 
-import contextlib
-
-import torch
-
+from minitc.autotune.cost_model import torch_threads
 from minitc.errors import ScheduleError
 from minitc.lm.language import Loc, parse, sentence, space_values
+from minitc.lm.strategy import DECODING_THREADS
 
 
-@contextlib.contextmanager
 def one_torch_thread():
     """Decoding is latency-bound: one torch thread, as the tlm strategy uses, restored after."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+    return torch_threads(DECODING_THREADS)
 
 
 def typed(values) -> list:

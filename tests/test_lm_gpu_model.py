@@ -175,3 +175,29 @@ def test_a_cpu_model_is_not_fine_tuned_on_gpu_sentences(tmp_path):
     save_checkpoint(init, TensorLM(ModelConfig(vocab_size=441, **TINY)), cpu_vocab, {"stage": "test"})
     meta = finetune(init, None, tmp_path / "ft.pt", demos=demos, source="test", epochs=1, threads=1)
     assert meta["demonstrations"] == 3 and not trained_on_gpu(meta)
+
+
+def test_tuning_and_training_give_back_the_callers_torch_threads(tmp_path, tiny_gpu_checkpoint):
+    """The tlm strategy decodes on one torch thread and training uses its own count; neither
+    may leave the process's torch slower afterwards (a compiled model was timed against a
+    one-thread eager torch after tuning)."""
+    from minitc.autotune.tuner import tune
+    from minitc.lm.pipeline import finetune
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tune(_matmul(16), trials=2, strategy="tlm", target="cuda-sim", db=str(tmp_path / "r.db"))
+        assert torch.get_num_threads() == 2
+        demos = [(s, 1.0) for _, s in read_sentences(_gpu_sentences(tmp_path))]
+        finetune(tiny_gpu_checkpoint, None, tmp_path / "ft.pt", demos=demos, source="test", epochs=1, threads=1)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def _gpu_sentences(tmp_path):
+    gen_data(tmp_path / "gpu.jsonl", ["matmul-256"], per_workload=2, target="cuda")
+    return tmp_path / "gpu.jsonl"

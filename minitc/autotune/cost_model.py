@@ -88,7 +88,7 @@ def _torch():
 
 
 @contextmanager
-def _threads(n: int):
+def torch_threads(n: int):
     """Run torch with n intra-op threads, then restore the process's setting."""
     torch = _torch()
     old = torch.get_num_threads()
@@ -210,7 +210,7 @@ class TLPModel(CostModel):
         self._add(workload, traces, latencies_ms)
         cfg, start = self.config, time.perf_counter()
         others = [w for w in self.data if w != workload]
-        with _threads(cfg.threads):
+        with torch_threads(cfg.threads):
             for _ in range(cfg.fit_steps):
                 groups = [self._sample_group(workload)]
                 for w in self.rng.permutation(len(others))[: cfg.groups_per_step - 1]:
@@ -247,7 +247,7 @@ class TLPModel(CostModel):
             if n_val:
                 val[workload] = [self.featurizer(workload, traces[i]) for i in held], labels_of([lat[i] for i in held])
         history, best, best_state = [], math.inf, None
-        with _threads(self.config.threads):
+        with torch_threads(self.config.threads):
             for epoch in range(epochs):
                 row = {"epoch": epoch + 1, "train_loss": self._epoch()}
                 if val:
@@ -364,7 +364,7 @@ class TLPModel(CostModel):
     def _scores(self, matrices: list, batch: int = 512) -> np.ndarray:
         torch = _torch()
         out = []
-        with torch.no_grad(), _threads(self.config.threads):
+        with torch.no_grad(), torch_threads(self.config.threads):
             for i in range(0, len(matrices), batch):
                 out.append(self._forward(matrices[i : i + batch]).cpu().numpy())
         return np.concatenate(out).astype(float)

@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+from minitc.autotune.cost_model import torch_threads
 from minitc.errors import DTypeError, ShapeError
 from minitc.frontend.importer import Ref
 from minitc.frontend.memory import nbytes, plan_arena
@@ -47,17 +48,8 @@ def one_torch_thread(active: bool):
     """Run torch's part of a plan on one thread: after a parallel call torch's OpenMP workers
     spin for milliseconds and would take the cores from the minitc kernel that follows, so the
     two thread pools must not both be live; the fallback operators are the small part."""
-    if not active:
+    with torch_threads(1 if active else 0):
         yield
-        return
-    import torch
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 class Plan:
