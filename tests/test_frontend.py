@@ -163,7 +163,8 @@ def test_encoder_graph_folds_transposes_and_fuses_residual_adds():
     assert ops.count("permute") == 4  # q, k, v into heads and the context back; k's transpose is gone
     assert "batch_matmul(%permute_view, %permute_1_t1, transpose_b=True)" in text
     fused = [n for n in graph.nodes if n.op == "fused"]
-    assert [[b.op for b in n.body] for n in fused] == [["dense", "add"], ["dense", "add"]]
+    # the scores' scale is the softmax's prologue; the residual adds are the dense epilogues
+    assert [[b.op for b in n.body] for n in fused] == [["div", "softmax"], ["dense", "add"], ["dense", "add"]]
     assert "%add_2d = fused[dense, add](%permute_4_view_view, %o.weight_t, %o.bias, %x_2d)" in text
     assert "      %add_2d = add(%x_2d, %linear_3)" in text  # the body, indented under its group
     assert "%add = view(%add_2d, shape=[2, 8, 32])" in text

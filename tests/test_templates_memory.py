@@ -275,6 +275,22 @@ def test_softmax_loop_structure():
         assert f'alloc("local", float32[32, 16]) as {stat}' in text
 
 
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_softmax_inlines_an_elementwise_prologue(axis):
+    """Attention's scores plus mask, computed inside the softmax's tiles (read twice, never
+    stored), with a fully masked row."""
+    rng = np.random.default_rng(10)
+    x, m = _data(rng, (2, 6, 24), 2.0), _data(rng, (1, 6, 24))
+    m[0, 2, :] = -np.inf
+    X, M = tc.placeholder(x.shape, name="X"), tc.placeholder(m.shape, name="M")
+    out = tc.ops.softmax(tc.ops.add(X, M), axis=axis, safe=True)
+    text = str(tc.lower(out, target=AVX2))
+    assert 'alloc("global"' not in text and " add[" not in text  # the sum is never stored
+    with np.errstate(invalid="ignore"):
+        expected = np.nan_to_num(tc.ops.reference.softmax(x + m, axis=axis), nan=0.0)
+    _check(out, [X, M], [x, m], expected)
+
+
 @pytest.mark.parametrize("shape", [(7, 13), (2, 3, 40), (16,), (33, 64)])
 @pytest.mark.parametrize("affine", [True, False])
 def test_layer_norm(shape, affine):

@@ -19,7 +19,8 @@
 - `fuse_elementwise`: elementwise consumers join their producer's kernel (a `fused` node): a
   chain of elementwise and injective ops becomes one kernel, also across a view that only
   splits axes (GPT-2's query, key and value: slice, view and permute read the product in
-  place), and a dense layer takes its consumers (the residual add, ...) as its epilogue.
+  place), a dense layer takes its consumers (the residual add, ...) as its epilogue, and a
+  softmax takes its elementwise producer (attention's mask add) as a prologue.
 
 `run_all` applies them in order and prunes what no output needs.
 """
@@ -227,6 +228,7 @@ def simplify_views(graph: Graph) -> Graph:
 ELEMENTWISE = ("add", "sub", "mul", "div", "relu", "gelu", "sigmoid", "tanh", "exp", "scale_shift", "clamp")
 INJECTIVE = ("permute", "expand", "slice")
 EPILOGUE_ANCHORS = ("dense", "conv2d")  # anchors whose template applies a fused elementwise epilogue
+PROLOGUE_TAKERS = ("softmax",)  # ops whose template inlines elementwise producers of their input
 
 
 def _anchor(node) -> str | None:
@@ -271,6 +273,12 @@ def fuse_elementwise(graph: Graph) -> Graph:
         out.append(node)
 
     for node in g.nodes:
+        src = current.get(node.inputs[0]) if node.op in PROLOGUE_TAKERS else None
+        if src is not None and src.op != "view" and _fusable_producer(src) and _anchor(src) is None:
+            if _single_use(g, src.name, users):  # attention's mask add: the template inlines it
+                out.remove(src)
+                emit(_group(node.name, _members(src) + [node], node.shape, node.dtype))
+                continue
         if node.op not in ELEMENTWISE + INJECTIVE:
             emit(node)
             continue

@@ -30,6 +30,7 @@ from minitc.templates.elementwise import (
     check_int,
     default_vector,
     extent,
+    inline_producers,
     parallelize,
     pick_lanes,
     pick_tile,
@@ -137,6 +138,7 @@ def schedule_softmax(s, out, target, rows=ROWS, vector=32, lanes=8, chunk=CHUNK,
     check_lanes("softmax", lanes)
     e = producer(s, out, "softmax_exp")
     stats = [producer(s, e, "softmax_max"), producer(s, out, "softmax_sum")]
+    inline_producers(s, stats[0])  # a prologue (attention's mask add) is recomputed per read
     st = s.state.stage(out)
     axis = softmax_axis(s, out)
     if axis == len(st.shape) - 1 or len(st.shape) == 1:
