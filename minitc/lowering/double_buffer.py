@@ -25,10 +25,8 @@ where its shared stores are not contiguous (a transposing fill), so fills are st
 also when they are not double-buffered. Double buffering applies when n >= 2, the launch's
 shared memory with the tiles doubled fits in `max_shared_bytes`, and every fill copies vectors
 (a vectorized loop) through at most MAX_STAGED_WORDS registers: the GEMM template's fills, not
-the conv template's scalar ones, which ran slower doubled. `_pipeline` can also double a fill
-too big for registers as a direct copy (`if ko + 1 < n: S[(ko + 1) % 2] = G[..]` before the
-compute). Setting MINITC_GPU_DOUBLE_BUFFER=0 turns double buffering off (for probing what it
-is worth; experiments/gpu_gemm_probe.py).
+the conv template's scalar ones, which ran slower doubled. Setting MINITC_GPU_DOUBLE_BUFFER=0
+turns double buffering off (for probing what it is worth; experiments/gpu_gemm_probe.py).
 """
 
 from __future__ import annotations
@@ -71,13 +69,15 @@ def _launch(part: ir.Stmt, limit: int) -> ir.Stmt:
             return None
         shared, fills, compute = match
         extra = sum(b.nbytes for b in shared)
-        if node.extent >= 2 and enabled() and used[0] + extra <= limit and all(map(_vector_staged, fills)):
+        # a fill with a vectorized loop, staged through registers (None: not staged)
+        staged = [stage_fill(f) if _copies_vectors(f) else None for f in fills]
+        if node.extent >= 2 and enabled() and used[0] + extra <= limit and None not in staged:
             used[0] += extra
-            return _pipeline(node, shared, fills, compute)
-        staged = [_staged_in_place(f) for f in fills]
-        if all(s is f for s, f in zip(staged, fills)):
+            return _pipeline(node, shared, staged, compute)
+        if all(st is None for st in staged):
             return None
-        inner = ir.seq(ir.Barrier(), *staged, ir.Barrier(), *compute)
+        in_place = [f if st is None else _wrap(st[2], ir.seq(st[0], _fresh(st[1]))) for f, st in zip(fills, staged)]
+        inner = ir.seq(ir.Barrier(), *in_place, ir.Barrier(), *compute)
         for buf in reversed(shared):
             inner = ir.Allocate(buf, inner)
         return ir.For(node.var, node.extent, node.kind, inner)
@@ -125,22 +125,15 @@ def _match(loop: ir.For):
     return shared, fills, compute
 
 
-def _pipeline(loop: ir.For, shared: list, fills: list, compute: list) -> ir.Stmt:
+def _pipeline(loop: ir.For, shared: list, staged: list, compute: list) -> ir.Stmt:
+    """The loop double-buffered (module docstring); `staged`: each fill's stage_fill parts."""
     ko, n = loop.var, loop.extent
     doubled = {b: ir.Buffer(b.name, (2,) + b.shape, b.dtype, "shared") for b in shared}
     nxt = binary("add", ko, const(1, ko.dtype))
     last = compare("lt", nxt, const(n, ko.dtype))
     this_slot, next_slot = binary("mod", ko, const(2, ko.dtype)), binary("mod", nxt, const(2, ko.dtype))
     prologue, loads, stores, regs = [], [], [], []
-    for f in fills:
-        staged = stage_fill(f)
-        first = _into(_subst(f, {ko: const(0, ko.dtype)}), doubled, const(0, ko.dtype))
-        nxt_fill = _into(_subst(f, {ko: nxt}), doubled, next_slot)
-        if staged is None:  # too many registers: a direct copy into the other buffer
-            prologue.append(first)
-            loads.append(nxt_fill)
-            continue
-        load, store, bufs = staged
+    for load, store, bufs in staged:
         prologue.append(
             _wrap(bufs, ir.seq(_subst(load, {ko: const(0, ko.dtype)}), _fresh(_first_store(store, doubled, ko))))
         )
@@ -148,12 +141,7 @@ def _pipeline(loop: ir.For, shared: list, fills: list, compute: list) -> ir.Stmt
         stores.append(_fresh(_into(_subst(store, {ko: nxt}), doubled, next_slot)))
         regs.extend(bufs)
     reads = [_read_from(c, doubled, this_slot) for c in compute]
-    step = ir.seq(
-        ir.IfThenElse(last, ir.seq(*loads)),
-        *reads,
-        ir.IfThenElse(last, ir.seq(*stores)) if stores else None,
-        ir.Barrier(),
-    )
+    step = ir.seq(ir.IfThenElse(last, ir.seq(*loads)), *reads, ir.IfThenElse(last, ir.seq(*stores)), ir.Barrier())
     body = ir.seq(
         ir.Barrier(),
         *(_fresh(p) for p in prologue),
@@ -167,23 +155,11 @@ def _first_store(store: ir.Stmt, doubled: dict, ko: Var) -> ir.Stmt:
     return _into(_subst(store, {ko: const(0, ko.dtype)}), doubled, const(0, ko.dtype))
 
 
-def _vector_staged(fill: ir.Stmt) -> bool:
-    """Whether a fill copies vectors and fits in registers: only such fills are double-buffered
-    (on an H100 the conv template's scalar fills, doubled, ran 0.56 ms instead of 0.50)."""
-    has_vector = any(isinstance(s, ir.For) and s.kind == "vectorized" for s in ir.walk_stmts(fill))
-    return has_vector and stage_fill(fill) is not None
-
-
-def _staged_in_place(fill: ir.Stmt) -> ir.Stmt:
-    """A fill with a vectorized loop, staged through registers (float4 global loads even where
-    the shared stores are scalar); others as they are."""
-    if not any(isinstance(s, ir.For) and s.kind == "vectorized" for s in ir.walk_stmts(fill)):
-        return fill
-    staged = stage_fill(fill)
-    if staged is None:
-        return fill
-    load, store, bufs = staged
-    return _wrap(bufs, ir.seq(load, _fresh(store)))
+def _copies_vectors(fill: ir.Stmt) -> bool:
+    """Whether a fill has a vectorized loop: only such fills are staged through registers (float4
+    global loads even where the shared stores are scalar) and double-buffered (on an H100 the
+    conv template's scalar fills, doubled, ran 0.56 ms instead of 0.50)."""
+    return any(isinstance(s, ir.For) and s.kind == "vectorized" for s in ir.walk_stmts(fill))
 
 
 def stage_fill(fill: ir.Stmt):
