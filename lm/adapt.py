@@ -201,6 +201,7 @@ def mixture(db, dataset, target, others: float, rng) -> tuple:
     at random, weighted as they are in the whole dataset)."""
     from minitc.lm.data import weighted_entries
     from minitc.lm.dataset import load
+    from minitc.lm.hardware import is_gpu_line
     from minitc.lm.language import parse
     from minitc.target import hardware_fingerprint, is_gpu, parse_target
 
@@ -212,14 +213,10 @@ def mixture(db, dataset, target, others: float, rng) -> tuple:
     here = [(e, w) for e, w in weighted if e.fingerprint == fingerprint]
     # other machines of the same kind: a CPU model neither writes nor needs a GPU's sentences
     gpu = is_gpu(target)
-    rest = [(e, w) for e, w in weighted if e.fingerprint != fingerprint and _is_gpu_line(e.hardware) == gpu]
+    rest = [(e, w) for e, w in weighted if e.fingerprint != fingerprint and is_gpu_line(e.hardware) == gpu]
     keep = min(len(rest), math.floor(others * len(here)))
     rest = [rest[i] for i in sorted(rng.choice(len(rest), size=keep, replace=False))] if keep else []
     return [(parse(e.sentence), w) for e, w in here], [(parse(e.sentence), w) for e, w in rest]
-
-
-def _is_gpu_line(line) -> bool:
-    return str(line).startswith("hardware cuda ")
 
 
 def records_entries(db) -> list:

@@ -40,6 +40,11 @@ ARCH_REGS_K = {"sm_53": 32, "sm_62": 32, "sm_72": 32}
 WARP = 32
 
 
+def is_gpu_line(line) -> bool:
+    """Whether a hardware line (a string, Hardware or GpuHardware) describes a GPU."""
+    return str(line).startswith("hardware cuda ")
+
+
 def cache_dir() -> Path:
     import os
 

@@ -38,7 +38,7 @@ from minitc.autotune.mutators import edit, switch_flips
 from minitc.autotune.search import RandomSearch
 from minitc.errors import ScheduleError
 from minitc.lm.decode import Decoder
-from minitc.lm.hardware import closest_machine, differences, hardware, same_machine, trained_hardware
+from minitc.lm.hardware import closest_machine, differences, hardware, is_gpu_line, same_machine, trained_hardware
 
 DECODING_THREADS = 1  # decoding is latency-bound: a second torch thread mostly waits
 
@@ -263,7 +263,7 @@ def trained_on_gpu(meta: dict) -> bool:
     """Whether a checkpoint's meta (or the meta of a stage it was trained from) names a GPU's
     hardware line."""
     lines = [meta.get("hardware")] + [h.get("hardware") for h in meta.get("history", []) if isinstance(h, dict)]
-    return any(isinstance(line, str) and line.startswith("hardware cuda ") for line in lines)
+    return any(isinstance(line, str) and is_gpu_line(line) for line in lines)
 
 
 def tlm_search(space, rng, cost_model=None, lm=None, learn: bool = False) -> TLMSearch:
