@@ -243,6 +243,18 @@ def _fusable_producer(node) -> bool:
     return all(op in ELEMENTWISE + INJECTIVE + EPILOGUE_ANCHORS + inside for op in ops)
 
 
+def _prologue(g: Graph, src, users: dict) -> bool:
+    """Whether `src` (None, or what a softmax reads) can run in the softmax's kernel: elementwise
+    or injective ops only, without an anchor, read by nothing else."""
+    return (
+        src is not None
+        and src.op != "view"
+        and _fusable_producer(src)
+        and _anchor(src) is None
+        and _single_use(g, src.name, users)
+    )
+
+
 def _group(name: str, body: list, shape, dtype) -> Node:
     produced = {b.name for b in body}
     inputs = dict.fromkeys(i for b in body for i in b.inputs if i not in produced)
@@ -274,11 +286,10 @@ def fuse_elementwise(graph: Graph) -> Graph:
 
     for node in g.nodes:
         src = current.get(node.inputs[0]) if node.op in PROLOGUE_TAKERS else None
-        if src is not None and src.op != "view" and _fusable_producer(src) and _anchor(src) is None:
-            if _single_use(g, src.name, users):  # attention's mask add: the template inlines it
-                out.remove(src)
-                emit(_group(node.name, _members(src) + [node], node.shape, node.dtype))
-                continue
+        if _prologue(g, src, users):  # attention's mask add: the template inlines it
+            out.remove(src)
+            emit(_group(node.name, _members(src) + [node], node.shape, node.dtype))
+            continue
         if node.op not in ELEMENTWISE + INJECTIVE:
             emit(node)
             continue
@@ -331,7 +342,7 @@ def fuse_elementwise_regions(graph: Graph) -> Graph:
     post-dominator case of TVM's FuseOps that `fuse_elementwise`'s single-reader chains miss."""
     g = _copy(graph)
     users = {name: {u.name for u in readers} for name, readers in g.users().items()}
-    producers = g.producers()
+    producers, shapes = g.producers(), {name: v.shape for name, v in g.values().items()}
     taken, groups = set(), {}
     for node in g.nodes:
         if node.name in taken or len(users.get(node.name, ())) < 2:
@@ -341,7 +352,7 @@ def fuse_elementwise_regions(graph: Graph) -> Graph:
             continue
         taken.update(r.name for r in region)
         last = region[-1]
-        anchor = _viewed_anchor(g, node, producers, users, region)
+        anchor = _viewed_anchor(g, node, producers, users, shapes, region)
         if anchor is not None:  # a dense result viewed to 3-D: the region joins it in 2-D
             taken.update((node.name, anchor.name))
             groups[last.name] = _flat_region(anchor, node, region)
@@ -356,7 +367,7 @@ def fuse_elementwise_regions(graph: Graph) -> Graph:
     return simplify_views(g.prune())
 
 
-def _viewed_anchor(g: Graph, view, producers: dict, users: dict, region: list):
+def _viewed_anchor(g: Graph, view, producers: dict, users: dict, shapes: dict, region: list):
     """The anchor (a dense layer) behind `view` when the region can be computed in the anchor's
     2-D shape instead: the view only regroups the leading axes, nothing else reads the anchor,
     and the region's nodes read nothing but the view, each other and constants of one element
@@ -366,7 +377,7 @@ def _viewed_anchor(g: Graph, view, producers: dict, users: dict, region: list):
         return None
     if view.shape[-1:] != src.shape[-1:]:
         return None
-    inside, shapes = {view.name} | {r.name for r in region}, {n: v.shape for n, v in g.values().items()}
+    inside = {view.name} | {r.name for r in region}
     ok = all(i in inside or len(shapes[i]) <= 1 for r in region for i in r.inputs)
     return src if ok and not any(r.body for r in region) else None
 
