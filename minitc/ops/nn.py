@@ -16,13 +16,14 @@ from minitc.te import Tensor, compute, reduce_axis
 
 
 def pad_hw(X: Tensor, ph: int, pw: int, value, name: str) -> Tensor:
-    """X [N, C, H, W] padded by `ph` rows above and below and `pw` columns left and right with
-    `value`, as a select-guarded stage; X itself when there is no padding."""
+    """X [N, C, H, W, ...] padded by `ph` rows above and below and `pw` columns left and right
+    with `value`, as a select-guarded stage; X itself when there is no padding. Axes after W
+    (the channel block of NCHW[c] data) are carried along."""
     if ph == 0 and pw == 0:
         return X
-    N, C, H, W = X.shape
+    N, C, H, W, *block = X.shape
 
-    def body(n, c, h, w):
+    def body(n, c, h, w, *rest):
         conds = []
         if ph:
             conds += [h >= ph, h < H + ph]
@@ -31,9 +32,9 @@ def pad_hw(X: Tensor, ph: int, pw: int, value, name: str) -> Tensor:
         inside = conds[0]
         for cond in conds[1:]:
             inside = inside & cond
-        return select(inside, X[n, c, h - ph, w - pw], value)
+        return select(inside, X[(n, c, h - ph, w - pw, *rest)], value)
 
-    return compute((N, C, H + 2 * ph, W + 2 * pw), body, name=name, tag="pad", attrs={"padding": (ph, pw)})
+    return compute((N, C, H + 2 * ph, W + 2 * pw, *block), body, name=name, tag="pad", attrs={"padding": (ph, pw)})
 
 
 WEIGHT_LAYOUTS = ("KCRS", "CRSK")

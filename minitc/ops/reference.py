@@ -121,6 +121,49 @@ def avg_pool2d(X, kernel, stride=None, padding=0):
 
 
 # ---------------------------------------------------------------------------------------------
+# channel-blocked data, NCHW[c] (minitc/ops/nchwc.py)
+
+
+def to_nchwc(x, block):
+    """[N, C, H, W] -> [N, C/block, H, W, block]."""
+    n, c, h, w = x.shape
+    return np.ascontiguousarray(np.asarray(x).reshape(n, c // block, block, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def from_nchwc(x):
+    """[N, C/c, H, W, c] -> [N, C, H, W]."""
+    n, cb, h, w, c = x.shape
+    return np.ascontiguousarray(np.asarray(x).transpose(0, 1, 4, 2, 3).reshape(n, cb * c, h, w))
+
+
+def to_blocked_weight(w, in_block, out_block):
+    """A conv2d weight [K, C, R, S] -> [K/kb, C/cb, R, S, cb, kb] (kb = out_block, cb = in_block)."""
+    k, c, r, s = w.shape
+    blocked = np.asarray(w).reshape(k // out_block, out_block, c // in_block, in_block, r, s)
+    return np.ascontiguousarray(blocked.transpose(0, 2, 4, 5, 3, 1))
+
+
+def conv2d_nchwc(X, W, stride=1, padding=0, dilation=1):
+    kb_, cb_, r, s, cb, kb = W.shape
+    w = np.asarray(W).transpose(0, 5, 1, 4, 2, 3).reshape(kb_ * kb, cb_ * cb, r, s)
+    return to_nchwc(conv2d(from_nchwc(X), w, stride, padding, dilation), kb)
+
+
+def depthwise_conv2d_nchwc(X, W, stride=1, padding=0, dilation=1):
+    cb_, r, s, c = W.shape
+    w = np.asarray(W).transpose(0, 3, 1, 2).reshape(cb_ * c, r, s)
+    return to_nchwc(depthwise_conv2d(from_nchwc(X), w, stride, padding, dilation), c)
+
+
+def max_pool2d_nchwc(X, kernel, stride=None, padding=0):
+    return to_nchwc(max_pool2d(from_nchwc(X), kernel, stride, padding), X.shape[-1])
+
+
+def avg_pool2d_nchwc(X, kernel, stride=None, padding=0):
+    return to_nchwc(avg_pool2d(from_nchwc(X), kernel, stride, padding), X.shape[-1])
+
+
+# ---------------------------------------------------------------------------------------------
 # normalisation
 
 

@@ -1,0 +1,186 @@
+"""Schedule templates for channel-blocked data (minitc/ops/nchwc.py): `conv2d_nchwc`, and one
+sliding-window template for `depthwise_conv2d_nchwc`, `max_pool2d_nchwc` and
+`avg_pool2d_nchwc`. Each may sit under a fused elementwise epilogue (bias, residual add,
+activation), applied as the accumulator tile is stored.
+
+conv2d_nchwc: a parallel task owns `kb` output-channel blocks of `ohb` output rows. Its
+accumulator tile [ohb, OW, kb x block] lives in a local buffer; the micro-kernel keeps
+`pixels` x kb vectors of one block each in registers and, for each input channel of a
+reduction block (`rcb` input blocks), broadcasts `pixels` input values and loads kb weight
+vectors (kb x pixels FMAs):
+
+    pad (once, parallel over channel blocks)
+    for n_k_o_oh_o in parallel(N * K/(kb*block) * OH/ohb):
+        acc[ohb, OW, kb, block] = 0
+        for rc_o, oh, ow_o:
+            for rc_i, ry, rx, rci:
+                for ow, k in unrolled(pixels), unrolled(kb):
+                    acc[oh, ow_o*pixels + ow, k, :] += pad[n, rc, oh*sh + ry*dh, (..)*sw + rx*dw, rci] * W[k, rc, ry, rx, rci, :]
+        out[n, k_o*kb : +kb, oh_o*ohb : +ohb, :, :] = epilogue(acc)
+
+The window template: a task per (image, channel block, `oht` output rows), an accumulator of
+`pixels` vectors per row swept over the unrolled window.
+"""
+
+from __future__ import annotations
+
+from minitc import dtypes
+from minitc.templates import defaults, template
+from minitc.templates.conv import _place_pad, find_pad_stage
+from minitc.templates.conv_channels import MAX_ACCUMULATORS
+from minitc.templates.gemm import epilogue_anchor, inline_epilogue
+
+WINDOW_TAGS = ("depthwise_conv2d_nchwc", "max_pool2d_nchwc", "avg_pool2d_nchwc")
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _anchor(s, out: str, tag: str) -> str:
+    """The operator's own stage: `out`, or the one under `out`'s fused epilogue."""
+    if s.state.stage(out).tag == tag and s.state.stage(out).reduce_axes:
+        return out
+    return epilogue_anchor(s, out, tag, tag)
+
+
+def _accumulate_in_tile(s, out: str, op: str):
+    """The accumulator (a local cache of the operator's stage, the epilogue inlined into the
+    store) and the output's loops."""
+    acc = s.cache_write(op, "local")
+    if op != out:
+        inline_epilogue(s, out, op)
+        s.compute_inline(op)
+    return acc, s.loops(out)
+
+
+def _registers_per_vector(target, dtype: str, block: int) -> int:
+    return _cdiv(block * dtypes.bits(dtype), target.vector_bits)
+
+
+@template("conv2d_nchwc")
+def schedule_conv2d_nchwc(s, out, target, kb=2, pixels=7, ohb=1, rcb=0, unroll_window=True, pad="root"):
+    """kb: output-channel blocks and pixels: output columns of the micro-kernel; ohb: output
+    rows per task; rcb: input-channel blocks per reduction block (0: all); unroll_window:
+    unroll ry and rx; pad: "root", "tile" or "inline"."""
+    conv = _anchor(s, out, "conv2d_nchwc")
+    blocks = s.state.stage(conv).reduce_axes[0].extent
+    pad_stage = find_pad_stage(s, conv)
+    acc, (n, k, oh, ow, kl) = _accumulate_in_tile(s, out, conv)
+    ko, ki = s.split(k, factor=kb)
+    oho, ohi = s.split(oh, factor=ohb)
+    s.reorder(n, ko, oho, ki, ohi, ow, kl)
+    tile = s.fuse(n, ko, oho)
+    s.parallel(tile)
+    s.vectorize(kl)
+    _place_pad(s, pad_stage, pad, tile, s.state.stage(conv).shape[-1])
+
+    s.compute_at(acc, tile)
+    an, ak, aoh, aow, akl, rc, ry, rx, rci = s.loops(acc)
+    wo, wi = s.split(aow, factor=pixels)
+    rco, rcin = s.split(rc, factor=rcb or blocks)
+    s.reorder(an, rco, aoh, wo, rcin, ry, rx, rci, wi, ak, akl)
+    if unroll_window:
+        s.unroll(ry)
+        s.unroll(rx)
+    s.unroll(wi)
+    s.unroll(ak)
+    s.vectorize(akl)
+
+
+@defaults("conv2d_nchwc")
+def conv2d_nchwc_defaults(s, out, target) -> dict:
+    """The micro-kernel with the most FMAs per load whose accumulators, weight vectors and a
+    broadcast fit the registers (at most MAX_ACCUMULATORS accumulators), among tiles that
+    divide the row and the channel blocks; the most rows per task whose accumulator tile stays
+    within half the L1d while leaving four tasks per core; the reduction block whose weights
+    and input rows fit half the L1d."""
+    conv = _anchor(s, out, "conv2d_nchwc")
+    st = s.state.stage(conv)
+    N, KB, OH, OW, block = st.shape
+    CB, R, S, cb = (a.extent for a in st.reduce_axes)
+    attrs = s.tensor(conv).op.attrs
+    (_, sw), (dh, dw) = attrs["stride"], attrs["dilation"]
+    regs = _registers_per_vector(target, st.dtype, block)
+    best = None
+    for kb in (d for d in range(1, min(KB, 4) + 1) if KB % d == 0):
+        for pixels in (d for d in range(1, min(OW, 14) + 1) if OW % d == 0):
+            acc = kb * pixels * regs
+            if acc > MAX_ACCUMULATORS or acc + kb * regs + 1 > target.vector_registers - 2:
+                continue
+            key = (round(kb * pixels / (pixels + kb * regs), 3), acc)
+            if best is None or key > best[0]:
+                best = (key, (kb, pixels))
+    kb, pixels = best[1] if best else (1, 1)
+    bytes_ = dtypes.bits(st.dtype) // 8
+    half_l1 = target.cache_bytes("l1d") // 2
+    threads = max(1, target.num_cores)
+    tasks_per_row = N * _cdiv(KB, kb)
+    rows = [d for d in range(1, OH + 1) if OH % d == 0]
+    fits = [d for d in rows if d * OW * kb * block * bytes_ <= half_l1 and tasks_per_row * (OH // d) >= 4 * threads]
+    ohb = max(fits or [1])
+    in_cols = (OW - 1) * sw + (S - 1) * dw + 1
+    per_block = bytes_ * cb * (R * S * kb * block + ((R - 1) * dh + 1) * in_cols)
+    rcb = max([d for d in range(1, CB + 1) if CB % d == 0 and d * per_block <= half_l1] or [1])
+    return dict(kb=kb, pixels=pixels, ohb=ohb, rcb=0 if rcb == CB else rcb, unroll_window=R * S <= 25, pad="root")
+
+
+def _window_schedule(s, out, target, tag, oht, pixels, unroll_window, pad):
+    op = _anchor(s, out, tag)
+    pad_stage = find_pad_stage(s, op)
+    acc, (n, k, oh, ow, kl) = _accumulate_in_tile(s, out, op)
+    oho, ohi = s.split(oh, factor=oht)
+    s.reorder(n, k, oho, ohi, ow, kl)
+    tile = s.fuse(n, k, oho)
+    s.parallel(tile)
+    s.vectorize(kl)
+    _place_pad(s, pad_stage, pad, tile, s.state.stage(op).shape[-1])
+
+    s.compute_at(acc, tile)
+    an, ak, aoh, aow, akl, ry, rx = s.loops(acc)
+    wo, wi = s.split(aow, factor=pixels)
+    s.reorder(an, ak, aoh, wo, ry, rx, wi, akl)
+    if unroll_window:
+        s.unroll(ry)
+        s.unroll(rx)
+    s.unroll(wi)
+    s.vectorize(akl)
+
+
+def _window_defaults(tag):
+    def choose(s, out, target) -> dict:
+        """`pixels`: the most output columns dividing the row whose accumulators fill half the
+        registers; `oht`: the most rows whose accumulator tile stays within half the L1d while
+        leaving four tasks per core."""
+        st = s.state.stage(_anchor(s, out, tag))
+        N, CB, OH, OW, block = st.shape
+        R, S = (a.extent for a in st.reduce_axes)
+        regs = _registers_per_vector(target, st.dtype, block)
+        pixels = max(d for d in range(1, OW + 1) if OW % d == 0 and d * regs <= target.vector_registers // 2)
+        bytes_ = dtypes.bits(st.dtype) // 8
+        threads = max(1, target.num_cores)
+        rows = [
+            d
+            for d in range(1, OH + 1)
+            if OH % d == 0
+            and d * OW * block * bytes_ <= target.cache_bytes("l1d") // 2
+            and N * CB * (OH // d) >= 4 * threads
+        ]
+        return dict(oht=max(rows or [1]), pixels=pixels, unroll_window=R * S <= 49, pad="tile")
+
+    return choose
+
+
+def _register_window(tag):
+    @template(tag)
+    def schedule(s, out, target, oht=1, pixels=7, unroll_window=True, pad="tile"):
+        """oht: output rows per task; pixels: output columns per accumulator tile;
+        unroll_window: unroll ry and rx; pad: "tile", "inline" or "root"."""
+        _window_schedule(s, out, target, tag, oht, pixels, unroll_window, pad)
+
+    schedule.__name__ = f"schedule_{tag}"
+    defaults(tag)(_window_defaults(tag))
+
+
+for _tag in WINDOW_TAGS:
+    _register_window(_tag)
