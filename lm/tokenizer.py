@@ -17,7 +17,9 @@ always decodes with the vocabulary it stores, so its token ids never move; a che
 vocabulary lacks the GPU tokens cannot write GPU sentences (`missing_tokens` says which), and
 the decoder refuses GPU spaces for it. Then `default`, the keyword of the prompt line that
 shows the hand template's own program: a vocabulary without it (the first models') is given
-prompts without that line, as those models were trained.
+prompts without that line, as those models were trained. Last, the channel-blocked operators'
+tags and template parameters (`conv2d_nchwc`, `pixels`): an older vocabulary reads them as
+`<unk>`, and the decoder still writes only legal values for them.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ CUDA_ARCHS += ["sm_90a", "sm_100a", "sm_101a", "sm_103a", "sm_120a", "sm_121a", 
 GPU_RULE_SLOTS = ["threads", "tile", "step", "inner", "unroll", "shared", "block", "inline"]
 # Tokens added after the GPU ones: the keyword of the template-defaults line of a prompt.
 LATER_KEYWORDS = ["default"]
+# Then the operators on channel-blocked data (minitc/ops/nchwc.py) and their templates' parameters.
+BLOCKED_TAGS = ["conv2d_nchwc", "depthwise_conv2d_nchwc", "max_pool2d_nchwc", "avg_pool2d_nchwc"]
 
 
 class TokenizerError(MinitcError):
@@ -80,7 +84,7 @@ def _design_space_words() -> list:
     """Template parameter names, categorical string values and sketch names of the CPU design
     spaces (in the order of the first vocabulary: candidate lists, then parameters)."""
     load_templates()
-    params = _params(TEMPLATES)
+    params = _params({tag: fn for tag, fn in TEMPLATES.items() if tag not in BLOCKED_TAGS})
     words = ["template", "generic"] + [name for name in space.CANDIDATES if name in params] + params
     for name in ("parallel", "pad"):
         words += [v for v in space._domain(name, "") if v]
@@ -115,10 +119,19 @@ def gpu_tokens() -> list:
     return [w for w in dict.fromkeys(words) if w not in cpu]
 
 
+def blocked_tokens() -> list:
+    """The tags of the channel-blocked operators and their templates' new parameter names."""
+    load_templates()
+    known = set(cpu_vocab())
+    params = _params({tag: TEMPLATES[tag] for tag in BLOCKED_TAGS})
+    return [w for w in dict.fromkeys(BLOCKED_TAGS + params) if w not in known]
+
+
 def default_vocab() -> list:
     """The vocabulary of new models: the CPU vocabulary, then the GPU tokens, then the later
-    keywords (appended, so a token keeps its id in every vocabulary that has it)."""
-    return cpu_vocab() + gpu_tokens() + LATER_KEYWORDS
+    keywords, then the channel-blocked operators' words (appended, so a token keeps its id in
+    every vocabulary that has it)."""
+    return cpu_vocab() + gpu_tokens() + LATER_KEYWORDS + blocked_tokens()
 
 
 _INDEX_PIECES = re.compile(r"a\d+|\d+|[-+*?]")

@@ -131,14 +131,19 @@ def test_batch_norm_folds_into_the_convolution():
         close(tc.compile(model, (x,))(x), model(x))
 
 
-def test_convolutions_take_bias_residual_and_relu_as_their_epilogue():
+@pytest.mark.parametrize("layout, conv", [("auto", "conv2d_nchwc"), ("nchw", "conv2d")])
+def test_convolutions_take_bias_residual_and_relu_as_their_epilogue(layout, conv):
+    """In channel blocks (8 lanes: every convolution of the model fills them) or in NCHW."""
     torch.manual_seed(0)
-    graph = tc.compile(SmallResNet().eval(), (torch.randn(1, 3, 16, 16),)).graph
-    bodies = [[b.op for b in n.body] for n in graph.nodes if n.op == "fused"]
-    assert bodies.count(["conv2d", "add", "relu"]) == 3  # the stem and each block's first conv
-    assert bodies.count(["conv2d", "add", "add", "relu"]) == 2  # the second, with the residual
-    assert ["conv2d", "add"] in bodies  # the downsampling shortcut
-    assert not any(n.op in ("conv2d", "add", "relu") for n in graph.nodes)  # no separate passes
+    model, x = SmallResNet().eval(), torch.randn(1, 3, 16, 16)
+    compiled = tc.compile(model, (x,), target="llvm -mcpu=znver2 -num-cores=2", layout=layout)
+    bodies = [[b.op for b in n.body] for n in compiled.graph.nodes if n.op == "fused"]
+    assert bodies.count([conv, "add", "relu"]) == 3  # the stem and each block's first conv
+    assert bodies.count([conv, "add", "add", "relu"]) == 2  # the second, with the residual
+    assert [conv, "add"] in bodies  # the downsampling shortcut
+    assert not any(n.op in (conv, "add", "relu") for n in compiled.graph.nodes)  # no separate passes
+    with torch.no_grad():
+        close(compiled(x), model(x))
 
 
 def test_activation_fuses_only_when_the_product_has_no_other_reader():

@@ -20,14 +20,15 @@ def close(a, b, rtol=1e-4, atol=1e-5):
 
 
 def test_conv_weights_are_packed_where_channel_vectors_pay():
-    """On an 8-lane target, a convolution with 8-wide output rows keeps its [K, C, R, S] weight;
-    one with 7-wide rows or a stride of 2 gets it repacked once into [C, R, S, K]."""
+    """In PyTorch's layout (`layout="nchw"`) on an 8-lane target, a convolution with 8-wide
+    output rows keeps its [K, C, R, S] weight; one with 7-wide rows or a stride of 2 gets it
+    repacked once into [C, R, S, K]."""
     torch.manual_seed(0)
     model = nn.Sequential(
         nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, stride=2, padding=1), nn.Conv2d(16, 8, 2)
     ).eval()
     x = torch.randn(1, 3, 16, 16)
-    compiled = tc.compile(model, (x,), target="llvm -mcpu=znver2 -num-cores=2")
+    compiled = tc.compile(model, (x,), target="llvm -mcpu=znver2 -num-cores=2", layout="nchw")
     convs = [b for n in compiled.graph.nodes for b in ([n] + list(getattr(n, "body", [])) or [n]) if b.op == "conv2d"]
     assert [c.attrs.get("weight_layout") for c in convs] == [None, "CRSK", "CRSK"]
     assert [tuple(compiled.graph.constants[c.inputs[1]].shape) for c in convs] == [
@@ -44,7 +45,7 @@ def test_packed_conv_weight_rows_are_padded_off_a_kib_stride():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(16, 256, 1, stride=2), nn.ReLU()).eval()
     x = torch.randn(1, 16, 14, 14)
-    compiled = tc.compile(model, (x,), target="llvm -mcpu=znver2 -num-cores=2")
+    compiled = tc.compile(model, (x,), target="llvm -mcpu=znver2 -num-cores=2", layout="nchw")
     (conv,) = [n for n in compiled.graph.nodes for n in (n.body or [n]) if n.op == "conv2d"]
     assert compiled.graph.constants[conv.inputs[1]].shape == (16, 1, 1, 256 + 16)  # one cache line more
     with torch.no_grad():

@@ -33,6 +33,7 @@ from minitc.lm.tokenizer import (
     GPU_KEYWORDS,
     LATER_KEYWORDS,
     Tokenizer,
+    blocked_tokens,
     cpu_vocab,
     default_vocab,
     gpu_tokens,
@@ -298,7 +299,14 @@ def test_every_legal_gpu_value_and_label_has_tokens(op_samples, workload_samples
 
 def test_gpu_tokens_are_appended_after_the_cpu_vocabulary(tok):
     cpu = cpu_vocab()
-    assert tok.vocab == default_vocab() == cpu + gpu_tokens() + LATER_KEYWORDS
+    assert tok.vocab == default_vocab() == cpu + gpu_tokens() + LATER_KEYWORDS + blocked_tokens()
+    assert blocked_tokens() == [
+        "conv2d_nchwc",
+        "depthwise_conv2d_nchwc",
+        "max_pool2d_nchwc",
+        "avg_pool2d_nchwc",
+        "pixels",
+    ]
     assert tok.reads_defaults() and not Tokenizer(cpu + gpu_tokens()).reads_defaults()
     assert len(cpu) == 441 and not set(gpu_tokens()) & set(cpu)
     assert tok.writes_gpu() and not Tokenizer(cpu).writes_gpu()

@@ -25,10 +25,11 @@ import numpy as np
 from minitc.autotune.task_scheduler import tune_tasks
 from minitc.autotune.tuner import tuned_schedule
 from minitc.driver import build
-from minitc.errors import MinitcError, ShapeError
+from minitc.errors import ConfigError, MinitcError, ShapeError
 from minitc.frontend import passes
 from minitc.frontend.importer import import_model, unsupported
 from minitc.frontend.kernels import NO_KERNEL, node_tensor
+from minitc.frontend.passes import LAYOUTS
 from minitc.frontend.runtime import Plan
 from minitc.schedule import Schedule
 from minitc.te import placeholder
@@ -113,8 +114,8 @@ class CompiledModel:
     """A model compiled for one set of input shapes; calling it with other shapes compiles the
     model again for those (with a warning saying so)."""
 
-    def __init__(self, model, example_inputs, target="llvm", db=None, fallback=True, tuning=None):
-        self.model, self.target, self.db, self.fallback = model, target, db, fallback
+    def __init__(self, model, example_inputs, target="llvm", db=None, fallback=True, tuning=None, layout="auto"):
+        self.model, self.target, self.db, self.fallback, self.layout = model, target, db, fallback, layout
         self.tuning = tuning or {}  # tune_tasks options: trials, strategy, progress
         self.example_inputs = tuple(example_inputs)
         self.tune_results: list = []
@@ -139,7 +140,7 @@ class CompiledModel:
         return self.plan
 
     def _compile(self, inputs):
-        graph = passes.run_all(import_model(self.model, inputs), self.target)
+        graph = passes.run_all(import_model(self.model, inputs), self.target, self.layout)
         _report_fallbacks(graph, self.fallback)
         tasks = extract_tasks(graph)
         if self.tuning.get("trials"):
@@ -158,6 +159,7 @@ class CompiledModel:
         """A compiled model rebuilt from a saved file (minitc.frontend.saved.load)."""
         self = cls.__new__(cls)
         self.model, self.target, self.db, self.fallback, self.tuning = None, target, False, True, {}
+        self.layout = "auto"
         self.example_inputs, self.tune_results, self.source = tuple(example_inputs), [], source
         signature = tuple(tuple(t.shape) for t in example_inputs)
         self._variants = {signature: (graph, tasks, plan)}
@@ -219,6 +221,7 @@ def compile_model(
     trials: int = 0,
     strategy: str = "tlm",
     progress=None,
+    layout: str = "auto",
 ) -> CompiledModel:
     """Compile the `torch.nn.Module` `model` for inputs like `example_inputs` (a tuple of
     tensors, or one tensor). `target`: a CPU target (`llvm`, `llvm -mcpu=...`). `db`: the
@@ -226,8 +229,12 @@ def compile_model(
     user's). `trials`: measurements spread over the model's tasks by expected gain
     (minitc.autotune.task_scheduler), with `strategy`; `progress(task index, session)` after
     each round. `fallback=False` raises UnsupportedOpsError, listing every operator minitc
-    cannot compile, instead of running them through PyTorch."""
+    cannot compile, instead of running them through PyTorch. `layout`: "auto" keeps a CNN's
+    activations in channel blocks where the target's vectors fill them (NCHW[c],
+    minitc/frontend/layout.py), "nchw" keeps PyTorch's layout."""
+    if layout not in LAYOUTS:
+        raise ConfigError(f"layout must be one of {', '.join(map(repr, LAYOUTS))}, got {layout!r}")
     if not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)
     tuning = {"trials": trials, "strategy": strategy, "progress": progress} if trials else None
-    return CompiledModel(model, tuple(example_inputs), target, db, fallback, tuning)
+    return CompiledModel(model, tuple(example_inputs), target, db, fallback, tuning, layout)

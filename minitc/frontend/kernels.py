@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from minitc import ops
 from minitc.errors import MinitcError
+from minitc.ops import nchwc
 from minitc.ops.elementwise import broadcast_read
 from minitc.te import compute
 
@@ -143,7 +144,11 @@ BUILDERS = {
     "batch_matmul": _batch_matmul,
     "conv2d": _conv(ops.conv2d),
     "depthwise_conv2d": _conv(ops.depthwise_conv2d),
+    "conv2d_nchwc": _conv(nchwc.conv2d_nchwc),
+    "depthwise_conv2d_nchwc": _conv(nchwc.depthwise_conv2d_nchwc),
     "max_pool2d": _pool(ops.max_pool2d),
+    "max_pool2d_nchwc": _pool(nchwc.max_pool2d_nchwc),
+    "avg_pool2d_nchwc": _pool(nchwc.avg_pool2d_nchwc),
     "avg_pool2d": _pool(ops.avg_pool2d),
     "mean": _reduce(ops.mean),
     "sum": _reduce(ops.sum),
@@ -163,7 +168,12 @@ BUILDERS = {
 
 # the tag of a fused kernel's result, by its anchor: the template that computes the whole body
 # per output tile of the anchor (conv2d's template finds the convolution under its epilogue)
-EPILOGUE_TAGS = {"dense": "dense_epilogue", "conv2d": "conv2d"}
+EPILOGUE_TAGS = {
+    "dense": "dense_epilogue",
+    "conv2d": "conv2d",
+    "conv2d_nchwc": "conv2d_nchwc",
+    "depthwise_conv2d_nchwc": "depthwise_conv2d_nchwc",
+}
 
 
 def _fused(node, inputs: list):

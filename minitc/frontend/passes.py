@@ -34,6 +34,7 @@ import numpy as np
 from minitc.frontend.graph import Graph, Node
 from minitc.frontend.importer import Ref
 from minitc.frontend.kernels import split_groups
+from minitc.frontend.layout import block_channels
 from minitc.target import is_gpu, parse_target
 from minitc.templates.conv_channels import channel_vectors_pay
 
@@ -227,7 +228,12 @@ def simplify_views(graph: Graph) -> Graph:
 
 ELEMENTWISE = ("add", "sub", "mul", "div", "relu", "gelu", "sigmoid", "tanh", "exp", "scale_shift", "clamp")
 INJECTIVE = ("permute", "expand", "slice")
-EPILOGUE_ANCHORS = ("dense", "conv2d")  # anchors whose template applies a fused elementwise epilogue
+EPILOGUE_ANCHORS = (
+    "dense",
+    "conv2d",
+    "conv2d_nchwc",
+    "depthwise_conv2d_nchwc",
+)  # anchors whose template applies a fused elementwise epilogue
 PROLOGUE_TAKERS = ("softmax",)  # ops whose template inlines elementwise producers of their input
 
 
@@ -471,6 +477,7 @@ def fold_transposes(graph: Graph) -> Graph:
 PASSES = (
     eliminate_common_subexpressions,
     fold_batch_norm,
+    block_channels,
     pack_conv_weights,
     fuse_dense_activation,
     simplify_views,
@@ -480,7 +487,13 @@ PASSES = (
 )
 
 
-def run_all(graph: Graph, target="llvm") -> Graph:
+LAYOUTS = ("auto", "nchw")
+
+
+def run_all(graph: Graph, target="llvm", layout: str = "auto") -> Graph:
+    """The passes in order; `layout="nchw"` leaves out block_channels."""
     for p in PASSES:
-        graph = p(graph, target) if p is pack_conv_weights else p(graph)
+        if p is block_channels and layout == "nchw":
+            continue
+        graph = p(graph, target) if p in (block_channels, pack_conv_weights) else p(graph)
     return graph

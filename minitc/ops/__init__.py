@@ -8,6 +8,8 @@ and returns the output Tensor, checking shapes and dtypes up front (ShapeError /
                     depthwise_conv2d(X, W, stride=1, padding=0, dilation=1)
                     max_pool2d(X, kernel, stride=None, padding=0)
                     avg_pool2d(X, kernel, stride=None, padding=0)  count_include_pad=True
+    NCHW[c]         conv2d_nchwc, depthwise_conv2d_nchwc, max_pool2d_nchwc, avg_pool2d_nchwc:
+                    the same on channel-blocked data (nchwc.py; reference.to_nchwc converts)
     normalisation   softmax(X, axis=-1), layer_norm(X, gamma, beta, eps=1e-5)
     elementwise     add, sub, mul, div, maximum, minimum (numpy broadcasting, numbers allowed),
                     relu, gelu, sigmoid, tanh, exp, bias_add(X, bias, axis=1)
@@ -28,6 +30,7 @@ from minitc.ops import reference
 from minitc.ops._util import window_output_size
 from minitc.ops.elementwise import add, bias_add, div, exp, gelu, maximum, minimum, mul, relu, sigmoid, sub, tanh
 from minitc.ops.linalg import batch_matmul, dense, matmul
+from minitc.ops.nchwc import avg_pool2d_nchwc, conv2d_nchwc, depthwise_conv2d_nchwc, max_pool2d_nchwc
 from minitc.ops.nn import avg_pool2d, conv2d, depthwise_conv2d, max_pool2d
 from minitc.ops.norm import layer_norm, softmax
 from minitc.ops.reduce import max, mean, min, sum  # noqa: A004 - numpy-style names inside the namespace
@@ -48,6 +51,10 @@ __all__ = [
     "depthwise_conv2d",
     "max_pool2d",
     "avg_pool2d",
+    "conv2d_nchwc",
+    "depthwise_conv2d_nchwc",
+    "max_pool2d_nchwc",
+    "avg_pool2d_nchwc",
     "softmax",
     "layer_norm",
     "add",

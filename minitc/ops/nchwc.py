@@ -67,7 +67,9 @@ def depthwise_conv2d_nchwc(X, W, stride=1, padding=0, dilation=1, name: str | No
     _util.rank(op, "W", W, 4, "[channel blocks, kernel_h, kernel_w, channels per block]")
     N, CB, H, Wd, c = X.shape
     if (W.shape[0], W.shape[3]) != (CB, c):
-        raise ShapeError(f"{op}: X {X.shape} has {CB} blocks of {c} channels but W {W.shape} has {W.shape[0]} of {W.shape[3]}")
+        raise ShapeError(
+            f"{op}: X {X.shape} has {CB} blocks of {c} channels but W {W.shape} has {W.shape[0]} of {W.shape[3]}"
+        )
     _util.numeric(op, X, W)
     R, S = W.shape[1], W.shape[2]
     (sh, sw), (ph, pw), (dh, dw), OH, OW = _window(op, H, Wd, R, S, stride, padding, dilation)

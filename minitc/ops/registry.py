@@ -24,7 +24,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from minitc.ops import elementwise, linalg, nn, norm, reduce, reference
+from minitc.ops import elementwise, linalg, nchwc, nn, norm, reduce, reference
 from minitc.te import Tensor, placeholder
 
 SIZES = ("tiny", "small", "medium")
@@ -162,6 +162,44 @@ _max_pool2d = _maker(_pool)
 _avg_pool2d = _maker(_pool)
 
 
+_NCHWC_SMALL = [  # (N, C, H, W, K, R, stride, padding, in block, out block)
+    (1, 8, 9, 9, 16, 3, 1, 1, 8, 8),
+    (2, 3, 10, 8, 8, 3, 2, 1, 3, 8),
+    (1, 16, 7, 7, 32, 1, 1, 0, 16, 16),
+    (1, 8, 11, 11, 8, 5, 2, 2, 4, 4),
+]
+
+
+@_maker
+def _conv2d_nchwc(size, rng):
+    n, c, h, w, k, r, st, pad, cb, kb = {
+        "tiny": (1, 4, 5, 5, 4, 3, 1, 1, 2, 2),
+        "medium": (1, 256, 14, 14, 256, 3, 1, 1, 16, 16),
+    }.get(size) or _pick(rng, _NCHWC_SMALL)
+    x = reference.to_nchwc(_normal(rng, n, c, h, w), cb)
+    return (x, reference.to_blocked_weight(_normal(rng, k, c, r, r), cb, kb)), {"stride": st, "padding": pad}
+
+
+@_maker
+def _depthwise_conv2d_nchwc(size, rng):
+    n, c, h, w, r, st, pad, block = {
+        "tiny": (1, 4, 5, 5, 3, 1, 1, 2),
+        "medium": (1, 144, 56, 56, 3, 1, 1, 16),
+    }.get(size) or _pick(rng, [(1, 16, 9, 9, 3, 1, 1, 8), (2, 8, 10, 10, 3, 2, 1, 4), (1, 16, 8, 8, 5, 1, 2, 16)])
+    weight = _normal(rng, c // block, r, r, block)
+    return (reference.to_nchwc(_normal(rng, n, c, h, w), block), weight), {"stride": st, "padding": pad}
+
+
+def _pool_nchwc(size, rng):
+    (x,), params = _pool(size, rng)
+    block = 16 if size == "medium" else x.shape[1]  # one block of all channels
+    return (reference.to_nchwc(x, block),), params
+
+
+_max_pool2d_nchwc = _maker(_pool_nchwc)
+_avg_pool2d_nchwc = _maker(_pool_nchwc)
+
+
 @_maker
 def _softmax(size, rng):
     if size != "small":
@@ -231,6 +269,10 @@ OPS: dict = {
     "depthwise_conv2d": _spec(nn, "depthwise_conv2d", _depthwise_conv2d),
     "max_pool2d": _spec(nn, "max_pool2d", _max_pool2d),
     "avg_pool2d": _spec(nn, "avg_pool2d", _avg_pool2d),
+    "conv2d_nchwc": _spec(nchwc, "conv2d_nchwc", _conv2d_nchwc),
+    "depthwise_conv2d_nchwc": _spec(nchwc, "depthwise_conv2d_nchwc", _depthwise_conv2d_nchwc),
+    "max_pool2d_nchwc": _spec(nchwc, "max_pool2d_nchwc", _max_pool2d_nchwc),
+    "avg_pool2d_nchwc": _spec(nchwc, "avg_pool2d_nchwc", _avg_pool2d_nchwc),
     "softmax": _spec(norm, "softmax", _softmax),
     "layer_norm": _spec(norm, "layer_norm", _layer_norm),
     "add": _spec(elementwise, "add", _binary_maker()),

@@ -15,7 +15,7 @@ vectors (kb x pixels FMAs):
         for rc_o, oh, ow_o:
             for rc_i, ry, rx, rci:
                 for ow, k in unrolled(pixels), unrolled(kb):
-                    acc[oh, ow_o*pixels + ow, k, :] += pad[n, rc, oh*sh + ry*dh, (..)*sw + rx*dw, rci] * W[k, rc, ry, rx, rci, :]
+                    acc[oh, ow_o*pixels + ow, k, :] += pad[n, rc, .., .., rci] * W[k, rc, ry, rx, rci, :]
         out[n, k_o*kb : +kb, oh_o*ohb : +ohb, :, :] = epilogue(acc)
 
 The window template: a task per (image, channel block, `oht` output rows), an accumulator of

@@ -1,0 +1,214 @@
+"""`block_channels`: a CNN's activations in channel-blocked layout, NCHW[c] (minitc/ops/nchwc.py).
+
+A convolution whose output channels fill whole vectors runs as `conv2d_nchwc`: its constant
+weight is repacked once into [K/c, C/cb, R, S, cb, c], and its result stays blocked for every
+reader that can take it: the next convolution, elementwise ops (a bias or batch-norm constant
+per channel is reshaped to the blocked layout once), pooling, depthwise convolution and the
+global average pool. Only where a value leaves that region (a graph output, an op without a
+blocked kernel) is it converted back, by a `permute` kernel; a network input is converted on
+the way in. ONNX Runtime's NCHWc transformer does the same; the gain is that no kernel
+transposes between NCHW and the vector-of-channels order its micro-kernel computes in.
+
+The block is the target's vector lanes for the dtype, or half of them when a convolution's
+channels are not a multiple of the lanes but are of the half (MobileNet-V2's 24 channels with
+16-lane AVX-512 vectors).
+
+    %relu = fused[conv2d, add, relu](%x, %w, %b)           float32[1, 64, 56, 56]
+becomes
+    %x_nchwc = permute(%x_blocks, dims=[0, 1, 3, 4, 2])    float32[1, 1, 224, 224, 3]
+    %relu_nchwc = fused[conv2d_nchwc, add, relu](%x_nchwc, %w_nchwc, %b_nchwc)   float32[1, 4, 56, 56, 16]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minitc.frontend.graph import Graph, Node
+from minitc.ops.reference import to_blocked_weight
+from minitc.target import is_gpu, parse_target
+
+ELEMENTWISE = ("add", "sub", "mul", "div", "relu", "gelu", "sigmoid", "tanh", "exp", "scale_shift", "clamp")
+POOLS = ("max_pool2d", "avg_pool2d")
+REDUCTIONS = ("mean", "sum", "max")
+SUFFIX = "_nchwc"
+
+
+def choose_block(graph: Graph, lanes: int) -> int:
+    """The vector lanes, or half of them when some convolution's output channels are a multiple
+    of the half only."""
+    counts = [n.shape[1] for n in graph.nodes if n.op == "conv2d" and len(n.shape) == 4]
+    if any(k % lanes for k in counts) and all(k % (lanes // 2) == 0 for k in counts) and lanes >= 16:
+        return lanes // 2
+    return lanes
+
+
+def block_channels(graph: Graph, target="llvm") -> Graph:
+    if is_gpu(target):
+        return graph
+    dtype_lanes = parse_target(target).lanes
+    float_convs = [n for n in graph.nodes if n.op == "conv2d" and n.dtype == "float32"]
+    if not float_convs:
+        return graph
+    return _Blocker(graph, choose_block(graph, dtype_lanes("float32"))).run()
+
+
+class _Blocker:
+    def __init__(self, graph: Graph, block: int):
+        self.g = Graph(list(graph.inputs), dict(graph.constants), [], list(graph.outputs))
+        self.source, self.block = graph, block
+        self.blocked: dict = {}  # NCHW value name -> its blocked value's name
+        self.nchw: set = {v.name for v in graph.inputs} | set(graph.constants)  # values present in NCHW
+        self.shapes = {name: v.shape for name, v in graph.values().items()}
+        self.dtypes = {name: v.dtype for name, v in graph.values().items()}
+
+    # -- conversions -----------------------------------------------------------------------------
+
+    def _emit(self, node: Node) -> str:
+        self.g.nodes.append(node)
+        self.shapes[node.name], self.dtypes[node.name] = node.shape, node.dtype
+        return node.name
+
+    def to_blocks(self, name: str, block: int) -> str:
+        """The blocked value of `name` (converting it once)."""
+        if name in self.blocked:
+            return self.blocked[name]
+        n, c, h, w = self.shapes[name]
+        dtype = self.dtypes[name]
+        split = (n, c // block, block, h, w)
+        view = self._emit(Node(f"{name}_blocks", "view", (name,), {"shape": split}, split, dtype))
+        shape = (n, c // block, h, w, block)
+        self.blocked[name] = self._emit(
+            Node(f"{name}{SUFFIX}", "permute", (view,), {"dims": (0, 1, 3, 4, 2)}, shape, dtype)
+        )
+        return self.blocked[name]
+
+    def to_nchw(self, name: str) -> str:
+        """`name` in NCHW (converting its blocked value back once, under the original name)."""
+        if name in self.nchw or name not in self.blocked:
+            return name
+        src = self.blocked[name]
+        n, cb, h, w, c = self.shapes[src]
+        dtype = self.dtypes[src]
+        shape = (n, cb * c, h, w)
+        if h * w > 1:
+            src = self._emit(
+                Node(f"{name}_nchw", "permute", (src,), {"dims": (0, 1, 4, 2, 3)}, (n, cb, c, h, w), dtype)
+            )
+        self._emit(Node(name, "view", (src,), {"shape": shape}, shape, dtype))
+        self.nchw.add(name)
+        return name
+
+    def _constant(self, base: str, array) -> str:
+        name, k = f"{base}{SUFFIX}", 1
+        while name in self.g.constants or name in self.shapes:
+            k += 1
+            name = f"{base}{SUFFIX}_{k}"
+        self.g.constants[name] = np.ascontiguousarray(array)
+        self.shapes[name], self.dtypes[name] = array.shape, str(array.dtype)
+        return name
+
+    def _per_channel(self, name: str, channels: int):
+        """A constant that broadcasts per channel over [N, C, H, W] ([C, 1, 1], [1, C, 1, 1]) or
+        a single element, in the blocked layout; None for anything else."""
+        array = self.g.constants.get(name)
+        if array is None:
+            return None
+        if array.size == 1:
+            return name
+        shape = array.shape
+        if len(shape) < 3 or shape[-3:] != (channels, 1, 1) or any(d != 1 for d in shape[:-3]):
+            return None
+        blocked = array.reshape(shape[:-3] + (channels // self.block, self.block, 1, 1))
+        return self._constant(name, np.moveaxis(blocked, -3, -1))
+
+    # -- nodes -------------------------------------------------------------------------------------
+
+    def _conv(self, node: Node) -> bool:
+        weight = self.g.constants.get(node.inputs[1])
+        x = node.inputs[0]
+        K, C = node.shape[1], self.shapes[x][1]
+        if weight is None or weight.ndim != 4 or node.dtype != "float32" or K % self.block:
+            return False
+        if x in self.blocked:
+            cb = self.block
+        elif C % self.block == 0 or C < self.block:
+            cb = self.block if C % self.block == 0 else C
+        else:
+            return False
+        xb = self.to_blocks(x, cb)
+        wb = self._constant(node.inputs[1], to_blocked_weight(weight, cb, self.block))
+        self._blocked_node(node, "conv2d_nchwc", (xb, wb), node.attrs)
+        return True
+
+    def _depthwise(self, node: Node) -> bool:
+        weight = self.g.constants.get(node.inputs[1])
+        x = node.inputs[0]
+        if x not in self.blocked or weight is None or weight.shape[0] != self.shapes[x][1]:
+            return False  # only a multiplier of 1, on data already blocked
+        w = weight.reshape(weight.shape[0], weight.shape[-2], weight.shape[-1])
+        C, R, S = w.shape
+        wb = np.ascontiguousarray(w.reshape(C // self.block, self.block, R, S).transpose(0, 2, 3, 1))
+        self._blocked_node(
+            node, "depthwise_conv2d_nchwc", (self.blocked[x], self._constant(node.inputs[1], wb)), node.attrs
+        )
+        return True
+
+    def _elementwise(self, node: Node) -> bool:
+        if len(node.shape) != 4 or not any(i in self.blocked for i in node.inputs):
+            return False
+        channels = node.shape[1]
+        inputs = []
+        for i in node.inputs:
+            if i in self.blocked:
+                inputs.append(self.blocked[i])
+            elif i in self.g.constants:
+                converted = self._per_channel(i, channels)
+                if converted is None:
+                    return False
+                inputs.append(converted)
+            elif self.shapes[i] == node.shape:
+                inputs.append(self.to_blocks(i, self.block))
+            else:
+                return False
+        self._blocked_node(node, node.op, tuple(inputs), node.attrs)
+        return True
+
+    def _reduction(self, node: Node) -> bool:
+        """A reduction over the spatial axes (the global average pool): blocked, its result of one
+        pixel per channel is already in NCHW order, so a view gives the NCHW value."""
+        x = node.inputs[0]
+        if x not in self.blocked or tuple(node.attrs.get("axis") or ()) != (2, 3):
+            return False
+        src = self.blocked[x]
+        n, cb, _, _, c = self.shapes[src]
+        shape = (n, cb, 1, 1, c) if node.attrs["keepdims"] else (n, cb, c)
+        reduced = self._emit(Node(f"{node.name}{SUFFIX}", node.op, (src,), dict(node.attrs), shape, node.dtype))
+        self._emit(Node(node.name, "view", (reduced,), {"shape": node.shape}, node.shape, node.dtype))
+        self.nchw.add(node.name)
+        return True
+
+    def _blocked_node(self, node: Node, op: str, inputs: tuple, attrs: dict) -> None:
+        n, k, h, w = node.shape
+        shape = (n, k // self.block, h, w, self.block)
+        self.blocked[node.name] = self._emit(Node(f"{node.name}{SUFFIX}", op, inputs, dict(attrs), shape, node.dtype))
+
+    def run(self) -> Graph:
+        for node in self.source.nodes:
+            done = (
+                (node.op == "conv2d" and self._conv(node))
+                or (node.op == "depthwise_conv2d" and self._depthwise(node))
+                or (node.op in POOLS and node.inputs[0] in self.blocked and self._pool(node))
+                or (node.op in ELEMENTWISE and self._elementwise(node))
+                or (node.op in REDUCTIONS and self._reduction(node))
+            )
+            if not done:  # read in NCHW, which keeps each value's original name
+                for i in node.inputs:
+                    self.to_nchw(i)
+                self._emit(node)
+                self.nchw.add(node.name)
+        self.g.outputs = [self.to_nchw(o) for o in self.g.outputs]
+        return self.g.prune()
+
+    def _pool(self, node: Node) -> bool:
+        self._blocked_node(node, f"{node.op}_nchwc", (self.blocked[node.inputs[0]],), node.attrs)
+        return True
