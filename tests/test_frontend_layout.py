@@ -11,7 +11,7 @@ from torch import nn  # noqa: E402
 import minitc as tc  # noqa: E402
 from minitc.errors import ConfigError  # noqa: E402
 from minitc.frontend.graph import Graph, Node, Value  # noqa: E402
-from minitc.frontend.layout import block_channels, choose_block  # noqa: E402
+from minitc.frontend.layout import block_channels, block_of  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:torch")
 
@@ -70,10 +70,20 @@ def test_the_block_is_the_targets_vector_lanes():
         assert graph.constants[convs[1].inputs[1]].shape == (32 // block, 32 // block, 3, 3, block, block)
 
 
-def test_half_vectors_when_channels_fill_only_those():
-    graph = Graph([Value("x", (1, 24, 8, 8), "float32")])
-    graph.nodes = [Node("c", "conv2d", ("x", "w"), {}, (1, 24, 8, 8), "float32")]
-    assert choose_block(graph, 16) == 8 and choose_block(graph, 8) == 8
+def test_half_vectors_where_channels_fill_only_those():
+    """MobileNet-V2 on 16 lanes: its 24-channel values in blocks of 8, the others of 16; a
+    convolution reads one block size and writes the other."""
+    assert [block_of(c, 16) for c in (16, 24, 32, 12)] == [16, 8, 16, None]
+    assert [block_of(c, 8) for c in (8, 24, 4)] == [8, 8, None]
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.ReLU6(), nn.Conv2d(16, 24, 1), nn.Conv2d(24, 32, 1)).eval()
+    x = torch.randn(1, 3, 14, 14)
+    compiled = tc.compile(model, (x,), target=AVX512)
+    convs = [b for n in compiled.graph.nodes for b in (n.body or [n]) if b.op == "conv2d_nchwc"]
+    assert [c.shape[-1] for c in convs] == [16, 8, 16]
+    assert [compiled.graph.constants[c.inputs[1]].shape[-2:] for c in convs] == [(3, 16), (16, 8), (8, 16)]
+    with torch.no_grad():
+        close(compiled(x), model(x))
 
 
 def test_a_graph_output_and_an_unblocked_reader_get_nchw_back():

@@ -9,9 +9,9 @@ blocked kernel) is it converted back, by a `permute` kernel; a network input is 
 the way in. ONNX Runtime's NCHWc transformer does the same; the gain is that no kernel
 transposes between NCHW and the vector-of-channels order its micro-kernel computes in.
 
-The block is the target's vector lanes for the dtype, or half of them when a convolution's
-channels are not a multiple of the lanes but are of the half (MobileNet-V2's 24 channels with
-16-lane AVX-512 vectors).
+A value's block is the target's vector lanes for the dtype when they divide its channels, else
+half of them (MobileNet-V2's 24 channels with 16-lane AVX-512 vectors); a convolution may read
+one block size and write another. A value whose channels fill neither stays NCHW.
 
     %relu = fused[conv2d, add, relu](%x, %w, %b)           float32[1, 64, 56, 56]
 becomes
@@ -33,29 +33,25 @@ REDUCTIONS = ("mean", "sum", "max")
 SUFFIX = "_nchwc"
 
 
-def choose_block(graph: Graph, lanes: int) -> int:
-    """The vector lanes, or half of them when some convolution's output channels are a multiple
-    of the half only."""
-    counts = [n.shape[1] for n in graph.nodes if n.op == "conv2d" and len(n.shape) == 4]
-    if any(k % lanes for k in counts) and all(k % (lanes // 2) == 0 for k in counts) and lanes >= 16:
-        return lanes // 2
-    return lanes
+def block_of(channels: int, lanes: int) -> int | None:
+    """The channels per block of a value with `channels` channels: the lanes, or half of them
+    (at least 8), or None when neither divides the channels."""
+    for block in (lanes, lanes // 2):
+        if block >= 8 and channels % block == 0:
+            return block
+    return None
 
 
 def block_channels(graph: Graph, target="llvm") -> Graph:
-    if is_gpu(target):
+    if is_gpu(target) or not any(n.op == "conv2d" and n.dtype == "float32" for n in graph.nodes):
         return graph
-    dtype_lanes = parse_target(target).lanes
-    float_convs = [n for n in graph.nodes if n.op == "conv2d" and n.dtype == "float32"]
-    if not float_convs:
-        return graph
-    return _Blocker(graph, choose_block(graph, dtype_lanes("float32"))).run()
+    return _Blocker(graph, parse_target(target).lanes("float32")).run()
 
 
 class _Blocker:
-    def __init__(self, graph: Graph, block: int):
+    def __init__(self, graph: Graph, lanes: int):
         self.g = Graph(list(graph.inputs), dict(graph.constants), [], list(graph.outputs))
-        self.source, self.block = graph, block
+        self.source, self.lanes = graph, lanes
         self.blocked: dict = {}  # NCHW value name -> its blocked value's name
         self.nchw: set = {v.name for v in graph.inputs} | set(graph.constants)  # values present in NCHW
         self.shapes = {name: v.shape for name, v in graph.values().items()}
@@ -118,7 +114,8 @@ class _Blocker:
         shape = array.shape
         if len(shape) < 3 or shape[-3:] != (channels, 1, 1) or any(d != 1 for d in shape[:-3]):
             return None
-        blocked = array.reshape(shape[:-3] + (channels // self.block, self.block, 1, 1))
+        block = block_of(channels, self.lanes)
+        blocked = array.reshape(shape[:-3] + (channels // block, block, 1, 1))
         return self._constant(name, np.moveaxis(blocked, -3, -1))
 
     # -- nodes -------------------------------------------------------------------------------------
@@ -127,16 +124,17 @@ class _Blocker:
         weight = self.g.constants.get(node.inputs[1])
         x = node.inputs[0]
         K, C = node.shape[1], self.shapes[x][1]
-        if weight is None or weight.ndim != 4 or node.dtype != "float32" or K % self.block:
+        kb = block_of(K, self.lanes)
+        if weight is None or weight.ndim != 4 or node.dtype != "float32" or kb is None:
             return False
         if x in self.blocked:
-            cb = self.block
-        elif C % self.block == 0 or C < self.block:
-            cb = self.block if C % self.block == 0 else C
+            xb = self.blocked[x]
+        elif block_of(C, self.lanes) or C < self.lanes:  # a network's input: one block of its few channels
+            xb = self.to_blocks(x, block_of(C, self.lanes) or C)
         else:
             return False
-        xb = self.to_blocks(x, cb)
-        wb = self._constant(node.inputs[1], to_blocked_weight(weight, cb, self.block))
+        cb = self.shapes[xb][-1]
+        wb = self._constant(node.inputs[1], to_blocked_weight(weight, cb, kb))
         self._blocked_node(node, "conv2d_nchwc", (xb, wb), node.attrs)
         return True
 
@@ -147,7 +145,8 @@ class _Blocker:
             return False  # only a multiplier of 1, on data already blocked
         w = weight.reshape(weight.shape[0], weight.shape[-2], weight.shape[-1])
         C, R, S = w.shape
-        wb = np.ascontiguousarray(w.reshape(C // self.block, self.block, R, S).transpose(0, 2, 3, 1))
+        block = self.shapes[self.blocked[x]][-1]
+        wb = np.ascontiguousarray(w.reshape(C // block, block, R, S).transpose(0, 2, 3, 1))
         self._blocked_node(
             node, "depthwise_conv2d_nchwc", (self.blocked[x], self._constant(node.inputs[1], wb)), node.attrs
         )
@@ -166,8 +165,8 @@ class _Blocker:
                 if converted is None:
                     return False
                 inputs.append(converted)
-            elif self.shapes[i] == node.shape:
-                inputs.append(self.to_blocks(i, self.block))
+            elif self.shapes[i] == node.shape and block_of(channels, self.lanes):
+                inputs.append(self.to_blocks(i, block_of(channels, self.lanes)))
             else:
                 return False
         self._blocked_node(node, node.op, tuple(inputs), node.attrs)
@@ -189,7 +188,8 @@ class _Blocker:
 
     def _blocked_node(self, node: Node, op: str, inputs: tuple, attrs: dict) -> None:
         n, k, h, w = node.shape
-        shape = (n, k // self.block, h, w, self.block)
+        block = block_of(k, self.lanes)
+        shape = (n, k // block, h, w, block)
         self.blocked[node.name] = self._emit(Node(f"{node.name}{SUFFIX}", op, inputs, dict(attrs), shape, node.dtype))
 
     def run(self) -> Graph:
