@@ -1,0 +1,139 @@
+"""Templates of channel-blocked data (minitc/templates/conv_nchwc.py): conv2d_nchwc and the window
+template of depthwise convolution and pooling, with their defaults and explicit sizes, against
+the numpy references; the choices each target description gives (without running them); a
+fused epilogue; the traces round-trip."""
+
+import numpy as np
+import pytest
+from helpers import roundtrip
+
+import minitc as tc
+from minitc.ops import nchwc
+from minitc.ops import reference as ref
+from minitc.target import parse_target
+from minitc.templates import DEFAULTS, TEMPLATES, load_templates
+
+pytestmark = pytest.mark.avx2
+TOL = dict(rtol=2e-4, atol=2e-4)
+TARGETS = {  # name: (target, vector registers, float lanes)
+    "haswell": (parse_target("llvm -mcpu=haswell -num-cores=4"), 16, 8),
+    "znver2": (parse_target("llvm -mcpu=znver2 -num-cores=2"), 16, 8),
+    "znver4": (parse_target("llvm -mcpu=znver4 -num-cores=2"), 32, 16),
+    "sapphirerapids": (parse_target("llvm -mcpu=sapphirerapids -num-cores=56"), 32, 16),
+}
+
+
+def _blocked_conv(n, c, h, w, k, r, cb, kb, seed=0, **attrs):
+    rng = np.random.default_rng(seed)
+    x = ref.to_nchwc(rng.standard_normal((n, c, h, w)).astype("float32"), cb)
+    wt = ref.to_blocked_weight(rng.standard_normal((k, c, r, r)).astype("float32"), cb, kb)
+    X, W = tc.placeholder(x.shape, name="X"), tc.placeholder(wt.shape, name="W")
+    return nchwc.conv2d_nchwc(X, W, **attrs), x, wt
+
+
+def _schedule(out, target, **params):
+    load_templates()
+    s = tc.Schedule(out)
+    name = s.state.outputs[0]
+    tag = s.state.stage(name).tag
+    TEMPLATES[tag](s, name, target, **dict(DEFAULTS[tag](s, name, target), **params))
+    return s
+
+
+@pytest.mark.parametrize(
+    "shape, attrs",
+    [
+        ((1, 16, 9, 9, 16, 3, 8, 8), dict(padding=1)),
+        ((2, 3, 10, 12, 8, 3, 3, 8), dict(stride=2, padding=1)),  # a network's input: one block of 3
+        ((1, 16, 7, 7, 32, 1, 16, 16), {}),
+        ((1, 8, 11, 11, 8, 3, 8, 4), dict(stride=(2, 1), padding=2, dilation=2)),
+    ],
+)
+def test_conv2d_nchwc_default_matches_numpy(shape, attrs):
+    out, x, w = _blocked_conv(*shape, **attrs)
+    f = tc.build(out)
+    assert "conv2d_nchwc_local" in str(f.kernel)  # the template, not the naive nest
+    np.testing.assert_allclose(f(x, w), ref.conv2d_nchwc(x, w, **attrs), **TOL)
+    roundtrip(_schedule(out, parse_target("llvm")))
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        dict(kb=1, pixels=3, ohb=2, rcb=1, pad="tile"),  # tiles that do not divide the shape
+        dict(kb=2, pixels=4, ohb=1, rcb=0, pad="inline", unroll_window=False),
+    ],
+)
+def test_conv2d_nchwc_explicit_params(params):
+    out, x, w = _blocked_conv(1, 16, 9, 10, 24, 3, 8, 8, seed=1, padding=1)
+    f = tc.build(_schedule(out, parse_target("llvm"), **params))
+    np.testing.assert_allclose(f(x, w), ref.conv2d_nchwc(x, w, padding=1), **TOL)
+
+
+def test_conv2d_nchwc_applies_a_fused_epilogue_as_it_stores():
+    conv, x, w = _blocked_conv(1, 8, 6, 6, 16, 3, 8, 8, seed=2, padding=1)
+    B, R = tc.placeholder((2, 1, 1, 8), name="B"), tc.placeholder(conv.shape, name="R")
+    y = tc.ops.relu(tc.ops.add(tc.ops.add(conv, B), R))
+    out = tc.compute(y.shape, lambda *i: y[i], name="epilogue", tag="conv2d_nchwc")
+    rng = np.random.default_rng(3)
+    b, r = rng.standard_normal((2, 1, 1, 8)).astype("float32"), rng.standard_normal(conv.shape).astype("float32")
+    f = tc.build(out)
+    text = str(f.kernel)
+    assert text.count("epilogue[") == 1 and "conv2d_nchwc_local[" in text.split("epilogue[")[1]
+    np.testing.assert_allclose(f(x, w, b, r), np.maximum(ref.conv2d_nchwc(x, w, padding=1) + b + r, 0), **TOL)
+
+
+@pytest.mark.parametrize("name", list(TARGETS))
+def test_conv2d_nchwc_micro_kernel_fits_each_targets_registers(name):
+    """ResNet's 3x3 layer at 14x14 in the target's blocks: the accumulators, kb weight vectors
+    and a broadcast fit the vector registers, the tile divides the row and the blocks, and the
+    accumulator vectors are whole blocks."""
+    target, registers, lanes = TARGETS[name]
+    out, _, _ = _blocked_conv(1, 256, 14, 14, 256, 3, lanes, lanes, padding=1)
+    s = tc.Schedule(out)
+    load_templates()
+    p = DEFAULTS["conv2d_nchwc"](s, "conv2d_nchwc", target)
+    accumulators = p["kb"] * p["pixels"]
+    assert accumulators + p["kb"] + 1 <= registers - 2 and accumulators >= 6
+    assert 14 % p["pixels"] == 0 and (256 // lanes) % p["kb"] == 0
+    assert f"vectorized({lanes})" in str(tc.lower(_schedule(out, target)))
+
+
+def test_sixteen_channel_blocks_on_an_avx2_target_take_two_registers_a_vector():
+    target, registers, _ = TARGETS["znver2"]
+    out, _, _ = _blocked_conv(1, 64, 14, 14, 64, 3, 16, 16)
+    p = DEFAULTS["conv2d_nchwc"](tc.Schedule(out), "conv2d_nchwc", target)
+    assert 2 * p["kb"] * p["pixels"] + 2 * p["kb"] + 1 <= registers - 2
+
+
+WINDOW_CASES = [
+    (nchwc.depthwise_conv2d_nchwc, dict(stride=1, padding=1), (3, 3)),
+    (nchwc.depthwise_conv2d_nchwc, dict(stride=2, padding=2, dilation=2), (3, 3)),
+    (nchwc.max_pool2d_nchwc, dict(kernel=3, stride=2, padding=1), None),
+    (nchwc.avg_pool2d_nchwc, dict(kernel=(2, 3), stride=(2, 1), padding=(1, 0)), None),
+]
+
+
+@pytest.mark.parametrize("op, attrs, window", WINDOW_CASES)
+def test_window_templates_match_numpy(op, attrs, window):
+    rng = np.random.default_rng(4)
+    x = ref.to_nchwc(rng.standard_normal((2, 16, 9, 11)).astype("float32"), 8)
+    X = tc.placeholder(x.shape, name="X")
+    args = [x]
+    if window:
+        w = rng.standard_normal((2, *window, 8)).astype("float32")
+        out = op(X, tc.placeholder(w.shape, name="W"), **attrs)
+        args.append(w)
+    else:
+        out = op(X, **attrs)
+    want = getattr(ref, op.__name__)(*args, **attrs)
+    np.testing.assert_allclose(tc.build(out)(*args), want, **TOL)
+    s = _schedule(out, parse_target("llvm"), oht=2, pixels=4)
+    np.testing.assert_allclose(tc.build(s)(*args), want, **TOL)
+    roundtrip(s)
+
+
+def test_every_blocked_tag_has_a_template_and_defaults():
+    load_templates()
+    for tag in ("conv2d_nchwc", "depthwise_conv2d_nchwc", "max_pool2d_nchwc", "avg_pool2d_nchwc"):
+        assert tag in TEMPLATES and tag in DEFAULTS
