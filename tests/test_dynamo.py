@@ -88,7 +88,9 @@ def test_cnn_weights_are_constants_and_nothing_runs_through_pytorch():
     assert [v.shape for v in graph.inputs] == [(2, 3, 8, 8)]
     ops = {n.op for n in graph.nodes} | {b.op for n in graph.nodes for b in n.body}
     assert "scale_shift" not in ops  # both batch norms folded into their convolutions
-    assert {"conv1.weight_folded", "conv2.weight_folded", "fc.weight_t"} <= set(graph.constants)
+    # folded (and repacked into channel blocks where the target's vectors fill them)
+    assert all(any(c.startswith(f"{conv}.weight_folded") for c in graph.constants) for conv in ("conv1", "conv2"))
+    assert "fc.weight_t" in graph.constants
     exported = tc.compile(model, (x,)).graph  # the model's own export: the same program
 
     def nodes(g):
