@@ -1,5 +1,5 @@
-"""Shared test helpers: golden files, trace round trips, interpreter checks and a hand-built
-kernel for the LLVM backend tests."""
+"""Shared test helpers: golden files, templates with explicit sizes, trace round trips,
+interpreter checks and a hand-built kernel for the LLVM backend tests."""
 
 from pathlib import Path
 
@@ -19,6 +19,18 @@ def check_golden(name: str, text: str, update: bool) -> None:
     if update or not path.exists():
         path.write_text(text)
     assert text == path.read_text(), f"{path} differs; rerun with --update-golden if the change is intended"
+
+
+def template_with(out, target, **params) -> tc.Schedule:
+    """The template of `out`'s operator with its defaults for `target`, overridden by `params`."""
+    from minitc.templates import DEFAULTS, TEMPLATES, load_templates
+
+    load_templates()
+    s = tc.Schedule(out)
+    name = s.state.outputs[0]
+    tag = s.state.stage(name).tag
+    TEMPLATES[tag](s, name, target, **dict(DEFAULTS[tag](s, name, target), **params))
+    return s
 
 
 def roundtrip(s: tc.Schedule) -> tc.ir.Kernel:

@@ -5,7 +5,7 @@ every template's trace round-trips through JSON."""
 
 import numpy as np
 import pytest
-from helpers import roundtrip
+from helpers import roundtrip, template_with
 
 import minitc as tc
 from minitc.ops import reference as ref
@@ -24,13 +24,7 @@ def _arrays(*shapes, seed=0):
 
 
 def _schedule(out, target=TARGET, **params):
-    """The template of `out`'s operator with its defaults for `target`, overridden by `params`."""
-    load_templates()
-    s = tc.Schedule(out)
-    name = s.state.outputs[0]
-    tag = s.state.stage(name).tag
-    TEMPLATES[tag](s, name, target, **dict(DEFAULTS[tag](s, name, target), **params))
-    return s
+    return template_with(out, target, **params)
 
 
 def _check(out, inputs, expected, **params):

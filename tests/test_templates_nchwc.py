@@ -5,7 +5,7 @@ fused epilogue; the traces round-trip."""
 
 import numpy as np
 import pytest
-from helpers import roundtrip
+from helpers import roundtrip, template_with
 
 import minitc as tc
 from minitc.ops import nchwc
@@ -32,12 +32,7 @@ def _blocked_conv(n, c, h, w, k, r, cb, kb, seed=0, **attrs):
 
 
 def _schedule(out, target, **params):
-    load_templates()
-    s = tc.Schedule(out)
-    name = s.state.outputs[0]
-    tag = s.state.stage(name).tag
-    TEMPLATES[tag](s, name, target, **dict(DEFAULTS[tag](s, name, target), **params))
-    return s
+    return template_with(out, target, **params)
 
 
 @pytest.mark.parametrize(

@@ -36,7 +36,7 @@ from minitc import dtypes
 from minitc.errors import ScheduleError
 from minitc.target.cpu import SPLIT_512_BITS
 from minitc.templates import defaults, template
-from minitc.templates.conv_channels import channel_defaults, schedule_conv2d_channels
+from minitc.templates.conv_channels import channel_defaults, schedule_conv2d_channels, unroll_micro_kernel
 from minitc.templates.gemm import epilogue_anchor, inline_epilogue
 
 SPARE_REGISTERS = 4  # vector registers left to the weight broadcast and the input vectors
@@ -181,13 +181,7 @@ def schedule_conv2d(s, out, target, kb=4, ohb=3, owv=1, lanes=8, rcb=0, kgroups=
     wv, wl = s.split(wi, factor=lanes)
     rco, rci = s.split(rc, factor=rcb or C)
     s.reorder(an, rco, wo, rci, ry, rx, ak, aoh, wv, wl)
-    if unroll_window:
-        s.unroll(ry)
-        s.unroll(rx)
-    s.unroll(ak)
-    s.unroll(aoh)
-    s.unroll(wv)
-    s.vectorize(wl)
+    unroll_micro_kernel(s, (ry, rx), unroll_window, (ak, aoh, wv), wl)
 
 
 def conv_producer(s, out: str) -> str:
@@ -277,12 +271,7 @@ def _schedule_window(s, out, target, oht, ohb, owv, lanes, unroll_window, pad):
     wo, wi = s.split(aow, factor=owv * lanes)
     wv, wl = s.split(wi, factor=lanes)
     s.reorder(an, ac, ho, wo, ry, rx, hi, wv, wl)
-    if unroll_window:
-        s.unroll(ry)
-        s.unroll(rx)
-    s.unroll(hi)
-    s.unroll(wv)
-    s.vectorize(wl)
+    unroll_micro_kernel(s, (ry, rx), unroll_window, (hi, wv), wl)
 
 
 def _window_defaults(s, out, target) -> dict:

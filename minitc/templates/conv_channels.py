@@ -52,6 +52,17 @@ def channel_vectors_pay(target, dtype: str, weight_shape: tuple, out_width: int,
     return R * S > 1 or (out_width < width and C >= 128)
 
 
+def unroll_micro_kernel(s, window: tuple, unroll_window: bool, unrolled: tuple, lanes_loop) -> None:
+    """The micro-kernel's loops: the window's (ry, rx) unrolled when `unroll_window`, the
+    register tile's loops unrolled, the lanes vectorized."""
+    if unroll_window:
+        for loop in window:
+            s.unroll(loop)
+    for loop in unrolled:
+        s.unroll(loop)
+    s.vectorize(lanes_loop)
+
+
 def schedule_conv2d_channels(s, out, conv, kb, ohb, owv, lanes, rcb, kgroups, unroll_window):
     """The schedule (see the module docstring) but for the padding, which the caller places at
     the parallel loop returned; `conv` is the convolution stage under `out`'s epilogue (or `out`
@@ -76,12 +87,7 @@ def schedule_conv2d_channels(s, out, conv, kb, ohb, owv, lanes, rcb, kgroups, un
     kg, kvi = s.split(kv, factor=kb)
     rco, rci = s.split(rc, factor=rcb or C)
     s.reorder(an, rco, aoh, wo, kg, rci, ry, rx, wi, kvi, kl)
-    if unroll_window:
-        s.unroll(ry)
-        s.unroll(rx)
-    s.unroll(wi)
-    s.unroll(kvi)
-    s.vectorize(kl)
+    unroll_micro_kernel(s, (ry, rx), unroll_window, (wi, kvi), kl)
     return tile
 
 

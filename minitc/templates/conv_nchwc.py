@@ -27,7 +27,7 @@ from __future__ import annotations
 from minitc import dtypes
 from minitc.templates import defaults, template
 from minitc.templates.conv import _place_pad, find_pad_stage
-from minitc.templates.conv_channels import MAX_ACCUMULATORS
+from minitc.templates.conv_channels import MAX_ACCUMULATORS, unroll_micro_kernel
 from minitc.templates.gemm import epilogue_anchor, inline_epilogue
 
 WINDOW_TAGS = ("depthwise_conv2d_nchwc", "max_pool2d_nchwc", "avg_pool2d_nchwc")
@@ -80,12 +80,7 @@ def schedule_conv2d_nchwc(s, out, target, kb=2, pixels=7, ohb=1, rcb=0, unroll_w
     wo, wi = s.split(aow, factor=pixels)
     rco, rcin = s.split(rc, factor=rcb or blocks)
     s.reorder(an, rco, aoh, wo, rcin, ry, rx, rci, wi, ak, akl)
-    if unroll_window:
-        s.unroll(ry)
-        s.unroll(rx)
-    s.unroll(wi)
-    s.unroll(ak)
-    s.vectorize(akl)
+    unroll_micro_kernel(s, (ry, rx), unroll_window, (wi, ak), akl)
 
 
 @defaults("conv2d_nchwc")
@@ -140,11 +135,7 @@ def _window_schedule(s, out, target, tag, oht, pixels, unroll_window, pad):
     an, ak, aoh, aow, akl, ry, rx = s.loops(acc)
     wo, wi = s.split(aow, factor=pixels)
     s.reorder(an, ak, aoh, wo, ry, rx, wi, akl)
-    if unroll_window:
-        s.unroll(ry)
-        s.unroll(rx)
-    s.unroll(wi)
-    s.vectorize(akl)
+    unroll_micro_kernel(s, (ry, rx), unroll_window, (wi,), akl)
 
 
 def _window_defaults(tag):
