@@ -37,7 +37,7 @@ from minitc.errors import ScheduleError
 from minitc.target.cpu import SPLIT_512_BITS
 from minitc.templates import defaults, template
 from minitc.templates.conv_channels import channel_defaults, schedule_conv2d_channels, unroll_micro_kernel
-from minitc.templates.gemm import epilogue_anchor, inline_epilogue
+from minitc.templates.gemm import cache_under_epilogue, epilogue_anchor
 
 SPARE_REGISTERS = 4  # vector registers left to the weight broadcast and the input vectors
 FMA_LATENCY_CHAINS = 12  # accumulators that hide FMA latency (5 cycles x 2 pipes = 10, plus slack)
@@ -157,10 +157,7 @@ def schedule_conv2d(s, out, target, kb=4, ohb=3, owv=1, lanes=8, rcb=0, kgroups=
         tile = schedule_conv2d_channels(s, out, conv, kb, ohb, owv, lanes, rcb, kgroups, unroll_window)
         _place_pad(s, pad_stage, pad, tile, lanes)
         return
-    acc = s.cache_write(conv, "local")
-    if conv != out:  # an epilogue: applied to the accumulator tile as it is stored
-        inline_epilogue(s, out, conv)
-        s.compute_inline(conv)
+    acc = cache_under_epilogue(s, out, conv)  # an epilogue is applied to the tile as it is stored
 
     # output: parallel over (image, row tile, channel group); a [kb, ohb, OW] tile per k_o
     n, k, oh, ow = s.loops(out)
@@ -187,8 +184,6 @@ def schedule_conv2d(s, out, target, kb=4, ohb=3, owv=1, lanes=8, rcb=0, kgroups=
 def conv_producer(s, out: str) -> str:
     """The convolution stage itself, or the one under an elementwise epilogue `out` (a fused
     kernel of the model front end: bias, residual add, activation)."""
-    if s.state.stage(out).reduce_axes:
-        return out
     return epilogue_anchor(s, out, "conv2d", "conv2d")
 
 

@@ -25,7 +25,7 @@ per parallel task, lanes = channels per vector, rcb = input channels per reducti
 
 from __future__ import annotations
 
-from minitc.templates.gemm import inline_epilogue
+from minitc.templates.gemm import cache_under_epilogue
 
 MAX_ACCUMULATORS = 14  # with more, LLVM spills: 7 x 4 zmm left no register for a fifth operand
 
@@ -68,10 +68,7 @@ def schedule_conv2d_channels(s, out, conv, kb, ohb, owv, lanes, rcb, kgroups, un
     the parallel loop returned; `conv` is the convolution stage under `out`'s epilogue (or `out`
     itself)."""
     C = s.state.stage(conv).reduce_axes[0].extent
-    acc = s.cache_write(conv, "local", layout=(0, 2, 3, 1))
-    if conv != out:
-        inline_epilogue(s, out, conv)
-        s.compute_inline(conv)
+    acc = cache_under_epilogue(s, out, conv, layout=(0, 2, 3, 1))
 
     n, k, oh, ow = s.loops(out)
     ko, ki = s.split(k, factor=kgroups * kb * lanes)

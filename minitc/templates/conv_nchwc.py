@@ -28,30 +28,13 @@ from minitc import dtypes
 from minitc.templates import defaults, template
 from minitc.templates.conv import _place_pad, find_pad_stage
 from minitc.templates.conv_channels import MAX_ACCUMULATORS, unroll_micro_kernel
-from minitc.templates.gemm import epilogue_anchor, inline_epilogue
+from minitc.templates.gemm import cache_under_epilogue, epilogue_anchor
 
 WINDOW_TAGS = ("depthwise_conv2d_nchwc", "max_pool2d_nchwc", "avg_pool2d_nchwc")
 
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def _anchor(s, out: str, tag: str) -> str:
-    """The operator's own stage: `out`, or the one under `out`'s fused epilogue."""
-    if s.state.stage(out).tag == tag and s.state.stage(out).reduce_axes:
-        return out
-    return epilogue_anchor(s, out, tag, tag)
-
-
-def _accumulate_in_tile(s, out: str, op: str):
-    """The accumulator (a local cache of the operator's stage, the epilogue inlined into the
-    store) and the output's loops."""
-    acc = s.cache_write(op, "local")
-    if op != out:
-        inline_epilogue(s, out, op)
-        s.compute_inline(op)
-    return acc, s.loops(out)
 
 
 def _registers_per_vector(target, dtype: str, block: int) -> int:
@@ -63,10 +46,11 @@ def schedule_conv2d_nchwc(s, out, target, kb=2, pixels=7, ohb=1, rcb=0, unroll_w
     """kb: output-channel blocks and pixels: output columns of the micro-kernel; ohb: output
     rows per task; rcb: input-channel blocks per reduction block (0: all); unroll_window:
     unroll ry and rx; pad: "root", "tile" or "inline"."""
-    conv = _anchor(s, out, "conv2d_nchwc")
+    conv = epilogue_anchor(s, out, "conv2d_nchwc", "conv2d_nchwc")
     blocks = s.state.stage(conv).reduce_axes[0].extent
     pad_stage = find_pad_stage(s, conv)
-    acc, (n, k, oh, ow, kl) = _accumulate_in_tile(s, out, conv)
+    acc = cache_under_epilogue(s, out, conv)
+    n, k, oh, ow, kl = s.loops(out)
     ko, ki = s.split(k, factor=kb)
     oho, ohi = s.split(oh, factor=ohb)
     s.reorder(n, ko, oho, ki, ohi, ow, kl)
@@ -90,7 +74,7 @@ def conv2d_nchwc_defaults(s, out, target) -> dict:
     divide the row and the channel blocks; the most rows per task whose accumulator tile stays
     within half the L1d while leaving four tasks per core; the reduction block whose weights
     and input rows fit half the L1d."""
-    conv = _anchor(s, out, "conv2d_nchwc")
+    conv = epilogue_anchor(s, out, "conv2d_nchwc", "conv2d_nchwc")
     st = s.state.stage(conv)
     N, KB, OH, OW, block = st.shape
     CB, R, S, cb = (a.extent for a in st.reduce_axes)
@@ -121,9 +105,10 @@ def conv2d_nchwc_defaults(s, out, target) -> dict:
 
 
 def _window_schedule(s, out, target, tag, oht, pixels, unroll_window, pad):
-    op = _anchor(s, out, tag)
+    op = epilogue_anchor(s, out, tag, tag)
     pad_stage = find_pad_stage(s, op)
-    acc, (n, k, oh, ow, kl) = _accumulate_in_tile(s, out, op)
+    acc = cache_under_epilogue(s, out, op)
+    n, k, oh, ow, kl = s.loops(out)
     oho, ohi = s.split(oh, factor=oht)
     s.reorder(n, k, oho, ohi, ow, kl)
     tile = s.fuse(n, k, oho)
@@ -143,7 +128,7 @@ def _window_defaults(tag):
         """`pixels`: the most output columns dividing the row whose accumulators fill half the
         registers; `oht`: the most rows whose accumulator tile stays within half the L1d while
         leaving four tasks per core."""
-        st = s.state.stage(_anchor(s, out, tag))
+        st = s.state.stage(epilogue_anchor(s, out, tag, tag))
         N, CB, OH, OW, block = st.shape
         R, S = (a.extent for a in st.reduce_axes)
         regs = _registers_per_vector(target, st.dtype, block)

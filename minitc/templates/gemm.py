@@ -400,8 +400,11 @@ def gemm_producer(s, out: str) -> str:
 
 
 def epilogue_anchor(s, out: str, tag: str, template_name: str) -> str:
-    """The reduction stage tagged `tag` under the elementwise epilogue `out` (a fused kernel:
-    bias, activation, a residual add), found through elementwise stages only."""
+    """The reduction stage tagged `tag`: `out` itself, or the one under the elementwise
+    epilogue `out` (a fused kernel: bias, activation, a residual add), found through
+    elementwise stages only."""
+    if s.state.stage(out).tag == tag and s.state.stage(out).reduce_axes:
+        return out
     todo, seen = [out], set()
     while todo:
         for name in s.state.stage(todo.pop()).read_stages():
@@ -412,6 +415,16 @@ def epilogue_anchor(s, out: str, tag: str, template_name: str) -> str:
                 seen.add(name)
                 todo.append(name)
     raise ScheduleError(f"{template_name} template: {out} reads no {tag} product stage")
+
+
+def cache_under_epilogue(s, out: str, product: str, layout=None):
+    """A local cache of the product (its accumulator tile, stored transposed by `layout`) with
+    the epilogue between it and `out`, if any, inlined into the store."""
+    acc = s.cache_write(product, "local", layout=layout)
+    if product != out:
+        inline_epilogue(s, out, product)
+        s.compute_inline(product)
+    return acc
 
 
 def inline_epilogue(s, out: str, product: str) -> None:
