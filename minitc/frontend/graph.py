@@ -2,7 +2,7 @@
 
 A graph has user inputs, constants (the model's weights, as numpy arrays), nodes in
 topological order and outputs. Every value is named; a node names its inputs, its operator
-(one of minitc's graph ops, see minitc/frontend/ops.py, or `torch` for an ATen op run through
+(one of minitc's graph ops, see BUILDERS in minitc/frontend/kernels.py, or `torch` for an ATen op run through
 PyTorch, or `fused`: several nodes computed by one kernel, listed under it), plain
 attributes, and the shape and dtype of what it produces:
 
@@ -21,6 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
+# graph ops computed element by element (the passes fuse them; layout.py keeps them blocked)
+ELEMENTWISE = ("add", "sub", "mul", "div", "relu", "gelu", "sigmoid", "tanh", "exp", "scale_shift", "clamp")
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,17 @@ class Graph:
         out.update({n: Value(n, a.shape, str(a.dtype)) for n, a in self.constants.items()})
         out.update({n.name: n.value for n in self.nodes})
         return out
+
+    def add_constant(self, base: str, array, taken=()) -> str:
+        """Add `array` (made contiguous) as a constant named `base`, or `base_2`, `base_3`, ...
+        when that name is a value of the graph or in `taken`; return the name."""
+        name, n = base, 1
+        names = self.values()
+        while name in names or name in taken:
+            n += 1
+            name = f"{base}_{n}"
+        self.constants[name] = np.ascontiguousarray(array)
+        return name
 
     def producers(self) -> dict:
         return {n.name: n for n in self.nodes}

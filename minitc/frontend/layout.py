@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from minitc.frontend.graph import Graph, Node
+from minitc.frontend.graph import ELEMENTWISE, Graph, Node
 from minitc.ops.reference import to_blocked_weight
 from minitc.target import is_gpu, parse_target
 
-ELEMENTWISE = ("add", "sub", "mul", "div", "relu", "gelu", "sigmoid", "tanh", "exp", "scale_shift", "clamp")
 POOLS = ("max_pool2d", "avg_pool2d")
 REDUCTIONS = ("mean", "sum", "max")
 SUFFIX = "_nchwc"
@@ -95,11 +94,7 @@ class _Blocker:
         return name
 
     def _constant(self, base: str, array) -> str:
-        name, k = f"{base}{SUFFIX}", 1
-        while name in self.g.constants or name in self.shapes:
-            k += 1
-            name = f"{base}{SUFFIX}_{k}"
-        self.g.constants[name] = np.ascontiguousarray(array)
+        name = self.g.add_constant(f"{base}{SUFFIX}", array, taken=self.shapes)
         self.shapes[name], self.dtypes[name] = array.shape, str(array.dtype)
         return name
 
@@ -197,7 +192,7 @@ class _Blocker:
             done = (
                 (node.op == "conv2d" and self._conv(node))
                 or (node.op == "depthwise_conv2d" and self._depthwise(node))
-                or (node.op in POOLS and node.inputs[0] in self.blocked and self._pool(node))
+                or (node.op in POOLS and self._pool(node))
                 or (node.op in ELEMENTWISE and self._elementwise(node))
                 or (node.op in REDUCTIONS and self._reduction(node))
             )
@@ -210,5 +205,7 @@ class _Blocker:
         return self.g.prune()
 
     def _pool(self, node: Node) -> bool:
+        if node.inputs[0] not in self.blocked:
+            return False
         self._blocked_node(node, f"{node.op}_nchwc", (self.blocked[node.inputs[0]],), node.attrs)
         return True

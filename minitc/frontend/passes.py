@@ -31,9 +31,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from minitc.frontend.graph import Graph, Node
+from minitc.frontend.graph import ELEMENTWISE, Graph, Node
 from minitc.frontend.importer import Ref
-from minitc.frontend.kernels import split_groups
+from minitc.frontend.kernels import EPILOGUE_TAGS, split_groups
 from minitc.frontend.layout import block_channels
 from minitc.target import is_gpu, parse_target
 from minitc.templates.conv_channels import channel_vectors_pay
@@ -142,21 +142,11 @@ def fold_batch_norm(graph: Graph) -> Graph:
         flat_scale = scale.reshape(k)
         new_weight = (weight * flat_scale.reshape((k,) + (1,) * (weight.ndim - 1))).astype(weight.dtype)
         new_bias = shift.reshape(k) + (bias.reshape(k) * flat_scale if bias is not None else 0)
-        w_name = _new_constant(g, f"{conv.inputs[1]}_folded", new_weight)
-        b_name = _new_constant(g, f"{node.name}_bias", new_bias.astype(weight.dtype).reshape(shift.shape))
+        w_name = g.add_constant(f"{conv.inputs[1]}_folded", new_weight)
+        b_name = g.add_constant(f"{node.name}_bias", new_bias.astype(weight.dtype).reshape(shift.shape))
         conv.inputs = (conv.inputs[0], w_name)
         g.nodes[i] = replace(node, op="add", inputs=(conv.name, b_name), attrs={})
     return g.prune()
-
-
-def _new_constant(g: Graph, base: str, array) -> str:
-    name, n = base, 1
-    names = g.values()
-    while name in names:
-        n += 1
-        name = f"{base}_{n}"
-    g.constants[name] = np.ascontiguousarray(array)
-    return name
 
 
 def pack_conv_weights(graph: Graph, target) -> Graph:
@@ -169,7 +159,7 @@ def pack_conv_weights(graph: Graph, target) -> Graph:
         if weight is None or node.attrs.get("weight_layout"):
             continue
         if channel_vectors_pay(t, node.dtype, weight.shape, node.shape[3], node.attrs["stride"][1]):
-            packed = _new_constant(g, f"{node.inputs[1]}_crsk", _padded_rows(weight.transpose(1, 2, 3, 0)))
+            packed = g.add_constant(f"{node.inputs[1]}_crsk", _padded_rows(weight.transpose(1, 2, 3, 0)))
             node.inputs = (node.inputs[0], packed, *node.inputs[2:])
             node.attrs["weight_layout"] = "CRSK"
     return g.prune()
@@ -226,14 +216,8 @@ def simplify_views(graph: Graph) -> Graph:
     return g.prune()
 
 
-ELEMENTWISE = ("add", "sub", "mul", "div", "relu", "gelu", "sigmoid", "tanh", "exp", "scale_shift", "clamp")
 INJECTIVE = ("permute", "expand", "slice")
-EPILOGUE_ANCHORS = (
-    "dense",
-    "conv2d",
-    "conv2d_nchwc",
-    "depthwise_conv2d_nchwc",
-)  # anchors whose template applies a fused elementwise epilogue
+EPILOGUE_ANCHORS = tuple(EPILOGUE_TAGS)  # anchors whose template applies a fused elementwise epilogue
 PROLOGUE_TAKERS = ("softmax",)  # ops whose template inlines elementwise producers of their input
 
 
