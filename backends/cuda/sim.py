@@ -30,6 +30,7 @@ from minitc.backends.function import HostCallable
 from minitc.errors import IRError, RaceError
 from minitc.interp import binding, fill_value, loop_extent
 from minitc.ir import GPU_TAGS, Allocate, Barrier, For, IfThenElse, Seq, ShuffleXor, Store, walk_stmts
+from minitc.lowering.allreduce import WARP
 
 MAX_LANES = 1 << 17  # lanes simulated at once; bigger launches run in chunks of whole blocks
 MAX_LOCAL_BYTES = 1 << 28  # per-lane (local) buffers of a chunk, all together
@@ -253,7 +254,6 @@ def _compile_barrier(s: Barrier, ctx: Context):
     return run_barrier
 
 
-WARP = 32
 SHUFFLE_COMBINE = {"sum": np.add, "max": np.maximum, "min": np.minimum}  # nan-propagating, as on the GPU
 
 

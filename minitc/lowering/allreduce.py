@@ -36,7 +36,7 @@ from minitc.errors import ScheduleError
 from minitc.expr import Const, Var, const
 from minitc.te import combine
 
-WARP = 32
+WARP = 32  # threads per warp on every NVIDIA GPU (also the simulator's and the templates')
 
 
 @dataclass(eq=False)

@@ -25,12 +25,12 @@ binding of gpu_template_schedule.
 from __future__ import annotations
 
 from minitc.errors import ScheduleError
+from minitc.lowering.allreduce import WARP
 from minitc.templates.elementwise import inline_producers
 from minitc.templates.gpu import MAX_THREADS, defaults, template
 from minitc.templates.norm import producer, softmax_axis
 from minitc.templates.reduce import contiguous_axis, contiguous_reduce_loop
 
-WARP = 32
 BLOCK = 128  # threads per block of the defaults: 4 warps, many blocks per SM
 PER_THREAD = 16  # elements of a row per thread (and pass) the defaults aim at
 
