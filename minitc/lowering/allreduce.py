@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from minitc import ir
 from minitc.errors import ScheduleError
 from minitc.expr import Const, Var, const
+from minitc.lowering.gpu import launch_extents, map_launches
 from minitc.te import combine
 
 WARP = 32  # threads per warp on every NVIDIA GPU (also the simulator's and the templates')
@@ -57,22 +58,11 @@ def lower_allreduce(body: ir.Stmt) -> ir.Stmt:
     barriers (module docstring). Each root part is one launch, whose block shape it reads."""
     if not any(isinstance(s, ThreadAllReduce) for s in ir.walk_stmts(body)):
         return body
-    temporaries = []
-    while isinstance(body, ir.Allocate):
-        temporaries.append(body.buffer)
-        body = body.body
-    parts = body.stmts if isinstance(body, ir.Seq) else (body,)
-    body = ir.seq(*(_Lowerer(_block(p)).stmt(p, {}, False) for p in parts))
-    for buf in reversed(temporaries):
-        body = ir.Allocate(buf, body)
-    return body
+    return map_launches(body, lambda part: _Lowerer(_block(part)).stmt(part, {}, False))
 
 
 def _block(part: ir.Stmt) -> tuple:
-    extents = {}
-    for s in ir.walk_stmts(part):
-        if isinstance(s, ir.For) and s.kind in ir.THREAD_TAGS:
-            extents[s.kind] = max(extents.get(s.kind, 1), s.extent)
+    extents = launch_extents(part)
     return tuple(extents.get(t, 1) for t in ir.THREAD_TAGS)
 
 

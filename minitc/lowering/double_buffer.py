@@ -35,7 +35,7 @@ import os
 
 from minitc import arith, ir
 from minitc.expr import Var, binary, compare, const, transform, walk
-from minitc.lowering.gpu import GpuLimits
+from minitc.lowering.gpu import GpuLimits, map_launches
 
 MAX_STAGED_WORDS = 64  # registers per thread a staged fill may take
 
@@ -47,15 +47,7 @@ def enabled() -> bool:
 def double_buffer(body: ir.Stmt, max_shared_bytes: int = GpuLimits().max_shared_bytes) -> ir.Stmt:
     """Pipeline every `for ko: barrier; fills; barrier; compute` loop of a GPU-lowered body
     where legal (module docstring); each root part (one launch) has its own shared budget."""
-    allocs = []
-    while isinstance(body, ir.Allocate):  # the global temporaries around the launches
-        allocs.append(body.buffer)
-        body = body.body
-    parts = body.stmts if isinstance(body, ir.Seq) else (body,)
-    body = ir.seq(*(_launch(p, max_shared_bytes) for p in parts))
-    for buf in reversed(allocs):
-        body = ir.Allocate(buf, body)
-    return body
+    return map_launches(body, lambda part: _launch(part, max_shared_bytes))
 
 
 def _launch(part: ir.Stmt, limit: int) -> ir.Stmt:

@@ -67,15 +67,38 @@ class GpuProgram:
         return list(self.kernel.params) + list(self.temporaries)
 
 
-def plan_launches(kernel: ir.Kernel, limits: GpuLimits = GpuLimits()) -> GpuProgram:
-    """Split a GPU-lowered kernel into launches and check each one (ScheduleError if illegal)."""
-    body, temporaries = kernel.body, []
-    while isinstance(body, ir.Allocate):  # lowering makes every root allocation global on a GPU
+def launch_parts(body: ir.Stmt) -> tuple:
+    """(global temporaries, root parts) of a GPU-lowered body: lowering makes every root
+    allocation global, and each root part of what they enclose is one launch."""
+    temporaries = []
+    while isinstance(body, ir.Allocate):
         temporaries.append(body.buffer)
         body = body.body
-    parts = [
-        p for p in (body.stmts if isinstance(body, ir.Seq) else (body,)) if not (isinstance(p, ir.Seq) and not p.stmts)
-    ]
+    return temporaries, list(body.stmts if isinstance(body, ir.Seq) else (body,))
+
+
+def map_launches(body: ir.Stmt, fn) -> ir.Stmt:
+    """The body with `fn` applied to each launch's part, the global temporaries kept around."""
+    temporaries, parts = launch_parts(body)
+    body = ir.seq(*(fn(p) for p in parts))
+    for buf in reversed(temporaries):
+        body = ir.Allocate(buf, body)
+    return body
+
+
+def launch_extents(part: ir.Stmt) -> dict:
+    """{blockIdx/threadIdx tag: extent} of one launch: the largest loop bound to each."""
+    extents = {}
+    for s in ir.walk_stmts(part):
+        if isinstance(s, ir.For) and s.kind in ir.BLOCK_TAGS + ir.THREAD_TAGS:
+            extents[s.kind] = max(extents.get(s.kind, 1), s.extent)
+    return extents
+
+
+def plan_launches(kernel: ir.Kernel, limits: GpuLimits = GpuLimits()) -> GpuProgram:
+    """Split a GPU-lowered kernel into launches and check each one (ScheduleError if illegal)."""
+    temporaries, parts = launch_parts(kernel.body)
+    parts = [p for p in parts if not (isinstance(p, ir.Seq) and not p.stmts)]
     order = list(kernel.params) + temporaries
     launches = []
     for n, part in enumerate(parts):
@@ -85,10 +108,7 @@ def plan_launches(kernel: ir.Kernel, limits: GpuLimits = GpuLimits()) -> GpuProg
 
 
 def _launch(name: str, body: ir.Stmt, order: list, limits: GpuLimits) -> Launch:
-    extents = {}
-    for s in ir.walk_stmts(body):
-        if isinstance(s, ir.For) and s.kind in ir.BLOCK_TAGS + ir.THREAD_TAGS:
-            extents[s.kind] = max(extents.get(s.kind, 1), s.extent)
+    extents = launch_extents(body)
     grid = tuple(extents.get(f"blockIdx.{d}", 1) for d in DIMS)
     block = tuple(extents.get(f"threadIdx.{d}", 1) for d in DIMS)
     _check_dims(name, grid, block, limits)
