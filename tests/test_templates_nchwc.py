@@ -78,6 +78,22 @@ def test_conv2d_nchwc_applies_a_fused_epilogue_as_it_stores():
     np.testing.assert_allclose(f(x, w, b, r), np.maximum(ref.conv2d_nchwc(x, w, padding=1) + b + r, 0), **TOL)
 
 
+@pytest.mark.parametrize("rcb, local", [(0, "[1, 2, 1, 7, 16]"), (2, "[1, 2, 1, 7, 16]"), (1, "[1, 2, 7, 7, 16]")])
+def test_conv2d_nchwc_keeps_a_task_tile_only_for_a_split_reduction(rcb, local):
+    """One pass over the reduction (rcb 0, or all input blocks) accumulates each micro-tile in
+    registers and stores it through the epilogue; a split reduction keeps the task's tile."""
+    conv, x, w = _blocked_conv(1, 32, 7, 7, 32, 3, 16, 16, seed=4, padding=1)
+    B = tc.placeholder((2, 1, 1, 16), name="B")
+    y = tc.ops.relu(tc.ops.add(conv, B))
+    out = tc.compute(y.shape, lambda *i: y[i], name="epilogue", tag="conv2d_nchwc")
+    b = np.random.default_rng(5).standard_normal((2, 1, 1, 16)).astype("float32")
+    s = _schedule(out, parse_target("llvm -mcpu=znver4 -num-cores=2"), kb=2, pixels=7, ohb=7, rcb=rcb)
+    assert f'alloc("local", float32{local}) as conv2d_nchwc_local' in str(roundtrip(s))
+    s = _schedule(out, parse_target("llvm -mcpu=haswell -num-cores=2"), kb=2, pixels=7, ohb=7, rcb=rcb)
+    f = tc.build(s)
+    np.testing.assert_allclose(f(x, w, b), np.maximum(ref.conv2d_nchwc(x, w, padding=1) + b, 0), **TOL)
+
+
 @pytest.mark.parametrize("name", list(TARGETS))
 def test_conv2d_nchwc_micro_kernel_fits_each_targets_registers(name):
     """ResNet's 3x3 layer at 14x14 in the target's blocks: the accumulators, kb weight vectors

@@ -18,6 +18,11 @@ vectors (kb x pixels FMAs):
                     acc[oh, ow_o*pixels + ow, k, :] += pad[n, rc, .., .., rci] * W[k, rc, ry, rx, rci, :]
         out[n, k_o*kb : +kb, oh_o*ohb : +ohb, :, :] = epilogue(acc)
 
+When the reduction is one block (rcb 0, or at least all input blocks), there is nothing to keep
+between blocks: each micro-tile runs the whole reduction in registers and is stored through the
+epilogue at once, with no accumulator tile in memory (ResNet-50's expanding 1x1 layers and
+MobileNet-V2's pointwise ones gain most).
+
 The window template: a task per (image, channel block, `oht` output rows), an accumulator of
 `pixels` vectors per row swept over the unrolled window.
 """
@@ -59,12 +64,23 @@ def schedule_conv2d_nchwc(s, out, target, kb=2, pixels=7, ohb=1, rcb=0, unroll_w
     s.vectorize(kl)
     _place_pad(s, pad_stage, pad, tile, s.state.stage(conv).shape[-1])
 
-    s.compute_at(acc, tile)
+    if rcb and rcb < blocks:  # a split reduction: the task's whole tile accumulates in a buffer
+        s.compute_at(acc, tile)
+        an, ak, aoh, aow, akl, rc, ry, rx, rci = s.loops(acc)
+        wo, wi = s.split(aow, factor=pixels)
+        rco, rcin = s.split(rc, factor=rcb)
+        s.reorder(an, rco, aoh, wo, rcin, ry, rx, rci, wi, ak, akl)
+        unroll_micro_kernel(s, (ry, rx), unroll_window, (wi, ak), akl)
+        return
+    # one pass over the reduction: a micro-tile is finished in registers and stored at once
+    wo, wi = s.split(ow, factor=pixels)
+    s.reorder(tile, ohi, wo, ki, wi, kl)
+    s.unroll(ki)
+    s.unroll(wi)
+    s.compute_at(acc, wo)
     an, ak, aoh, aow, akl, rc, ry, rx, rci = s.loops(acc)
-    wo, wi = s.split(aow, factor=pixels)
-    rco, rcin = s.split(rc, factor=rcb or blocks)
-    s.reorder(an, rco, aoh, wo, rcin, ry, rx, rci, wi, ak, akl)
-    unroll_micro_kernel(s, (ry, rx), unroll_window, (wi, ak), akl)
+    s.reorder(an, aoh, rc, ry, rx, rci, aow, ak, akl)
+    unroll_micro_kernel(s, (ry, rx), unroll_window, (aow, ak), akl)
 
 
 @defaults("conv2d_nchwc")
