@@ -163,10 +163,10 @@ def check_output(path, flag: str) -> None:
 )
 @click.option(
     "--strategies",
-    default=",".join(strategy_names()),
+    default="random,evolutionary,tlm",
     show_default=True,
     callback=_strategies,
-    help="Tuning suites: search strategies to compare.",
+    help=f"Tuning suites: search strategies to compare, of {', '.join(strategy_names())}.",
 )
 @click.option(
     "--db",

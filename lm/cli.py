@@ -232,7 +232,14 @@ def _every(n: int):
     type=click.IntRange(min=1),
     help="Measured programs per workload (counting those already there: re-running resumes).",
 )
-@click.option("--strategy", type=click.Choice(("random", "tlm")), default="random", show_default=True)
+@click.option(
+    "--strategy",
+    type=click.Choice(("random", "near-template", "tlm")),
+    default="random",
+    show_default=True,
+    help="random: uniform samples; near-template: the hand template's program and its near variants "
+    "(random where a workload has none); tlm: the language model's.",
+)
 @click.option("--lm", "lm_path", type=click.Path(exists=True, dir_okay=False), help="Checkpoint for --strategy tlm.")
 @click.option("--workloads", help="Comma-separated names (default: the training set).")
 @click.option("--seed", default=0, show_default=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from minitc.autotune.mutators import edit
+from minitc.autotune.search import template_neighbours
 from minitc.autotune.space import Space
 from minitc.errors import ScheduleError
 from minitc.lm.dataset import trace_sentence
@@ -53,7 +53,7 @@ def gen_data(
             space = Space(workload(name), target)
             write = SentenceWriter(space, hardware or host_hardware(space.target))
             seen = set()
-            for c in _template_neighbours(space, round(per_workload * near_template), rng) + _random_programs(
+            for c in template_neighbours(space, round(per_workload * near_template), rng) + _random_programs(
                 space, per_workload, rng
             ):
                 if len(seen) >= per_workload or c.key in seen:
@@ -79,23 +79,6 @@ def _random_programs(space, count: int, rng) -> list:
             keys.add(c.key)
             out.append(c)
     return out
-
-
-def _template_neighbours(space, count: int, rng) -> list:
-    """Up to `count` distinct programs a few mutations away from the template's default one."""
-    if count <= 0 or "template" not in space.sketches:
-        return []
-    try:
-        default = space.replay(space.default_values())
-    except ScheduleError:
-        return []
-    out = {}
-    for _ in range(count * 4):
-        if len(out) >= count:
-            break
-        c = edit(space, default, rng, steps=min(int(rng.geometric(0.5)), 4))
-        out.setdefault(c.key, c)
-    return list(out.values())
 
 
 def read_sentences(path) -> list:

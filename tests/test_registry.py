@@ -7,7 +7,7 @@ import pytest
 import minitc as tc
 from minitc.autotune import registry
 from minitc.autotune.runner import LocalRunner
-from minitc.autotune.search import EvolutionarySearch, RandomSearch
+from minitc.autotune.search import EvolutionarySearch, NearTemplateSearch, RandomSearch
 from minitc.autotune.space import Space
 from minitc.errors import MinitcError
 
@@ -25,6 +25,7 @@ def test_builtin_and_plugin_strategies_are_registered():
     rng = np.random.default_rng(0)
     assert isinstance(registry.make_strategy("random", _space(), rng), RandomSearch)
     assert isinstance(registry.make_strategy("evolutionary", _space(), rng), EvolutionarySearch)
+    assert isinstance(registry.make_strategy("near-template", _space(), rng), NearTemplateSearch)
 
 
 def test_unknown_names_are_clear_errors():

@@ -9,7 +9,7 @@ import pytest
 import minitc as tc
 from minitc.autotune.database import Database
 from minitc.autotune.runner import BuildResult, LocalBuilder
-from minitc.autotune.search import EvolutionarySearch, RandomSearch
+from minitc.autotune.search import EvolutionarySearch, NearTemplateSearch, RandomSearch, template_program
 from minitc.autotune.space import Space
 from minitc.autotune.task_scheduler import gradient, tune_tasks
 from minitc.backends.llvm import jit
@@ -35,7 +35,7 @@ def _matmul(n=48):
     return A, B, tc.ops.matmul(A, B)
 
 
-@pytest.mark.parametrize("strategy", ["random", "evolutionary"])
+@pytest.mark.parametrize("strategy", ["random", "evolutionary", "near-template"])
 def test_tune_records_and_builds_the_best(tmp_path, strategy):
     A, B, C = _matmul()
     db = tmp_path / "r.db"
@@ -126,6 +126,7 @@ def test_strategies_ask_only_new_candidates():
     for search in (
         RandomSearch(space, np.random.default_rng(0)),
         EvolutionarySearch(space, RandomScores(), np.random.default_rng(0)),
+        NearTemplateSearch(space, np.random.default_rng(0)),
     ):
         first = search.ask(8)
         assert len(first) == 8 and len({c.key for c in first}) == 8
@@ -133,6 +134,25 @@ def test_strategies_ask_only_new_candidates():
         second = search.ask(8)
         assert not {c.key for c in first} & {c.key for c in second}
         assert search.best[0][0] == 1.0
+
+
+def test_near_template_search_starts_at_the_template_and_stays_near_it():
+    _, _, C = _matmul(64)
+    space = Space(C, "llvm -mcpu=znver4 -num-cores=2")
+    default = template_program(space)
+    search = NearTemplateSearch(space, np.random.default_rng(0))
+    first = search.ask(8)
+    assert first[0].key == default.key and len({c.key for c in first}) == 8
+    # every other program is a few decisions from the default, not a uniform sample
+    changed = [sum(a != b for a, b in zip(c.values, default.values)) for c in first[1:]]
+    assert all(c.values[0] == "template" for c in first) and max(changed) <= 4
+    search.tell(first, [1.0] * 8)
+    assert default.key not in {c.key for c in search.ask(8)}
+    # a workload without a template gets random programs
+    x = tc.placeholder((64,), name="x")
+    plain = Space(tc.compute((64,), lambda i: x[i] * 2.0, name="double"), "llvm")
+    assert template_program(plain) is None
+    assert len(NearTemplateSearch(plain, np.random.default_rng(0)).ask(4)) == 4
 
 
 def test_gradient_scheduler(tmp_path):

@@ -1,5 +1,5 @@
 """The tuner's plug points, by name: search strategies, runners, and the extras stored with
-each record. Built in: strategies `random` and `evolutionary`, runner `local`. Packages above
+each record. Built in: strategies `random`, `evolutionary` and `near-template`, runner `local`. Packages above
 the tuner add their own without the tuner importing them: a package names a function in the
 entry-point group `minitc.plugins` (pyproject.toml), and the first lookup calls it. minitc.lm
 registers the `tlm` strategy and the tensor-language sentence every record stores that way.
@@ -17,7 +17,7 @@ from importlib.metadata import entry_points
 from minitc.autotune.cost_model import default_cost_model
 from minitc.autotune.gpu_runner import GpuRunner
 from minitc.autotune.runner import LocalRunner
-from minitc.autotune.search import EvolutionarySearch, RandomSearch
+from minitc.autotune.search import EvolutionarySearch, NearTemplateSearch, RandomSearch
 from minitc.errors import MinitcError
 from minitc.target import is_gpu
 
@@ -91,6 +91,10 @@ def _random(space, rng, cost_model=None, **_):
     return RandomSearch(space, rng)
 
 
+def _near_template(space, rng, cost_model=None, **_):
+    return NearTemplateSearch(space, rng)
+
+
 def _evolutionary(space, rng, cost_model=None, **_):
     return EvolutionarySearch(space, cost_model or default_cost_model(), rng)
 
@@ -101,4 +105,5 @@ def _local_runner(target):
 
 register_strategy("random", _random)
 register_strategy("evolutionary", _evolutionary)
+register_strategy("near-template", _near_template)
 register_runner("local", _local_runner)

@@ -3,7 +3,9 @@
     strategy.ask(n)                -> up to n new candidates to measure (never one measured before)
     strategy.tell(candidates, ms)  -> the measured latencies (inf for errors)
 
-`RandomSearch` draws uniform random legal candidates. `EvolutionarySearch` is MetaSchedule's:
+`RandomSearch` draws uniform random legal candidates. `NearTemplateSearch` draws the hand
+template's program and its near variants (the target's own answer and its neighbourhood).
+`EvolutionarySearch` is MetaSchedule's:
 a population seeded from the best measured candidates plus random ones, evolved for a few
 generations by mutation, scored by a cost model, and picked epsilon-greedily.
 """
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from minitc.autotune.mutators import mutate
+from minitc.autotune.mutators import edit, mutate
 from minitc.autotune.space import Candidate, Space
 from minitc.errors import ScheduleError
 
@@ -63,6 +65,51 @@ class RandomSearch:
     def tell(self, candidates: list, latencies_ms: list) -> None:
         for c, ms in zip(candidates, latencies_ms):
             self.seed(c.key, c.values, ms)
+
+
+class NearTemplateSearch(RandomSearch):
+    """The hand template's default program, then programs one to four mutations away from it
+    (fewer more often), then random ones when the neighbourhood runs dry or the workload has
+    no template. The defaults are derived from the target description, so on a new machine
+    these programs are where its best ones usually lie; uniform samples of a large space seldom
+    come near them, and a model's samples come near what other machines rewarded."""
+
+    def ask(self, n: int) -> list:
+        picked = self._queued(n)
+        taken = {c.key for c in picked}
+        default = template_program(self.space)
+        if default is not None and len(picked) < n and default.key not in self.measured and default.key not in taken:
+            picked.append(default)
+            taken.add(default.key)
+        near = template_neighbours(self.space, n - len(picked), self.rng, exclude=set(self.measured) | taken)
+        picked += near
+        return picked + self.random_candidates(n - len(picked), taken | {c.key for c in near})
+
+
+def template_program(space: Space):
+    """The hand template's program with its default parameters, or None without a template."""
+    if "template" not in space.sketches:
+        return None
+    try:
+        return space.replay(space.default_values())
+    except ScheduleError:
+        return None
+
+
+def template_neighbours(space: Space, count: int, rng, exclude=frozenset()) -> list:
+    """Up to `count` distinct programs one to four mutations from the template's default one
+    (fewer more often), none of them in `exclude` (candidate keys)."""
+    default = template_program(space) if count > 0 else None
+    if default is None:
+        return []
+    out: dict = {}
+    for _ in range(count * 4):
+        if len(out) >= count:
+            break
+        c = edit(space, default, rng, steps=min(int(rng.geometric(0.5)), 4))
+        if c.key not in exclude:
+            out.setdefault(c.key, c)
+    return list(out.values())
 
 
 @dataclass
