@@ -1,6 +1,6 @@
 """The workloads the language model learns from, and the held-out ones it is evaluated on.
 
-TRAINING: subgraphs of ResNet-18/50, MobileNet-V2, BERT-base (sequence 128) and GPT-2 small
+TRAINING: subgraphs of ResNet-18/50, MobileNet-V2, VGG-16, BERT-base (sequence 128) and GPT-2 small
 (sequence 256) at their real shapes, batch 1: convolutions 1x1 / 3x3 / strided / the stem,
 depthwise convolutions, dense layers with their epilogues, attention batch matmuls, softmax,
 layer norm, pooling, plus a few square matmuls.
@@ -75,6 +75,9 @@ TRAINING = {
     "resnet50-1x1-256-1024": lambda: conv(256, 14, 1024, 1),
     "resnet50-1x1-2048-512": lambda: conv(2048, 7, 512, 1),
     "resnet-fc": lambda: dense(1, 1000, 512),
+    # VGG-16: 3x3 convolutions on wide rows (ResNet's 3x3 at 56x56 is held out)
+    "vgg16-conv2-128-112": lambda: conv(128, 112, 128, 3),
+    "vgg16-conv3-256-56": lambda: conv(256, 56, 256, 3),
     # MobileNet-V2
     "mbv2-dw-32-112": lambda: depthwise(32, 112),
     "mbv2-dw-96-112-s2": lambda: depthwise(96, 112, stride=2),
