@@ -5,7 +5,9 @@
 
 1. **Measure a sample.** The training workloads (`minitc lm workloads`) are measured in passes:
    each pass adds a few programs of every workload, half proposed by the model (the hand
-   template's program first) and half random, until each workload has `per_workload` new
+   template's program first), a quarter near the template's program (one to four decisions
+   away: on a new kind of machine its best programs are there more often than where other
+   machines' were) and a quarter random, until each workload has `per_workload` new
    programs or three quarters of the time is spent. Passes rather than one workload after
    another, so a time limit leaves a sample of every workload. The programs go to a records
    database and, as `minitc lm measure` does, to the dataset.
@@ -129,8 +131,9 @@ def measure_sample(
     names, db, checkpoint, *, target, per_workload, step, deadline, dataset=None, seed=0, say=None
 ) -> int:
     """Measure up to `per_workload` new programs of each workload, `step` per pass (half the
-    model's, half random), until `deadline` (time.monotonic()); with `dataset`, append each
-    workload's new programs to it. Returns how many programs were measured."""
+    model's, a quarter near the template's, a quarter random), until `deadline`
+    (time.monotonic()); with `dataset`, append each workload's new programs to it. Returns how
+    many programs were measured."""
     from minitc.autotune.registry import make_runner
     from minitc.autotune.runner import LocalBuilder
     from minitc.lm.dataset import minitc_version
@@ -160,7 +163,8 @@ def measure_sample(
 
 def _measure_workload(name, db, checkpoint, target, count, seed, workers, exporter) -> tuple:
     """(programs measured, a progress line): `count` new programs of one workload, half by
-    the tlm strategy (the template's program first, if not measured yet), half random."""
+    the tlm strategy (the template's program first, if not measured yet), a quarter near the
+    template's program, a quarter random."""
     from minitc.autotune.database import Database
     from minitc.autotune.tuner import TuningSession
     from minitc.autotune.workload_key import workload_key
@@ -174,7 +178,8 @@ def _measure_workload(name, db, checkpoint, target, count, seed, workers, export
     measured, errors, best = 0, 0, math.inf
     with Database(db) as database:
         last = max((r.id for r in database.records(key)), default=0)
-        for strategy, n in (("tlm", (count + 1) // 2), ("random", count // 2)):
+        near = (count // 2 + 1) // 2
+        for strategy, n in (("tlm", (count + 1) // 2), ("near-template", near), ("random", count // 2 - near)):
             if n == 0:
                 continue
             with warnings.catch_warnings():  # the warning would advise what this run is doing

@@ -487,7 +487,8 @@ def loop_cmd(checkpoint, db, rounds, per_round, workloads, out_dir, dataset, no_
     default=16,
     show_default=True,
     type=click.IntRange(min=1),
-    help="At most this many new programs per workload, half the model's, half random.",
+    help="At most this many new programs per workload: half the model's, a quarter near the template's "
+    "program, a quarter random.",
 )
 @click.option("--workloads", help="Comma-separated names (default: the training set).")
 @click.option(

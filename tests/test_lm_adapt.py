@@ -85,7 +85,7 @@ def test_adapt_measures_here_keeps_the_programs_and_fine_tunes_a_copy(tmp_path, 
     assert f"wrote {path}" in result.output and f"--lm {path}" in result.output and f"MINITC_LM={path}" in result.output
     assert f"[pass 1] {WORKLOAD}: 3 measured" in result.output
 
-    # the 3 programs (the template's, the model's, a random one) are kept in the records and the dataset
+    # the 3 programs (the template's, the model's, one near the template's) are kept in the records and dataset
     mine = [e for e in load(data) if e.fingerprint == here_fp]
     assert len(mine) == 3 and {e.source for e in mine} == {"minitc lm adapt"} and all(e.name == WORKLOAD for e in mine)
     with Database(cache / "adapt-records.db") as db:
