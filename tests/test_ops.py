@@ -443,22 +443,32 @@ def _point_by_point(out, inputs):
         te_eval._contraction = original
 
 
-@pytest.mark.parametrize("case", ["matmul", "matmul_tt", "batch_matmul", "dense_gelu"])
+CONTRACTIONS = {  # input shapes, the op
+    "matmul": ([(9, 13), (13, 7)], ops.matmul),
+    "matmul_tt": ([(13, 9), (7, 13)], lambda a, b: ops.matmul(a, b, transpose_a=True, transpose_b=True)),
+    "batch_matmul": ([(3, 5, 4), (3, 4, 6)], ops.batch_matmul),
+    "dense_gelu": ([(6, 8), (5, 8), (5,)], lambda *a: ops.dense(*a, activation="gelu")),
+    # sliding windows: an index h*2 + r is two dimensions of a strided view
+    "conv2d": ([(1, 3, 9, 8), (4, 3, 3, 3)], lambda x, w: ops.conv2d(x, w, padding=1)),
+    "conv2d_stride2": ([(2, 3, 9, 8), (4, 3, 3, 2)], lambda x, w: ops.conv2d(x, w, stride=2, padding=1)),
+    "conv2d_dilated": ([(1, 2, 11, 10), (3, 2, 3, 3)], lambda x, w: ops.conv2d(x, w, dilation=2)),
+    "depthwise": ([(1, 4, 7, 7), (4, 1, 3, 3)], lambda x, w: ops.depthwise_conv2d(x, w, stride=2, padding=1)),
+    "conv2d_nchwc": ([(1, 2, 6, 6, 4), (2, 2, 3, 3, 4, 4)], lambda x, w: ops.conv2d_nchwc(x, w, padding=1)),
+    "offset": ([(2, 6), (3, 2)], lambda x, w: _offset_product(x, w)),
+}
+
+
+def _offset_product(x, w):
+    c = tc.reduce_axis(2, name="c")
+    return tc.compute((3, 4), lambda o, h: tc.sum(x[c, h + 2] * w[o, c], axis=c), name="offset")
+
+
+@pytest.mark.parametrize("case", list(CONTRACTIONS))
 def test_te_eval_contractions_use_einsum_and_agree_point_by_point(case):
     rng = np.random.default_rng(1)
-    shapes = {
-        "matmul": [(9, 13), (13, 7)],
-        "matmul_tt": [(13, 9), (7, 13)],
-        "batch_matmul": [(3, 5, 4), (3, 4, 6)],
-        "dense_gelu": [(6, 8), (5, 8), (5,)],
-    }[case]
+    shapes, op = CONTRACTIONS[case]
     phs = [tc.placeholder(sh, name=f"in{n}") for n, sh in enumerate(shapes)]
-    out = {
-        "matmul": lambda: ops.matmul(*phs),
-        "matmul_tt": lambda: ops.matmul(*phs, transpose_a=True, transpose_b=True),
-        "batch_matmul": lambda: ops.batch_matmul(*phs),
-        "dense_gelu": lambda: ops.dense(*phs, activation="gelu"),
-    }[case]()
+    out = op(*phs)
     product = [t for t in te.graph([out]) if isinstance(t.op, te.ComputeOp) and t.op.reduce_axes]
     assert len(product) == 1 and te_eval._contraction(product[0].op) is not None
     inputs = {p: rng.standard_normal(p.shape).astype("float32") for p in phs}
@@ -468,12 +478,14 @@ def test_te_eval_contractions_use_einsum_and_agree_point_by_point(case):
 
 
 def test_te_eval_other_reductions_are_not_contractions():
-    X, W = tc.placeholder((1, 2, 5, 5), name="X"), tc.placeholder((3, 2, 3, 3), name="W")
     A, B = tc.placeholder((4, 3), "int32", name="A"), tc.placeholder((3, 2), "int32", name="B")
     F = tc.placeholder((4, 3), name="F")
     k = tc.reduce_axis(3, name="k")
+    Xs, Ws = tc.placeholder((1, 2, 5), name="Xs"), tc.placeholder((3, 2), name="Ws")
+    c = tc.reduce_axis(2, name="c")
     not_contractions = [
-        ops.conv2d(X, W),  # shifted window indices
+        tc.compute((1, 3, 4), lambda n, o, h: tc.sum(Xs[n, c, h * 2] * Ws[o, c], axis=c), name="past_the_end"),
+        tc.compute((1, 3, 4), lambda n, o, h: tc.sum(Xs[n, c, 4 - h] * Ws[o, c], axis=c), name="reversed"),
         ops.matmul(A, B),  # integers keep te_eval's exact int64 path
         tc.compute((4, 4), lambda i, j: tc.sum(F[i, k] * F[i, k], axis=k), name="j_unread"),  # a broadcast axis
         tc.compute((4,), lambda i: tc.max(F[i, k] * F[i, k], axis=k), name="max_of_products"),
