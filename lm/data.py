@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from minitc.autotune.search import template_neighbours
+from minitc.autotune.search import neighbours, template_program
 from minitc.autotune.space import Space
 from minitc.errors import ScheduleError
 from minitc.lm.dataset import trace_sentence
@@ -53,9 +53,9 @@ def gen_data(
             space = Space(workload(name), target)
             write = SentenceWriter(space, hardware or host_hardware(space.target))
             seen = set()
-            for c in template_neighbours(space, round(per_workload * near_template), rng) + _random_programs(
-                space, per_workload, rng
-            ):
+            near = round(per_workload * near_template)
+            default = template_program(space) if near > 0 else None
+            for c in neighbours(space, default, near, rng) + _random_programs(space, per_workload, rng):
                 if len(seen) >= per_workload or c.key in seen:
                     continue
                 seen.add(c.key)

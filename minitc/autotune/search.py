@@ -74,14 +74,18 @@ class NearTemplateSearch(RandomSearch):
     these programs are where its best ones usually lie; uniform samples of a large space seldom
     come near them, and a model's samples come near what other machines rewarded."""
 
+    def __init__(self, space: Space, rng=None):
+        super().__init__(space, rng)
+        self.default = template_program(space)
+
     def ask(self, n: int) -> list:
         picked = self._queued(n)
         taken = {c.key for c in picked}
-        default = template_program(self.space)
+        default = self.default
         if default is not None and len(picked) < n and default.key not in self.measured and default.key not in taken:
             picked.append(default)
             taken.add(default.key)
-        near = template_neighbours(self.space, n - len(picked), self.rng, exclude=set(self.measured) | taken)
+        near = neighbours(self.space, default, n - len(picked), self.rng, exclude=set(self.measured) | taken)
         picked += near
         return picked + self.random_candidates(n - len(picked), taken | {c.key for c in near})
 
@@ -96,17 +100,16 @@ def template_program(space: Space):
         return None
 
 
-def template_neighbours(space: Space, count: int, rng, exclude=frozenset()) -> list:
-    """Up to `count` distinct programs one to four mutations from the template's default one
-    (fewer more often), none of them in `exclude` (candidate keys)."""
-    default = template_program(space) if count > 0 else None
-    if default is None:
+def neighbours(space: Space, program, count: int, rng, exclude=frozenset()) -> list:
+    """Up to `count` distinct programs one to four mutations from `program` (fewer more often),
+    none of them in `exclude` (candidate keys); none when `program` is None."""
+    if program is None:
         return []
     out: dict = {}
     for _ in range(count * 4):
         if len(out) >= count:
             break
-        c = edit(space, default, rng, steps=min(int(rng.geometric(0.5)), 4))
+        c = edit(space, program, rng, steps=min(int(rng.geometric(0.5)), 4))
         if c.key not in exclude:
             out.setdefault(c.key, c)
     return list(out.values())
