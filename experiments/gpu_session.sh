@@ -1,19 +1,27 @@
 #!/bin/bash
-# Everything of the GPU issue that needs a GPU, in one run of under ten minutes on an H100:
-# the CUDA tests of the new parts, the gpu-core suite (templates only: matmul, conv, dense + GELU
-# and softmax against torch and Triton), the reductions probe (layer_norm and row sums too) and
-# tlm-eval on the GPU (the GPU model against evolutionary search, one run per workload so that a
-# timeout loses one). Results go to $OUT (default /tmp/gpu-session). The GEMM probe, which also
-# times other tile settings, is left out for time: python3 experiments/gpu_gemm_probe.py.
+# Everything of the GPU issue that needs a GPU, in one run of under ten minutes on an H100.
 #
-#     bash experiments/gpu_session.sh [EVAL_WORKLOADS]     # default: dense-bert-ffn,conv-resnet
+#     bash experiments/gpu_session.sh [STEPS]     # default: all of them, in this order
 #
-# SKIP_TESTS=1 leaves the tests out; REDUCTIONS=1 adds the reductions probe.
+# Steps (comma-separated):
+#   tests       the CUDA tests of the GPU parts (marked cuda, and nvcc/ptxas checks)
+#   conv-probe  the conv2d template on five ResNet layers: defaults and sampled parameters
+#               against cuDNN (experiments/gpu_conv_probe.py)
+#   gpu-core    the gpu-core suite, templates only: matmul, conv, dense + GELU, softmax against
+#               torch and Triton
+#   profile     Nsight Compute on the gpu-core kernels: speed of light, occupancy, launch
+#   collect     GPU measurements for the dataset (experiments/gpu_collect.py; COLLECT_S seconds)
+#   reductions  the reductions probe (layer_norm and row sums too)
+#   tlm-eval    the GPU language model against evolutionary search on EVAL_WORKLOADS (default
+#               dense-bert-ffn), one run per workload so that a timeout loses one
+# Results go to $OUT (default /tmp/gpu-session): r/*.log, r/*.json and r/gpu.db, all packed in
+# results.tgz.
 #
 # On a GPU machine without network, with the machine's own torch and CuPy: put the lark wheel
 # in .whl/ first (pip download lark); it is installed to /tmp/site, minitc with --no-deps.
 set -u
 OUT=${OUT:-/tmp/gpu-session}
+STEPS=",${1:-tests,conv-probe,gpu-core,profile,collect,reductions,tlm-eval},"
 mkdir -p "$OUT/r"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -22,6 +30,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v WARNING
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+want() { [[ $STEPS == *",$1,"* ]]; }
 step() {  # step SECONDS NAME COMMAND...: run with a time limit, log to $OUT/r/NAME.log
     local limit=$1 name=$2
     shift 2
@@ -29,13 +38,22 @@ step() {  # step SECONDS NAME COMMAND...: run with a time limit, log to $OUT/r/N
     timeout "$limit" "$@" >"$OUT/r/$name.log" 2>&1
     echo "== $name: exit $? in $((SECONDS - start)) s"
 }
-[ -z "${SKIP_TESTS:-}" ] && step 60 tests python3 -m pytest -q -m cuda tests/test_gpu_reductions.py tests/test_gpu_gemm.py tests/test_cuda_runtime.py
-step 110 gpu-core python3 -m minitc.benchmarks --suite gpu-core --json "$OUT/r/gpu-core.json"
-[ -n "${REDUCTIONS:-}" ] && step 40 reductions python3 experiments/gpu_reductions_probe.py
-IFS=, read -ra EVAL <<<"${1:-dense-bert-ffn,conv-resnet}"
-for w in "${EVAL[@]}"; do
-    step 150 "tlm-eval-$w" python3 -m minitc.benchmarks --suite tlm-eval --target cuda --workloads "$w" \
-        --tlm-k 1,16 --evo-trials 64,256 --json "$OUT/r/tlm-eval-gpu-$w.json"
-done
+want tests && step 90 tests python3 -m pytest -q -m cuda tests/test_gpu_reductions.py tests/test_gpu_gemm.py \
+    tests/test_cuda_runtime.py tests/test_gpu_conv.py
+want conv-probe && step 120 conv-probe python3 experiments/gpu_conv_probe.py --seconds 16 --json "$OUT/r/conv-probe.json"
+want gpu-core && step 110 gpu-core python3 -m minitc.benchmarks --suite gpu-core --json "$OUT/r/gpu-core.json"
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+want profile && [ -n "$NCU" ] && step 90 profile "$NCU" --clock-control none --section SpeedOfLight \
+    --section Occupancy --section LaunchStats python3 experiments/gpu_profile.py
+want collect && step $((${COLLECT_S:-110} + 30)) collect python3 experiments/gpu_collect.py --db "$OUT/r/gpu.db" \
+    --seconds "${COLLECT_S:-110}"
+want reductions && step 40 reductions python3 experiments/gpu_reductions_probe.py
+if want tlm-eval; then
+    IFS=, read -ra EVAL <<<"${EVAL_WORKLOADS:-dense-bert-ffn}"
+    for w in "${EVAL[@]}"; do
+        step 150 "tlm-eval-$w" python3 -m minitc.benchmarks --suite tlm-eval --target cuda --workloads "$w" \
+            --tlm-k 1,16 --evo-trials 64,256 --json "$OUT/r/tlm-eval-gpu-$w.json"
+    done
+fi
 tar czf "$OUT/results.tgz" -C "$OUT" r
-for f in "$OUT"/r/*.log; do echo "---- $(basename "$f")"; tail -n 14 "$f"; done
+for f in "$OUT"/r/*.log; do echo "---- $(basename "$f")"; tail -n 40 "$f"; done

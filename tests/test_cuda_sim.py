@@ -63,22 +63,6 @@ def test_conv2d_with_padding_reads_out_of_bounds_only_in_the_unselected_branch()
     np.testing.assert_allclose(f(x, w), ref_ops.conv2d(x, w, padding=1), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("channels, block", [(3, (8, 16)), (16, (16, 32))])
-def test_default_gpu_conv2d_blocks_by_input_channels(channels, block):
-    """The wide block (64 channels x 32 pixels) from 16 input channels, the narrow one below;
-    both against numpy, on rows narrower than the block (guarded threads)."""
-    from minitc.templates.gpu.conv import conv2d_defaults
-
-    X, W = tc.placeholder((2, channels, 6, 20), name="X"), tc.placeholder((24, channels, 3, 3), name="W")
-    out = tc.ops.conv2d(X, W, stride=1, padding=1)
-    s = tc.Schedule(out)
-    params = conv2d_defaults(s, s.state.outputs[0], "cuda-sim")
-    assert (params["kt"] * params["vk"], params["wt"]) == (min(4 * block[0], 24), min(block[1], 20))
-    f = tc.build(out, target="cuda-sim")
-    x, w = rand(2, channels, 6, 20), rand(24, channels, 3, 3)
-    np.testing.assert_allclose(f(x, w), ref_ops.conv2d(x, w, padding=1), rtol=1e-4, atol=1e-4)
-
-
 @pytest.mark.parametrize("batch", [(), (3,)])  # (3,): a blockIdx.z per batch
 def test_default_gpu_matmul_with_partial_tiles(batch):
     A, B = tc.placeholder(batch + (50, 20), name="A"), tc.placeholder(batch + (20, 30), name="B")

@@ -170,7 +170,7 @@ def test_gpu_skeletons_and_labels(workload_samples, hw):
     skeletons = {name: sentence(space, hw).sketches for name, (space, _) in workload_samples.items()}
     assert skeletons["matmul"] == (("template", ("matmul", "bm", "bn", "tm", "tn", "bk", "shared")), ("generic", ()))
     assert skeletons["conv2d-pad"] == (
-        ("template", ("conv2d", "kt", "vk", "wt", "vw", "bc", "shared")),
+        ("template", ("conv2d", "kt", "vk", "wt", "vw", "bc", "shared", "oht", "ohb")),
         ("generic", ()),
     )
     assert skeletons["softmax"] == (("template", ("softmax", "threads", "rows")), ("generic", ()))

@@ -85,7 +85,7 @@ def simplify_stmt(stmt: ir.Stmt, ranges: dict | None = None) -> ir.Stmt | None:
         body = simplify_stmt(stmt.body, ranges)
         return None if body is None else ir.Allocate(stmt.buffer, body)
     if isinstance(stmt, ir.IfThenElse):
-        cond = _simplify_cond(_simplify_expr(stmt.cond), ranges)
+        cond = _simplify_cond(_simplify_expr(stmt.cond, ranges), ranges)
         then = simplify_stmt(stmt.then, ranges)
         orelse = None if stmt.orelse is None else simplify_stmt(stmt.orelse, ranges)
         if isinstance(cond, Const):
@@ -94,14 +94,39 @@ def simplify_stmt(stmt: ir.Stmt, ranges: dict | None = None) -> ir.Stmt | None:
             return None
         return ir.IfThenElse(cond, then if then is not None else ir.Seq(()), orelse)
     if isinstance(stmt, ir.Store):
-        return ir.Store(stmt.buffer, tuple(simplify(i) for i in stmt.indices), _simplify_expr(stmt.value))
+        return ir.Store(
+            stmt.buffer, _simplify_indices(stmt.buffer, stmt.indices, ranges), _simplify_expr(stmt.value, ranges)
+        )
     return stmt
 
 
-def _simplify_expr(e):
+def _simplify_expr(e, ranges: dict | None = None):
     def fn(node):
         if isinstance(node, ir.Load):
-            return ir.Load(node.buffer, tuple(simplify(_simplify_expr(i)) for i in node.indices))
+            indices = tuple(_simplify_expr(i, ranges) for i in node.indices)
+            return ir.Load(node.buffer, _simplify_indices(node.buffer, indices, ranges))
+        return None
+
+    return transform(e, fn)
+
+
+def _simplify_indices(buffer: ir.Buffer, indices, ranges) -> tuple:
+    """Canonical indices; those of a register array (local scope) also with the divisions the
+    loop ranges prove trivial folded (x // 28 is 0 and x % 28 is x for x in [0, 28)), so that
+    in unrolled code they are constants and the array stays in registers."""
+    if buffer.scope == "local" and ranges:
+        indices = tuple(_fold_trivial_divisions(i, ranges) for i in indices)
+    return tuple(simplify(i) for i in indices)
+
+
+def _fold_trivial_divisions(e, ranges: dict):
+    def fn(node):
+        if isinstance(node, Binary) and node.op in ("floordiv", "mod") and isinstance(node.b, Const):
+            a = _fold_trivial_divisions(node.a, ranges)
+            span = bounds(a, ranges)
+            if span is not None and 0 <= span[0] and span[1] < node.b.value:
+                return Const(0, node.dtype) if node.op == "floordiv" else a
+            return Binary(node.op, a, node.b, node.dtype)
         return None
 
     return transform(e, fn)

@@ -1,20 +1,24 @@
 """GPU conv2d template: direct convolution with shared-memory tiles of the input and weights.
 
-    for (n, oh, wo) in bind("blockIdx.x"): for ko in bind("blockIdx.y", K / (kt*vk)):
-        for ty in bind("threadIdx.y", kt): for tx in bind("threadIdx.x", wt):
-            acc[vk, vw] = 0                                   # registers
+    for (n, oh_o, ow_o) in bind("blockIdx.x"): for ko in bind("blockIdx.y", K / (kt*vk)):
+        for ty in bind("threadIdx.y", kt): for (hy, tx) in bind("threadIdx.x", oht * wt):
+            acc[vk, ohb, vw] = 0                              # registers
             for rco in range(C / bc):
                 barrier(); X_shared[bc, window rows, window cols] = X[...]   # padding inlined
                 W_shared[kt*vk, bc, R, S] = W[...]; barrier()
-                for rci, ry, rx: for k in unrolled(vk): for w in unrolled(vw):
-                    acc[k, w] += X_shared[...] * W_shared[...]
-            out[n, ko.., oh, wo..] = acc
+                for rci, ry, rx: for k, h, w in unrolled(vk, ohb, vw):
+                    acc[k, h, w] += X_shared[...] * W_shared[...]
+            out[n, ko.., oh.., ow..] = acc
 
-A block computes one output row segment of wt*vw pixels for kt*vk output channels; each input
-value it stages is reused by every channel of the block and each weight by every pixel.
+A block computes a tile of oht*ohb output rows by wt*vw columns for kt*vk output channels,
+and each thread vk channels x ohb rows x vw columns of it: a GEMM's blocking (channels x
+pixels, reduced over channels x window) with the input window, not an im2col copy, in shared
+memory, so each staged input value serves every channel of the block and every window offset.
 """
 
 from __future__ import annotations
+
+import os
 
 from minitc.errors import ScheduleError
 from minitc.templates.conv import find_pad_stage
@@ -23,84 +27,133 @@ from minitc.templates.gpu.gemm import cooperative_fetch
 
 
 @template("conv2d")
-def schedule_conv2d(s, out, target, kt=8, vk=4, wt=16, vw=1, bc=8, shared=True):
-    for name, v in (("kt", kt), ("vk", vk), ("wt", wt), ("vw", vw), ("bc", bc)):
+def schedule_conv2d(s, out, target, kt=8, vk=4, wt=16, vw=1, bc=8, shared=True, oht=1, ohb=1):
+    for name, v in (("kt", kt), ("vk", vk), ("wt", wt), ("vw", vw), ("bc", bc), ("oht", oht), ("ohb", ohb)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ScheduleError(f"GPU conv2d template: {name} must be a positive int, got {v!r}")
-    _, K, _, OW = s.state.stage(out).shape
-    kt, wt = min(kt, -(-K // vk)), min(wt, -(-OW // vw))  # no thread without work
-    while kt * wt > MAX_THREADS:  # every combination is a legal program: fewer, busier threads
-        if kt >= wt:
+    _, K, OH, OW = s.state.stage(out).shape
+    # no thread without work
+    kt, oht, wt = min(kt, -(-K // vk)), min(oht, -(-OH // ohb)), min(wt, -(-OW // vw))
+    while kt * oht * wt > MAX_THREADS:  # every combination is a legal program: fewer, busier threads
+        if kt >= max(oht, wt):
             kt, vk = kt // 2, vk * 2
+        elif oht >= wt:
+            oht, ohb = oht // 2, ohb * 2
         else:
             wt, vw = wt // 2, vw * 2
-    bc = _fit_shared(s, out, kt * vk, wt * vw, bc) if shared else bc
+    bc = _fit_shared(s, out, kt * vk, oht * ohb, wt * vw, bc) if shared else bc
     pad = find_pad_stage(s, out)
+    weight, (_, _, R, S) = _weight_stage(s, out), _weight_shape(s, out)
     acc = s.stage_name(s.cache_write(out, "local"))
     n, k, oh, ow = s.loops(out)
     ko, ki = s.split(k, factor=kt * vk)
     ty, kr = s.split(ki, factor=vk)
+    ho, hi = s.split(oh, factor=oht * ohb)
+    hy, hr = s.split(hi, factor=ohb)
     wo, wi = s.split(ow, factor=wt * vw)
     tx, wr = s.split(wi, factor=vw)
-    s.reorder(n, oh, wo, ko, ty, tx, kr, wr)
-    s.bind(s.fuse(n, oh, wo), "blockIdx.x")
+    s.reorder(n, ho, wo, ko, ty, hy, tx, kr, hr, wr)
+    s.bind(s.fuse(n, ho, wo), "blockIdx.x")
     s.bind(ko, "blockIdx.y")
     s.bind(ty, "threadIdx.y")
+    tx = s.fuse(hy, tx)  # neighbouring threads take neighbouring columns, then rows
     s.bind(tx, "threadIdx.x")
+    for ref in (kr, hr, wr):  # the copy-out unrolled, so that the register tile stays in registers
+        s.unroll(ref)
     s.compute_at(acc, tx)
-    _, ak, _, aw, rc, ry, rx = s.loops(acc)
+    _, ak, ah, aw, rc, ry, rx = s.loops(acc)
     rco, rci = s.split(rc, factor=bc)
-    s.reorder(rco, rci, ry, rx, ak, aw)
-    s.unroll(ak)
-    s.unroll(aw)
+    s.reorder(rco, rci, ry, rx, ak, ah, aw)
+    # the window unrolled too, so that the compiler loads each staged input value once for
+    # every window offset that reads it (vw + S - 1 values a row, not vw * S)
+    for ref in (ry, rx, ak, ah, aw) if R * S <= UNROLLED_WINDOW else (ak, ah, aw):
+        s.unroll(ref)
     if shared:
         for name in s.state.stage(acc).read_stages():
-            cache = s.cache_read(name, "shared", [acc])
+            k_last = name == weight and (kt * vk) % 4 == 0 and vk % 4 == 0 and k_last_weights()
+            layout = _k_last_layout(s, out) if k_last else None
+            cache = s.cache_read(name, "shared", [acc], layout)
             s.compute_at(cache, rco)
-            cooperative_fetch(s, cache, (kt, wt))
+            cooperative_fetch(s, cache, (kt, oht * wt))  # k fastest: stores free of bank conflicts
+            if k_last:  # each window offset's vk weights: float4 reads into registers
+                reg = s.cache_read(cache, "local", [acc])
+                s.compute_at(reg, rx)
+                ko_, ki_ = s.split(s.loops(reg)[-1], factor=4)
+                s.unroll(ko_)
+                s.vectorize(ki_)
     if pad is not None:
         s.compute_inline(pad)  # padding becomes a select in the loads (of the shared fill)
 
 
-def _fit_shared(s, out: str, k_tile: int, w_tile: int, bc: int) -> int:
-    """Halve the channel step until the two shared tiles (the input window of one output row
-    segment, the weights of the block's channels) fit in a block's shared memory."""
+def _fit_shared(s, out: str, k_tile: int, h_tile: int, w_tile: int, bc: int) -> int:
+    """Halve the channel step until the two shared tiles (the input window of the block's
+    output rows and columns, the weights of its channels) fit in a block's shared memory."""
     attrs = s.tensor(out).op.attrs
-    (_, sw), (dh, dw) = attrs["stride"], attrs["dilation"]  # a block covers one output row
+    (sh, sw), (dh, dw) = attrs["stride"], attrs["dilation"]
     _, _, R, S = _weight_shape(s, out)
-    rows, cols = (R - 1) * dh + 1, (w_tile - 1) * sw + (S - 1) * dw + 1
+    rows, cols = (h_tile - 1) * sh + (R - 1) * dh + 1, (w_tile - 1) * sw + (S - 1) * dw + 1
     while bc > 1 and 4 * bc * (rows * cols + k_tile * R * S) > SHARED_BYTES:
         bc //= 2
     return bc
 
 
-def _weight_shape(s, out: str) -> tuple:
-    """[K, C, R, S] of the weight: the read indexed by the output-channel axis, first (weights
-    stored [K, C, R, S]) or last (`weight_layout="CRSK"`)."""
+UNROLLED_WINDOW = 9  # windows up to 3x3 are unrolled (a 7x7 stem is not: 49 copies of the tile)
+
+
+def k_last_weights() -> bool:
+    """Whether the shared weight tile is stored [C, R, S, K] and read as float4 rows of vk
+    channels; MINITC_GPU_CONV_K_LAST=0 keeps it [K, C, R, S] (scalar reads), for probing."""
+    return os.environ.get("MINITC_GPU_CONV_K_LAST", "1") != "0"
+
+
+def _weight_stage(s, out: str) -> str:
     st = s.state.stage(out)
     crsk = s.tensor(out).op.attrs.get("weight_layout") == "CRSK"
     for r in st.reads():
         if r.indices and r.indices[-1 if crsk else 0] is st.axes[1]:
-            shape = s.state.stage(r.stage).shape
-            return (shape[3], *shape[:3]) if crsk else shape
+            return r.stage
     raise ScheduleError(f"GPU conv2d template: {out} reads no [K, C, R, S] or [C, R, S, K] weight")
 
 
-WIDE_FROM_CHANNELS = 16  # input channels from which the wide block (64 channels x 32 pixels) is the default
+def _k_last_layout(s, out: str):
+    """The shared weight tile's layout with the output channels last: a permutation for
+    [K, C, R, S] weights, none (the identity) for [C, R, S, K] ones."""
+    return None if s.tensor(out).op.attrs.get("weight_layout") == "CRSK" else (1, 2, 3, 0)
+
+
+def _weight_shape(s, out: str) -> tuple:
+    """[K, C, R, S] of the weight: the read indexed by the output-channel axis, first (weights
+    stored [K, C, R, S]) or last (`weight_layout="CRSK"`)."""
+    shape = s.state.stage(_weight_stage(s, out)).shape
+    return (shape[3], *shape[:3]) if s.tensor(out).op.attrs.get("weight_layout") == "CRSK" else shape
+
+
+ROW_THREADS = 128  # threads along a block's pixels: whole rows of the output, up to about this many
 
 
 @defaults("conv2d")
 def conv2d_defaults(s, out, target) -> dict:
-    """64 output channels x 32 pixels a block (512 threads) with 4-channel steps where the input
-    has 16 channels or more, else 32 channels x 16 pixels with 8-channel steps. Measured on an
-    H100 (the dataset's 3x3 layers of ResNet-18 at 28x28, lm/data): the wide block ran 67 and
-    44 us against 122 and 54 us for the narrow one; on the 3-channel stem the narrow one was
-    the fastest template program measured."""
-    _, K, _, OW = s.state.stage(out).shape
+    """Each thread vk=4 output channels x 2 columns (one float4 of weights and 4 staged inputs
+    a window offset for 8 FMAs, the window unrolled); a block 32 channels x whole output rows,
+    about ROW_THREADS threads along the pixels. Rows, then channels, are halved while there
+    are fewer blocks than the GPU has SMs (a batch-1 layer is small: ResNet-18's 3x3 at 28x28
+    has 100K outputs for 132 SMs)."""
+    N, K, OH, OW = s.state.stage(out).shape
     C = s.state.stage(out).reduce_axes[0].extent
+    sms = getattr(target, "sm_count", 0) or 132
     vk = 4 if K % 4 == 0 else 1
-    wide = C >= WIDE_FROM_CHANNELS
-    kt = max(1, min(16 if wide else 8, K // vk))
-    wt = min(32 if wide else 16, OW)
-    bc = next((b for b in ((4, 2) if wide else (8, 4, 2)) if C % b == 0), 8)
-    return {"kt": kt, "vk": vk, "wt": wt, "vw": 1, "bc": bc}
+    vw = 2 if OW >= 8 else 1
+    wt = min(-(-OW // vw), 32)
+    kt = max(1, min(8, K // vk))
+    rows = -(-OH // 1)
+    oht = max(d for d in range(1, rows + 1) if rows % d == 0 and d * wt <= max(ROW_THREADS, wt))
+
+    def blocks():
+        return N * -(-OH // oht) * -(-OW // (wt * vw)) * -(-K // (kt * vk))
+
+    while blocks() < sms and oht > 1:
+        oht = max(d for d in range(1, oht) if rows % d == 0)
+    while blocks() < sms and kt > 2:
+        kt //= 2
+    bc = next((b for b in (8, 4, 2) if C % b == 0), min(C, 8))
+    return {"kt": kt, "vk": vk, "wt": wt, "vw": vw, "bc": bc, "oht": oht, "ohb": 1}

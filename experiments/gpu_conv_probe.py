@@ -1,0 +1,144 @@
+"""Probe the GPU conv2d template on a real GPU: the default kernel and sampled template
+parameters for several ResNet layers, each checked against float64 torch and timed against
+torch (cuDNN, TF32 off) with CUDA events (median, L2 flushed). Needs CuPy and torch with CUDA.
+
+    python experiments/gpu_conv_probe.py [--per-shape 24] [--seconds 25] [--json out.json]
+
+Per layer: the default parameters with the weight tile k-last (float4 reads) and k-first
+(MINITC_GPU_CONV_K_LAST=0), the default with one row of threads (oht=1), then random draws of
+(kt, vk, oht, ohb, wt, vw, bc) until --per-shape or --seconds per layer is reached. The JSON
+holds every row, so defaults can be fitted to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+import minitc as tc
+from minitc.benchmarks.gpu_timing import Timer
+from minitc.schedule import Schedule
+from minitc.templates.gpu import GPU_TEMPLATES, bind_unbound, load_gpu_templates
+from minitc.templates.gpu.conv import conv2d_defaults
+
+LAYERS = {  # name: (N, C, H, K, R, stride)
+    "resnet50-l3-b8": (8, 256, 14, 256, 3, 1),  # the gpu-core convolution
+    "resnet18-c3": (1, 128, 28, 128, 3, 1),
+    "conv-resnet-56": (1, 64, 56, 64, 3, 1),  # tlm-eval's held-out convolution
+    "resnet18-c5": (1, 512, 7, 512, 3, 1),
+    "resnet50-1x1-64-256": (1, 64, 56, 256, 1, 1),
+}
+
+
+def conv(shape):
+    N, C, H, K, R, stride = shape
+    X, W = tc.placeholder((N, C, H, H), name="X"), tc.placeholder((K, C, R, R), name="W")
+    return tc.ops.conv2d(X, W, stride=stride, padding=R // 2)
+
+
+def build(out, params: dict, k_last: bool = True):
+    os.environ["MINITC_GPU_CONV_K_LAST"] = "1" if k_last else "0"
+    try:
+        s = Schedule(out)
+        GPU_TEMPLATES["conv2d"](s, s.state.outputs[0], None, **params)
+        bind_unbound(s)
+        return tc.build(s, target="cuda", db=False)
+    finally:
+        del os.environ["MINITC_GPU_CONV_K_LAST"]
+
+
+def draw(rng, shape) -> dict:
+    N, C, H, K, R, stride = shape
+    OW = (H + 2 * (R // 2) - R) // stride + 1
+    vw = int(rng.choice([1, 2, 4]))
+    return {
+        "kt": int(rng.choice([2, 4, 8, 16])),
+        "vk": int(rng.choice([4, 8])),
+        "wt": int(min(-(-OW // vw), rng.choice([7, 8, 14, 16, 28, 32]))),
+        "vw": vw,
+        "bc": int(rng.choice([4, 8, 16])),
+        "oht": int(rng.choice([1, 2, 4, 7, 8])),
+        "ohb": int(rng.choice([1, 2])),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--per-shape", type=int, default=24)
+    p.add_argument("--seconds", type=float, default=25)
+    p.add_argument("--json")
+    args = p.parse_args()
+    import torch
+    import torch.nn.functional as F
+
+    torch.backends.cudnn.allow_tf32 = False
+    load_gpu_templates()
+    timer, rng, rows = Timer(torch), np.random.default_rng(0), []
+    print(f"device: {torch.cuda.get_device_name()}")
+    for name, shape in LAYERS.items():
+        N, C, H, K, R, stride = shape
+        flops = 2 * N * K * C * R * R * ((H + 2 * (R // 2) - R) // stride + 1) ** 2
+        x, w = torch.randn(N, C, H, H, device="cuda"), torch.randn(K, C, R, R, device="cuda")
+        ref = F.conv2d(x.double(), w.double(), stride=stride, padding=R // 2)
+        out = conv(shape)
+        s = Schedule(out)
+        default = conv2d_defaults(s, s.state.outputs[0], None)
+        torch_ms = timer.measure(
+            {"t": lambda: F.conv2d(x, w, stride=stride, padding=R // 2)}, repeats=30, budget_s=0.3
+        )["t"].median
+        print(f"\n{name} {shape}: torch (cuDNN) {torch_ms:.4f} ms; default {default}")
+        fixed = [
+            ("default", default, True),
+            ("default k-first", default, False),
+            ("default oht=1", {**default, "oht": 1}, True),
+        ]
+        start = time.perf_counter()
+        for i in range(args.per_shape + len(fixed)):
+            if i >= len(fixed) and time.perf_counter() - start > args.seconds:
+                break
+            label, params, k_last = fixed[i] if i < len(fixed) else ("drawn", draw(rng, shape), True)
+            row = {
+                "layer": name,
+                "shape": shape,
+                "label": label,
+                "params": params,
+                "k_last": k_last,
+                "torch_ms": torch_ms,
+            }
+            try:
+                f = build(out, params, k_last)
+                y = f(x, w)
+                row["rel_err"] = float((y.double() - ref).abs().max() / max(1.0, float(ref.abs().max())))
+                row["ms"] = timer.measure({"m": lambda: f(x, w, out=y)}, repeats=20, budget_s=0.2)["m"].median
+                row["tflops"] = flops / row["ms"] / 1e9
+                flag = "" if row["rel_err"] < 1e-3 else "  WRONG"
+                ratio = torch_ms / row["ms"]
+                print(
+                    f"  {label:<16} {row['ms']:8.4f} ms {ratio:5.2f}x cuDNN {row['tflops']:6.1f} TFLOP/s",
+                    f"{params}{flag}",
+                )
+            except Exception as e:  # a failing variant is a row, not the end of the probe
+                row["error"] = f"{type(e).__name__}: {str(e)[:120]}"
+                print(f"  {label:<16} {row['error']}  {params}")
+            rows.append(row)
+        ok = sorted(
+            (r for r in rows if r["layer"] == name and "ms" in r and r["rel_err"] < 1e-3), key=lambda r: r["ms"]
+        )
+        if ok:
+            best = ok[0]
+            print(
+                f"  best: {best['ms']:.4f} ms ({torch_ms / best['ms']:.2f}x cuDNN)",
+                f"{best['params']} k_last={best['k_last']}",
+            )
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, fh, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""The GPU conv2d template (minitc/templates/gpu/conv.py): defaults and parameters against
+numpy in the simulator, and the default kernel through nvcc/ptxas where they are installed."""
+
+import os
+import re
+import subprocess
+
+import numpy as np
+import pytest
+from cuda_tools import find_nvcc
+
+import minitc as tc
+from minitc.ops import reference as ref_ops
+from minitc.templates.gpu.conv import conv2d_defaults
+
+
+def rand(*shape):
+    return np.random.default_rng(0).standard_normal(shape).astype("float32")
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [(1, 3, 13, 13, 8, 3, 1), (2, 16, 6, 20, 24, 3, 1), (1, 8, 11, 11, 12, 1, 1), (1, 4, 15, 15, 8, 3, 2)],
+)
+def test_default_gpu_conv2d_against_numpy(shape):
+    """The default blocks (whole rows, halved while there are fewer blocks than SMs) on shapes
+    whose rows and channels the tiles do not divide (guarded threads), 1x1 and strided."""
+    N, C, H, Wd, K, R, stride = shape
+    X, W = tc.placeholder((N, C, H, Wd), name="X"), tc.placeholder((K, C, R, R), name="W")
+    out = tc.ops.conv2d(X, W, stride=stride, padding=R // 2)
+    s = tc.Schedule(out)
+    params = conv2d_defaults(s, s.state.outputs[0], "cuda-sim")
+    assert params["kt"] * params["oht"] * params["wt"] <= 1024
+    f = tc.build(out, target="cuda-sim")
+    x, w = rand(N, C, H, Wd), rand(K, C, R, R)
+    np.testing.assert_allclose(f(x, w), ref_ops.conv2d(x, w, stride=stride, padding=R // 2), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("k_last", ["1", "0"])
+@pytest.mark.parametrize(
+    "params",
+    [
+        dict(kt=2, vk=4, wt=3, vw=2, bc=4, oht=2, ohb=2),  # rows and columns in partial tiles
+        dict(kt=4, vk=2, wt=4, vw=1, bc=2, oht=3, ohb=1),  # vk=2: the weight tile stays [K, C, R, S]
+        dict(kt=8, vk=4, wt=7, vw=2, bc=4, oht=7, ohb=2),
+        dict(kt=2, vk=8, wt=2, vw=4, bc=8, oht=4, ohb=3, shared=False),
+    ],
+)
+def test_gpu_conv2d_template_parameters_against_numpy(params, k_last, monkeypatch):
+    """Blocks of several rows and threads of several rows, columns and channels, with the weight
+    tile k-last (float4 reads of vk channels) or k-first."""
+    from minitc.templates.gpu import GPU_TEMPLATES, bind_unbound, load_gpu_templates
+
+    monkeypatch.setenv("MINITC_GPU_CONV_K_LAST", k_last)
+    load_gpu_templates()
+    X, W = tc.placeholder((2, 16, 14, 13), name="X"), tc.placeholder((16, 16, 3, 3), name="W")
+    out = tc.ops.conv2d(X, W, padding=1)
+    s = tc.Schedule(out)
+    GPU_TEMPLATES["conv2d"](s, s.state.outputs[0], "cuda-sim", **params)
+    bind_unbound(s)
+    f = tc.build(s, target="cuda-sim", db=False)
+    x, w = rand(2, 16, 14, 13), rand(16, 16, 3, 3)
+    np.testing.assert_allclose(f(x, w), ref_ops.conv2d(x, w, padding=1), rtol=1e-4, atol=1e-4)
+    vectors = "float4" in tc.codegen(s, "cuda", db=False)
+    assert vectors == (k_last == "1" and params["vk"] % 4 == 0 and params.get("shared", True))
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
+def test_default_kernel_compiles_without_spills(tmp_path):
+    """The gpu-core convolution (ResNet-50 layer3, batch 8): the register tile and the float4
+    weight rows stay in registers."""
+    cu, ptx = tmp_path / "k.cu", tmp_path / "k.ptx"
+    X, W = tc.placeholder((8, 256, 14, 14), name="X"), tc.placeholder((256, 256, 3, 3), name="W")
+    cu.write_text(tc.codegen(tc.ops.conv2d(X, W, padding=1), "cuda", db=False))
+    subprocess.run([find_nvcc(), "-arch=sm_90", "--ptx", str(cu), "-o", str(ptx)], check=True, capture_output=True)
+    ptxas = os.path.join(os.path.dirname(find_nvcc()), "ptxas")
+    if not os.path.exists(ptxas):
+        pytest.skip("ptxas not next to nvcc")
+    log = subprocess.run([ptxas, "-arch=sm_90", "-v", str(ptx), "-o", os.devnull], capture_output=True, text=True)
+    assert log.returncode == 0, log.stderr
+    assert "0 bytes spill stores, 0 bytes spill loads" in log.stderr, log.stderr
+    assert not re.search(r"[1-9]\d* bytes stack frame", log.stderr), log.stderr
