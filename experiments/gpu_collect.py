@@ -1,6 +1,6 @@
 """Measure GPU programs into the tensor-language dataset within a time budget (run on a GPU).
 
-    python experiments/gpu_collect.py --db OUT/gpu.db --seconds 200 [--per-workload 32]
+    python experiments/gpu_collect.py --db OUT/gpu.db --seconds 200 [--per-workload 32] [--start N]
     minitc lm export-db OUT/gpu.db          # back on the development machine: into lm/data
 
 Goes through the training workloads whose GPU design space is settled (GEMMs, convolutions,
@@ -34,9 +34,10 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=200)
     p.add_argument("--per-workload", type=int, default=32)
     p.add_argument("--strategy", default="evolutionary")
+    p.add_argument("--start", type=int, default=0, help="skip the first N workloads (measured by an earlier run)")
     args = p.parse_args()
     deadline = time.perf_counter() + args.seconds
-    for name in interleaved():
+    for name in interleaved()[args.start :]:
         if time.perf_counter() > deadline:
             print(f"budget spent: stopping before {name}", flush=True)
             break

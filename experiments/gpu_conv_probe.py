@@ -5,9 +5,10 @@ torch (cuDNN, TF32 off) with CUDA events (median, L2 flushed). Needs CuPy and to
     python experiments/gpu_conv_probe.py [--per-shape 24] [--seconds 25] [--json out.json]
 
 Per layer: the default parameters with the weight tile k-last (float4 reads) and k-first
-(MINITC_GPU_CONV_K_LAST=0), the default with one row of threads (oht=1), then random draws of
-(kt, vk, oht, ohb, wt, vw, bc) until --per-shape or --seconds per layer is reached. The JSON
-holds every row, so defaults can be fitted to it.
+(MINITC_GPU_CONV_K_LAST=0), the default with 8 channels a thread, the fastest parameters of the
+first probe (H100, 2026-11-27), then random draws of (kt, vk, oht, ohb, wt, vw, bc) until
+--per-shape or --seconds per layer is reached. The JSON holds every row, so defaults can be
+fitted to it.
 """
 
 from __future__ import annotations
@@ -32,6 +33,15 @@ LAYERS = {  # name: (N, C, H, K, R, stride)
     "conv-resnet-56": (1, 64, 56, 64, 3, 1),  # tlm-eval's held-out convolution
     "resnet18-c5": (1, 512, 7, 512, 3, 1),
     "resnet50-1x1-64-256": (1, 64, 56, 256, 1, 1),
+}
+
+
+FIRST_PROBE_BEST = {  # the fastest drawn parameters per layer in the first probe's run
+    "resnet50-l3-b8": dict(kt=8, vk=4, wt=14, vw=1, bc=4, oht=8, ohb=1),
+    "resnet18-c3": dict(kt=8, vk=4, wt=8, vw=1, bc=8, oht=4, ohb=1),
+    "conv-resnet-56": dict(kt=4, vk=8, wt=16, vw=1, bc=16, oht=7, ohb=1),
+    "resnet18-c5": dict(kt=8, vk=4, wt=4, vw=2, bc=4, oht=8, ohb=1),
+    "resnet50-1x1-64-256": dict(kt=8, vk=4, wt=28, vw=2, bc=8, oht=2, ohb=1),
 }
 
 
@@ -95,7 +105,8 @@ def main() -> None:
         fixed = [
             ("default", default, True),
             ("default k-first", default, False),
-            ("default oht=1", {**default, "oht": 1}, True),
+            ("default vk=8", {**default, "vk": 8, "kt": max(1, default["kt"] // 2)}, True),
+            ("first probe best", FIRST_PROBE_BEST[name], True),
         ]
         start = time.perf_counter()
         for i in range(args.per_shape + len(fixed)):

@@ -128,32 +128,24 @@ def _weight_shape(s, out: str) -> tuple:
     return (shape[3], *shape[:3]) if s.tensor(out).op.attrs.get("weight_layout") == "CRSK" else shape
 
 
-ROW_THREADS = 128  # threads along a block's pixels: whole rows of the output, up to about this many
+BLOCK_THREADS = 512  # at most this many threads a block by default
+ROW_WIDTH = 16  # output columns a block spans by default (a divisor of the row from 8 up, if any)
 
 
 @defaults("conv2d")
 def conv2d_defaults(s, out, target) -> dict:
-    """Each thread vk=4 output channels x 2 columns (one float4 of weights and 4 staged inputs
-    a window offset for 8 FMAs, the window unrolled); a block 32 channels x whole output rows,
-    about ROW_THREADS threads along the pixels. Rows, then channels, are halved while there
-    are fewer blocks than the GPU has SMs (a batch-1 layer is small: ResNet-18's 3x3 at 28x28
-    has 100K outputs for 132 SMs)."""
+    """Each thread 4 output channels x 1 pixel (a float4 of weights and one staged input a
+    window offset: neighbouring threads read neighbouring words, without bank conflicts); a
+    block 32 channels x up to 16 columns x as many whole rows as keep it within 512 threads.
+    Measured on an H100 (experiments/gpu_conv_probe.py, five ResNet layers, docs/gpu.md): the
+    fastest programs had 32 channels, 224 to 896 threads and 4 to 8 accumulators a block;
+    blocks of 56 threads or fewer, made to give one block per SM, ran 2-4x slower."""
     N, K, OH, OW = s.state.stage(out).shape
     C = s.state.stage(out).reduce_axes[0].extent
-    sms = getattr(target, "sm_count", 0) or 132
     vk = 4 if K % 4 == 0 else 1
-    vw = 2 if OW >= 8 else 1
-    wt = min(-(-OW // vw), 32)
-    kt = max(1, min(8, K // vk))
-    rows = -(-OH // 1)
-    oht = max(d for d in range(1, rows + 1) if rows % d == 0 and d * wt <= max(ROW_THREADS, wt))
-
-    def blocks():
-        return N * -(-OH // oht) * -(-OW // (wt * vw)) * -(-K // (kt * vk))
-
-    while blocks() < sms and oht > 1:
-        oht = max(d for d in range(1, oht) if rows % d == 0)
-    while blocks() < sms and kt > 2:
-        kt //= 2
+    kt = max(1, min(8, -(-K // vk)))
+    wt = OW if OW <= ROW_WIDTH else max((d for d in range(8, ROW_WIDTH + 1) if OW % d == 0), default=ROW_WIDTH)
+    rows = max(1, min(OH, BLOCK_THREADS // (kt * wt)))
+    oht = max(d for d in range(1, rows + 1) if OH % d == 0)
     bc = next((b for b in (8, 4, 2) if C % b == 0), min(C, 8))
-    return {"kt": kt, "vk": vk, "wt": wt, "vw": vw, "bc": bc, "oht": oht, "ohb": 1}
+    return {"kt": kt, "vk": vk, "wt": wt, "vw": 1, "bc": bc, "oht": oht, "ohb": 1}
