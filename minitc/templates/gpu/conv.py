@@ -5,10 +5,11 @@
             acc[vk, ohb, vw] = 0                              # registers
             for rco in range(C / bc):
                 barrier(); X_shared[bc, window rows, window cols] = X[...]   # padding inlined
-                W_shared[kt*vk, bc, R, S] = W[...]; barrier()
-                for rci, ry, rx: for k, h, w in unrolled(vk, ohb, vw):
-                    acc[k, h, w] += X_shared[...] * W_shared[...]
-            out[n, ko.., oh.., ow..] = acc
+                W_shared[bc, R, S, kt*vk] = W[...]; barrier()            # output channels last
+                for rci: for ry, rx in unrolled(R, S):                    # windows up to 3x3
+                    w[vk] = W_shared[rci, ry, rx, ty*vk:]                 # a float4 per 4 channels
+                    for k, h, c in unrolled(vk, ohb, vw): acc[k, h, c] += X_shared[...] * w[k]
+            out[n, ko.., oh.., ow..] = acc                                # unrolled copy-out
 
 A block computes a tile of oht*ohb output rows by wt*vw columns for kt*vk output channels,
 and each thread vk channels x ohb rows x vw columns of it: a GEMM's blocking (channels x
@@ -129,23 +130,25 @@ def _weight_shape(s, out: str) -> tuple:
 
 
 BLOCK_THREADS = 512  # at most this many threads a block by default
+BLOCK_PIXELS = 128  # whole output rows a block spans by default, within this many pixels
 ROW_WIDTH = 16  # output columns a block spans by default (a divisor of the row from 8 up, if any)
 
 
 @defaults("conv2d")
 def conv2d_defaults(s, out, target) -> dict:
     """Each thread 4 output channels x 1 pixel (a float4 of weights and one staged input a
-    window offset: neighbouring threads read neighbouring words, without bank conflicts); a
-    block 32 channels x up to 16 columns x as many whole rows as keep it within 512 threads.
-    Measured on an H100 (experiments/gpu_conv_probe.py, five ResNet layers, docs/gpu.md): the
-    fastest programs had 32 channels, 224 to 896 threads and 4 to 8 accumulators a block;
-    blocks of 56 threads or fewer, made to give one block per SM, ran 2-4x slower."""
+    window offset: neighbouring threads read neighbouring words, without bank conflicts). A
+    block spans up to 16 columns and as many whole rows as stay within 128 pixels, then as many
+    channels (up to 32) as stay within 512 threads: wide pixel tiles make the weight tile, the
+    costlier fill, serve more outputs. On an H100 (experiments/gpu_conv_probe.py, seven ResNet
+    layers, docs/gpu.md) this was the fastest of the defaults tried on each layer."""
     N, K, OH, OW = s.state.stage(out).shape
     C = s.state.stage(out).reduce_axes[0].extent
     vk = 4 if K % 4 == 0 else 1
-    kt = max(1, min(8, -(-K // vk)))
     wt = OW if OW <= ROW_WIDTH else max((d for d in range(8, ROW_WIDTH + 1) if OW % d == 0), default=ROW_WIDTH)
-    rows = max(1, min(OH, BLOCK_THREADS // (kt * wt)))
-    oht = max(d for d in range(1, rows + 1) if OH % d == 0)
+    oht = max(d for d in range(1, OH + 1) if OH % d == 0 and d * wt <= max(BLOCK_PIXELS, wt))
+    kt = 1
+    while kt < 8 and 2 * kt * oht * wt <= BLOCK_THREADS and 2 * kt * vk <= K:
+        kt *= 2
     bc = next((b for b in (8, 4, 2) if C % b == 0), min(C, 8))
     return {"kt": kt, "vk": vk, "wt": wt, "vw": 1, "bc": bc, "oht": oht, "ohb": 1}
