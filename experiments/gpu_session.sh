@@ -9,7 +9,8 @@
 #               against cuDNN (experiments/gpu_conv_probe.py)
 #   gpu-core    the gpu-core suite, templates only: matmul, conv, dense + GELU, softmax against
 #               torch and Triton
-#   profile     Nsight Compute on the gpu-core kernels: speed of light, occupancy, launch
+#   profile     Nsight Compute on the gpu-core kernels: speed of light, occupancy, launch, memory
+#               workload (shared-memory bank conflicts, L1 and L2 traffic)
 #   collect     GPU measurements for the dataset (experiments/gpu_collect.py; COLLECT_S seconds)
 #   reductions  the reductions probe (layer_norm and row sums too)
 #   tlm-eval    the GPU language model against evolutionary search on EVAL_WORKLOADS (default
@@ -44,7 +45,8 @@ want conv-probe && step 120 conv-probe python3 experiments/gpu_conv_probe.py --s
 want gpu-core && step 110 gpu-core python3 -m minitc.benchmarks --suite gpu-core --json "$OUT/r/gpu-core.json"
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 want profile && [ -n "$NCU" ] && step 90 profile "$NCU" --clock-control none --section SpeedOfLight \
-    --section Occupancy --section LaunchStats python3 experiments/gpu_profile.py
+    --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis_Tables \
+    python3 experiments/gpu_profile.py
 want collect && step $((${COLLECT_S:-110} + 30)) collect python3 experiments/gpu_collect.py --db "$OUT/r/gpu.db" \
     --seconds "${COLLECT_S:-110}"
 want reductions && step 40 reductions python3 experiments/gpu_reductions_probe.py

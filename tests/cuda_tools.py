@@ -30,6 +30,21 @@ def find_nvcc():
     return candidates[-1] if candidates else None
 
 
+def ptxas_log(source: str, tmp_path) -> str:
+    """ptxas -v's report for CUDA C `source` on sm_90 (nvcc --ptx, then ptxas): registers,
+    spills and stack frames per kernel. Skips the test where ptxas is not next to nvcc."""
+    nvcc = find_nvcc()
+    cu, ptx = tmp_path / "k.cu", tmp_path / "k.ptx"
+    cu.write_text(source)
+    subprocess.run([nvcc, "-arch=sm_90", "--ptx", str(cu), "-o", str(ptx)], check=True, capture_output=True)
+    ptxas = os.path.join(os.path.dirname(nvcc), "ptxas")
+    if not os.path.exists(ptxas):
+        pytest.skip("ptxas not next to nvcc")
+    log = subprocess.run([ptxas, "-arch=sm_90", "-v", str(ptx), "-o", os.devnull], capture_output=True, text=True)
+    assert log.returncode == 0, log.stderr
+    return log.stderr
+
+
 def find_nvrtc():
     """libnvrtc from a CUDA toolkit or from the nvidia-cuda-nvrtc wheel, if there is one."""
     patterns = [os.path.join(p, "nvidia", "*", "lib", "libnvrtc.so*") for p in sys.path if p]

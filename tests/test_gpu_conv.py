@@ -1,13 +1,11 @@
 """The GPU conv2d template (minitc/templates/gpu/conv.py): defaults and parameters against
 numpy in the simulator, and the default kernel through nvcc/ptxas where they are installed."""
 
-import os
 import re
-import subprocess
 
 import numpy as np
 import pytest
-from cuda_tools import find_nvcc
+from cuda_tools import find_nvcc, ptxas_log
 
 import minitc as tc
 from minitc.ops import reference as ref_ops
@@ -76,14 +74,7 @@ def test_default_kernel_keeps_its_tiles_in_registers(layer, tmp_path):
     loop ranges make trivial (they went to the stack until lowering folded them), and the
     float4 weight rows: no stack frame, no spills."""
     C, HW, K, R = layer
-    cu, ptx = tmp_path / "k.cu", tmp_path / "k.ptx"
     X, W = tc.placeholder((1, C, HW, HW), name="X"), tc.placeholder((K, C, R, R), name="W")
-    cu.write_text(tc.codegen(tc.ops.conv2d(X, W, padding=R // 2), "cuda", db=False))
-    subprocess.run([find_nvcc(), "-arch=sm_90", "--ptx", str(cu), "-o", str(ptx)], check=True, capture_output=True)
-    ptxas = os.path.join(os.path.dirname(find_nvcc()), "ptxas")
-    if not os.path.exists(ptxas):
-        pytest.skip("ptxas not next to nvcc")
-    log = subprocess.run([ptxas, "-arch=sm_90", "-v", str(ptx), "-o", os.devnull], capture_output=True, text=True)
-    assert log.returncode == 0, log.stderr
-    assert "0 bytes spill stores, 0 bytes spill loads" in log.stderr, log.stderr
-    assert not re.search(r"[1-9]\d* bytes stack frame", log.stderr), log.stderr
+    log = ptxas_log(tc.codegen(tc.ops.conv2d(X, W, padding=R // 2), "cuda", db=False), tmp_path)
+    assert "0 bytes spill stores, 0 bytes spill loads" in log, log
+    assert not re.search(r"[1-9]\d* bytes stack frame", log), log

@@ -2,13 +2,11 @@
 (minitc/lowering/double_buffer.py): results in the simulator against numpy, the pipelined loop's
 structure, float4 accesses in the CUDA C, nvcc/ptxas without spills, and design-space points."""
 
-import os
 import re
-import subprocess
 
 import numpy as np
 import pytest
-from cuda_tools import find_nvcc
+from cuda_tools import find_nvcc, ptxas_log
 
 import minitc as tc
 from minitc import ir
@@ -129,18 +127,11 @@ def test_cuda_c_has_float4_global_and_shared_loads():
 
 @pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
 def test_default_kernel_compiles_without_spills(tmp_path):
-    cu, ptx = tmp_path / "k.cu", tmp_path / "k.ptx"
     X, W, b = tc.placeholder((4096, 768), name="X"), tc.placeholder((3072, 768), name="W"), tc.placeholder((3072,))
     dense = tc.codegen(tc.ops.dense(X, W, b, activation="gelu"), "cuda", db=False)
-    cu.write_text(default_source() + dense.split("#endif", 1)[1])
-    subprocess.run([find_nvcc(), "-arch=sm_90", "--ptx", str(cu), "-o", str(ptx)], check=True, capture_output=True)
-    ptxas = os.path.join(os.path.dirname(find_nvcc()), "ptxas")
-    if not os.path.exists(ptxas):
-        pytest.skip("ptxas not next to nvcc")
-    log = subprocess.run([ptxas, "-arch=sm_90", "-v", str(ptx), "-o", os.devnull], capture_output=True, text=True)
-    assert log.returncode == 0, log.stderr
-    assert log.stderr.count("0 bytes spill stores, 0 bytes spill loads") == 2, log.stderr
-    assert not re.search(r"[1-9]\d* bytes stack frame", log.stderr), log.stderr  # register tiles stay in registers
+    log = ptxas_log(default_source() + dense.split("#endif", 1)[1], tmp_path)
+    assert log.count("0 bytes spill stores, 0 bytes spill loads") == 2, log
+    assert not re.search(r"[1-9]\d* bytes stack frame", log), log  # register tiles stay in registers
 
 
 def test_design_space_points_are_legal_programs():
