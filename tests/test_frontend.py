@@ -384,3 +384,40 @@ def test_the_arena_never_gives_two_live_results_the_same_bytes():
     first = compiled(x).clone()
     compiled(torch.randn(1, 3, 16, 16))
     close(compiled(x), first)  # the reused arena leaves nothing behind between calls
+
+
+def test_kernel_calls_are_checked_on_the_first_run_only(monkeypatch):
+    """The first run of a plan calls every kernel through its checks; later runs, with the same
+    static shapes and arena buffers, call them unchecked, with the same results."""
+    from minitc.backends.function import HostCallable
+
+    calls = {"checked": 0, "unchecked": 0}
+    checked_call, unchecked_run = HostCallable.__call__, HostCallable.run_unchecked
+
+    def spy_call(self, *args, **kwargs):
+        calls["checked"] += 1
+        return checked_call(self, *args, **kwargs)
+
+    def spy_run(self, arrays):
+        calls["unchecked"] += 1
+        return unchecked_run(self, arrays)
+
+    monkeypatch.setattr(HostCallable, "__call__", spy_call)
+    monkeypatch.setattr(HostCallable, "run_unchecked", spy_run)
+    torch.manual_seed(0)
+    model = SmallResNet().eval()
+    x = torch.randn(1, 3, 16, 16)
+    compiled = tc.compile(model, (x,))
+    arena_kernels = sum(
+        1 for kind, node, _ in compiled.plan.steps if kind == "kernel" and node.name in compiled.plan.offsets
+    )
+    calls.update(checked=0, unchecked=0)
+    first = compiled(x).clone()
+    assert calls == {"checked": len([s for s in compiled.plan.steps if s[0] == "kernel"]), "unchecked": 0}
+    calls.update(checked=0)
+    second = compiled(x)
+    assert calls["unchecked"] == arena_kernels > 0
+    assert calls["checked"] == len([s for s in compiled.plan.steps if s[0] == "kernel"]) - arena_kernels
+    close(second, first)
+    with torch.no_grad():
+        close(second, model(x))
