@@ -574,6 +574,33 @@ def ship_cmd(checkpoint, out):
     click.echo(f"wrote {target} ({target.stat().st_size / 2**20:.1f} MiB, {model.num_parameters()} parameters)")
 
 
+@lm.command("cost-model")
+@click.option("--data", "data_dir", type=click.Path(exists=True, file_okay=False), help="Default: lm/data.")
+@click.option("--out-dir", type=click.Path(file_okay=False), help="Default: the package's lm/checkpoints/cost.")
+@click.option("--epochs", default=30, show_default=True, type=click.IntRange(min=1))
+@click.option("--min-programs", default=400, show_default=True, type=click.IntRange(min=1))
+def cost_model_cmd(data_dir, out_dir, epochs, min_programs):
+    """Pretrain the TLP cost models the tlm strategy ranks its first rounds with: one per CPU
+    hardware description with at least --min-programs programs in the dataset
+    (<fingerprint>.pt), and one on every CPU description (cpu.pt)."""
+    from minitc.lm.cost import ALL_CPUS, COST_DIR, train_cost_model
+    from minitc.lm.dataset import load
+    from minitc.lm.hardware import is_gpu_line
+
+    entries = [e for e in load(data_dir) if not is_gpu_line(e.hardware)]
+    folder = Path(out_dir) if out_dir else COST_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    counts: dict = {}
+    for e in entries:
+        counts[e.fingerprint] = counts.get(e.fingerprint, 0) + 1
+    jobs = [(fp, [e for e in entries if e.fingerprint == fp]) for fp, n in sorted(counts.items()) if n >= min_programs]
+    for name, chosen in jobs + [(ALL_CPUS, entries)]:
+        model, used, skipped = train_cost_model(chosen, epochs=epochs)
+        path = folder / f"{name}.pt"
+        model.save(path)
+        click.echo(f"wrote {path}: {used} programs ({skipped} no longer replay)")
+
+
 @lm.command("data")
 @click.argument("path", required=False, type=click.Path(exists=True))
 @click.option("--check", is_flag=True, help="Also parse every sentence (about 3 ms each).")

@@ -30,7 +30,9 @@ def tlm_strategy(space, rng, cost_model=None, lm=None, learn: bool = False, **_)
         )
         return make_strategy("evolutionary", space, rng, cost_model)
 
-    return tlm_search(space, rng, cost_model or default_cost_model(), lm, learn)
+    from minitc.lm.cost import shipped_cost_model
+
+    return tlm_search(space, rng, cost_model or shipped_cost_model(space.target) or default_cost_model(), lm, learn)
 
 
 def _gpu_model_ready() -> bool:

@@ -5,9 +5,10 @@ best few are measured.
     search.ask(n) -> n new candidates;  search.tell(candidates, latencies_ms)
 
 Each `ask` samples `oversample * n` programs with constrained decoding (every one legal),
-drops those measured before and duplicates (structural hash), ranks the rest — by the model's
-own log-likelihood until the cost model has seen enough of this workload's measurements, then
-by the cost model — and returns the top n.
+drops those measured before and duplicates (structural hash), ranks the rest — by a cost model
+pretrained on the measurement dataset from the first round (lm/cost.py), or, with a fresh
+one, by the model's own log-likelihood until the cost model has seen enough of this
+workload's measurements — and returns the top n.
 
 Once something has been measured, a share `refine` of each round instead polishes the best
 programs found so far: one- or two-decision edits (MetaSchedule's mutators), in random order
@@ -74,8 +75,10 @@ class TLMSearch(RandomSearch):
         self.swept: set = set()  # keys of the programs whose switches were swept
         self.demos: list = []  # (sentence, latency ms) measured in this session, for `learn`
         # Until the cost model has seen this many of this workload's measurements, its ranking
-        # is noise: rank by the model's likelihood (trained throughput-weighted) instead.
-        self.told, self.trust_cost_model_after = 0, 32
+        # is noise: rank by the model's likelihood (trained throughput-weighted) instead. A
+        # cost model trained before the search (MINITC_COST_MODEL) ranks from the first round.
+        pretrained = getattr(cost_model, "trained", 0) > 0
+        self.told, self.trust_cost_model_after = 0, 0 if pretrained else 32
 
     def ask(self, n: int) -> list:
         with torch_threads(DECODING_THREADS):

@@ -1,0 +1,86 @@
+"""Cost models pretrained on the measurement dataset, for the `tlm` strategy's first rounds.
+
+The language model proposes programs; the TLP cost model (minitc.autotune.cost_model) ranks
+them, and only the best few are measured. A fresh cost model knows nothing until it has seen a
+workload's measurements, so the tlm strategy used to rank its first rounds by the language
+model's likelihood. A cost model pretrained on the dataset's programs of this machine (or of
+every CPU) ranks from the first round.
+
+    train_cost_model(load(hardware=["znver5-2c-3cc6f2b4"]))  -> TLPModel
+    shipped_cost_model(target)  -> the model for this machine, or None
+
+Shipped models live in lm/checkpoints/cost/: `<hardware fingerprint>.pt` for each CPU
+description with enough programs in the dataset, and `cpu.pt` trained on all of them.
+`minitc lm cost-model` writes them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from minitc.autotune.cost_model import TLPModel
+from minitc.autotune.space import Space
+from minitc.autotune.workload_key import workload_key
+from minitc.errors import ScheduleError
+from minitc.lm.language import SentenceError, parse, space_values
+from minitc.lm.training_set import TRAINING, workload
+from minitc.target import hardware_fingerprint, is_gpu
+
+COST_DIR = Path(__file__).with_name("checkpoints") / "cost"
+ALL_CPUS = "cpu"  # the file name (without .pt) of the model trained on every CPU description
+
+
+def cost_records(entries: list, model: TLPModel) -> tuple:
+    """((group, trace, median ms) of each dataset entry whose program replays, programs that
+    no longer replay). A group is one workload on one machine: latencies of two machines are
+    never ranked against each other. Registers each group's computation with `model` (its
+    features need the shapes)."""
+    spaces, records, skipped = {}, [], 0
+    for e in entries:
+        if e.name not in TRAINING:
+            continue
+        group = f"{e.workload}@{e.fingerprint}"
+        if group not in spaces:
+            outputs = workload(e.name)
+            if workload_key([outputs]) != e.workload:
+                skipped += 1  # the name's computation changed since it was measured
+                continue
+            spaces[group] = Space(outputs, e.target)
+            model.register(group, [outputs])
+        try:
+            space = spaces[group]
+            trace = space.replay(space_values(space, parse(e.sentence))).trace
+        except (SentenceError, ScheduleError):  # a program the current space cannot replay
+            skipped += 1
+            continue
+        records.append((group, trace, e.median_ms if e.ok else None))
+    return records, skipped
+
+
+def train_cost_model(entries: list, epochs: int = 30, seed: int = 0, log=None) -> tuple:
+    """(TLPModel pretrained on the entries' programs, records used, programs skipped)."""
+    model = TLPModel(seed=seed)
+    records, skipped = cost_records(entries, model)
+    model.pretrain(records, epochs=epochs, log=log)
+    return model, len(records), skipped
+
+
+def shipped_cost_model_path(target) -> Path | None:
+    """MINITC_COST_MODEL if set; else the shipped model of this machine's hardware description,
+    else the one trained on every CPU; none for a GPU target."""
+    env = os.environ.get("MINITC_COST_MODEL")
+    if env:
+        return Path(env)
+    if is_gpu(target):
+        return None
+    for name in (hardware_fingerprint(target), ALL_CPUS):
+        path = COST_DIR / f"{name}.pt"
+        if path.exists():
+            return path
+    return None
+
+
+def shipped_cost_model(target) -> TLPModel | None:
+    path = shipped_cost_model_path(target)
+    return TLPModel.load(path) if path is not None else None
