@@ -171,7 +171,8 @@ def check_output(path, flag: str) -> None:
 @click.option(
     "--db",
     type=click.Path(dir_okay=False),
-    help="Tuning suites: one records database for all runs (default: a fresh temporary one per run).",
+    help="Tuning suites, and the GPU suites with --tune: one records database for all runs, kept "
+    "(default: a fresh temporary one per run).",
 )
 @click.option("--seed", default=0, show_default=True, type=int, help="Tuning suites: search seed.")
 @click.option(
@@ -293,7 +294,7 @@ def bench(
 
         return bench_models(ctx)
     if suite in GPU_SUITES:
-        return bench_gpu(ctx, suite, workloads, repeats, budget_s, tune_trials, json_path, plot_path, quiet)
+        return bench_gpu(ctx, suite, workloads, repeats, budget_s, tune_trials, json_path, plot_path, quiet, db)
     if ctx.get_parameter_source("tune_trials") == click.core.ParameterSource.COMMANDLINE:
         raise click.UsageError(f"--tune only applies to the GPU suites ({', '.join(GPU_SUITES)})")
     tuning = suite in TUNE_SUITES
@@ -341,13 +342,14 @@ def bench(
         say(f"wrote {plot_path}")
 
 
-def bench_gpu(ctx, suite, workloads, repeats, budget_s, tune_trials, json_path, plot_path, quiet) -> None:
+def bench_gpu(ctx, suite, workloads, repeats, budget_s, tune_trials, json_path, plot_path, quiet, db=None) -> None:
     """`--suite gpu-core` and `gpu-smoke` (benchmarks/gpu_core.py); without a usable GPU: one
-    line naming what is missing, exit status 1."""
+    line naming what is missing, exit status 1. With --tune, --db keeps the tuning records."""
     from minitc.benchmarks import gpu_core, gpu_suites, report
 
     source = ctx.get_parameter_source
-    given = [o for o in CPU_ONLY + TUNE_ONLY if source(o) == click.core.ParameterSource.COMMANDLINE]
+    unused = [o for o in CPU_ONLY + TUNE_ONLY if not (o == "db" and tune_trials)]
+    given = [o for o in unused if source(o) == click.core.ParameterSource.COMMANDLINE]
     if given:
         opts = {p.name: max(p.opts, key=len) for p in ctx.command.params}
         flags = ", ".join(opts[o] for o in given)
@@ -364,7 +366,17 @@ def bench_gpu(ctx, suite, workloads, repeats, budget_s, tune_trials, json_path, 
     say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))
     try:
         gpu_core.bench(
-            suite, names, repeats, budget_s, tune_trials, json_path, plot_path, say, command_line(ctx), echo=click.echo
+            suite,
+            names,
+            repeats,
+            budget_s,
+            tune_trials,
+            json_path,
+            plot_path,
+            say,
+            command_line(ctx),
+            echo=click.echo,
+            db=db,
         )
     except gpu_core.GpuUnavailable as e:
         raise click.ClickException(str(e)) from None

@@ -337,8 +337,10 @@ def run_suite(
     tune_trials: int = 0,
     progress=None,
     command: str | None = None,
+    db=None,
 ) -> list:
-    """Records of every workload (GpuUnavailable first if the GPU stack is missing)."""
+    """Records of every workload (GpuUnavailable first if the GPU stack is missing). With
+    `tune_trials`, tuning records go to `db` (kept), else to a temporary database."""
     torch, cupy, device = requirements(suite)
     say = progress or (lambda msg: None)
     precision = fp32_mode(torch)
@@ -366,7 +368,7 @@ def run_suite(
         },
     }
     records = []
-    with tempfile_db(tune_trials) as db_path, _on_torch_stream(torch, cupy):
+    with tempfile_db(tune_trials, db) as db_path, _on_torch_stream(torch, cupy):
         for i, w in enumerate(workloads):
             tell = lambda msg, i=i: say(f"[{i + 1}/{len(workloads)}] {msg}")  # noqa: E731
             tell(f"{w.name}: building and checking")
@@ -386,11 +388,12 @@ def run_suite(
 
 
 @contextlib.contextmanager
-def tempfile_db(tune_trials: int):
-    """A fresh records database for --tune (None otherwise), so the user's records and earlier
-    runs neither feed nor receive this run's tuning."""
-    if not tune_trials:
-        yield None
+def tempfile_db(tune_trials: int, db=None):
+    """The records database for --tune: `db` if given (kept), else a fresh temporary one, so the
+    user's records and earlier runs neither feed nor receive this run's tuning; None without
+    --tune."""
+    if not tune_trials or db is not None:
+        yield db if tune_trials else None
         return
     import tempfile
 
@@ -422,6 +425,7 @@ def bench(
     say,
     command: str | None,
     echo=print,
+    db=None,
 ) -> list:
     """`python -m benchmarks --suite gpu-core ...`: run, print the table, write JSON and plot."""
     from minitc.benchmarks import report
@@ -429,7 +433,7 @@ def bench(
 
     workloads = select(suite, names)
     start = time.perf_counter()
-    records = run_suite(workloads, suite, repeats, budget_s, tune_trials, say, command)
+    records = run_suite(workloads, suite, repeats, budget_s, tune_trials, say, command, db)
     say(f"suite {suite} done in {time.perf_counter() - start:.1f} s")
     echo(format_table(records))
     if json_path:

@@ -147,6 +147,7 @@ def test_without_a_gpu_stack_the_suite_stops_with_one_line(monkeypatch):
     "args, message",
     [
         (["--threads", "1"], "--threads: not used by the GPU suites"),
+        (["--db", "r.db"], "--db: not used by the GPU suites"),  # only with --tune
         (["--workloads", "nope"], "unknown workload(s) 'nope' in suite 'gpu-core'"),
     ],
 )
@@ -246,6 +247,22 @@ def test_gpu_smoke_end_to_end_on_a_stand_in(monkeypatch, tmp_path):
     assert "note: Triton is not installed" in result.output
     if plot:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tune_with_db_keeps_the_records_there(monkeypatch, tmp_path):
+    _fake_gpu(monkeypatch)
+    kept = tmp_path / "kept.db"
+    seen = []
+
+    def fake_tune(out, trials, strategy, target, db):
+        seen.append(db)
+        return SimpleNamespace(kernel=tc.build(out, target="cuda-sim", db=False), trials=2, best_ms=1.5)
+
+    monkeypatch.setattr(tc, "tune", fake_tune)
+    args = ("--suite", "gpu-smoke", "--workloads", "dense-small", "--repeats", "3", "--budget", "0.01", "--tune", "2")
+    result = bench(*args, "--db", str(kept), "-q")
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    assert seen == [str(kept)]
 
 
 def _has_matplotlib() -> bool:
