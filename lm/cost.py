@@ -48,8 +48,8 @@ def cost_records(entries: list, model: TLPModel) -> tuple:
                 continue
             spaces[group] = Space(outputs, e.target)
             model.register(group, [outputs])
+        space = spaces[group]
         try:
-            space = spaces[group]
             trace = space.replay(space_values(space, parse(e.sentence))).trace
         except (SentenceError, ScheduleError):  # a program the current space cannot replay
             skipped += 1

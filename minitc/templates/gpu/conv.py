@@ -24,7 +24,7 @@ import os
 from minitc.errors import ScheduleError
 from minitc.templates.conv import find_pad_stage
 from minitc.templates.gpu import MAX_THREADS, SHARED_BYTES, defaults, template
-from minitc.templates.gpu.gemm import cooperative_fetch
+from minitc.templates.gpu.gemm import cooperative_fetch, vector_registers
 
 
 @template("conv2d")
@@ -71,17 +71,13 @@ def schedule_conv2d(s, out, target, kt=8, vk=4, wt=16, vw=1, bc=8, shared=True, 
         s.unroll(ref)
     if shared:
         for name in s.state.stage(acc).read_stages():
-            k_last = name == weight and (kt * vk) % 4 == 0 and vk % 4 == 0 and k_last_weights()
-            layout = _k_last_layout(s, out) if k_last else None
+            k_last = name == weight and vk % 4 == 0 and k_last_weights()
+            layout = None if not k_last or _crsk(s, out) else (1, 2, 3, 0)  # output channels last
             cache = s.cache_read(name, "shared", [acc], layout)
             s.compute_at(cache, rco)
             cooperative_fetch(s, cache, (kt, oht * wt))  # k fastest: stores free of bank conflicts
             if k_last:  # each window offset's vk weights: float4 reads into registers
-                reg = s.cache_read(cache, "local", [acc])
-                s.compute_at(reg, rx)
-                ko_, ki_ = s.split(s.loops(reg)[-1], factor=4)
-                s.unroll(ko_)
-                s.vectorize(ki_)
+                vector_registers(s, cache, acc, rx, vk)
     if pad is not None:
         s.compute_inline(pad)  # padding becomes a select in the loads (of the shared fill)
 
@@ -107,26 +103,25 @@ def k_last_weights() -> bool:
     return os.environ.get("MINITC_GPU_CONV_K_LAST", "1") != "0"
 
 
+def _crsk(s, out: str) -> bool:
+    """Whether the weight is stored [C, R, S, K] (`weight_layout="CRSK"`), not [K, C, R, S]."""
+    return s.tensor(out).op.attrs.get("weight_layout") == "CRSK"
+
+
 def _weight_stage(s, out: str) -> str:
     st = s.state.stage(out)
-    crsk = s.tensor(out).op.attrs.get("weight_layout") == "CRSK"
+    crsk = _crsk(s, out)
     for r in st.reads():
         if r.indices and r.indices[-1 if crsk else 0] is st.axes[1]:
             return r.stage
     raise ScheduleError(f"GPU conv2d template: {out} reads no [K, C, R, S] or [C, R, S, K] weight")
 
 
-def _k_last_layout(s, out: str):
-    """The shared weight tile's layout with the output channels last: a permutation for
-    [K, C, R, S] weights, none (the identity) for [C, R, S, K] ones."""
-    return None if s.tensor(out).op.attrs.get("weight_layout") == "CRSK" else (1, 2, 3, 0)
-
-
 def _weight_shape(s, out: str) -> tuple:
     """[K, C, R, S] of the weight: the read indexed by the output-channel axis, first (weights
     stored [K, C, R, S]) or last (`weight_layout="CRSK"`)."""
     shape = s.state.stage(_weight_stage(s, out)).shape
-    return (shape[3], *shape[:3]) if s.tensor(out).op.attrs.get("weight_layout") == "CRSK" else shape
+    return (shape[3], *shape[:3]) if _crsk(s, out) else shape
 
 
 BLOCK_THREADS = 512  # at most this many threads a block by default
@@ -142,7 +137,7 @@ def conv2d_defaults(s, out, target) -> dict:
     channels (up to 32) as stay within 512 threads: wide pixel tiles make the weight tile, the
     costlier fill, serve more outputs. On an H100 (experiments/gpu_conv_probe.py, seven ResNet
     layers, docs/gpu.md) this was the fastest of the defaults tried on each layer."""
-    N, K, OH, OW = s.state.stage(out).shape
+    _, K, OH, OW = s.state.stage(out).shape
     C = s.state.stage(out).reduce_axes[0].extent
     vk = 4 if K % 4 == 0 else 1
     wt = OW if OW <= ROW_WIDTH else max((d for d in range(8, ROW_WIDTH + 1) if OW % d == 0), default=ROW_WIDTH)

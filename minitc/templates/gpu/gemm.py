@@ -94,14 +94,20 @@ def gemm_gpu(s, out: str, acc: str, target, *, bm, bn, tm, tn, bk, shared=True):
         rows = s.state.stage(name).shape[-1]  # the operand's contiguous dimension
         tiles = {k_dim: min(bk, K), mn_dim: tile}
         vector_fetch(s, cache, threads, layout.index(ndim - 1), tiles[ndim - 1] if ndim - 1 in tiles else 1, rows)
-        reg = s.cache_read(cache, "local", [acc])  # this k's tm (tn) values, read as vectors
-        s.compute_at(reg, ki)
-        *_, r = s.loops(reg)
-        lanes = 4 if regs % 4 == 0 else 2 if regs % 2 == 0 else 1
-        if lanes > 1:
-            ro, ri = s.split(r, factor=lanes)
-            s.unroll(ro)
-            s.vectorize(ri)
+        vector_registers(s, cache, acc, ki, regs)  # this k's tm (tn) values
+
+
+def vector_registers(s, cache, acc: str, at, count: int) -> None:
+    """Read the `count` values of the shared tile `cache` that `acc` uses at loop `at` into
+    registers, as float4 (or float2) vectors where `count` allows."""
+    reg = s.cache_read(cache, "local", [acc])
+    s.compute_at(reg, at)
+    *_, r = s.loops(reg)
+    lanes = 4 if count % 4 == 0 else 2 if count % 2 == 0 else 1
+    if lanes > 1:
+        ro, ri = s.split(r, factor=lanes)
+        s.unroll(ro)
+        s.vectorize(ri)
 
 
 def _vector_reads_of_b(s, aj, tn: int, rows: bool) -> None:
