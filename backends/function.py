@@ -107,6 +107,12 @@ class HostCallable:
         (a model's static plan). A wrong array here is memory corruption, not an error."""
         self._run(arrays)
 
+    def bind(self, arrays: list):
+        """A call with no arguments that runs the kernel on `arrays` (inputs, then outputs),
+        unchecked as run_unchecked: for arrays that stay where they are for as long as the
+        call is kept (a model's constants and arena buffers)."""
+        return functools.partial(self._run, list(arrays))
+
     @property
     def name(self) -> str:
         return self.kernel.name
@@ -157,6 +163,10 @@ class Function(HostCallable):
 
     def _run(self, arrays: list) -> None:
         self._cfunc(*[a.__array_interface__["data"][0] for a in arrays])
+
+    def bind(self, arrays: list):
+        # the addresses taken once: a model step then costs one ctypes call
+        return functools.partial(self._cfunc, *[a.__array_interface__["data"][0] for a in arrays])
 
     def __repr__(self):
         return f"<minitc.Function {self.kernel.name}({', '.join(b.name for b in self.kernel.params)})>"

@@ -388,11 +388,12 @@ def test_the_arena_never_gives_two_live_results_the_same_bytes():
 
 def test_kernel_calls_are_checked_on_the_first_run_only(monkeypatch):
     """The first run of a plan calls every kernel through its checks; later runs, with the same
-    static shapes and arena buffers, call them unchecked, with the same results."""
-    from minitc.backends.function import HostCallable
+    static shapes and arena buffers, call the kernels on constants and arena buffers bound to
+    their addresses once, the others unchecked, with the same results."""
+    from minitc.backends.function import Function, HostCallable
 
-    calls = {"checked": 0, "unchecked": 0}
-    checked_call, unchecked_run = HostCallable.__call__, HostCallable.run_unchecked
+    calls = {"checked": 0, "unchecked": 0, "bound": 0}
+    checked_call, unchecked_run, bind = HostCallable.__call__, HostCallable.run_unchecked, Function.bind
 
     def spy_call(self, *args, **kwargs):
         calls["checked"] += 1
@@ -402,22 +403,37 @@ def test_kernel_calls_are_checked_on_the_first_run_only(monkeypatch):
         calls["unchecked"] += 1
         return unchecked_run(self, arrays)
 
+    def spy_bind(self, arrays):
+        run = bind(self, arrays)
+
+        def bound():
+            calls["bound"] += 1
+            run()
+
+        return bound
+
     monkeypatch.setattr(HostCallable, "__call__", spy_call)
     monkeypatch.setattr(HostCallable, "run_unchecked", spy_run)
+    monkeypatch.setattr(Function, "bind", spy_bind)
     torch.manual_seed(0)
     model = SmallResNet().eval()
     x = torch.randn(1, 3, 16, 16)
     compiled = tc.compile(model, (x,))
-    arena_kernels = sum(
-        1 for kind, node, _ in compiled.plan.steps if kind == "kernel" and node.name in compiled.plan.offsets
-    )
-    calls.update(checked=0, unchecked=0)
+    kernels = [node for kind, node, _ in compiled.plan.steps if kind == "kernel"]
+    in_arena = [node for node in kernels if node.name in compiled.plan.offsets]
+    input_views = {compiled.graph.inputs[0].name}
+    for kind, node, _ in compiled.plan.steps:
+        if kind == "view" and node.inputs[0] in input_views:
+            input_views.add(node.name)
+    on_input = [node for node in in_arena if input_views.intersection(node.inputs)]
     first = compiled(x).clone()
-    assert calls == {"checked": len([s for s in compiled.plan.steps if s[0] == "kernel"]), "unchecked": 0}
+    assert calls == {"checked": len(kernels), "unchecked": 0, "bound": 0}
     calls.update(checked=0)
+    compiled(torch.randn(1, 3, 16, 16))
     second = compiled(x)
-    assert calls["unchecked"] == arena_kernels > 0
-    assert calls["checked"] == len([s for s in compiled.plan.steps if s[0] == "kernel"]) - arena_kernels
+    assert calls["bound"] == 2 * (len(in_arena) - len(on_input)) > 0
+    assert calls["unchecked"] == 2 * len(on_input)
+    assert calls["checked"] == 2 * (len(kernels) - len(in_arena))
     close(second, first)
     with torch.no_grad():
         close(second, model(x))
