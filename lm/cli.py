@@ -579,10 +579,14 @@ def ship_cmd(checkpoint, out):
 @click.option("--out-dir", type=click.Path(file_okay=False), help="Default: the package's lm/checkpoints/cost.")
 @click.option("--epochs", default=30, show_default=True, type=click.IntRange(min=1))
 @click.option("--min-programs", default=400, show_default=True, type=click.IntRange(min=1))
-def cost_model_cmd(data_dir, out_dir, epochs, min_programs):
+@click.option(
+    "--members", default=4, show_default=True, type=click.IntRange(min=1), help="Trainings (seeds) per ensemble."
+)
+def cost_model_cmd(data_dir, out_dir, epochs, min_programs, members):
     """Pretrain the TLP cost models the tlm strategy ranks its first rounds with: one per CPU
     hardware description with at least --min-programs programs in the dataset
-    (<fingerprint>.pt), and one on every CPU description (cpu.pt)."""
+    (<fingerprint>.pt), and one on every CPU description (cpu.pt); each an ensemble of
+    --members trainings."""
     from minitc.lm.cost import ALL_CPUS, COST_DIR, train_cost_model
     from minitc.lm.dataset import load
     from minitc.lm.hardware import is_gpu_line
@@ -595,7 +599,7 @@ def cost_model_cmd(data_dir, out_dir, epochs, min_programs):
         counts[e.fingerprint] = counts.get(e.fingerprint, 0) + 1
     jobs = [(fp, [e for e in entries if e.fingerprint == fp]) for fp, n in sorted(counts.items()) if n >= min_programs]
     for name, chosen in jobs + [(ALL_CPUS, entries)]:
-        model, used, skipped = train_cost_model(chosen, epochs=epochs)
+        model, used, skipped = train_cost_model(chosen, epochs=epochs, members=members)
         path = folder / f"{name}.pt"
         model.save(path)
         click.echo(f"wrote {path}: {used} programs ({skipped} no longer replay)")

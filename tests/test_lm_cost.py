@@ -9,8 +9,9 @@ import torch
 from click.testing import CliRunner
 
 import minitc as tc
-from minitc.autotune.cost_model import TLPModel
+from minitc.autotune.cost_model import EnsembleModel, TLPModel, load_cost_model
 from minitc.autotune.space import Space
+from minitc.errors import MinitcError
 from minitc.lm import cost
 from minitc.lm.cli import lm as lm_cli
 from minitc.lm.dataset import DatasetWriter, load
@@ -48,6 +49,29 @@ def test_a_trained_model_saves_loads_and_scores(entries, tmp_path):
     again.register(group, [workload(e.name)])
     traces = model.data[group].traces[:5]
     np.testing.assert_allclose(again.predict(group, traces), model.predict(group, traces), rtol=1e-5)
+
+
+def test_an_ensemble_ranks_by_its_members_standardised_mean_and_saves_whole(entries, tmp_path):
+    model, used, _ = cost.train_cost_model(entries, epochs=1, seed=3, members=2)
+    assert isinstance(model, EnsembleModel) and [m.seed for m in model.members] == [3, 4]
+    assert model.trained == min(m.trained for m in model.members) >= model.members[0].config.warmup
+    e = entries[0]
+    group = f"{e.workload}@{HARDWARE}"
+    traces = model.members[0].data[group].traces[:6]
+    members = [m.predict(group, traces) for m in model.members]
+    assert not np.allclose(members[0], members[1])  # two trainings, two rankings
+    expected = np.mean([(s - s.mean()) / s.std() for s in members], axis=0)
+    np.testing.assert_allclose(model.predict(group, traces), expected, rtol=1e-6)
+    model.save(tmp_path / "e.pt")
+    again = load_cost_model(tmp_path / "e.pt")
+    assert isinstance(again, EnsembleModel) and len(again.members) == 2
+    again.register(group, [workload(e.name)])
+    np.testing.assert_allclose(again.predict(group, traces), expected, rtol=1e-5)
+    with pytest.raises(MinitcError, match="ensemble"):
+        TLPModel.load(tmp_path / "e.pt")
+    (tmp_path / "bad.pt").write_bytes(b"not a model")
+    with pytest.raises(MinitcError, match="not a saved TLPModel"):
+        load_cost_model(tmp_path / "bad.pt")
 
 
 def test_which_cost_model_the_tlm_strategy_loads(tmp_path, monkeypatch):
@@ -117,7 +141,10 @@ def test_the_cost_model_command_trains_per_machine_and_for_every_cpu(tmp_path):
             "1",
             "--min-programs",
             "5",
+            "--members",
+            "2",
         ],
     )
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (tmp_path / "cost").iterdir()) == sorted([f"{HARDWARE}.pt", "cpu.pt"])
+    assert all(len(load_cost_model(p).members) == 2 for p in (tmp_path / "cost").iterdir())

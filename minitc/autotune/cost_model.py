@@ -264,22 +264,26 @@ class TLPModel(CostModel):
 
     def save(self, path) -> None:
         """Weights and configuration (not the training records)."""
-        torch = _torch()
+        _torch().save(self.to_blob(), str(path))
+
+    def to_blob(self) -> dict:
         state = {k: v.detach().cpu() for k, v in self.net.state_dict().items()}
-        blob = {"version": self.VERSION, "config": asdict(self.config), "seed": self.seed, "trained": self.trained}
-        torch.save({"meta": blob, "state_dict": state}, str(path))
+        meta = {"version": self.VERSION, "config": asdict(self.config), "seed": self.seed, "trained": self.trained}
+        return {"meta": meta, "state_dict": state}
 
     @classmethod
     def load(cls, path, device: str = "cpu") -> TLPModel:
-        torch = _torch()
-        try:
-            blob = torch.load(str(path), map_location="cpu", weights_only=True)
-            meta = blob["meta"]
-        except Exception as e:  # noqa: BLE001 - any unreadable file gets the same answer
-            raise MinitcError(f"{path} is not a saved TLPModel ({type(e).__name__}: {e})") from None
+        model = load_cost_model(path, device)
+        if not isinstance(model, cls):
+            raise MinitcError(f"{path} holds an ensemble of TLPModels; load it with load_cost_model")
+        return model
+
+    @classmethod
+    def from_blob(cls, blob: dict, source, device: str = "cpu") -> TLPModel:
+        meta = blob["meta"]
         if meta.get("version") != cls.VERSION:
             raise MinitcError(
-                f"{path} is a TLPModel of format version {meta.get('version')}; this minitc reads {cls.VERSION}"
+                f"{source} is a TLPModel of format version {meta.get('version')}; this minitc reads {cls.VERSION}"
             )
         model = cls(seed=meta["seed"], device=device, **meta["config"])
         model.net.load_state_dict(blob["state_dict"])
@@ -380,5 +384,54 @@ def default_cost_model() -> CostModel:
         return RandomModel()
     path = os.environ.get("MINITC_COST_MODEL")
     if path:
-        return TLPModel.load(path)
+        return load_cost_model(path)
     return TLPModel()
+
+
+class EnsembleModel(CostModel):
+    """Several TLPModels trained alike from different seeds (initial weights, held-out
+    records, batches), ranking together: each member's scores are standardised over the
+    candidates and averaged. Pretrained members disagree most on a workload's first
+    proposals, where one training's mistake would decide what is measured."""
+
+    def __init__(self, members: list):
+        if not members:
+            raise MinitcError("an ensemble needs at least one member")
+        self.members = list(members)
+
+    @property
+    def trained(self) -> int:
+        return min(m.trained for m in self.members)
+
+    def register(self, workload: str, outputs) -> None:
+        for m in self.members:
+            m.register(workload, outputs)
+
+    def fit(self, workload: str, traces: list, latencies_ms: list) -> None:
+        for m in self.members:
+            m.fit(workload, traces, latencies_ms)
+
+    def predict(self, workload: str, traces: list) -> np.ndarray:
+        total = np.zeros(len(traces))
+        for m in self.members:
+            scores = np.asarray(m.predict(workload, traces), dtype=float)
+            spread = scores.std()
+            total += (scores - scores.mean()) / spread if spread > 0 else 0.0
+        return total / len(self.members)
+
+    def save(self, path) -> None:
+        _torch().save({"ensemble": [m.to_blob() for m in self.members]}, str(path))
+
+
+def load_cost_model(path, device: str = "cpu") -> TLPModel | EnsembleModel:
+    """The TLPModel or EnsembleModel saved at `path`."""
+    torch = _torch()
+    try:
+        blob = torch.load(str(path), map_location="cpu", weights_only=True)
+        blobs = blob["ensemble"] if "ensemble" in blob else [blob]
+        models = [TLPModel.from_blob(b, path, device) for b in blobs]
+    except MinitcError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any unreadable file gets the same answer
+        raise MinitcError(f"{path} is not a saved TLPModel ({type(e).__name__}: {e})") from None
+    return EnsembleModel(models) if "ensemble" in blob else models[0]
