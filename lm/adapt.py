@@ -18,6 +18,10 @@
    time does not grow with the dataset. It gets the rest of the time.
 3. **Keep it** in the user's cache directory, next to the `--learn` model
    (pipeline.adapted_model_path); the shipped checkpoint is never written.
+4. **Train a cost model** on the same programs (an ensemble, as `minitc lm cost-model` ships;
+   about half a minute for 600 programs of this machine and 1,200 of others), kept in the
+   cache directory too (cost.adapted_cost_model_path), whatever `out` is: it belongs to the
+   machine, not to one language model. The tlm strategy ranks with it on this machine.
 
 Measuring uses tuning sessions directly (minitc.autotune.tuner.TuningSession), one round per
 workload and strategy, sharing one builder and one runner: `tune` would also re-measure each
@@ -36,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 DEFAULT_MINUTES = 12
+COST_MEMBERS = 4  # trainings in the cost-model ensemble, as `minitc lm cost-model` ships
 MEASURE_SHARE = 0.75  # of the time; fine-tuning gets the rest
 SOURCE = "minitc lm adapt"
 
@@ -50,6 +55,7 @@ class AdaptResult:
     measure_seconds: float
     finetune_seconds: float
     meta: dict
+    cost_path: Path  # the cost model trained on the same programs (lm/cost.py)
 
 
 def adapt(
@@ -74,7 +80,9 @@ def adapt(
     machine). `dataset` (default: the package's lm/data) is read for the other machines'
     programs and, with `keep`, appended to. `db` is the records database (default: next to the
     user's model). See the module docstring."""
+    from minitc.lm.cost import adapted_cost_model_path, train_cost_model
     from minitc.lm.dataset import DATA_DIR
+    from minitc.lm.language import parse
     from minitc.lm.model import LMError
     from minitc.lm.pipeline import SHIPPED, adapted_model_path, user_model_path
     from minitc.lm.training_set import TRAINING
@@ -107,12 +115,21 @@ def adapt(
         say=say,
     )
     measure_seconds = time.monotonic() - start
-    here, rest = mixture(db, dataset, target, others, np.random.default_rng(seed))
+    here_entries, rest_entries = mixture_entries(db, dataset, target, others, np.random.default_rng(seed))
+    here = [(parse(e.sentence), w) for e, w in here_entries]
+    rest = [(parse(e.sentence), w) for e, w in rest_entries]
     say(f"fine-tuning {checkpoint.name} on {len(here)} programs of this machine and {len(rest)} of others")
     seconds = max(start + budget - time.monotonic(), budget * (1 - MEASURE_SHARE))
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = _finetune(checkpoint, out, here, rest, fingerprint, seconds, threads, say)
-    return AdaptResult(out, fingerprint, measured, len(here), len(rest), measure_seconds, meta["seconds"], meta)
+    started = time.monotonic()
+    cost = train_cost_model([e for e, _ in here_entries + rest_entries], members=COST_MEMBERS)[0]
+    cost_path = adapted_cost_model_path(fingerprint)
+    cost.save(cost_path)
+    say(f"trained the cost model {cost_path.name} in {time.monotonic() - started:.0f} s")
+    return AdaptResult(
+        out, fingerprint, measured, len(here), len(rest), measure_seconds, meta["seconds"], meta, cost_path
+    )
 
 
 def refuse_shipped(out) -> None:
@@ -204,10 +221,17 @@ def mixture(db, dataset, target, others: float, rng) -> tuple:
     program of `target` on this machine in the dataset folder and the records database `db`,
     and at most `others` times as many programs of other machines from the dataset (chosen
     at random, weighted as they are in the whole dataset)."""
+    from minitc.lm.language import parse
+
+    here, rest = mixture_entries(db, dataset, target, others, rng)
+    return [(parse(e.sentence), w) for e, w in here], [(parse(e.sentence), w) for e, w in rest]
+
+
+def mixture_entries(db, dataset, target, others: float, rng) -> tuple:
+    """mixture's programs as (dataset entry, weight) pairs."""
     from minitc.lm.data import weighted_entries
     from minitc.lm.dataset import load
     from minitc.lm.hardware import is_gpu_line
-    from minitc.lm.language import parse
     from minitc.target import hardware_fingerprint, is_gpu, parse_target
 
     fingerprint = hardware_fingerprint(parse_target(target))
@@ -221,7 +245,7 @@ def mixture(db, dataset, target, others: float, rng) -> tuple:
     rest = [(e, w) for e, w in weighted if e.fingerprint != fingerprint and is_gpu_line(e.hardware) == gpu]
     keep = min(len(rest), math.floor(others * len(here)))
     rest = [rest[i] for i in sorted(rng.choice(len(rest), size=keep, replace=False))] if keep else []
-    return [(parse(e.sentence), w) for e, w in here], [(parse(e.sentence), w) for e, w in rest]
+    return here, rest
 
 
 def records_entries(db) -> list:

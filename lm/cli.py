@@ -551,6 +551,9 @@ def adapt_cmd(lm_path, out, minutes, per_workload, workloads, others, target, db
     )
     click.echo(f"wrote {result.path}")
     click.echo(f"use it: minitc tune ... --lm {result.path}    (or: export MINITC_LM={result.path})")
+    click.echo(
+        f"wrote the cost model {result.cost_path} (the tlm strategy ranks with it here unless MINITC_COST_MODEL is set)"
+    )
 
 
 @lm.command("ship")

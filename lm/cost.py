@@ -71,16 +71,26 @@ def train_cost_model(entries: list, epochs: int = 30, seed: int = 0, members: in
     return model, len(records), skipped
 
 
+def adapted_cost_model_path(fingerprint: str) -> Path:
+    """Where `minitc lm adapt` keeps the cost model it trained for the machine `fingerprint`:
+    beside the adapted language model, in the user's cache directory."""
+    from minitc.lm.pipeline import user_model_path
+
+    return user_model_path().parent / f"cost-adapted-{fingerprint}.pt"
+
+
 def shipped_cost_model_path(target) -> Path | None:
-    """MINITC_COST_MODEL if set; else the shipped model of this machine's hardware description,
-    else the one trained on every CPU; none for a GPU target."""
+    """MINITC_COST_MODEL if set; else the one `minitc lm adapt` trained on this machine (it
+    saw all of the dataset's programs of this machine and its own), else the shipped model of
+    this machine's hardware description, else the one trained on every CPU; none for a GPU
+    target."""
     env = os.environ.get("MINITC_COST_MODEL")
     if env:
         return Path(env)
     if is_gpu(target):
         return None
-    for name in (hardware_fingerprint(target), ALL_CPUS):
-        path = COST_DIR / f"{name}.pt"
+    fingerprint = hardware_fingerprint(target)
+    for path in (adapted_cost_model_path(fingerprint), COST_DIR / f"{fingerprint}.pt", COST_DIR / f"{ALL_CPUS}.pt"):
         if path.exists():
             return path
     return None

@@ -10,11 +10,13 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from minitc.autotune.cost_model import load_cost_model
 from minitc.autotune.database import Database
 from minitc.autotune.space import Space
 from minitc.autotune.workload_key import workload_key
 from minitc.cli import main
-from minitc.lm.adapt import adapt
+from minitc.lm.adapt import COST_MEMBERS, adapt
+from minitc.lm.cost import adapted_cost_model_path, shipped_cost_model_path
 from minitc.lm.dataset import DatasetWriter, check_entry, load
 from minitc.lm.hardware import closest_machine, differences, hardware, trained_hardware
 from minitc.lm.language import Hardware, SentenceWriter
@@ -23,7 +25,7 @@ from minitc.lm.pipeline import SHIPPED, adapted_model_path
 from minitc.lm.strategy import hardware_warning
 from minitc.lm.tokenizer import Tokenizer
 from minitc.lm.training_set import workload
-from minitc.target import hardware_fingerprint
+from minitc.target import hardware_fingerprint, parse_target
 
 WORKLOAD = "bert-layernorm"  # a training workload whose programs build and run in a fraction of a second
 ZEN4 = Hardware("llvm", "znver4", 64, 16, 32, 1024, 32768, 3800, 300)  # not the host, whatever it is
@@ -72,6 +74,7 @@ def test_adapt_measures_here_keeps_the_programs_and_fine_tunes_a_copy(tmp_path, 
     cache = tmp_path / "cache"
     monkeypatch.setenv("MINITC_DB", str(cache / "records.db"))
     monkeypatch.delenv("MINITC_LM", raising=False)
+    monkeypatch.delenv("MINITC_COST_MODEL", raising=False)
     data = tmp_path / "data"
     DatasetWriter(data).append(_entries(ZEN4, ZEN4_FP, 10))  # another machine's programs
     shipped = SHIPPED.read_bytes()
@@ -84,6 +87,12 @@ def test_adapt_measures_here_keeps_the_programs_and_fine_tunes_a_copy(tmp_path, 
     assert path.parent == cache and path.exists() and SHIPPED.read_bytes() == shipped
     assert f"wrote {path}" in result.output and f"--lm {path}" in result.output and f"MINITC_LM={path}" in result.output
     assert f"[pass 1] {WORKLOAD}: 3 measured" in result.output
+    # a cost model trained on the same 9 programs, which the tlm strategy then ranks with here
+    cost_path = adapted_cost_model_path(here_fp)
+    assert cost_path.parent == cache and f"wrote the cost model {cost_path}" in result.output
+    ensemble = load_cost_model(cost_path)
+    assert len(ensemble.members) == COST_MEMBERS and ensemble.trained == 9
+    assert shipped_cost_model_path(parse_target("llvm")) == cost_path
 
     # the 3 programs (the template's, the model's, one near the template's) are kept in the records and dataset
     mine = [e for e in load(data) if e.fingerprint == here_fp]
