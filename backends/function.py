@@ -162,11 +162,15 @@ class Function(HostCallable):
         return self.compiled.asm
 
     def _run(self, arrays: list) -> None:
-        self._cfunc(*[a.__array_interface__["data"][0] for a in arrays])
+        self._cfunc(*_addresses(arrays))
 
     def bind(self, arrays: list):
         # the addresses taken once: a model step then costs one ctypes call
-        return functools.partial(self._cfunc, *[a.__array_interface__["data"][0] for a in arrays])
+        return functools.partial(self._cfunc, *_addresses(arrays))
 
     def __repr__(self):
         return f"<minitc.Function {self.kernel.name}({', '.join(b.name for b in self.kernel.params)})>"
+
+
+def _addresses(arrays: list) -> list:
+    return [a.__array_interface__["data"][0] for a in arrays]

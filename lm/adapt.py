@@ -40,7 +40,6 @@ from pathlib import Path
 import numpy as np
 
 DEFAULT_MINUTES = 12
-COST_MEMBERS = 4  # trainings in the cost-model ensemble, as `minitc lm cost-model` ships
 MEASURE_SHARE = 0.75  # of the time; fine-tuning gets the rest
 SOURCE = "minitc lm adapt"
 
@@ -80,7 +79,7 @@ def adapt(
     machine). `dataset` (default: the package's lm/data) is read for the other machines'
     programs and, with `keep`, appended to. `db` is the records database (default: next to the
     user's model). See the module docstring."""
-    from minitc.lm.cost import adapted_cost_model_path, train_cost_model
+    from minitc.lm.cost import MEMBERS, adapted_cost_model_path, train_cost_model
     from minitc.lm.dataset import DATA_DIR
     from minitc.lm.language import parse
     from minitc.lm.model import LMError
@@ -115,7 +114,7 @@ def adapt(
         say=say,
     )
     measure_seconds = time.monotonic() - start
-    here_entries, rest_entries = mixture_entries(db, dataset, target, others, np.random.default_rng(seed))
+    here_entries, rest_entries = mixture(db, dataset, target, others, np.random.default_rng(seed))
     here = [(parse(e.sentence), w) for e, w in here_entries]
     rest = [(parse(e.sentence), w) for e, w in rest_entries]
     say(f"fine-tuning {checkpoint.name} on {len(here)} programs of this machine and {len(rest)} of others")
@@ -123,7 +122,7 @@ def adapt(
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = _finetune(checkpoint, out, here, rest, fingerprint, seconds, threads, say)
     started = time.monotonic()
-    cost = train_cost_model([e for e, _ in here_entries + rest_entries], members=COST_MEMBERS)[0]
+    cost = train_cost_model([e for e, _ in here_entries + rest_entries], members=MEMBERS)[0]
     cost_path = adapted_cost_model_path(fingerprint)
     cost.save(cost_path)
     say(f"trained the cost model {cost_path.name} in {time.monotonic() - started:.0f} s")
@@ -217,18 +216,10 @@ def _measure_workload(name, db, checkpoint, target, count, seed, workers, export
 
 
 def mixture(db, dataset, target, others: float, rng) -> tuple:
-    """(this machine's (Sentence, weight) pairs, a sample of the other machines'): every
+    """(this machine's (dataset entry, weight) pairs, a sample of the other machines'): every
     program of `target` on this machine in the dataset folder and the records database `db`,
     and at most `others` times as many programs of other machines from the dataset (chosen
     at random, weighted as they are in the whole dataset)."""
-    from minitc.lm.language import parse
-
-    here, rest = mixture_entries(db, dataset, target, others, rng)
-    return [(parse(e.sentence), w) for e, w in here], [(parse(e.sentence), w) for e, w in rest]
-
-
-def mixture_entries(db, dataset, target, others: float, rng) -> tuple:
-    """mixture's programs as (dataset entry, weight) pairs."""
     from minitc.lm.data import weighted_entries
     from minitc.lm.dataset import load
     from minitc.lm.hardware import is_gpu_line

@@ -30,6 +30,7 @@ from minitc.autotune.database import Database, DatabaseError
 from minitc.autotune.tuner import tune
 from minitc.autotune.workload_key import describe, workload_key
 from minitc.lm.adapt import DEFAULT_MINUTES
+from minitc.lm.cost import MEMBERS as COST_MEMBERS
 from minitc.lm.training_set import HELD_OUT, TRAINING, workload
 
 
@@ -583,7 +584,11 @@ def ship_cmd(checkpoint, out):
 @click.option("--epochs", default=30, show_default=True, type=click.IntRange(min=1))
 @click.option("--min-programs", default=400, show_default=True, type=click.IntRange(min=1))
 @click.option(
-    "--members", default=4, show_default=True, type=click.IntRange(min=1), help="Trainings (seeds) per ensemble."
+    "--members",
+    default=COST_MEMBERS,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Trainings (seeds) per ensemble.",
 )
 def cost_model_cmd(data_dir, out_dir, epochs, min_programs, members):
     """Pretrain the TLP cost models the tlm strategy ranks its first rounds with: one per CPU

@@ -31,6 +31,7 @@ from minitc.target import hardware_fingerprint, is_gpu
 
 COST_DIR = Path(__file__).with_name("checkpoints") / "cost"
 ALL_CPUS = "cpu"  # the file name (without .pt) of the model trained on every CPU description
+MEMBERS = 4  # trainings per shipped (and adapted) ensemble
 
 
 def cost_records(entries: list, model) -> tuple:

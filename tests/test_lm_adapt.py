@@ -15,11 +15,11 @@ from minitc.autotune.database import Database
 from minitc.autotune.space import Space
 from minitc.autotune.workload_key import workload_key
 from minitc.cli import main
-from minitc.lm.adapt import COST_MEMBERS, adapt
-from minitc.lm.cost import adapted_cost_model_path, shipped_cost_model_path
+from minitc.lm.adapt import adapt
+from minitc.lm.cost import MEMBERS, adapted_cost_model_path, shipped_cost_model_path
 from minitc.lm.dataset import DatasetWriter, check_entry, load
 from minitc.lm.hardware import closest_machine, differences, hardware, trained_hardware
-from minitc.lm.language import Hardware, SentenceWriter
+from minitc.lm.language import Hardware, SentenceWriter, parse
 from minitc.lm.model import LMError, ModelConfig, TensorLM, load_checkpoint, save_checkpoint
 from minitc.lm.pipeline import SHIPPED, adapted_model_path
 from minitc.lm.strategy import hardware_warning
@@ -91,7 +91,7 @@ def test_adapt_measures_here_keeps_the_programs_and_fine_tunes_a_copy(tmp_path, 
     cost_path = adapted_cost_model_path(here_fp)
     assert cost_path.parent == cache and f"wrote the cost model {cost_path}" in result.output
     ensemble = load_cost_model(cost_path)
-    assert len(ensemble.members) == COST_MEMBERS and ensemble.trained == 9
+    assert len(ensemble.members) == MEMBERS and ensemble.trained == 9
     assert shipped_cost_model_path(parse_target("llvm")) == cost_path
 
     # the 3 programs (the template's, the model's, one near the template's) are kept in the records and dataset
@@ -203,4 +203,4 @@ def test_adapting_a_cpu_mixes_in_other_cpus_not_gpus(tmp_path):
     assert any(e.hardware.startswith("hardware cuda") for e in load(data, sentences=False))
     here, rest = mixture(tmp_path / "none.db", data, "llvm", 100.0, np.random.default_rng(0))
     assert len(here) == 4 and len(rest) == 5
-    assert all(str(s.hardware).startswith("hardware llvm") for s, _ in here + rest)
+    assert all(str(parse(e.sentence).hardware).startswith("hardware llvm") for e, _ in here + rest)

@@ -428,10 +428,10 @@ def load_cost_model(path, device: str = "cpu") -> TLPModel | EnsembleModel:
     torch = _torch()
     try:
         blob = torch.load(str(path), map_location="cpu", weights_only=True)
-        blobs = blob["ensemble"] if "ensemble" in blob else [blob]
-        models = [TLPModel.from_blob(b, path, device) for b in blobs]
+        ensemble = "ensemble" in blob
+        models = [TLPModel.from_blob(b, path, device) for b in (blob["ensemble"] if ensemble else [blob])]
     except MinitcError:
         raise
     except Exception as e:  # noqa: BLE001 - any unreadable file gets the same answer
         raise MinitcError(f"{path} is not a saved TLPModel ({type(e).__name__}: {e})") from None
-    return EnsembleModel(models) if "ensemble" in blob else models[0]
+    return EnsembleModel(models) if ensemble else models[0]
