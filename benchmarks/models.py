@@ -168,7 +168,7 @@ def run_model(spec, threads, systems, repeats=10, budget_s=3.0, trials=None, db=
             with BackgroundLoad() as load:
                 timings = measure(fns, repeats=repeats, budget_s=budget_s) if fns else {}
         error = here["minitc"].error if "minitc" in here else None
-        memory["peak_rss_mib"] = peak_memory()
+        memory["peak_rss_mib"] = peak_memory(memory["start_rss_mib"])
         if error is None and "minitc" in here and "minitc_breakdown" not in facts:
             facts["minitc_breakdown"] = breakdown(here["minitc"].compiled)
         rows.append(base_record(spec, n, shapes, here, timings, error, notes, {**facts, **memory}, trials, load.cpus))

@@ -89,10 +89,12 @@ def reset_peak_memory():
         return None
 
 
-def peak_memory():
-    """The process's peak resident MiB since reset_peak_memory (None where unknown)."""
+def peak_memory(start_mib=None):
+    """The process's peak resident MiB since reset_peak_memory, which returned start_mib
+    (None where unknown). The peak is never below the start: the kernel sums its RSS counters
+    from per-CPU parts approximately, so a later VmHWM read can come out slightly lower."""
     try:
-        return round(max(_status_mib("VmHWM"), _status_mib("VmRSS")), 1)
+        return round(max(_status_mib("VmHWM"), _status_mib("VmRSS"), start_mib or 0.0), 1)
     except (OSError, ValueError):
         return None
 
