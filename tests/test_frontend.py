@@ -165,11 +165,18 @@ def test_encoder_graph_folds_transposes_and_fuses_residual_adds():
     graph = tc.compile(EncoderLayer().eval(), (torch.randn(2, 8, 32),)).graph
     text = str(graph)
     ops = [n.op for n in graph.nodes if n.op != "view"]
-    assert ops.count("permute") == 4  # q, k, v into heads and the context back; k's transpose is gone
+    assert ops.count("permute") == 1  # the context back; q, k, v are read in place, k's transpose is gone
     assert "batch_matmul(%permute_view, %permute_1_t1, transpose_b=True)" in text
     fused = [n for n in graph.nodes if n.op == "fused"]
-    # the scores' scale is the softmax's prologue; the residual adds are the dense epilogues
-    assert [[b.op for b in n.body] for n in fused] == [["div", "softmax"], ["dense", "add"], ["dense", "add"]]
+    # the head permutes are the batch matmuls' prologues, the scores' scale is the softmax's,
+    # the residual adds are the dense epilogues
+    assert [[b.op for b in n.body] for n in fused] == [
+        ["permute", "view", "permute", "view", "batch_matmul"],
+        ["div", "softmax"],
+        ["permute", "view", "batch_matmul"],
+        ["dense", "add"],
+        ["dense", "add"],
+    ]
     assert "%add_2d = fused[dense, add](%permute_4_view_view, %o.weight_t, %o.bias, %x_2d)" in text
     assert "      %add_2d = add(%x_2d, %linear_3)" in text  # the body, indented under its group
     assert "%add = view(%add_2d, shape=[2, 8, 32])" in text

@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 import minitc as tc  # noqa: E402
+from helpers import check_golden  # noqa: E402
 from minitc.frontend import unsupported  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:torch")
@@ -67,12 +68,32 @@ def test_attention_softmax_is_one_kernel_and_a_fully_masked_row_gives_zeros():
     compiled = tc.compile(Attention(), (q, k, v, mask))
     softmaxes = [n for n in compiled.graph.nodes for n in (n.body or [n]) if n.op == "softmax"]
     assert [n.attrs for n in softmaxes] == [{"safe": True}] and not unsupported(compiled.graph)
-    # the scores plus the mask are the softmax's prologue, not a kernel of their own
+    # the scores' scale (q's and k's, hoisted past the product) and the mask are the softmax's
+    # prologue, not kernels of their own
     (kernel,) = [n for n in compiled.graph.nodes if "softmax" in [b.op for b in n.body or [n]]]
-    assert [b.op for b in kernel.body] == ["add", "softmax"], str(compiled.graph)
+    assert [b.op for b in kernel.body] == ["mul", "view", "add", "softmax"], str(compiled.graph)
+    assert kernel.body[0].attrs["scalar"] == pytest.approx(16**-0.5)
     got, want = compiled(q, k, v, mask), Attention()(q, k, v, mask)
     assert torch.equal(got[..., 3, :], torch.zeros_like(got[..., 3, :]))
     close(got, want)
+
+
+def test_attention_reads_its_heads_in_place_and_scales_the_scores_once(update_golden):
+    """hoist_operand_scales and the batch matmul's index prologue: q's and k's scales become
+    one scale of the scores in the softmax's kernel, and the matmuls read q, k (transposed)
+    and v through their head permutes, with no copy of any of them."""
+
+    class Attention(nn.Module):
+        def forward(self, q, k, v):  # [batch, tokens, heads, dim] in and out
+            q, k, v = (x.permute(0, 2, 1, 3) for x in (q, k, v))
+            return nn.functional.scaled_dot_product_attention(q, k, v).permute(0, 2, 1, 3)
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 8, 2, 16) for _ in range(3))
+    compiled = tc.compile(Attention(), (q, k, v))
+    check_golden("attention_graph", str(compiled.graph), update_golden)
+    assert [n.op for n in compiled.graph.nodes if n.op != "view"] == ["fused"] * 4
+    close(compiled(q, k, v), Attention()(q, k, v))
 
 
 def test_common_subexpressions_are_computed_once():
@@ -172,6 +193,8 @@ def test_heads_split_from_one_product_are_read_through_their_views():
     assert "slice" not in [n.op for n in compiled.graph.nodes]  # no slice is a kernel of its own
     bodies = [[b.op for b in n.body] for n in compiled.graph.nodes if n.op == "fused"]
     assert sum(body[:3] == ["slice", "view", "permute"] for body in bodies) == 3, bodies
+    # the product is an output, which no kernel reads: q's scale stays with q, not hoisted
+    assert ["slice", "view", "permute", "mul"] in bodies
     with torch.no_grad():
         for got, want in zip(compiled(x), model(x)):
             close(got, want)

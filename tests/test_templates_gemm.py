@@ -139,6 +139,40 @@ def test_batch_matmul(batch_a, batch_b, M, N, K, ta, tb, params):
     _roundtrip(s)
 
 
+@pytest.mark.parametrize(
+    "tb,params",
+    [(False, None), (True, None), (True, dict(mr=4, nr=8, nc=16, ku=2, pack_a=True)), (False, dict(pack_b=False))],
+)
+def test_batch_matmul_reads_permuted_operands_in_place(tb, params):
+    """Attention's operands: heads permuted out of [batch, tokens, heads, dim] products and
+    their batch and head axes merged; the template inlines those stages into its reads and
+    packing copies, so no operand is copied first."""
+    batch, tokens, heads, dim = 2, 19, 3, 8
+    Q = tc.placeholder((batch, tokens, heads, dim), name="Q")
+    K = tc.placeholder((batch, tokens, heads, dim), name="K")
+
+    def heads_of(X, name, transpose=False):  # [batch * heads, tokens, dim], or [.., dim, tokens]
+        shape = (batch * heads, dim, tokens) if transpose else (batch * heads, tokens, dim)
+
+        def read(b, i, j):
+            t, d = (j, i) if transpose else (i, j)
+            return X[b // heads, t, b % heads, d]
+
+        return tc.compute(shape, read, name=name, tag="elementwise")
+
+    A, B = heads_of(Q, "q_heads"), heads_of(K, "k_heads", transpose=not tb)
+    C = tc.ops.batch_matmul(A, B, transpose_b=tb)
+    s = template_schedule(C) if params is None else _scheduled(C, **params)
+    assert s.state.stage("q_heads").inline and s.state.stage("k_heads").inline
+
+    def ref(q, k):
+        qh, kh = (x.transpose(0, 2, 1, 3).reshape(batch * heads, tokens, dim) for x in (q, k))
+        return qh @ kh.transpose(0, 2, 1)
+
+    _check(s, [Q, K], ref)
+    _roundtrip(s)
+
+
 def _dense(M, N, K, bias, act):
     X = tc.placeholder((M, K), name="X")
     W = tc.placeholder((N, K), name="W")

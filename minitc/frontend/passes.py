@@ -12,6 +12,8 @@
   else, becomes the dense kernel's epilogue (`dense(..., activation=gelu)`), looking through
   the views that put a [batch * tokens, features] product back into [batch, tokens, features].
 - `simplify_views`: views to the same shape disappear; a view of a view reads the source.
+- `hoist_operand_scales`: a batch matmul operand scaled by a constant is read unscaled and the
+  product is scaled instead (attention's q and k scales).
 - `fold_transposes`: a batch matmul reads a transposed operand through its transpose flag.
 - `fuse_elementwise_regions`: elementwise nodes that read one value along several paths which
   meet again (the tanh GELU) become one kernel, with the value's producer; a dense result
@@ -219,6 +221,7 @@ def simplify_views(graph: Graph) -> Graph:
 INJECTIVE = ("permute", "expand", "slice")
 EPILOGUE_ANCHORS = tuple(EPILOGUE_TAGS)  # anchors whose template applies a fused elementwise epilogue
 PROLOGUE_TAKERS = ("softmax",)  # ops whose template inlines elementwise producers of their input
+INDEX_PROLOGUE_TAKERS = ("batch_matmul",)  # ops whose template reads injective producers in place
 
 
 def _anchor(node) -> str | None:
@@ -243,6 +246,30 @@ def _prologue(g: Graph, src, users: dict) -> bool:
         and _anchor(src) is None
         and _single_use(g, src.name, users)
     )
+
+
+def _index_prologues(g: Graph, node, current: dict, users: dict, out: list) -> list:
+    """The members of the injective producers (permutes, slices, broadcasts: no arithmetic)
+    that `node` can read in place, each through a view that only splits axes or only reshapes
+    the batch axes, taken out of `out`: attention's head permutes of q, k and v, which the
+    batch matmul's template reads in place."""
+    body = []
+    for name in node.inputs:
+        src, view = current.get(name), None
+        if src is not None and src.op == "view" and _single_use(g, name, users):
+            view, src = src, current.get(src.inputs[0])
+        if src is None or src.op == "view" or not _single_use(g, src.name, users):
+            continue
+        if not all(m.op in INJECTIVE or (m.op == "view" and src.body) for m in _members(src)):
+            continue
+        if view is not None and split_groups(src.shape, view.shape) is None and view.shape[-2:] != src.shape[-2:]:
+            continue  # index math inside the matrices (a view that only merges batch axes is outside them)
+        body += _members(src)
+        out.remove(src)
+        if view is not None:
+            body.append(view)
+            out.remove(view)
+    return body
 
 
 def _group(name: str, body: list, shape, dtype) -> Node:
@@ -276,9 +303,20 @@ def fuse_elementwise(graph: Graph) -> Graph:
 
     for node in g.nodes:
         src = current.get(node.inputs[0]) if node.op in PROLOGUE_TAKERS else None
-        if _prologue(g, src, users):  # attention's mask add: the template inlines it
+        view = None
+        if src is not None and src.op == "view" and _single_use(g, src.name, users):
+            view, src = src, current.get(src.inputs[0])  # a view that only splits axes: index math
+            if src is not None and split_groups(src.shape, view.shape) is None:
+                src = None
+        if _prologue(g, src, users):  # attention's scale or mask add: the template inlines it
             out.remove(src)
-            emit(_group(node.name, _members(src) + [node], node.shape, node.dtype))
+            if view is not None:
+                out.remove(view)
+            emit(_group(node.name, _members(src) + ([view] if view else []) + [node], node.shape, node.dtype))
+            continue
+        if node.op in INDEX_PROLOGUE_TAKERS:
+            body = _index_prologues(g, node, current, users, out)
+            emit(_group(node.name, body + [node], node.shape, node.dtype) if body else node)
             continue
         if node.op not in ELEMENTWISE + INJECTIVE:
             emit(node)
@@ -423,6 +461,61 @@ def _flattens(node, k: int, shapes: dict, flat: tuple) -> bool:
     return all(j == k or shapes[i] == node.shape or len(shapes[i]) <= 1 for j, i in enumerate(node.inputs))
 
 
+def _scale(node) -> float | None:
+    """The constant factor of a multiplication or division by a scalar, else None."""
+    if node.op not in ("mul", "div") or len(node.inputs) != 1 or node.attrs.get("scalar") is None:
+        return None
+    return node.attrs["scalar"] if node.op == "mul" else 1.0 / node.attrs["scalar"]
+
+
+def _elementwise_reader(g: Graph, name: str, users: dict) -> bool:
+    """Whether the one reader of `name`, through views, is an elementwise op or a softmax (so a
+    scale applied to `name` joins that reader's kernel)."""
+    while _single_use(g, name, users):
+        (reader,) = users[name]
+        if reader.op != "view":
+            return reader.op in ELEMENTWISE + PROLOGUE_TAKERS
+        name = reader.name
+    return False
+
+
+def hoist_operand_scales(graph: Graph) -> Graph:
+    """A batch matmul operand scaled by a constant, through views, permutes and slices read by
+    nothing else (torch's attention scales q and k each by d^-1/4), is read unscaled, and the
+    product is scaled once: (a A)(b B) = ab (A B). The operands are then pure index maps of
+    their sources, which the matmul reads in place (fold_transposes, fuse_elementwise), and the
+    product's scale joins its reader's kernel (the softmax's prologue): only done where the
+    product's one reader is elementwise or a softmax."""
+    g = _copy(graph)
+    producers, users = g.producers(), g.users()
+    nodes = []
+    for node in g.nodes:
+        scale = 1.0
+        for k in range(2 if node.op == "batch_matmul" and _elementwise_reader(g, node.name, users) else 0):
+            reader, position = node, k
+            while True:
+                name = reader.inputs[position]
+                src = producers.get(name)
+                if src is None or not _single_use(g, name, users):
+                    break
+                if _scale(src) is not None:
+                    scale *= _scale(src)
+                    inputs = list(reader.inputs)
+                    inputs[position] = src.inputs[0]
+                    reader.inputs = tuple(inputs)
+                    break
+                if src.op not in ("view", "permute", "slice"):
+                    break
+                reader, position = src, 0
+        if scale == 1.0:
+            nodes.append(node)
+            continue
+        unscaled = replace(node, name=f"{node.name}_unscaled")
+        nodes += [unscaled, Node(node.name, "mul", (unscaled.name,), {"scalar": scale}, node.shape, node.dtype)]
+    g.nodes = nodes
+    return g.prune()
+
+
 def _swaps_last_two(dims) -> bool:
     n = len(dims)
     return n >= 2 and tuple(dims) == tuple(range(n - 2)) + (n - 1, n - 2)
@@ -465,6 +558,7 @@ PASSES = (
     pack_conv_weights,
     fuse_dense_activation,
     simplify_views,
+    hoist_operand_scales,
     fold_transposes,
     fuse_elementwise_regions,
     fuse_elementwise,

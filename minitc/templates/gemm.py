@@ -340,6 +340,22 @@ def _defaults_for(s, acc: str, target) -> dict:
 def _matmul_like(s, out, target, **params):
     acc = out if params.get("kc") else s.stage_name(s.cache_write(out, "local"))
     gemm_schedule(s, out, acc, target, **params)
+    inline_operands(s, acc)
+
+
+def inline_operands(s, acc: str) -> None:
+    """Inline the computed stages the product reads (a fused kernel's index prologue: the head
+    permutes of attention's q, k and v) into its reads and its packing copies, so the operands
+    are read in place from the kernel's inputs."""
+    todo = [acc]
+    while todo:
+        for name in s.state.stage(todo.pop()).read_stages():
+            st = s.state.stage(name)
+            if st.is_placeholder or st.reduce_axes or st.inline:
+                continue
+            if st.scope == "global":
+                s.compute_inline(name)
+            todo.append(name)
 
 
 @template("matmul")
