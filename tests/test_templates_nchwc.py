@@ -110,6 +110,24 @@ def test_conv2d_nchwc_micro_kernel_fits_each_targets_registers(name):
     assert f"vectorized({lanes})" in str(tc.lower(_schedule(out, target)))
 
 
+@pytest.mark.parametrize("name", list(TARGETS))
+def test_conv2d_nchwc_splits_a_windows_reduction_but_not_a_1x1s(name):
+    """ResNet's layer3 at 14x14, 1024 channels: a 3x3 window's reduction is split into blocks
+    whose weights and input rows fit half the L1d (one block where none fits); a 1x1 runs its
+    whole reduction in one pass."""
+    target, _, lanes = TARGETS[name]
+    load_templates()
+    window, _, _ = _blocked_conv(1, 1024, 14, 14, 256, 3, lanes, lanes, padding=1)
+    pointwise, _, _ = _blocked_conv(1, 1024, 14, 14, 256, 1, lanes, lanes)
+    p = DEFAULTS["conv2d_nchwc"](tc.Schedule(window), "conv2d_nchwc", target)
+    blocks = 1024 // lanes
+    assert 0 < p["rcb"] < blocks and blocks % p["rcb"] == 0
+    in_rows, in_cols = p["ohb"] + 2, 16
+    per_block = 4 * lanes * (9 * p["kb"] * lanes + in_rows * in_cols)
+    assert p["rcb"] == 1 or p["rcb"] * per_block <= target.cache_bytes("l1d") // 2
+    assert DEFAULTS["conv2d_nchwc"](tc.Schedule(pointwise), "conv2d_nchwc", target)["rcb"] == 0
+
+
 def test_sixteen_channel_blocks_on_an_avx2_target_take_two_registers_a_vector():
     target, registers, _ = TARGETS["znver2"]
     out, _, _ = _blocked_conv(1, 64, 14, 14, 64, 3, 16, 16)

@@ -88,8 +88,11 @@ def conv2d_nchwc_defaults(s, out, target) -> dict:
     """The micro-kernel with the most FMAs per load whose accumulators, weight vectors and a
     broadcast fit the registers (at most MAX_ACCUMULATORS accumulators), among tiles that
     divide the row and the channel blocks; the most rows per task whose accumulator tile stays
-    within half the L1d while leaving four tasks per core; the reduction block whose weights
-    and input rows fit half the L1d."""
+    within half the L1d while leaving four tasks per core; for a window (3x3, 7x7), the
+    reduction block whose weights and input rows fit half the L1d, and for a 1x1 convolution
+    one pass over the reduction. A 1x1 micro-tile reads each weight vector once for `pixels`
+    FMAs from wherever it is: splitting its reduction only adds the accumulator tile's traffic
+    (measured in docs/models.md), where a window's blocks keep its overlapping input rows in L1."""
     conv = epilogue_anchor(s, out, "conv2d_nchwc", "conv2d_nchwc")
     st = s.state.stage(conv)
     N, KB, OH, OW, block = st.shape
@@ -117,6 +120,8 @@ def conv2d_nchwc_defaults(s, out, target) -> dict:
     in_cols = (OW - 1) * sw + (S - 1) * dw + 1
     per_block = bytes_ * cb * (R * S * kb * block + ((R - 1) * dh + 1) * in_cols)
     rcb = max([d for d in range(1, CB + 1) if CB % d == 0 and d * per_block <= half_l1] or [1])
+    if R * S == 1:
+        rcb = CB
     return dict(kb=kb, pixels=pixels, ohb=ohb, rcb=0 if rcb == CB else rcb, unroll_window=R * S <= 25, pad="root")
 
 
