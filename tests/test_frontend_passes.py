@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from helpers import check_golden  # noqa: E402
 from torch import nn  # noqa: E402
 
 import minitc as tc  # noqa: E402
-from helpers import check_golden  # noqa: E402
 from minitc.frontend import unsupported  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:torch")
@@ -94,6 +94,32 @@ def test_attention_reads_its_heads_in_place_and_scales_the_scores_once(update_go
     check_golden("attention_graph", str(compiled.graph), update_golden)
     assert [n.op for n in compiled.graph.nodes if n.op != "view"] == ["fused"] * 4
     close(compiled(q, k, v), Attention()(q, k, v))
+
+
+def test_constants_are_computed_at_compile_time(update_golden):
+    """fold_constants: what reads only constants, or nothing (positions, a causal mask, an
+    embedding of them), becomes a constant; a random op stays, and so does a broadcast that
+    would store 2 MiB for 4 bytes."""
+
+    class Positions(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = nn.Embedding(8, 4)
+
+        def forward(self, x):  # [8, 4]
+            pos = torch.arange(x.shape[0])
+            causal = (pos[None, :] <= pos[:, None]).float()
+            ones = torch.ones(1).expand(512, 1024)
+            return causal @ (x + self.table(pos)), ones * x[:1, :1], torch.rand(x.shape) * 0
+
+    torch.manual_seed(0)
+    model, x = Positions().eval(), torch.randn(8, 4)
+    compiled = tc.compile(model, (x,))
+    check_golden("fold_constants_graph", str(compiled.graph), update_golden)
+    assert [n.attrs["target"] for n in compiled.graph.nodes if n.op == "torch"] == ["aten.rand.default"]
+    with torch.no_grad():
+        for got, want in zip(compiled(x), model(x)):
+            close(got, want)
 
 
 def test_common_subexpressions_are_computed_once():

@@ -18,11 +18,20 @@ Passes (minitc/frontend/passes.py) rewrite a graph into another; `print(graph)` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 # graph ops computed element by element (the passes fuse them; layout.py keeps them blocked)
+# PyTorch operators whose results differ between two calls with the same arguments
+NOT_PURE = ("rand", "dropout", "bernoulli", "normal", "empty")
+
+
+def is_pure(node) -> bool:
+    """Whether two calls of `node` with the same inputs give the same result."""
+    return node.op != "torch" or not any(word in node.attrs["target"] for word in NOT_PURE)
+
+
 ELEMENTWISE = ("add", "sub", "mul", "div", "relu", "gelu", "sigmoid", "tanh", "exp", "scale_shift", "clamp")
 
 
@@ -66,6 +75,15 @@ class Graph:
     constants: dict = field(default_factory=dict)  # name -> np.ndarray
     nodes: list = field(default_factory=list)
     outputs: list = field(default_factory=list)  # value names
+
+    def copy(self) -> Graph:
+        """A graph a pass can change: new node objects and lists, the same constant arrays."""
+        return Graph(
+            list(self.inputs),
+            dict(self.constants),
+            [replace(n, attrs=dict(n.attrs)) for n in self.nodes],
+            list(self.outputs),
+        )
 
     def values(self) -> dict:
         """{name: Value} of every input, constant and node output."""

@@ -3,6 +3,8 @@
 - `eliminate_common_subexpressions`: a node that computes what an earlier one computes (the same
   operator, inputs and attributes) reads the earlier one's value instead (BERT's and GPT-2's
   attention masks are rebuilt by every layer, a dozen small PyTorch calls each).
+- `fold_constants` (constants.py): a node that reads only constants, or nothing, is computed at
+  compile time (position ids, the input-independent part of attention masks).
 - `fold_batch_norm`: a per-channel scale and shift (inference batch norm) after a convolution
   with constant weights becomes new weights and a bias: w' = w * scale, b' = b * scale + shift.
 - `pack_conv_weights` (needs the target): a convolution whose constant weight the channel-vector
@@ -33,7 +35,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from minitc.frontend.graph import ELEMENTWISE, Graph, Node
+from minitc.frontend.constants import fold_constants
+from minitc.frontend.graph import ELEMENTWISE, Graph, Node, is_pure
 from minitc.frontend.importer import Ref
 from minitc.frontend.kernels import EPILOGUE_TAGS, split_groups
 from minitc.frontend.layout import block_channels
@@ -44,21 +47,8 @@ ACTIVATIONS = ("relu", "gelu", "sigmoid", "tanh")
 CONVOLUTIONS = ("conv2d", "depthwise_conv2d")
 
 
-def _copy(graph: Graph) -> Graph:
-    return Graph(
-        list(graph.inputs),
-        dict(graph.constants),
-        [replace(n, attrs=dict(n.attrs)) for n in graph.nodes],
-        list(graph.outputs),
-    )
-
-
 def _single_use(graph: Graph, name: str, users: dict) -> bool:
     return len(users.get(name, [])) == 1 and name not in graph.outputs
-
-
-# PyTorch operators whose results differ between two calls with the same arguments
-NOT_PURE = ("rand", "dropout", "bernoulli", "normal", "empty")
 
 
 def _renamed(node: Node, alias: dict) -> None:
@@ -97,14 +87,14 @@ def _frozen(tree):
 def _computation(node: Node):
     """What a node computes, as a key equal for nodes that compute the same value; None for a
     node never merged (a fused kernel, a random or uninitialised PyTorch result)."""
-    if node.op == "fused" or (node.op == "torch" and any(w in node.attrs["target"] for w in NOT_PURE)):
+    if node.op == "fused" or not is_pure(node):
         return None
     call = node.aten[1:] if node.op == "torch" else ()
     return (node.op, node.inputs, _frozen(node.attrs), _frozen(call), node.shape, node.dtype)
 
 
 def eliminate_common_subexpressions(graph: Graph) -> Graph:
-    g, alias, seen, nodes = _copy(graph), {}, {}, []
+    g, alias, seen, nodes = graph.copy(), {}, {}, []
     for node in g.nodes:
         _renamed(node, alias)
         key = _computation(node)
@@ -120,7 +110,7 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
 
 
 def fold_batch_norm(graph: Graph) -> Graph:
-    g = _copy(graph)
+    g = graph.copy()
     producers, users = g.producers(), g.users()
     for i, node in enumerate(g.nodes):
         if node.op != "scale_shift":
@@ -155,7 +145,7 @@ def pack_conv_weights(graph: Graph, target) -> Graph:
     if is_gpu(target):
         return graph
     t = parse_target(target)
-    g = _copy(graph)
+    g = graph.copy()
     for node in g.nodes:
         weight = g.constants.get(node.inputs[1]) if node.op == "conv2d" else None
         if weight is None or node.attrs.get("weight_layout"):
@@ -181,7 +171,7 @@ def _padded_rows(weight) -> np.ndarray:
 
 
 def fuse_dense_activation(graph: Graph) -> Graph:
-    g = _copy(graph)
+    g = graph.copy()
     producers, users = g.producers(), g.users()
     for i, node in enumerate(g.nodes):
         if node.op not in ACTIVATIONS:
@@ -200,7 +190,7 @@ def fuse_dense_activation(graph: Graph) -> Graph:
 def simplify_views(graph: Graph) -> Graph:
     """Views are free, but each is a step: a view to the same shape goes, and a view of a view
     reads the first view's source."""
-    g, alias, producers, nodes = _copy(graph), {}, {}, []
+    g, alias, producers, nodes = graph.copy(), {}, {}, []
     shapes = {name: v.shape for name, v in g.values().items()}
     for node in g.nodes:
         _renamed(node, alias)
@@ -290,7 +280,7 @@ def fuse_elementwise(graph: Graph) -> Graph:
     the residual add) become its epilogue. A dense result viewed as [batch, tokens, features]
     stays 2-D inside the kernel: the consumer's other operands are viewed to 2-D (free) and
     the kernel's result is viewed back."""
-    g = _copy(graph)
+    g = graph.copy()
     users = g.users()
     shapes = {name: v.shape for name, v in g.values().items()}
     current: dict = {}  # value name -> the node (possibly fused) that now produces it
@@ -368,7 +358,7 @@ def fuse_elementwise_regions(graph: Graph) -> Graph:
     them: the region from the value to the meeting node becomes a `fused` node, which the
     value's producer joins when it could fuse at all and nothing else reads it. This is the
     post-dominator case of TVM's FuseOps that `fuse_elementwise`'s single-reader chains miss."""
-    g = _copy(graph)
+    g = graph.copy()
     users = {name: {u.name for u in readers} for name, readers in g.users().items()}
     producers, shapes = g.producers(), {name: v.shape for name, v in g.values().items()}
     taken, groups = set(), {}
@@ -486,7 +476,7 @@ def hoist_operand_scales(graph: Graph) -> Graph:
     their sources, which the matmul reads in place (fold_transposes, fuse_elementwise), and the
     product's scale joins its reader's kernel (the softmax's prologue): only done where the
     product's one reader is elementwise or a softmax."""
-    g = _copy(graph)
+    g = graph.copy()
     producers, users = g.producers(), g.users()
     nodes = []
     for node in g.nodes:
@@ -525,7 +515,7 @@ def fold_transposes(graph: Graph) -> Graph:
     """A batch matmul operand that is a transpose of the last two axes (`k.transpose(-1, -2)`
     in attention), possibly viewed to 3-D, is read in place with the matmul's transpose flag
     instead of being copied."""
-    g = _copy(graph)
+    g = graph.copy()
     producers, users = g.producers(), g.users()
     for node in g.nodes:
         if node.op != "batch_matmul":
@@ -553,6 +543,7 @@ def fold_transposes(graph: Graph) -> Graph:
 
 PASSES = (
     eliminate_common_subexpressions,
+    fold_constants,
     fold_batch_norm,
     block_channels,
     pack_conv_weights,
