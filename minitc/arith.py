@@ -168,3 +168,27 @@ def bounds(e: Expr, ranges: dict):
     if e.op == "max":
         return (max(a[0], b[0]), max(a[1], b[1]))
     return None
+
+
+def fold_divisions(e: Expr, ranges: dict) -> Expr:
+    """`e` with each `a // c` and `a % c` (c a positive constant) folded where the ranges allow:
+    `a` split into the terms whose coefficients `c` divides, `q * c`, and the rest `r`; when
+    `r` lies in [0, c), `a // c` is `q` and `a % c` is `r` (`(jo*48 + jv*16 + lane) // 16` is
+    `jo*3 + jv` for a lane in [0, 16)), as long as `a` cannot wrap around int64. Other
+    subexpressions are left alone."""
+    if not isinstance(e, Binary):
+        return e
+    a, b = fold_divisions(e.a, ranges), fold_divisions(e.b, ranges)
+    if e.op not in ("floordiv", "mod") or not isinstance(b, Const) or not dtypes.is_int(e.dtype) or b.value <= 0:
+        return binary(e.op, a, b) if (a is not e.a or b is not e.b) else e
+    c = int(b.value)
+    form = affine(a, atoms=True)
+    span = bounds(a, ranges)
+    if form is not None and span is not None and -(2**63) <= span[0] and span[1] < 2**63:  # int64 does not wrap
+        whole = Affine({v: k // c for v, k in form.coef.items() if k % c == 0}, form.offset // c)
+        rest = Affine({v: k for v, k in form.coef.items() if k % c}, form.offset % c)
+        rest_expr = rest.to_expr(_vars_in_order(a) + list(rest.coef))
+        span = bounds(rest_expr, ranges)
+        if span is not None and 0 <= span[0] and span[1] < c:
+            return whole.to_expr(_vars_in_order(a) + list(whole.coef)) if e.op == "floordiv" else rest_expr
+    return binary(e.op, a, b) if (a is not e.a or b is not e.b) else e

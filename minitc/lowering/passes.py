@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from minitc import ir
-from minitc.arith import bounds, simplify
+from minitc.arith import bounds, fold_divisions, simplify
 from minitc.errors import ScheduleError
 from minitc.expr import Binary, Compare, Const, Var, substitute, transform
 from minitc.schedule.state import Read, State
@@ -105,31 +105,22 @@ def _simplify_expr(e, ranges: dict | None = None):
         if isinstance(node, ir.Load):
             indices = tuple(_simplify_expr(i, ranges) for i in node.indices)
             return ir.Load(node.buffer, _simplify_indices(node.buffer, indices, ranges))
+        if ranges and isinstance(node, Binary) and node.op in ("floordiv", "mod"):
+            folded = fold_divisions(node, ranges)  # guards and selects stay in step with the indices
+            return None if folded is node else simplify(folded)
         return None
 
     return transform(e, fn)
 
 
 def _simplify_indices(buffer: ir.Buffer, indices, ranges) -> tuple:
-    """Canonical indices; those of a register array (local scope) also with the divisions the
-    loop ranges prove trivial folded (x // 28 is 0 and x % 28 is x for x in [0, 28)), so that
-    in unrolled code they are constants and the array stays in registers."""
-    if buffer.scope == "local" and ranges:
-        indices = tuple(_fold_trivial_divisions(i, ranges) for i in indices)
+    """Canonical indices, with the divisions the loop ranges prove trivial folded (x // 28 is 0
+    and x % 28 is x for x in [0, 28); (jo*48 + lane) // 16 is jo*3 for a lane in [0, 16)): in
+    unrolled code a register array's indices become constants, and a vector read of blocked
+    data becomes contiguous."""
+    if ranges:
+        indices = tuple(fold_divisions(i, ranges) for i in indices)
     return tuple(simplify(i) for i in indices)
-
-
-def _fold_trivial_divisions(e, ranges: dict):
-    def fn(node):
-        if isinstance(node, Binary) and node.op in ("floordiv", "mod") and isinstance(node.b, Const):
-            a = _fold_trivial_divisions(node.a, ranges)
-            span = bounds(a, ranges)
-            if span is not None and 0 <= span[0] and span[1] < node.b.value:
-                return Const(0, node.dtype) if node.op == "floordiv" else a
-            return Binary(node.op, a, node.b, node.dtype)
-        return None
-
-    return transform(e, fn)
 
 
 def _simplify_cond(cond, ranges: dict):
