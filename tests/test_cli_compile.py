@@ -38,7 +38,7 @@ def test_compile_tunes_checks_and_times_a_model_from_a_file(factory, tmp_path):
     assert "make: 2 nodes, 2 kernels of 2 distinct tasks" in result.output
     assert (
         "model estimate" in result.output
-        and "dense(%input, %0.weight_t, %0.bias, weight_in_out=True, activation=relu)" in result.output
+        and "dense(%input, %0.weight_t_blocked, %0.bias, weight_block=" in result.output
     )
     record = json.loads(out.read_text())
     assert record["max_abs_error"] < 1e-4 and record["tasks"] == 2 and record["trials"] == 4

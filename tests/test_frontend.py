@@ -13,6 +13,7 @@ from torch import nn  # noqa: E402
 import minitc as tc  # noqa: E402
 from minitc.frontend import import_model, unsupported  # noqa: E402
 from minitc.frontend.passes import fold_batch_norm, fuse_dense_activation  # noqa: E402
+from minitc.target import parse_target  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:torch")
 
@@ -106,11 +107,12 @@ def test_mlp_graph_fuses_relu_into_the_dense_kernel():
     torch.manual_seed(0)
     graph = tc.compile(MLP(), (torch.randn(4, 16),)).graph
     assert [n.op for n in graph.nodes] == ["dense", "dense"]
-    assert graph.nodes[0].attrs == {"weight_in_out": True, "activation": "relu"}
+    lanes = parse_target("llvm").lanes("float32")  # the host's: weights come in blocks of its vectors
+    assert graph.nodes[0].attrs == {"weight_block": lanes, "activation": "relu"}
     text = str(graph)
     assert text.startswith("graph(x: float32[4, 16]) {")
-    assert "  const fc1.weight_t: float32[16, 32]\n" in text  # transposed once, at compile time
-    assert "%linear = dense(%x, %fc1.weight_t, %fc1.bias, weight_in_out=True, activation=relu)" in text
+    assert f"  const fc1.weight_t_blocked: float32[{32 // lanes}, 16, {lanes}]\n" in text  # packed once
+    assert f"%linear = dense(%x, %fc1.weight_t_blocked, %fc1.bias, weight_block={lanes}, activation=relu)" in text
     assert text.rstrip().endswith("return %linear_1\n}")
 
 
@@ -177,7 +179,7 @@ def test_encoder_graph_folds_transposes_and_fuses_residual_adds():
         ["dense", "add"],
         ["dense", "add"],
     ]
-    assert "%add_2d = fused[dense, add](%permute_4_view_view, %o.weight_t, %o.bias, %x_2d)" in text
+    assert "%add_2d = fused[dense, add](%permute_4_view_view, %o.weight_t_blocked, %o.bias, %x_2d)" in text
     assert "      %add_2d = add(%x_2d, %linear_3)" in text  # the body, indented under its group
     assert "%add = view(%add_2d, shape=[2, 8, 32])" in text
 
@@ -226,10 +228,13 @@ def test_conv1d_tanh_gelu_relu6_and_clamp_compile_without_torch():
         ours, theirs = compiled(x), model(x)
     np.testing.assert_array_equal(ours[0].isnan().numpy(), theirs[0].isnan().numpy())
     close(ours, theirs)
-    # the Conv1D weights are read as stored, [in, out]: no copy of them in the graph
+    # the Conv1D weights, stored [in, out], are packed into blocks of output features
+    lanes = parse_target("llvm").lanes("float32")
     dense = [b for n in compiled.graph.nodes for b in n.body if b.op == "dense"]
-    assert all(d.attrs["weight_in_out"] for d in dense) and [d.inputs[1] for d in dense] == ["w1", "w2"]
-    assert np.array_equal(compiled.graph.constants["w1"], model.w1.detach().numpy())
+    assert [d.attrs["weight_block"] for d in dense] == [lanes, lanes]
+    assert [d.inputs[1] for d in dense] == ["w1_blocked", "w2_blocked"]
+    blocks = compiled.graph.constants["w1_blocked"]  # [out / lanes, in, lanes]
+    assert np.array_equal(blocks.transpose(1, 0, 2).reshape(16, 32), model.w1.detach().numpy())
 
 
 class WithUnsupported(nn.Module):

@@ -96,6 +96,24 @@ def test_attention_reads_its_heads_in_place_and_scales_the_scores_once(update_go
     close(compiled(q, k, v), Attention()(q, k, v))
 
 
+def test_dense_weights_are_packed_in_blocks_of_the_targets_vectors():
+    """pack_dense_weights: a constant weight whose output features divide into the target's
+    vectors is packed once into [out / lanes, in, lanes]; one that does not stays [in, out]."""
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 10)).eval(), torch.randn(4, 16)
+    for target, lanes in (("llvm -mcpu=znver2 -num-cores=2", 8), ("llvm -mcpu=znver4 -num-cores=2", 16)):
+        graph = tc.compile(model, (x,), target=target).graph
+        first, second = (b for n in graph.nodes for b in (n.body or [n]) if b.op == "dense")
+        assert first.attrs["weight_block"] == lanes and "weight_in_out" not in first.attrs
+        blocks = graph.constants[first.inputs[1]]
+        assert blocks.shape == (32 // lanes, 16, lanes)
+        assert np.array_equal(blocks.transpose(1, 0, 2).reshape(16, 32), model[0].weight.detach().numpy().T)
+        assert second.attrs.get("weight_in_out") and "weight_block" not in second.attrs
+    compiled = tc.compile(model, (x,))
+    with torch.no_grad():
+        close(compiled(x), model(x))
+
+
 def test_constants_are_computed_at_compile_time(update_golden):
     """fold_constants: what reads only constants, or nothing (positions, a causal mask, an
     embedding of them), becomes a constant; a random op stays, and so does a broadcast that

@@ -173,6 +173,43 @@ def test_batch_matmul_reads_permuted_operands_in_place(tb, params):
     _roundtrip(s)
 
 
+@pytest.mark.parametrize(
+    "M,N,K,block,params",
+    [
+        (37, 96, 29, 16, None),
+        (4, 64, 300, 16, dict(mr=4, nr=32, nc=64, kc=128)),  # k-blocks
+        (9, 48, 16, 8, dict(mr=3, nr=8, nc=48, pack_b=True)),  # nothing to pack: pack_b is moot
+    ],
+)
+def test_dense_with_a_blocked_weight_reads_it_in_place(M, N, K, block, params):
+    """W in blocks of `block` output features, [N/block, K, block]: no packing stage, and the
+    register tile's vector loads are contiguous (the division by the block folds away)."""
+    X, b = tc.placeholder((M, K), name="X"), tc.placeholder((N,), name="b")
+    W = tc.placeholder((N // block, K, block), name="W")
+    out = tc.ops.dense(X, W, b, activation="relu", weight_block=block)
+    s = template_schedule(out) if params is None else _scheduled(out, **params)
+    assert not any(st.scope == "local" and st.name.startswith("W") for st in s.state.stages)  # no copy of W
+
+    def ref(x, w, bias):
+        return np.maximum(x @ w.transpose(1, 0, 2).reshape(K, N) + bias, 0)
+
+    f = _check(s, [X, W, b], ref)
+    assert "// " + str(block) not in str(f.kernel) and "% " + str(block) not in str(f.kernel)
+    _roundtrip(s)
+
+
+def test_a_register_tile_covers_whole_weight_blocks():
+    """With a blocked weight, a register tile narrower than a block is widened to one (the
+    tuner's nr=8 and nr=16 are the same program for blocks of 16); bad layouts are refused."""
+    X, W = tc.placeholder((8, 16), name="X"), tc.placeholder((4, 16, 16), name="W")
+    out = tc.ops.dense(X, W, weight_block=16)
+    assert str(tc.lower(_scheduled(out, nr=8, nc=16))) == str(tc.lower(_scheduled(out, nr=16, nc=16)))
+    with pytest.raises(tc.ShapeError, match="blocks of 8 output features"):
+        tc.ops.dense(X, W, weight_block=8)
+    with pytest.raises(tc.ShapeError, match="without weight_in_out"):
+        tc.ops.dense(X, W, weight_block=16, weight_in_out=True)
+
+
 def _dense(M, N, K, bias, act):
     X = tc.placeholder((M, K), name="X")
     W = tc.placeholder((N, K), name="W")

@@ -15,7 +15,9 @@ NO_KERNEL = ("view", "torch")
 
 
 def _dense(n, x, w, b=None):
-    return ops.dense(x, w, b, activation=n.attrs.get("activation"), weight_in_out=n.attrs.get("weight_in_out", False))
+    a = n.attrs
+    layout = dict(weight_in_out=a.get("weight_in_out", False), weight_block=a.get("weight_block", 0))
+    return ops.dense(x, w, b, activation=a.get("activation"), **layout)
 
 
 def _matmul(n, a, b):

@@ -10,6 +10,8 @@
 - `pack_conv_weights` (needs the target): a convolution whose constant weight the channel-vector
   template runs better (minitc/templates/conv_channels.py) gets the weight repacked once into
   [C, R, S, K] (`weight_layout="CRSK"`).
+- `pack_dense_weights` (needs the target): a dense layer's constant weight is packed once into
+  blocks of a vector's worth of output features (`weight_block`), read in place by the template.
 - `fuse_dense_activation`: an activation applied to a dense layer's output, and read by nothing
   else, becomes the dense kernel's epilogue (`dense(..., activation=gelu)`), looking through
   the views that put a [batch * tokens, features] product back into [batch, tokens, features].
@@ -154,6 +156,31 @@ def pack_conv_weights(graph: Graph, target) -> Graph:
             packed = g.add_constant(f"{node.inputs[1]}_crsk", _padded_rows(weight.transpose(1, 2, 3, 0)))
             node.inputs = (node.inputs[0], packed, *node.inputs[2:])
             node.attrs["weight_layout"] = "CRSK"
+    return g.prune()
+
+
+def pack_dense_weights(graph: Graph, target) -> Graph:
+    """A dense layer with a constant weight gets it packed once into blocks of a vector's worth
+    of output features, [OUT/B, IN, B] (`weight_block=B`): the GEMM template then reads each
+    register tile's weight vectors in place, one contiguous stream per block, instead of
+    copying a panel out of rows OUT floats apart at every call."""
+    if is_gpu(target):
+        return graph
+    t = parse_target(target)
+    g, packed = graph.copy(), {}
+    for node in g.nodes:
+        weight = g.constants.get(node.inputs[1]) if node.op == "dense" else None
+        block = t.lanes(node.dtype)
+        in_out = node.attrs.get("weight_in_out", False)
+        if weight is None or node.attrs.get("weight_block") or (weight.shape[1] if in_out else weight.shape[0]) % block:
+            continue
+        if node.inputs[1] not in packed:
+            rows = weight if in_out else weight.T  # [IN, OUT]
+            blocks = rows.reshape(rows.shape[0], -1, block).transpose(1, 0, 2)
+            packed[node.inputs[1]] = g.add_constant(f"{node.inputs[1]}_blocked", blocks)
+        node.inputs = (node.inputs[0], packed[node.inputs[1]], *node.inputs[2:])
+        node.attrs.pop("weight_in_out", None)
+        node.attrs["weight_block"] = block
     return g.prune()
 
 
@@ -547,6 +574,7 @@ PASSES = (
     fold_batch_norm,
     block_channels,
     pack_conv_weights,
+    pack_dense_weights,
     fuse_dense_activation,
     simplify_views,
     hoist_operand_scales,
@@ -564,5 +592,5 @@ def run_all(graph: Graph, target="llvm", layout: str = "auto") -> Graph:
     for p in PASSES:
         if p is block_channels and layout == "nchw":
             continue
-        graph = p(graph, target) if p in (block_channels, pack_conv_weights) else p(graph)
+        graph = p(graph, target) if p in (block_channels, pack_conv_weights, pack_dense_weights) else p(graph)
     return graph

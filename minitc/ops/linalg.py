@@ -75,11 +75,15 @@ def batch_matmul(A, B, transpose_a: bool = False, transpose_b: bool = False, nam
     )
 
 
-def dense(X, W, bias=None, activation=None, name: str | None = None, weight_in_out: bool = False) -> Tensor:
+def dense(
+    X, W, bias=None, activation=None, name: str | None = None, weight_in_out: bool = False, weight_block: int = 0
+) -> Tensor:
     """Y = act(X @ W.T + bias), like torch.nn.Linear: X [M, IN], W [OUT, IN], bias [OUT].
 
     `weight_in_out=True` takes W stored transposed, [IN, OUT] (a constant weight pre-transposed
     once, or GPT-2's Conv1D weight): the template then packs it into panels by plain copies.
+    `weight_block=B` takes W in blocks of B output features, [OUT/B, IN, B] (a constant weight
+    packed once): the template reads its vectors in place, each block one contiguous stream.
 
     `activation` is None, "relu", "gelu" (exact erf form), "sigmoid" or "tanh". Stages: the
     product `dense` (or `name`), then, only when there is a bias or an activation, a single
@@ -88,9 +92,18 @@ def dense(X, W, bias=None, activation=None, name: str | None = None, weight_in_o
     """
     op = "dense"
     _util.rank(op, "X", X, 2, "[batch, in_features]")
-    layout = "[in_features, out_features]" if weight_in_out else "[out_features, in_features]"
-    _util.rank(op, "W", W, 2, layout if weight_in_out else f"{layout}, like torch.nn.Linear.weight")
-    features_in, features_out = (W.shape[0], W.shape[1]) if weight_in_out else (W.shape[1], W.shape[0])
+    if weight_block:
+        if weight_in_out or isinstance(weight_block, bool) or not isinstance(weight_block, int) or weight_block < 1:
+            raise ShapeError(f"{op}: weight_block must be a positive int, without weight_in_out; got {weight_block!r}")
+        layout = f"[out_features / {weight_block}, in_features, {weight_block}]"
+        _util.rank(op, "W", W, 3, layout)
+        if W.shape[2] != weight_block:
+            raise ShapeError(f"{op}: W {W.shape} is not in blocks of {weight_block} output features {layout}")
+        features_in, features_out = W.shape[1], W.shape[0] * weight_block
+    else:
+        layout = "[in_features, out_features]" if weight_in_out else "[out_features, in_features]"
+        _util.rank(op, "W", W, 2, layout if weight_in_out else f"{layout}, like torch.nn.Linear.weight")
+        features_in, features_out = (W.shape[0], W.shape[1]) if weight_in_out else (W.shape[1], W.shape[0])
     if X.shape[1] != features_in:
         raise ShapeError(
             f"{op}: X {X.shape} has {X.shape[1]} input features but W {W.shape} expects {features_in} (W is {layout})"
@@ -110,6 +123,8 @@ def dense(X, W, bias=None, activation=None, name: str | None = None, weight_in_o
     k = reduce_axis(X.shape[1], name="k")
 
     def product(i, j):
+        if weight_block:
+            return te.sum(X[i, k] * W[j // weight_block, k, j % weight_block], axis=k)
         return te.sum(X[i, k] * (W[k, j] if weight_in_out else W[j, k]), axis=k)
 
     Y = compute((X.shape[0], features_out), product, name=base, tag="dense")

@@ -33,6 +33,7 @@ peels off the hot loops, minitc/lowering/partition.py).
 from __future__ import annotations
 
 from minitc.errors import ScheduleError
+from minitc.expr import Binary, Const
 from minitc.templates import defaults, template
 
 PARALLEL = ("auto", "n", "m", "batch", "none")
@@ -55,6 +56,8 @@ def gemm_operands(s, acc: str) -> tuple:
             for ax in (i_axis, j_axis, k_axis):
                 if index is ax:
                     dims[ax] = d
+            if _block_of(index, j_axis, "mod"):  # W[j // B, k, j % B]: j's lanes are the last dim
+                dims[j_axis] = d
         if k_axis not in dims:
             continue
         if j_axis in dims:
@@ -64,6 +67,24 @@ def gemm_operands(s, acc: str) -> tuple:
     if "a" not in roles or "b" not in roles:
         raise ScheduleError(f"gemm template: stage {acc} is not a product of an [.., M, K] and a [.., K, N] operand")
     return roles["a"], roles["b"]
+
+
+def _block_of(index, axis, op: str) -> int:
+    """B when `index` is `axis // B` or `axis % B` (as `op` says), else 0."""
+    if isinstance(index, Binary) and index.op == op and index.a is axis and isinstance(index.b, Const):
+        return int(index.b.value)
+    return 0
+
+
+def weight_block(s, acc: str) -> int:
+    """The block of a B operand stored in blocks of output columns ([N/B, K, B], read as
+    B[j // B, k, j % B]: dense's weight_block), else 0."""
+    st = s.state.stage(acc)
+    for r in st.reads():
+        blocks = [_block_of(index, st.axes[-1], "floordiv") for index in r.indices]
+        if any(blocks):
+            return max(blocks)
+    return 0
 
 
 def gemm_schedule(
@@ -79,7 +100,12 @@ def gemm_schedule(
             raise ScheduleError(f"gemm template: {name} must be a positive int, got {v!r}")
     if parallel not in PARALLEL:
         raise ScheduleError(f"gemm template: parallel must be one of {', '.join(PARALLEL)}, got {parallel!r}")
-    vec = min(vec or target.lanes(s.state.stage(acc).dtype), nr)
+    block = weight_block(s, acc)
+    if block:  # already packed, read in place: a register tile covers whole blocks
+        nr, pack_b = -(-nr // block) * block, False
+    vec = min(vec or target.lanes(s.state.stage(acc).dtype), nr, block or nr)
+    if block % vec:
+        raise ScheduleError(f"gemm template: {vec}-lane vectors do not divide the weight's blocks of {block} columns")
     nc = max(nr, nc // nr * nr)
     tile = dict(mr=mr, nr=nr, ku=ku, vec=vec)
     if pack_a:
@@ -328,7 +354,7 @@ def _defaults_for(s, acc: str, target) -> dict:
     p = pick_tiles(M, N, K, target, s.state.stage(acc).dtype, batch)
     (_, a_k, a_i), (_, b_k, b_j) = gemm_operands(s, acc)
     # a panel read by one row tile is not worth copying, unless B must be transposed
-    p["pack_b"] = M > p["mr"] or b_k > b_j
+    p["pack_b"] = (M > p["mr"] or b_k > b_j) and not weight_block(s, acc)
     p["pack_a"] = a_k < a_i and N > p["nc"]  # A stored [.., K, M], read by several panels
     p["parallel"] = "auto"
     return p
