@@ -97,8 +97,8 @@ def test_attention_reads_its_heads_in_place_and_scales_the_scores_once(update_go
 
 
 def test_dense_weights_are_packed_in_blocks_of_the_targets_vectors():
-    """pack_dense_weights: a constant weight whose output features divide into the target's
-    vectors is packed once into [out / lanes, in, lanes]; one that does not stays [in, out]."""
+    """pack_dense_weights: a constant weight is packed once into [out / lanes, in, lanes], the
+    last block padded with zeros where the lanes do not divide the output features."""
     torch.manual_seed(0)
     model, x = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 10)).eval(), torch.randn(4, 16)
     for target, lanes in (("llvm -mcpu=znver2 -num-cores=2", 8), ("llvm -mcpu=znver4 -num-cores=2", 16)):
@@ -108,7 +108,10 @@ def test_dense_weights_are_packed_in_blocks_of_the_targets_vectors():
         blocks = graph.constants[first.inputs[1]]
         assert blocks.shape == (32 // lanes, 16, lanes)
         assert np.array_equal(blocks.transpose(1, 0, 2).reshape(16, 32), model[0].weight.detach().numpy().T)
-        assert second.attrs.get("weight_in_out") and "weight_block" not in second.attrs
+        assert second.attrs == {"weight_block": lanes, "out_features": 10}
+        padded = graph.constants[second.inputs[1]].transpose(1, 0, 2).reshape(32, -1)
+        assert padded.shape == (32, lanes * -(-10 // lanes)) and not padded[:, 10:].any()
+        assert np.array_equal(padded[:, :10], model[2].weight.detach().numpy().T)
     compiled = tc.compile(model, (x,))
     with torch.no_grad():
         close(compiled(x), model(x))

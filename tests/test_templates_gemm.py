@@ -179,21 +179,26 @@ def test_batch_matmul_reads_permuted_operands_in_place(tb, params):
         (37, 96, 29, 16, None),
         (4, 64, 300, 16, dict(mr=4, nr=32, nc=64, kc=128)),  # k-blocks
         (9, 48, 16, 8, dict(mr=3, nr=8, nc=48, pack_b=True)),  # nothing to pack: pack_b is moot
+        (5, 40, 24, 16, None),  # the last block padded
     ],
 )
 def test_dense_with_a_blocked_weight_reads_it_in_place(M, N, K, block, params):
     """W in blocks of `block` output features, [N/block, K, block]: no packing stage, and the
     register tile's vector loads are contiguous (the division by the block folds away)."""
     X, b = tc.placeholder((M, K), name="X"), tc.placeholder((N,), name="b")
-    W = tc.placeholder((N // block, K, block), name="W")
-    out = tc.ops.dense(X, W, b, activation="relu", weight_block=block)
+    blocks = -(-N // block)
+    W = tc.placeholder((blocks, K, block), name="W")
+    out = tc.ops.dense(X, W, b, activation="relu", weight_block=block, out_features=N)
     s = template_schedule(out) if params is None else _scheduled(out, **params)
     assert not any(st.scope == "local" and st.name.startswith("W") for st in s.state.stages)  # no copy of W
 
     def ref(x, w, bias):
-        return np.maximum(x @ w.transpose(1, 0, 2).reshape(K, N) + bias, 0)
+        return np.maximum(x @ w.transpose(1, 0, 2).reshape(K, blocks * block)[:, :N] + bias, 0)
 
-    f = _check(s, [X, W, b], ref)
+    f = tc.build(s)
+    x, w, bias = _inputs([X, W, b])
+    got = f(*[{"X": x, "W": w, "b": bias}[t.name] for t in f.kernel.inputs])
+    np.testing.assert_allclose(got, ref(x, w, bias), rtol=1e-4, atol=1e-4)
     assert "// " + str(block) not in str(f.kernel) and "% " + str(block) not in str(f.kernel)
     _roundtrip(s)
 
@@ -208,6 +213,10 @@ def test_a_register_tile_covers_whole_weight_blocks():
         tc.ops.dense(X, W, weight_block=8)
     with pytest.raises(tc.ShapeError, match="without weight_in_out"):
         tc.ops.dense(X, W, weight_block=16, weight_in_out=True)
+    with pytest.raises(tc.ShapeError, match="holds 4 blocks of 16, not 48 outputs"):
+        tc.ops.dense(X, W, weight_block=16, out_features=48)
+    with pytest.raises(tc.ShapeError, match="out_features is for a weight in blocks"):
+        tc.ops.dense(X, tc.placeholder((4, 16), name="V"), out_features=4)
 
 
 def _dense(M, N, K, bias, act):

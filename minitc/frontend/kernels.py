@@ -16,7 +16,7 @@ NO_KERNEL = ("view", "torch")
 
 def _dense(n, x, w, b=None):
     a = n.attrs
-    layout = dict(weight_in_out=a.get("weight_in_out", False), weight_block=a.get("weight_block", 0))
+    layout = {k: a[k] for k in ("weight_in_out", "weight_block", "out_features") if k in a}
     return ops.dense(x, w, b, activation=a.get("activation"), **layout)
 
 

@@ -170,17 +170,18 @@ def pack_dense_weights(graph: Graph, target) -> Graph:
     g, packed = graph.copy(), {}
     for node in g.nodes:
         weight = g.constants.get(node.inputs[1]) if node.op == "dense" else None
-        block = t.lanes(node.dtype)
-        in_out = node.attrs.get("weight_in_out", False)
-        if weight is None or node.attrs.get("weight_block") or (weight.shape[1] if in_out else weight.shape[0]) % block:
+        if weight is None or node.attrs.get("weight_block"):
             continue
+        block = t.lanes(node.dtype)
+        rows = weight if node.attrs.pop("weight_in_out", False) else weight.T  # [IN, OUT]
         if node.inputs[1] not in packed:
-            rows = weight if in_out else weight.T  # [IN, OUT]
-            blocks = rows.reshape(rows.shape[0], -1, block).transpose(1, 0, 2)
+            padded = np.pad(rows, ((0, 0), (0, -rows.shape[1] % block)))  # the last block filled with zeros
+            blocks = padded.reshape(rows.shape[0], -1, block).transpose(1, 0, 2)
             packed[node.inputs[1]] = g.add_constant(f"{node.inputs[1]}_blocked", blocks)
         node.inputs = (node.inputs[0], packed[node.inputs[1]], *node.inputs[2:])
-        node.attrs.pop("weight_in_out", None)
         node.attrs["weight_block"] = block
+        if rows.shape[1] % block:
+            node.attrs["out_features"] = rows.shape[1]
     return g.prune()
 
 

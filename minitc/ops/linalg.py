@@ -75,8 +75,36 @@ def batch_matmul(A, B, transpose_a: bool = False, transpose_b: bool = False, nam
     )
 
 
+def _dense_weight(W, weight_in_out: bool, block: int, out_features) -> tuple:
+    """(in features, out features, layout text) of dense's weight W, checked."""
+    op = "dense"
+    if not block:
+        if out_features is not None:
+            raise ShapeError(f"{op}: out_features is for a weight in blocks (weight_block) whose last one is padded")
+        layout = "[in_features, out_features]" if weight_in_out else "[out_features, in_features]"
+        _util.rank(op, "W", W, 2, layout if weight_in_out else f"{layout}, like torch.nn.Linear.weight")
+        return (*((W.shape[0], W.shape[1]) if weight_in_out else (W.shape[1], W.shape[0])), layout)
+    if weight_in_out or isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        raise ShapeError(f"{op}: weight_block must be a positive int, without weight_in_out; got {block!r}")
+    layout = f"[out_features / {block}, in_features, {block}]"
+    _util.rank(op, "W", W, 3, layout)
+    if W.shape[2] != block:
+        raise ShapeError(f"{op}: W {W.shape} is not in blocks of {block} output features {layout}")
+    features_out = out_features or W.shape[0] * block
+    if not (W.shape[0] - 1) * block < features_out <= W.shape[0] * block:
+        raise ShapeError(f"{op}: W {W.shape} holds {W.shape[0]} blocks of {block}, not {features_out} outputs")
+    return W.shape[1], features_out, layout
+
+
 def dense(
-    X, W, bias=None, activation=None, name: str | None = None, weight_in_out: bool = False, weight_block: int = 0
+    X,
+    W,
+    bias=None,
+    activation=None,
+    name: str | None = None,
+    weight_in_out: bool = False,
+    weight_block: int = 0,
+    out_features: int | None = None,
 ) -> Tensor:
     """Y = act(X @ W.T + bias), like torch.nn.Linear: X [M, IN], W [OUT, IN], bias [OUT].
 
@@ -84,6 +112,7 @@ def dense(
     once, or GPT-2's Conv1D weight): the template then packs it into panels by plain copies.
     `weight_block=B` takes W in blocks of B output features, [OUT/B, IN, B] (a constant weight
     packed once): the template reads its vectors in place, each block one contiguous stream.
+    Where B does not divide OUT, the last block is padded and `out_features` says OUT.
 
     `activation` is None, "relu", "gelu" (exact erf form), "sigmoid" or "tanh". Stages: the
     product `dense` (or `name`), then, only when there is a bias or an activation, a single
@@ -92,18 +121,7 @@ def dense(
     """
     op = "dense"
     _util.rank(op, "X", X, 2, "[batch, in_features]")
-    if weight_block:
-        if weight_in_out or isinstance(weight_block, bool) or not isinstance(weight_block, int) or weight_block < 1:
-            raise ShapeError(f"{op}: weight_block must be a positive int, without weight_in_out; got {weight_block!r}")
-        layout = f"[out_features / {weight_block}, in_features, {weight_block}]"
-        _util.rank(op, "W", W, 3, layout)
-        if W.shape[2] != weight_block:
-            raise ShapeError(f"{op}: W {W.shape} is not in blocks of {weight_block} output features {layout}")
-        features_in, features_out = W.shape[1], W.shape[0] * weight_block
-    else:
-        layout = "[in_features, out_features]" if weight_in_out else "[out_features, in_features]"
-        _util.rank(op, "W", W, 2, layout if weight_in_out else f"{layout}, like torch.nn.Linear.weight")
-        features_in, features_out = (W.shape[0], W.shape[1]) if weight_in_out else (W.shape[1], W.shape[0])
+    features_in, features_out, layout = _dense_weight(W, weight_in_out, weight_block, out_features)
     if X.shape[1] != features_in:
         raise ShapeError(
             f"{op}: X {X.shape} has {X.shape[1]} input features but W {W.shape} expects {features_in} (W is {layout})"
