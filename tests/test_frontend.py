@@ -250,6 +250,21 @@ def test_unsupported_ops_run_through_torch_and_are_reported_together():
     close(compiled(x), WithUnsupported()(x))
 
 
+def test_a_scalar_value_runs_through_torch():
+    """minitc's tensors have at least one axis: the sum to a 0-d tensor, and the product that
+    reads it, run through PyTorch instead of failing the compile."""
+
+    class Scaled(nn.Module):
+        def forward(self, x):
+            return torch.relu(x) * x.sum()
+
+    x = torch.randn(8, 4)
+    with pytest.warns(UserWarning, match=r"through PyTorch: aten\.mul\.Tensor x1, aten\.sum\.dim_IntList x1"):
+        compiled = tc.compile(Scaled(), (x,))
+    assert [n.op for n in compiled.graph.nodes] == ["relu", "torch", "torch"]
+    close(compiled(x), Scaled()(x))
+
+
 def test_fallback_false_lists_every_unsupported_op_in_one_error():
     with pytest.raises(tc.MinitcError, match=r"2 operator\(s\).*cumsum.*flip"):
         tc.compile(WithUnsupported(), (torch.randn(3, 5),), fallback=False)

@@ -40,6 +40,19 @@ def _value_meta(fx_node):
     return (), "object"
 
 
+def _touches_a_scalar(fx_node) -> bool:
+    """Whether the call makes or reads a 0-d tensor (`x.sum()`, `x[0, 0]`): minitc's tensors
+    have at least one axis, so PyTorch runs it."""
+    import torch.fx
+
+    def zero_dim(node):
+        val = node.meta.get("val")
+        return hasattr(val, "shape") and hasattr(val, "dtype") and len(val.shape) == 0
+
+    args = [a for a in (*fx_node.args, *fx_node.kwargs.values()) if isinstance(a, torch.fx.Node)]
+    return zero_dim(fx_node) or any(zero_dim(a) for a in args)
+
+
 def export(model, example_inputs):
     """torch.export of `model` in Core ATen, keeping KEEP_WHOLE operators whole."""
     import torch
@@ -162,7 +175,7 @@ class Importer:
                 self.names[fx_node] = name
             return
         key = str(target)
-        converter = CONVERTERS.get(key)
+        converter = None if _touches_a_scalar(fx_node) else CONVERTERS.get(key)
         if converter is not None and self._items_available(fx_node, converter):
             args = [self._resolve(a) for a in fx_node.args]
             kwargs = {k: self._resolve(v) for k, v in fx_node.kwargs.items()}
