@@ -210,7 +210,8 @@ def test_host_target_uses_the_host_caches():
     [("haswell", 5, 16), ("znver2", 5, 16), ("skylake-avx512", 3, 64), ("znver4", 3, 64), ("sapphirerapids", 3, 64)],
 )
 def test_gemm_tiles_follow_registers_lanes_and_l2(cpu, mr, nr):
-    """512^3 matmul: the 3 x 4-vector tile needs 17 registers, so only AVX-512 gets it; the
+    """512^3 matmul: the 3 x 4-vector tile needs 17 registers, so only AVX-512 gets it (8 x 3
+    needs 28, and pads 512 columns to 528); the
     packed panel takes at most a quarter of the L2, as wide as that allows while every core
     still gets two panels."""
     t = _target(cpu)
@@ -220,7 +221,16 @@ def test_gemm_tiles_follow_registers_lanes_and_l2(cpu, mr, nr):
     share = t.cache_bytes("l2") // 4
     assert 512 * p["nc"] * 4 <= share
     assert 512 * 2 * p["nc"] * 4 > share or 512 // (2 * p["nc"]) < 2 * t.num_cores
-    assert gemm.register_tiles(16) == [tile for tile in gemm.REGISTER_TILES if tile != (3, 4)]
+    assert gemm.register_tiles(16) == [tile for tile in gemm.REGISTER_TILES if tile not in ((3, 4), (8, 3))]
+    assert gemm.register_tiles(32) == list(gemm.REGISTER_TILES)
+
+
+@pytest.mark.parametrize("cpu, mr, nr", [("znver2", 4, 24), ("znver4", 8, 48), ("sapphirerapids", 8, 48)])
+def test_gemm_tiles_that_tie_take_the_most_accumulators(cpu, mr, nr):
+    """BERT's dense product, 128 x 3072 x 768: 4 x 3 and 8 x 3 vectors both divide it; a
+    32-register target takes 8 x 3 (24 accumulators, 11 loads per 24 FMAs)."""
+    p = gemm.pick_tiles(128, 3072, 768, _target(cpu))
+    assert (p["mr"], p["nr"]) == (mr, nr)
 
 
 def _conv_defaults(target, shape=(1, 64, 56, 56), weights=(64, 64, 3, 3)):
