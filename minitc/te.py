@@ -55,7 +55,11 @@ class Tensor:
 
 
 class PlaceholderOp:
-    """An input of the computation."""
+    """An input of the computation; `constant` marks one that is not in the caches when the
+    kernel runs (a model's weights, read once per inference)."""
+
+    def __init__(self, constant: bool = False):
+        self.constant = constant
 
 
 class ComputeOp:
@@ -132,9 +136,13 @@ def _check_shape(shape) -> tuple:
     return shape
 
 
-def placeholder(shape, dtype="float32", name: str | None = None) -> Tensor:
-    """An input tensor of the given static shape and dtype."""
-    return Tensor(_check_shape(shape), dtypes.check(dtype), name or _fresh("placeholder"), PlaceholderOp())
+def placeholder(shape, dtype="float32", name: str | None = None, constant: bool = False) -> Tensor:
+    """An input tensor of the given static shape and dtype. `constant=True` says it is a
+    weight that will come from memory, not the caches, when the kernel runs in a model:
+    tuning then flushes it from the caches before each timed call, and it is another workload
+    than the same computation on warm inputs."""
+    op = PlaceholderOp(constant)
+    return Tensor(_check_shape(shape), dtypes.check(dtype), name or _fresh("placeholder"), op)
 
 
 def reduce_axis(extent, name: str | None = None) -> IterVar:

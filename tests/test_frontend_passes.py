@@ -12,6 +12,7 @@ from torch import nn  # noqa: E402
 
 import minitc as tc  # noqa: E402
 from minitc.frontend import unsupported  # noqa: E402
+from minitc.target import parse_target  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:torch")
 
@@ -255,3 +256,24 @@ def test_split_groups_names_the_axes_a_view_splits_each_axis_into():
     assert split_groups((2, 3), (2, 3, 1)) == [[0], [1]]
     assert split_groups((12, 64), (768,)) is None  # a merge: flat-index math instead
     assert split_groups((4, 6), (6, 4)) is None
+
+
+def test_weights_larger_than_the_caches_are_tuned_cold(monkeypatch):
+    """A model whose constants do not fit the target's caches reads them from memory at every
+    run: its tasks mark their constant inputs, which tuning measures flushed from the caches."""
+    from minitc.autotune.runner import Task
+    from minitc.frontend import compiler
+    from minitc.frontend.graph import Graph
+
+    target = "llvm -mcpu=znver2 -num-cores=2"
+    t = parse_target(target)
+    caches = t.cache_bytes("l3") + 2 * t.cache_bytes("l2")
+    big = Graph([], {"w": np.zeros(caches // 4 + 16, "float32")}, [], [])  # calloc: no pages touched
+    assert compiler.weights_stay_cold(big, target) and not compiler.weights_stay_cold(big, "cuda")
+    assert not compiler.weights_stay_cold(Graph([], {"w": np.zeros(16, "float32")}, [], []), target)
+
+    graph = tc.compile(nn.Linear(16, 32).eval(), (torch.randn(4, 16),), target=target).graph
+    monkeypatch.setattr(compiler, "weights_stay_cold", lambda g, tgt: True)
+    (task,) = compiler.extract_tasks(graph, target)
+    measured = Task.from_outputs(task.outputs, target)
+    assert [a.name for a in measured.args[:3]] == ["in0", "in1", "in2"] and measured.cold == (1, 2)

@@ -66,3 +66,33 @@ def test_planted_crash_hang_and_wrong_kernels(task):
     assert errors[2].startswith("timeout:")
     assert errors[3].startswith("wrong:")
     assert results[1].median_ms > 0 and results[4].median_ms > 0  # measuring went on after each
+
+
+def test_constant_inputs_are_measured_flushed_from_the_caches():
+    """A placeholder marked constant (a model's weight) is another workload than the same
+    computation on a warm input, and each timed call runs with it evicted from the caches:
+    single calls, three per repeat."""
+    A = tc.placeholder((64, 64), name="A")
+    W = tc.placeholder((64, 64), name="W", constant=True)
+    cold = Task.from_outputs(tc.ops.matmul(A, W))
+    warm = Task.from_outputs(tc.ops.matmul(A, tc.placeholder((64, 64), name="W")))
+    assert cold.cold == (1,) and warm.cold == () and cold.key != warm.key
+    builder, runner = LocalBuilder(), LocalRunner(repeats=2, min_repeat_ms=2)
+    try:
+        (result,) = runner.run(cold, builder.build(cold, [_vectorized(cold.outputs[0])]))
+        (warm_result,) = runner.run(warm, builder.build(warm, [_vectorized(warm.outputs[0])]))
+    finally:
+        builder.close()
+        runner.close()
+    assert result.error is None and len(result.latencies_ms) == 6 and result.median_ms > 0
+    assert warm_result.error is None and len(warm_result.latencies_ms) == 2
+
+
+def test_flushing_arrays_of_any_size_and_alignment():
+    import numpy as np
+
+    from minitc.backends.llvm.cache_flush import flush_from_caches
+
+    base = np.arange(1000, dtype="float32")
+    flush_from_caches([base, base[3:7], base[:0], np.zeros((3, 5), "float64")])
+    assert base.sum() == 499500  # the data is unchanged: evicted, not cleared

@@ -39,8 +39,8 @@ def canonical(outputs) -> list:
     stages = {st.name: n for n, st in enumerate(state.stages)}
     desc = []
     for st in state.stages:
-        if st.is_placeholder:
-            desc.append(["input", list(st.shape), st.dtype])
+        if st.is_placeholder:  # a constant (cold) input is measured otherwise: another workload
+            desc.append(["input", list(st.shape), st.dtype] + ([st.tag] if st.tag else []))
             continue
         axes = {a: n for n, a in enumerate(st.all_axes)}
         extents = [a.extent for a in st.all_axes]

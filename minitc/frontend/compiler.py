@@ -32,6 +32,7 @@ from minitc.frontend.kernels import NO_KERNEL, node_tensor
 from minitc.frontend.passes import LAYOUTS
 from minitc.frontend.runtime import Plan
 from minitc.schedule import Schedule
+from minitc.target import is_gpu, parse_target
 from minitc.te import placeholder
 from minitc.templates import template_schedule
 
@@ -77,15 +78,30 @@ def _attrs_key(node) -> tuple:
     return tuple(sorted((k, repr(v)) for k, v in node.attrs.items()))
 
 
-def extract_tasks(graph) -> list:
+def weights_stay_cold(graph, target: str) -> bool:
+    """Whether the graph's constants come from memory at every run: a CPU whose caches they
+    do not fit. Each task's constant inputs are then placeholders marked
+    `constant`, which tuning measures flushed from the caches (and keys apart from warm ones)."""
+    if is_gpu(target):
+        return False
+    t = parse_target(target)
+    caches = t.cache_bytes("l3") + max(1, t.num_cores) * t.cache_bytes("l2")
+    return sum(a.nbytes for a in graph.constants.values()) > caches
+
+
+def extract_tasks(graph, target: str = "llvm") -> list:
     """The distinct kernels of `graph`, in first-use order."""
     values, tasks = graph.values(), {}
+    cold = weights_stay_cold(graph, target)
     for node in graph.nodes:
         if node.op in NO_KERNEL:
             continue
         key = task_key(node, values)
         if key not in tasks:
-            inputs = [placeholder(values[i].shape, values[i].dtype, name=f"in{k}") for k, i in enumerate(node.inputs)]
+            inputs = [
+                placeholder(values[i].shape, values[i].dtype, name=f"in{k}", constant=cold and i in graph.constants)
+                for k, i in enumerate(node.inputs)
+            ]
             tasks[key] = Task(key, node_tensor(node, inputs), [])
         tasks[key].nodes.append(node.name)
     return list(tasks.values())
@@ -142,7 +158,7 @@ class CompiledModel:
     def _compile(self, inputs):
         graph = passes.run_all(import_model(self.model, inputs), self.target, self.layout)
         _report_fallbacks(graph, self.fallback)
-        tasks = extract_tasks(graph)
+        tasks = extract_tasks(graph, self.target)
         if self.tuning.get("trials"):
             # rounds small enough that the first round-robin pass reaches every task: a budget
             # spent before the last task is reached leaves it untuned

@@ -154,7 +154,7 @@ def load(path):
             [_node(d) for d in doc["nodes"]],
             list(doc["outputs"]),
         )
-        tasks = extract_tasks(graph)
+        tasks = extract_tasks(graph, doc["target"])
         traces = {tuple(t["nodes"]): Trace.from_json(t["trace"]) for t in doc["tasks"]}
         for task in tasks:
             task.trace = traces[tuple(task.nodes)]

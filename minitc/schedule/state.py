@@ -219,7 +219,8 @@ def from_tensors(outputs: list) -> tuple[State, dict]:
     stages = []
     for t in tensors:
         if not isinstance(t.op, ComputeOp):
-            stages.append(Stage(names[t], t.shape, t.dtype))
+            cold = getattr(t.op, "constant", False)
+            stages.append(Stage(names[t], t.shape, t.dtype, tag="constant" if cold else ""))
             continue
         if t.dtype == "bool":
             raise ScheduleError(f"compute {t.name} produces booleans; cast the condition to int32 or float32")
