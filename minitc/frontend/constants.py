@@ -15,7 +15,7 @@ import numpy as np
 
 from minitc.frontend.graph import Graph, is_pure
 from minitc.frontend.kernels import NO_KERNEL, node_tensor
-from minitc.frontend.runtime import _from_torch, _torch_args
+from minitc.frontend.runtime import call_torch
 from minitc.te import placeholder
 from minitc.te_eval import evaluate
 
@@ -46,9 +46,8 @@ def _value(node, constants: dict):
     if node.op == "torch":
         import torch
 
-        target, args, kwargs = node.aten
         with torch.inference_mode():
-            return _from_torch(target(*_torch_args(args, constants), **_torch_args(kwargs, constants)))
+            return call_torch(node.aten, constants)
     if node.op == "view":
         return constants[node.inputs[0]].reshape(node.shape)
     if node.op in NO_KERNEL:

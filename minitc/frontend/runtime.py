@@ -43,6 +43,13 @@ def _from_torch(value):
     return value
 
 
+def call_torch(aten, values: dict):
+    """A `torch` node's ATen call (target, args, kwargs) on the arrays in `values`, its result
+    as numpy arrays (shared with torch's tensors where it can)."""
+    target, args, kwargs = aten
+    return _from_torch(target(*_torch_args(args, values), **_torch_args(kwargs, values)))
+
+
 @contextlib.contextmanager
 def one_torch_thread(active: bool):
     """Run torch's part of a plan on one thread: after a parallel call torch's OpenMP workers
@@ -127,8 +134,7 @@ class Plan:
             elif kind == "view":
                 values[node.name] = values[node.inputs[0]].reshape(node.shape)
             else:
-                target, args, kwargs = what
-                values[node.name] = _from_torch(target(*_torch_args(args, values), **_torch_args(kwargs, values)))
+                values[node.name] = call_torch(what, values)
             if times is not None:
                 times[node.name] = clock() - start
         return values
