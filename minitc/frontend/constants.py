@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from minitc.frontend.graph import Graph, is_pure
-from minitc.frontend.kernels import NO_KERNEL, node_tensor
+from minitc.frontend.kernels import node_tensor
 from minitc.frontend.runtime import call_torch
 from minitc.te import placeholder
 from minitc.te_eval import evaluate
@@ -50,8 +50,6 @@ def _value(node, constants: dict):
             return call_torch(node.aten, constants)
     if node.op == "view":
         return constants[node.inputs[0]].reshape(node.shape)
-    if node.op in NO_KERNEL:
-        return None
     arrays = [constants[i] for i in node.inputs]
     tensors = [placeholder(a.shape, str(a.dtype), name=f"in{k}") for k, a in enumerate(arrays)]
     (value,) = evaluate([node_tensor(node, tensors)], dict(zip(tensors, arrays)))

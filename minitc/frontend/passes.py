@@ -210,6 +210,15 @@ def _prologue(g: Graph, src, users: dict) -> bool:
     )
 
 
+def _through_view(g: Graph, name: str, current: dict, users: dict) -> tuple:
+    """(producer, view) of the value `name`: the node now producing it, or, when `name` is a
+    view read by nothing else, the node producing the view's source and that view (else None)."""
+    src = current.get(name)
+    if src is not None and src.op == "view" and _single_use(g, name, users):
+        return current.get(src.inputs[0]), src
+    return src, None
+
+
 def _index_prologues(g: Graph, node, current: dict, users: dict, out: list) -> list:
     """The members of the injective producers (permutes, slices, broadcasts: no arithmetic)
     that `node` can read in place, each through a view that only splits axes or only reshapes
@@ -217,9 +226,7 @@ def _index_prologues(g: Graph, node, current: dict, users: dict, out: list) -> l
     batch matmul's template reads in place."""
     body = []
     for name in node.inputs:
-        src, view = current.get(name), None
-        if src is not None and src.op == "view" and _single_use(g, name, users):
-            view, src = src, current.get(src.inputs[0])
+        src, view = _through_view(g, name, current, users)
         if src is None or src.op == "view" or not _single_use(g, src.name, users):
             continue
         if not all(m.op in INJECTIVE or (m.op == "view" and src.body) for m in _members(src)):
@@ -264,12 +271,9 @@ def fuse_elementwise(graph: Graph) -> Graph:
         out.append(node)
 
     for node in g.nodes:
-        src = current.get(node.inputs[0]) if node.op in PROLOGUE_TAKERS else None
-        view = None
-        if src is not None and src.op == "view" and _single_use(g, src.name, users):
-            view, src = src, current.get(src.inputs[0])  # a view that only splits axes: index math
-            if src is not None and split_groups(src.shape, view.shape) is None:
-                src = None
+        src, view = _through_view(g, node.inputs[0], current, users) if node.op in PROLOGUE_TAKERS else (None, None)
+        if view is not None and src is not None and split_groups(src.shape, view.shape) is None:
+            src = None  # only a view that splits axes is index math in the prologue
         if _prologue(g, src, users):  # attention's scale or mask add: the template inlines it
             out.remove(src)
             if view is not None:
@@ -285,9 +289,7 @@ def fuse_elementwise(graph: Graph) -> Graph:
             continue
         body, inputs, flat = [], list(node.inputs), None  # flat: the anchor's 2-D shape
         for k, name in enumerate(node.inputs):
-            src, view = current.get(name), None
-            if src is not None and src.op == "view" and _single_use(g, name, users):
-                view, src = src, current.get(src.inputs[0])
+            src, view = _through_view(g, name, current, users)
             if src is None or not _fusable_producer(src) or not _single_use(g, src.name, users):
                 continue
             anchored = _anchor(src) is not None
@@ -460,8 +462,9 @@ def hoist_operand_scales(graph: Graph) -> Graph:
                 src = producers.get(name)
                 if src is None or not _single_use(g, name, users):
                     break
-                if _scale(src) is not None:
-                    scale *= _scale(src)
+                factor = _scale(src)
+                if factor is not None:
+                    scale *= factor
                     inputs = list(reader.inputs)
                     inputs[position] = src.inputs[0]
                     reader.inputs = tuple(inputs)

@@ -94,17 +94,14 @@ def simplify_stmt(stmt: ir.Stmt, ranges: dict | None = None) -> ir.Stmt | None:
             return None
         return ir.IfThenElse(cond, then if then is not None else ir.Seq(()), orelse)
     if isinstance(stmt, ir.Store):
-        return ir.Store(
-            stmt.buffer, _simplify_indices(stmt.buffer, stmt.indices, ranges), _simplify_expr(stmt.value, ranges)
-        )
+        return ir.Store(stmt.buffer, _simplify_indices(stmt.indices, ranges), _simplify_expr(stmt.value, ranges))
     return stmt
 
 
 def _simplify_expr(e, ranges: dict | None = None):
     def fn(node):
         if isinstance(node, ir.Load):
-            indices = tuple(_simplify_expr(i, ranges) for i in node.indices)
-            return ir.Load(node.buffer, _simplify_indices(node.buffer, indices, ranges))
+            return ir.Load(node.buffer, _simplify_indices(node.indices, ranges))
         if ranges and isinstance(node, Binary) and node.op in ("floordiv", "mod"):
             folded = fold_divisions(node, ranges)  # guards and selects stay in step with the indices
             return None if folded is node else simplify(folded)
@@ -113,14 +110,12 @@ def _simplify_expr(e, ranges: dict | None = None):
     return transform(e, fn)
 
 
-def _simplify_indices(buffer: ir.Buffer, indices, ranges) -> tuple:
+def _simplify_indices(indices, ranges) -> tuple:
     """Canonical indices, with the divisions the loop ranges prove trivial folded (x // 28 is 0
     and x % 28 is x for x in [0, 28); (jo*48 + lane) // 16 is jo*3 for a lane in [0, 16)): in
     unrolled code a register array's indices become constants, and a vector read of blocked
     data becomes contiguous."""
-    if ranges:
-        indices = tuple(fold_divisions(i, ranges) for i in indices)
-    return tuple(simplify(i) for i in indices)
+    return tuple(simplify(_simplify_expr(i, ranges)) for i in indices)
 
 
 def _simplify_cond(cond, ranges: dict):

@@ -119,9 +119,8 @@ def conv2d_nchwc_defaults(s, out, target) -> dict:
     ohb = max(fits or [1])
     in_cols = (OW - 1) * sw + (S - 1) * dw + 1
     per_block = bytes_ * cb * (R * S * kb * block + ((R - 1) * dh + 1) * in_cols)
-    rcb = max([d for d in range(1, CB + 1) if CB % d == 0 and d * per_block <= half_l1] or [1])
-    if R * S == 1:
-        rcb = CB
+    fitting = [d for d in range(1, CB + 1) if CB % d == 0 and d * per_block <= half_l1]
+    rcb = CB if R * S == 1 else max(fitting or [1])
     return dict(kb=kb, pixels=pixels, ohb=ohb, rcb=0 if rcb == CB else rcb, unroll_window=R * S <= 25, pad="root")
 
 
