@@ -4,8 +4,9 @@ torch (cuDNN, TF32 off) with CUDA events (median, L2 flushed). Needs CuPy and to
 
     python experiments/gpu_conv_probe.py [--per-shape 24] [--seconds 25] [--json out.json]
 
-Per layer: the default parameters with the weight tile k-last (float4 reads) and k-first
-(MINITC_GPU_CONV_K_LAST=0), the default with 8 channels a block, the fastest parameters of the
+Per layer: the default parameters, the default with the channel step's loop kept a loop
+(MINITC_GPU_UNROLL_K=0), the default on weights stored [C, R, S, K] (weight_layout="CRSK": a
+coalesced weight fill), the default with 8 channels a block, the fastest parameters of the
 first probe (H100, 2026-11-27), then random draws of (kt, vk, oht, ohb, wt, vw, bc) until
 --per-shape or --seconds per layer is reached. The JSON holds every row, so defaults can be
 fitted to it. The stored runs (experiments/results/gpu-conv-probe-*-20261127-*.json) were made
@@ -48,21 +49,28 @@ FIRST_PROBE_BEST = {  # the fastest drawn parameters per layer in the first prob
 }
 
 
-def conv(shape):
+def conv(shape, weight_layout: str = "KCRS"):
     N, C, H, K, R, stride = shape
-    X, W = tc.placeholder((N, C, H, H), name="X"), tc.placeholder((K, C, R, R), name="W")
-    return tc.ops.conv2d(X, W, stride=stride, padding=R // 2)
+    w_shape = (K, C, R, R) if weight_layout == "KCRS" else (C, R, R, K)
+    X, W = tc.placeholder((N, C, H, H), name="X"), tc.placeholder(w_shape, name="W")
+    return tc.ops.conv2d(X, W, stride=stride, padding=R // 2, weight_layout=weight_layout)
 
 
-def build(out, params: dict, k_last: bool = True):
-    os.environ["MINITC_GPU_CONV_K_LAST"] = "1" if k_last else "0"
+def build(out, params: dict, env: dict):
+    """The conv2d template with `params`, lowered with the environment variables `env` set."""
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
         s = Schedule(out)
         GPU_TEMPLATES["conv2d"](s, s.state.outputs[0], None, **params)
         bind_unbound(s)
         return tc.build(s, target="cuda", db=False)
     finally:
-        del os.environ["MINITC_GPU_CONV_K_LAST"]
+        for k, v in old.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
 
 
 def draw(rng, shape) -> dict:
@@ -98,38 +106,42 @@ def main() -> None:
         flops = 2 * N * K * C * R * R * ((H + 2 * (R // 2) - R) // stride + 1) ** 2
         x, w = torch.randn(N, C, H, H, device="cuda"), torch.randn(K, C, R, R, device="cuda")
         ref = F.conv2d(x.double(), w.double(), stride=stride, padding=R // 2)
-        out = conv(shape)
+        out, out_crsk = conv(shape), conv(shape, "CRSK")
+        w_crsk = w.permute(1, 2, 3, 0).contiguous()
         s = Schedule(out)
         default = conv2d_defaults(s, s.state.outputs[0], None)
         torch_ms = timer.measure(
             {"t": lambda: F.conv2d(x, w, stride=stride, padding=R // 2)}, repeats=30, budget_s=0.3
         )["t"].median
         print(f"\n{name} {shape}: torch (cuDNN) {torch_ms:.4f} ms; default {default}")
-        fixed = [
-            ("default", default, True),
-            ("default k-first", default, False),
-            ("default, 8 ch", {**default, "kt": 2}, True),
+        fixed = [  # label, parameters, environment, CRSK weights
+            ("default", default, {}, False),
+            ("default, k loop", default, {"MINITC_GPU_UNROLL_K": "0"}, False),
+            ("default, CRSK", default, {}, True),
+            ("default, 8 ch", {**default, "kt": 2}, {}, False),
         ]
         if name in FIRST_PROBE_BEST:
-            fixed.append(("first probe best", FIRST_PROBE_BEST[name], True))
+            fixed.append(("first probe best", FIRST_PROBE_BEST[name], {}, False))
         start = time.perf_counter()
         for i in range(args.per_shape + len(fixed)):
             if i >= len(fixed) and time.perf_counter() - start > args.seconds:
                 break
-            label, params, k_last = fixed[i] if i < len(fixed) else ("drawn", draw(rng, shape), True)
+            label, params, env, crsk = fixed[i] if i < len(fixed) else ("drawn", draw(rng, shape), {}, False)
             row = {
                 "layer": name,
                 "shape": shape,
                 "label": label,
                 "params": params,
-                "k_last": k_last,
+                "env": env,
+                "weight_layout": "CRSK" if crsk else "KCRS",
                 "torch_ms": torch_ms,
             }
             try:
-                f = build(out, params, k_last)
-                y = f(x, w)
+                f = build(out_crsk if crsk else out, params, env)
+                weight = w_crsk if crsk else w
+                y = f(x, weight)
                 row["rel_err"] = float((y.double() - ref).abs().max() / max(1.0, float(ref.abs().max())))
-                row["ms"] = timer.measure({"m": lambda: f(x, w, out=y)}, repeats=20, budget_s=0.2)["m"].median
+                row["ms"] = timer.measure({"m": lambda: f(x, weight, out=y)}, repeats=20, budget_s=0.2)["m"].median
                 row["tflops"] = flops / row["ms"] / 1e9
                 flag = "" if row["rel_err"] < 1e-3 else "  WRONG"
                 ratio = torch_ms / row["ms"]
@@ -148,7 +160,7 @@ def main() -> None:
             best = ok[0]
             print(
                 f"  best: {best['ms']:.4f} ms ({torch_ms / best['ms']:.2f}x cuDNN)",
-                f"{best['params']} k_last={best['k_last']}",
+                f"{best['params']} {best['label']}",
             )
     if args.json:
         with open(args.json, "w") as fh:

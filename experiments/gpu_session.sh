@@ -5,6 +5,9 @@
 #
 # Steps (comma-separated):
 #   tests       the CUDA tests of the GPU parts (marked cuda, and nvcc/ptxas checks)
+#   gemm-probe  the GEMM template's defaults and matmul tile variants against cuBLAS, each with
+#               its k-step unrolled, kept a loop, and without double buffering
+#               (experiments/gpu_gemm_probe.py)
 #   conv-probe  the conv2d template on five ResNet layers: defaults and sampled parameters
 #               against cuDNN (experiments/gpu_conv_probe.py)
 #   gpu-core    the gpu-core suite, templates only: matmul, conv, dense + GELU, softmax against
@@ -13,8 +16,11 @@
 #               workload (shared-memory bank conflicts, L1 and L2 traffic)
 #   collect     GPU measurements for the dataset (experiments/gpu_collect.py; COLLECT_S seconds)
 #   reductions  the reductions probe (layer_norm and row sums too)
-#   tlm-eval    the GPU language model against evolutionary search on EVAL_WORKLOADS (default
-#               dense-bert-ffn), one run per workload so that a timeout loses one
+#   tlm-eval    the GPU language model (EVAL_LM, default the shipped one) against evolutionary
+#               search on EVAL_WORKLOADS (default dense-bert-ffn), one run per workload so that
+#               a timeout loses one
+#   tlm-compare the model COMPARE_LM on the same workloads against tlm-eval's evolutionary
+#               winners (--evo-from), timed side by side with them
 # Results go to $OUT (default /tmp/gpu-session): r/*.log, r/*.json and r/gpu.db, all packed in
 # results.tgz.
 #
@@ -22,7 +28,7 @@
 # in .whl/ first (pip download lark); it is installed to /tmp/site, minitc with --no-deps.
 set -u
 OUT=${OUT:-/tmp/gpu-session}
-STEPS=",${1:-tests,conv-probe,gpu-core,profile,collect,reductions,tlm-eval},"
+STEPS=",${1:-tests,gemm-probe,conv-probe,gpu-core,profile,collect,reductions,tlm-eval},"
 mkdir -p "$OUT/r"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -41,7 +47,9 @@ step() {  # step SECONDS NAME COMMAND...: run with a time limit, log to $OUT/r/N
 }
 want tests && step 90 tests python3 -m pytest -q -m cuda tests/test_gpu_reductions.py tests/test_gpu_gemm.py \
     tests/test_cuda_runtime.py tests/test_gpu_conv.py
-want conv-probe && step 120 conv-probe python3 experiments/gpu_conv_probe.py --seconds 16 --json "$OUT/r/conv-probe.json"
+want gemm-probe && step 90 gemm-probe python3 experiments/gpu_gemm_probe.py
+want conv-probe && step 120 conv-probe python3 experiments/gpu_conv_probe.py --seconds "${CONV_S:-12}" \
+    --json "$OUT/r/conv-probe.json"
 want gpu-core && step 110 gpu-core python3 -m minitc.benchmarks --suite gpu-core --json "$OUT/r/gpu-core.json"
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 want profile && [ -n "$NCU" ] && step 90 profile "$NCU" --clock-control none --section SpeedOfLight \
@@ -50,12 +58,15 @@ want profile && [ -n "$NCU" ] && step 90 profile "$NCU" --clock-control none --s
 want collect && step $((${COLLECT_S:-110} + 30)) collect python3 experiments/gpu_collect.py --db "$OUT/r/gpu.db" \
     --seconds "${COLLECT_S:-110}"
 want reductions && step 40 reductions python3 experiments/gpu_reductions_probe.py
-if want tlm-eval; then
-    IFS=, read -ra EVAL <<<"${EVAL_WORKLOADS:-dense-bert-ffn}"
-    for w in "${EVAL[@]}"; do
-        step 150 "tlm-eval-$w" python3 -m minitc.benchmarks --suite tlm-eval --target cuda --workloads "$w" \
-            --tlm-k 1,16 --evo-trials 64,256 --json "$OUT/r/tlm-eval-gpu-$w.json"
-    done
-fi
+IFS=, read -ra EVAL <<<"${EVAL_WORKLOADS:-dense-bert-ffn}"
+for w in "${EVAL[@]}"; do
+    want tlm-eval && step 200 "tlm-eval-$w" python3 -m minitc.benchmarks --suite tlm-eval --target cuda \
+        --workloads "$w" --tlm-k 1,16 --evo-trials 64,256 ${EVAL_LM:+--lm "$EVAL_LM"} \
+        --json "$OUT/r/tlm-eval-gpu-$w.json"
+    want tlm-compare && [ -f "$OUT/r/tlm-eval-gpu-$w.json" ] && step 90 "tlm-compare-$w" python3 -m \
+        minitc.benchmarks --suite tlm-eval --target cuda --workloads "$w" --tlm-k 1,16 --evo-trials 64,256 \
+        ${COMPARE_LM:+--lm "$COMPARE_LM"} --evo-from "$OUT/r/tlm-eval-gpu-$w.json" \
+        --json "$OUT/r/tlm-compare-gpu-$w.json"
+done
 tar czf "$OUT/results.tgz" -C "$OUT" r
 for f in "$OUT"/r/*.log; do echo "---- $(basename "$f")"; tail -n 40 "$f"; done

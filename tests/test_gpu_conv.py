@@ -34,7 +34,17 @@ def test_default_gpu_conv2d_against_numpy(shape):
     np.testing.assert_allclose(f(x, w), ref_ops.conv2d(x, w, stride=stride, padding=R // 2), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("k_last", ["1", "0"])
+def test_default_gpu_conv2d_on_crsk_weights_against_numpy():
+    """Weights stored [C, R, S, K] (`weight_layout="CRSK"`): the shared tile copies them as
+    they are, output channels fastest (coalesced global reads)."""
+    X, W = tc.placeholder((2, 16, 9, 9), name="X"), tc.placeholder((16, 3, 3, 24), name="W")
+    f = tc.build(tc.ops.conv2d(X, W, padding=1, weight_layout="CRSK"), target="cuda-sim", db=False)
+    x, w = rand(2, 16, 9, 9), rand(16, 3, 3, 24)
+    want = ref_ops.conv2d(x, w, padding=1, weight_layout="CRSK")
+    np.testing.assert_allclose(f(x, w), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("k_last,unroll", [("1", "1"), ("0", "1"), ("1", "0")])
 @pytest.mark.parametrize(
     "params",
     [
@@ -44,12 +54,13 @@ def test_default_gpu_conv2d_against_numpy(shape):
         dict(kt=2, vk=8, wt=2, vw=4, bc=8, oht=4, ohb=3, shared=False),
     ],
 )
-def test_gpu_conv2d_template_parameters_against_numpy(params, k_last, monkeypatch):
+def test_gpu_conv2d_template_parameters_against_numpy(params, k_last, unroll, monkeypatch):
     """Blocks of several rows and threads of several rows, columns and channels, with the weight
-    tile k-last (float4 reads of vk channels) or k-first."""
+    tile k-last (float4 reads of vk channels) or k-first, the channel step unrolled or a loop."""
     from minitc.templates.gpu import GPU_TEMPLATES, bind_unbound, load_gpu_templates
 
     monkeypatch.setenv("MINITC_GPU_CONV_K_LAST", k_last)
+    monkeypatch.setenv("MINITC_GPU_UNROLL_K", unroll)
     load_gpu_templates()
     X, W = tc.placeholder((2, 16, 14, 13), name="X"), tc.placeholder((16, 16, 3, 3), name="W")
     out = tc.ops.conv2d(X, W, padding=1)
@@ -66,15 +77,15 @@ def test_gpu_conv2d_template_parameters_against_numpy(params, k_last, monkeypatc
 @pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
 @pytest.mark.parametrize(
     "layer",
-    [(128, 28, 128, 3), (64, 56, 64, 3), (256, 56, 64, 1), (512, 7, 512, 3)],
-    ids=["resnet18-c3", "conv-resnet-56", "1x1-256-64", "resnet18-c5"],
+    [(1, 128, 28, 128, 3), (1, 64, 56, 64, 3), (1, 256, 56, 64, 1), (1, 512, 7, 512, 3), (8, 256, 14, 256, 3)],
+    ids=["resnet18-c3", "conv-resnet-56", "1x1-256-64", "resnet18-c5", "resnet50-l3-b8"],
 )
 def test_default_kernel_keeps_its_tiles_in_registers(layer, tmp_path):
     """Batch-1 layers, whose register tile indices hold divisions of the block index that the
-    loop ranges make trivial (they went to the stack until lowering folded them), and the
-    float4 weight rows: no stack frame, no spills."""
-    C, HW, K, R = layer
-    X, W = tc.placeholder((1, C, HW, HW), name="X"), tc.placeholder((K, C, R, R), name="W")
+    loop ranges make trivial (they went to the stack until lowering folded them), the float4
+    weight rows and the unrolled channel step: no stack frame, no spills."""
+    N, C, HW, K, R = layer
+    X, W = tc.placeholder((N, C, HW, HW), name="X"), tc.placeholder((K, C, R, R), name="W")
     log = ptxas_log(tc.codegen(tc.ops.conv2d(X, W, padding=R // 2), "cuda", db=False), tmp_path)
     assert "0 bytes spill stores, 0 bytes spill loads" in log, log
     assert not re.search(r"[1-9]\d* bytes stack frame", log), log

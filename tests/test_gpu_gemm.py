@@ -123,6 +123,13 @@ def test_cuda_c_has_float4_global_and_shared_loads():
     assert re.search(r"const float4 A_shared_v\w* = \*reinterpret_cast<const float4\*>\(&A_shared\[", src)
     assert re.search(r"const float4 B_shared_v\w* = \*reinterpret_cast<const float4\*>\(&B_shared\[", src)
     assert src.count("__syncthreads();") == 3  # prologue 2, loop 1
+    assert re.search(r"#pragma unroll\s+for \(int k_i\b", src)  # next k's shared loads overlap this k's FMAs
+
+
+def test_k_step_stays_a_loop_when_asked(monkeypatch):
+    monkeypatch.setenv("MINITC_GPU_UNROLL_K", "0")
+    src = default_source()
+    assert re.search(r"for \(int k_i\b", src) and not re.search(r"#pragma unroll\s+for \(int k_i\b", src)
 
 
 @pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")

@@ -300,8 +300,8 @@ def test_gemm_tiles_fill_the_gpu_and_respect_the_thread_tile():
     from minitc.templates.gpu.gemm import pick_gpu_tiles
 
     assert pick_gpu_tiles(4096, 4096, 4096) == {"bm": 64, "bn": 64, "tm": 4, "tn": 4, "bk": 16}
-    # B read along its rows (float4 loads): 16x8 per thread where 128x128 tiles fill the GPU
-    assert pick_gpu_tiles(4096, 4096, 4096, rows_of_b=True) == {"bm": 128, "bn": 128, "tm": 16, "tn": 8, "bk": 16}
+    # B read along its rows (float4 loads): 16x8 per thread, k-steps of 8, where 128x128 tiles fill the GPU
+    assert pick_gpu_tiles(4096, 4096, 4096, rows_of_b=True) == {"bm": 128, "bn": 128, "tm": 16, "tn": 8, "bk": 8}
     assert pick_gpu_tiles(1024, 1024, 1024, rows_of_b=True)["tm"] == 4  # 64 blocks: too few for 132 SMs
     for shape in [(64, 64, 64), (50, 70, 40), (100, 100, 100), (4096, 3072, 768), (7, 9, 5)]:
         t = pick_gpu_tiles(*shape)

@@ -10,6 +10,8 @@ stay serial inside each thread.
 
 from __future__ import annotations
 
+import os
+
 from minitc.errors import ScheduleError
 from minitc.ir import GPU_TAGS
 from minitc.lowering.gpu import GpuLimits
@@ -21,6 +23,13 @@ GPU_DEFAULTS: dict = {}  # tag -> fn(s, out_stage_name, target) -> params
 MAX_THREADS = GpuLimits().max_threads_per_block  # the limits every NVIDIA GPU since Volta has
 SHARED_BYTES = GpuLimits().max_shared_bytes
 THREADS = 256  # threads per block of the flat binding: enough warps to hide latency, many blocks
+
+
+def unrolled_k_steps() -> bool:
+    """Whether the templates unroll the loop over one shared tile's k (so that the compiler
+    issues the next k's shared loads while this k's FMAs run); MINITC_GPU_UNROLL_K=0 keeps it
+    a loop, for probing."""
+    return os.environ.get("MINITC_GPU_UNROLL_K", "1") != "0"
 
 
 def template(tag: str):

@@ -6,7 +6,7 @@
             for rco in range(C / bc):
                 barrier(); X_shared[bc, window rows, window cols] = X[...]   # padding inlined
                 W_shared[bc, R, S, kt*vk] = W[...]; barrier()            # output channels last
-                for rci: for ry, rx in unrolled(R, S):                    # windows up to 3x3
+                for rci, ry, rx in unrolled(bc, R, S):                    # windows up to 3x3
                     w[vk] = W_shared[rci, ry, rx, ty*vk:]                 # a float4 per 4 channels
                     for k, h, c in unrolled(vk, ohb, vw): acc[k, h, c] += X_shared[...] * w[k]
             out[n, ko.., oh.., ow..] = acc                                # unrolled copy-out
@@ -23,7 +23,7 @@ import os
 
 from minitc.errors import ScheduleError
 from minitc.templates.conv import find_pad_stage
-from minitc.templates.gpu import MAX_THREADS, SHARED_BYTES, defaults, template
+from minitc.templates.gpu import MAX_THREADS, SHARED_BYTES, defaults, template, unrolled_k_steps
 from minitc.templates.gpu.gemm import cooperative_fetch, vector_registers
 
 
@@ -69,6 +69,8 @@ def schedule_conv2d(s, out, target, kt=8, vk=4, wt=16, vw=1, bc=8, shared=True, 
     # every window offset that reads it (vw + S - 1 values a row, not vw * S)
     for ref in (ry, rx, ak, ah, aw) if R * S <= UNROLLED_WINDOW else (ak, ah, aw):
         s.unroll(ref)
+    if R * S <= UNROLLED_WINDOW and unrolled_k_steps():  # the channel step too (no spills on layer3)
+        s.unroll(rci)
     if shared:
         for name in s.state.stage(acc).read_stages():
             k_last = name == weight and vk % 4 == 0 and k_last_weights()

@@ -7,7 +7,7 @@
                 barrier()
                 A_shared[bk, bm] = A[...]^T; B_shared[bk, bn] = B[...]   # float4 global loads
                 barrier()
-                for ki in range(bk):
+                for ki in unrolled(bk):
                     a[tm] = A_shared[ki, ty*tm:]; b[tn] = B_shared[ki, tx*tn:]   # float4 reads
                     for i in unrolled(tm): for j in unrolled(tn): acc[i, j] += a[i] * b[j]
             for i: for j in vectorized(4): out[...] = epilogue(acc[i, j])   # float4 stores
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from minitc.errors import ScheduleError
 from minitc.templates.gemm import gemm_operands, gemm_producer
-from minitc.templates.gpu import MAX_THREADS, defaults, template
+from minitc.templates.gpu import MAX_THREADS, defaults, template, unrolled_k_steps
 
 
 def gemm_gpu(s, out: str, acc: str, target, *, bm, bn, tm, tn, bk, shared=True):
@@ -81,6 +81,8 @@ def gemm_gpu(s, out: str, acc: str, target, *, bm, bn, tm, tn, bk, shared=True):
         _vector_reads_of_b(s, aj, tn, tm >= 8 and _rows_of_b(b_role))
         return
     s.unroll(aj)
+    if unrolled_k_steps():  # so that the next k's shared loads overlap this k's FMAs
+        s.unroll(ki)
     threads = (bm // tm, bn // tn)
     M, N, K = _gemm_shape(s, acc)
     for (name, k_dim, mn_dim), tile, regs in ((a_role, min(bm, M), tm), (b_role, min(bn, N), tn)):
@@ -179,8 +181,9 @@ def pick_gpu_tiles(M: int, N: int, K: int, sms: int = 132, batch: int = 1, rows_
     again (down to 32) while there are fewer blocks than SMs to run them. When B's tile is read
     along its rows (`rows_of_b`: float4 loads) and 128x128 tiles divide the matrix into at
     least one block per SM: 16x8 per thread (128 threads; 128 FMAs per 4 float4 A and 2 float4
-    B loads from shared memory; on an H100 3.34 ms for matmul 4096^3 against 3.68 for 8x8,
-    experiments/gpu_gemm_probe.py)."""
+    B loads from shared memory) and k-steps of 8. On an H100 (experiments/gpu_gemm_probe.py,
+    k-steps unrolled) matmul 4096^3 ran 2.95 ms so, against 3.07 with k-steps of 16 and 3.56
+    for 8x8 tiles."""
 
     def fit(n: int, tile: int, step: int) -> int:
         for t in (tile, tile // 2):
@@ -189,7 +192,7 @@ def pick_gpu_tiles(M: int, N: int, K: int, sms: int = 132, batch: int = 1, rows_
         return min(tile, -(-n // step) * step)  # guarded partial tiles
 
     if rows_of_b and M % 128 == 0 and N % 128 == 0 and batch * (M // 128) * (N // 128) >= sms:
-        return {"bm": 128, "bn": 128, "tm": 16, "tn": 8, "bk": fit(K, 16, 16)}
+        return {"bm": 128, "bn": 128, "tm": 16, "tn": 8, "bk": fit(K, 8, 8)}
 
     bm, bn = fit(M, 64, 4), fit(N, 64, 4)
     while batch * -(-M // bm) * -(-N // bn) < sms and max(bm, bn) > 32:
