@@ -8,7 +8,9 @@ Per layer: the default parameters, the default with the channel step's loop kept
 (MINITC_GPU_UNROLL_K=0), the default on weights stored [C, R, S, K] (weight_layout="CRSK": a
 coalesced weight fill), the default with 8 channels a block, the fastest parameters of the
 first probe (H100, 2026-11-27), then random draws of (kt, vk, oht, ohb, wt, vw, bc) until
---per-shape or --seconds per layer is reached. The JSON holds every row, so defaults can be
+--per-shape or --seconds per layer is reached. With --implicit-gemm: the direct default, then
+the implicit GEMM (tc.ops.conv2d_gemm: im2col computed into the GEMM template's shared tiles)
+with its defaults and random draws of (bm, bn, tm, tn, bk) instead. The JSON holds every row, so defaults can be
 fitted to it. The stored runs (experiments/results/gpu-conv-probe-*-20261127-*.json) were made
 with earlier versions of this script: run 3 timed the present default as "wide pixel blocks".
 """
@@ -26,7 +28,7 @@ import numpy as np
 import minitc as tc
 from minitc.benchmarks.gpu_timing import Timer
 from minitc.schedule import Schedule
-from minitc.templates.gpu import GPU_TEMPLATES, bind_unbound, load_gpu_templates
+from minitc.templates.gpu import GPU_DEFAULTS, GPU_TEMPLATES, bind_unbound, load_gpu_templates
 from minitc.templates.gpu.conv import conv2d_defaults
 
 LAYERS = {  # name: (N, C, H, K, R, stride)
@@ -56,13 +58,20 @@ def conv(shape, weight_layout: str = "KCRS"):
     return tc.ops.conv2d(X, W, stride=stride, padding=R // 2, weight_layout=weight_layout)
 
 
+def conv_gemm(shape):
+    N, C, H, K, R, stride = shape
+    X, W = tc.placeholder((N, C, H, H), name="X"), tc.placeholder((K, C * R * R), name="W")
+    return tc.ops.conv2d_gemm(X, W, R, stride=stride, padding=R // 2)
+
+
 def build(out, params: dict, env: dict):
-    """The conv2d template with `params`, lowered with the environment variables `env` set."""
+    """Its template (conv2d or conv2d_gemm) with `params`, lowered with the environment
+    variables `env` set."""
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
         s = Schedule(out)
-        GPU_TEMPLATES["conv2d"](s, s.state.outputs[0], None, **params)
+        GPU_TEMPLATES[s.state.stage(s.state.outputs[0]).tag](s, s.state.outputs[0], None, **params)
         bind_unbound(s)
         return tc.build(s, target="cuda", db=False)
     finally:
@@ -88,11 +97,24 @@ def draw(rng, shape) -> dict:
     }
 
 
+def draw_gemm(rng, shape) -> dict:
+    tm, tn = int(rng.choice([2, 4, 8])), int(rng.choice([2, 4, 8]))
+    return {
+        "bm": int(tm * rng.choice([4, 8, 16, 32])),
+        "bn": int(tn * rng.choice([4, 8, 16, 32])),
+        "tm": tm,
+        "tn": tn,
+        "bk": int(rng.choice([8, 16, 32])),
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--per-shape", type=int, default=24)
     p.add_argument("--seconds", type=float, default=25)
     p.add_argument("--json")
+    p.add_argument("--implicit-gemm", action="store_true", help="probe conv2d_gemm against the direct default")
+    p.add_argument("--layers", help="comma-separated layer names (default: all)")
     args = p.parse_args()
     import torch
     import torch.nn.functional as F
@@ -102,45 +124,56 @@ def main() -> None:
     timer, rng, rows = Timer(torch), np.random.default_rng(0), []
     print(f"device: {torch.cuda.get_device_name()}")
     for name, shape in LAYERS.items():
+        if args.layers and name not in args.layers.split(","):
+            continue
         N, C, H, K, R, stride = shape
         flops = 2 * N * K * C * R * R * ((H + 2 * (R // 2) - R) // stride + 1) ** 2
         x, w = torch.randn(N, C, H, H, device="cuda"), torch.randn(K, C, R, R, device="cuda")
         ref = F.conv2d(x.double(), w.double(), stride=stride, padding=R // 2)
-        out, out_crsk = conv(shape), conv(shape, "CRSK")
-        w_crsk = w.permute(1, 2, 3, 0).contiguous()
-        s = Schedule(out)
+        outs = {"KCRS": conv(shape), "CRSK": conv(shape, "CRSK"), "gemm": conv_gemm(shape)}
+        weights = {"KCRS": w, "CRSK": w.permute(1, 2, 3, 0).contiguous(), "gemm": w.reshape(K, -1)}
+        ref_gemm = ref.reshape(N, K, -1)
+        s = Schedule(outs["KCRS"])
         default = conv2d_defaults(s, s.state.outputs[0], None)
+        s = Schedule(outs["gemm"])
+        gemm_default = GPU_DEFAULTS["conv2d_gemm"](s, s.state.outputs[0], None)
         torch_ms = timer.measure(
             {"t": lambda: F.conv2d(x, w, stride=stride, padding=R // 2)}, repeats=30, budget_s=0.3
         )["t"].median
         print(f"\n{name} {shape}: torch (cuDNN) {torch_ms:.4f} ms; default {default}")
-        fixed = [  # label, parameters, environment, CRSK weights
-            ("default", default, {}, False),
-            ("default, k loop", default, {"MINITC_GPU_UNROLL_K": "0"}, False),
-            ("default, CRSK", default, {}, True),
-            ("default, 8 ch", {**default, "kt": 2}, {}, False),
+        fixed = [  # label, parameters, environment, form (weight layout, or the implicit GEMM)
+            ("default", default, {}, "KCRS"),
+            ("default, k loop", default, {"MINITC_GPU_UNROLL_K": "0"}, "KCRS"),
+            ("default, CRSK", default, {}, "CRSK"),
+            ("default, 8 ch", {**default, "kt": 2}, {}, "KCRS"),
         ]
         if name in FIRST_PROBE_BEST:
-            fixed.append(("first probe best", FIRST_PROBE_BEST[name], {}, False))
+            fixed.append(("first probe best", FIRST_PROBE_BEST[name], {}, "KCRS"))
+        if args.implicit_gemm:
+            fixed = [fixed[0], ("gemm default", gemm_default, {}, "gemm")]
         start = time.perf_counter()
         for i in range(args.per_shape + len(fixed)):
             if i >= len(fixed) and time.perf_counter() - start > args.seconds:
                 break
-            label, params, env, crsk = fixed[i] if i < len(fixed) else ("drawn", draw(rng, shape), {}, False)
+            if i < len(fixed):
+                label, params, env, form = fixed[i]
+            elif args.implicit_gemm:
+                label, params, env, form = "gemm drawn", draw_gemm(rng, shape), {}, "gemm"
+            else:
+                label, params, env, form = "drawn", draw(rng, shape), {}, "KCRS"
             row = {
                 "layer": name,
                 "shape": shape,
                 "label": label,
                 "params": params,
                 "env": env,
-                "weight_layout": "CRSK" if crsk else "KCRS",
+                "form": form,
                 "torch_ms": torch_ms,
             }
             try:
-                f = build(out_crsk if crsk else out, params, env)
-                weight = w_crsk if crsk else w
+                f, weight, want = build(outs[form], params, env), weights[form], ref_gemm if form == "gemm" else ref
                 y = f(x, weight)
-                row["rel_err"] = float((y.double() - ref).abs().max() / max(1.0, float(ref.abs().max())))
+                row["rel_err"] = float((y.double() - want).abs().max() / max(1.0, float(want.abs().max())))
                 row["ms"] = timer.measure({"m": lambda: f(x, weight, out=y)}, repeats=20, budget_s=0.2)["m"].median
                 row["tflops"] = flops / row["ms"] / 1e9
                 flag = "" if row["rel_err"] < 1e-3 else "  WRONG"

@@ -18,8 +18,9 @@ vocabulary lacks the GPU tokens cannot write GPU sentences (`missing_tokens` say
 the decoder refuses GPU spaces for it. Then `default`, the keyword of the prompt line that
 shows the hand template's own program: a vocabulary without it (the first models') is given
 prompts without that line, as those models were trained. Last, the channel-blocked operators'
-tags and template parameters (`conv2d_nchwc`, `pixels`): an older vocabulary reads them as
-`<unk>`, and the decoder still writes only legal values for them.
+tags and template parameters (`conv2d_nchwc`, `pixels`), and the implicit-GEMM convolution's
+tags (`conv2d_gemm`, `im2col`): an older vocabulary reads them as `<unk>`, and the decoder
+still writes only legal values for them.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ GPU_RULE_SLOTS = ["threads", "tile", "step", "inner", "unroll", "shared", "block
 LATER_KEYWORDS = ["default"]
 # Then the operators on channel-blocked data (minitc/ops/nchwc.py) and their templates' parameters.
 BLOCKED_TAGS = ["conv2d_nchwc", "depthwise_conv2d_nchwc", "max_pool2d_nchwc", "avg_pool2d_nchwc"]
+# Then the stages of the implicit-GEMM convolution (tc.ops.conv2d_gemm; its templates' parameters are the GEMMs').
+IMPLICIT_GEMM_TAGS = ["conv2d_gemm", "im2col"]
 
 
 class TokenizerError(MinitcError):
@@ -129,9 +132,9 @@ def blocked_tokens() -> list:
 
 def default_vocab() -> list:
     """The vocabulary of new models: the CPU vocabulary, then the GPU tokens, then the later
-    keywords, then the channel-blocked operators' words (appended, so a token keeps its id in
-    every vocabulary that has it)."""
-    return cpu_vocab() + gpu_tokens() + LATER_KEYWORDS + blocked_tokens()
+    keywords, then the channel-blocked operators' words, then the implicit GEMM's tags
+    (appended, so a token keeps its id in every vocabulary that has it)."""
+    return cpu_vocab() + gpu_tokens() + LATER_KEYWORDS + blocked_tokens() + IMPLICIT_GEMM_TAGS
 
 
 _INDEX_PIECES = re.compile(r"a\d+|\d+|[-+*?]")

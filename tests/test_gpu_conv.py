@@ -89,3 +89,54 @@ def test_default_kernel_keeps_its_tiles_in_registers(layer, tmp_path):
     log = ptxas_log(tc.codegen(tc.ops.conv2d(X, W, padding=R // 2), "cuda", db=False), tmp_path)
     assert "0 bytes spill stores, 0 bytes spill loads" in log, log
     assert not re.search(r"[1-9]\d* bytes stack frame", log), log
+
+
+# -- the implicit GEMM (tc.ops.conv2d_gemm) -----------------------------------------------------
+
+
+def implicit_gemm(N, C, H, K, R, stride=1, padding=None, dilation=1):
+    X, W = tc.placeholder((N, C, H, H + 1), name="X"), tc.placeholder((K, C * R * R), name="W")
+    pad = R // 2 if padding is None else padding
+    out = tc.ops.conv2d_gemm(X, W, R, stride=stride, padding=pad, dilation=dilation)
+    x, w = rand(N, C, H, H + 1), rand(K, C * R * R)
+    return out, (x, w), ref_ops.conv2d_gemm(x, w, R, stride, pad, dilation)
+
+
+@pytest.mark.parametrize("layer", [(2, 8, 9, 12, 3), (1, 4, 10, 8, 3, 2), (1, 16, 7, 32, 1), (1, 3, 11, 4, 3, 1, 2, 2)])
+def test_implicit_gemm_defaults_against_numpy(layer):
+    """Padded, strided, 1x1 and dilated windows; pixels that the tiles do not divide."""
+    out, arrays, want = implicit_gemm(*layer)
+    np.testing.assert_allclose(tc.build(out, target="cuda-sim", db=False)(*arrays), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        dict(bm=16, bn=32, tm=4, tn=4, bk=8),
+        dict(bm=32, bn=24, tm=8, tn=8, bk=16),  # partial tiles of channels and pixels, tn=8 rows
+        dict(bm=8, bn=64, tm=2, tn=8, bk=32, shared=False),
+    ],
+)
+def test_implicit_gemm_template_parameters_against_numpy(params):
+    from minitc.templates.gpu import GPU_TEMPLATES, bind_unbound, load_gpu_templates
+
+    load_gpu_templates()
+    out, arrays, want = implicit_gemm(2, 6, 8, 20, 3)
+    s = tc.Schedule(out)
+    GPU_TEMPLATES["conv2d_gemm"](s, s.state.outputs[0], "cuda-sim", **params)
+    bind_unbound(s)
+    np.testing.assert_allclose(tc.build(s, target="cuda-sim", db=False)(*arrays), want, rtol=1e-4, atol=1e-4)
+    src = tc.codegen(s, "cuda", db=False)
+    assert "conv2d_gemm_col[" not in src  # the im2col matrix is computed into the shared tile, never stored
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
+@pytest.mark.parametrize("batch", [8, 1])
+def test_implicit_gemm_default_kernel_keeps_its_tiles_in_registers(batch, tmp_path):
+    """ResNet-50's layer3 3x3 convolution at batch 8 and 1: at batch 1 the batch index is the
+    constant 0, so that it does not make the register tile's index dynamic (a stack frame)."""
+    X, W = tc.placeholder((batch, 256, 14, 14), name="X"), tc.placeholder((256, 256 * 9), name="W")
+    src = tc.codegen(tc.ops.conv2d_gemm(X, W, 3, padding=1), "cuda", db=False)
+    log = ptxas_log(src, tmp_path)
+    assert "0 bytes spill stores, 0 bytes spill loads" in log, log
+    assert not re.search(r"[1-9]\d* bytes stack frame", log), log

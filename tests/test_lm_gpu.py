@@ -31,6 +31,7 @@ from minitc.lm.pipeline import SHIPPED, load_model
 from minitc.lm.tokenizer import (
     CUDA_ARCHS,
     GPU_KEYWORDS,
+    IMPLICIT_GEMM_TAGS,
     LATER_KEYWORDS,
     Tokenizer,
     blocked_tokens,
@@ -299,7 +300,8 @@ def test_every_legal_gpu_value_and_label_has_tokens(op_samples, workload_samples
 
 def test_gpu_tokens_are_appended_after_the_cpu_vocabulary(tok):
     cpu = cpu_vocab()
-    assert tok.vocab == default_vocab() == cpu + gpu_tokens() + LATER_KEYWORDS + blocked_tokens()
+    later = LATER_KEYWORDS + blocked_tokens() + IMPLICIT_GEMM_TAGS
+    assert tok.vocab == default_vocab() == cpu + gpu_tokens() + later
     assert blocked_tokens() == [
         "conv2d_nchwc",
         "depthwise_conv2d_nchwc",

@@ -304,6 +304,8 @@ def _p(*shape, dtype="float32"):
         (lambda: ops.conv2d(_p(1, 3, 4, 4), _p(4, 3, 5, 5)), r"window spans 5"),
         (lambda: ops.conv2d(_p(1, 3, 8, 8), _p(4, 3, 3, 3), stride=0), r"stride must be >= 1"),
         (lambda: ops.conv2d(_p(1, 3, 8, 8), _p(4, 3, 3, 3), padding=(1, 2, 3)), r"padding must be an int or a pair"),
+        (lambda: ops.conv2d_gemm(_p(1, 3, 8, 8), _p(4, 3, 3, 3), 3), r"conv2d_gemm: W must be 2-D"),
+        (lambda: ops.conv2d_gemm(_p(1, 3, 8, 8), _p(4, 18), 3), r"W \(4, 18\) must be \[K, C\*R\*S\] = \[K, 27\]"),
         (lambda: ops.depthwise_conv2d(_p(1, 3, 8, 8), _p(4, 1, 3, 3)), r"not a multiple of the 3 input channels"),
         (lambda: ops.depthwise_conv2d(_p(1, 3, 8, 8), _p(3, 2, 3, 3)), r"axis 1 must be 1"),
         (lambda: ops.max_pool2d(_p(1, 3, 8, 8), 2, padding=2), r"at most half the kernel"),

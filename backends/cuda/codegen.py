@@ -16,8 +16,8 @@ Statements (one method each, `STMT_EMITTERS`):
                loop is shorter than the launch dimension
   serial       `for (int v = 0; v < n; ++v)`; unrolled and vthread loops get `#pragma unroll`
   vectorized   one float2/float4/double2 store (and vector loads) where the loop is a single
-               contiguous, aligned store (vector.py); otherwise a plain loop (nvcc vectorizes
-               nothing itself)
+               contiguous, aligned store (vector.py); otherwise an unrolled scalar loop (nvcc
+               vectorizes nothing itself; unrolled, a register array it indexes stays in registers)
   Allocate     shared: one `__shared__` array at the top of the kernel, however often the
                Allocate runs (`__align__(16)` if accessed as vectors); local: a per-thread
                array declared where it is allocated
@@ -262,19 +262,21 @@ class _LaunchWriter(ExprWriter, VectorWriter):
         self.emit_loop(s)
 
     def emit_bound(self, s: For):
-        """Not a loop: the variable is this thread's index, guarded if the loop is shorter."""
+        """Not a loop: the variable is this thread's index, guarded if the loop is shorter. A
+        loop of one is the constant 0, so that register arrays it indexes stay in registers."""
         index = f"(int){s.kind}"
+        value = "0" if s.extent == 1 else index
         saved = self.bind(s.var, (0, s.extent - 1), "int")
         if s.extent < self.dims[s.kind]:
             self.open(f"if ({index} < {s.extent})")
-            self._declare(s.var, index, s.body)
+            self._declare(s.var, value, s.body)
             self.emit_stmt(s.body)
             self.close()
         else:
             block = self.name(s.var) in self.scopes[-1]  # the same variable bound twice here
             if block:
                 self.open()
-            self._declare(s.var, index, s.body)
+            self._declare(s.var, value, s.body)
             self.emit_stmt(s.body)
             if block:
                 self.close()
@@ -308,7 +310,7 @@ class _LaunchWriter(ExprWriter, VectorWriter):
             if used:
                 self.close()
         else:
-            if s.kind in ("unrolled", "vthread"):
+            if s.kind in ("unrolled", "vthread", "vectorized"):
                 self.line("#pragma unroll" if s.extent <= MAX_UNROLL else "#pragma unroll 8")
             v = self.name(s.var)
             n = int_literal(s.extent, ctype).text

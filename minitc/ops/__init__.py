@@ -5,6 +5,7 @@ and returns the output Tensor, checking shapes and dtypes up front (ShapeError /
                     batch_matmul(A, B, transpose_a=False, transpose_b=False)
                     dense(X, W, bias=None, activation=None)        torch.nn.Linear layout
     NCHW            conv2d(X, W, stride=1, padding=0, dilation=1)
+                    conv2d_gemm(X, W_rows, kernel_size, ...)       implicit GEMM: [N, K, OH*OW]
                     depthwise_conv2d(X, W, stride=1, padding=0, dilation=1)
                     max_pool2d(X, kernel, stride=None, padding=0)
                     avg_pool2d(X, kernel, stride=None, padding=0)  count_include_pad=True
@@ -31,7 +32,7 @@ from minitc.ops._util import window_output_size
 from minitc.ops.elementwise import add, bias_add, div, exp, gelu, maximum, minimum, mul, relu, sigmoid, sub, tanh
 from minitc.ops.linalg import batch_matmul, dense, matmul
 from minitc.ops.nchwc import avg_pool2d_nchwc, conv2d_nchwc, depthwise_conv2d_nchwc, max_pool2d_nchwc
-from minitc.ops.nn import avg_pool2d, conv2d, depthwise_conv2d, max_pool2d
+from minitc.ops.nn import avg_pool2d, conv2d, conv2d_gemm, depthwise_conv2d, max_pool2d
 from minitc.ops.norm import layer_norm, softmax
 from minitc.ops.reduce import max, mean, min, sum  # noqa: A004 - numpy-style names inside the namespace
 from minitc.ops.registry import OPS, SIZES, Example, Instance, OpSpec
@@ -48,6 +49,7 @@ __all__ = [
     "batch_matmul",
     "dense",
     "conv2d",
+    "conv2d_gemm",
     "depthwise_conv2d",
     "max_pool2d",
     "avg_pool2d",

@@ -99,6 +99,46 @@ def conv2d(
     return compute((N, K, OH, OW), body, name=base, tag=op, attrs=attrs)
 
 
+def conv2d_gemm(X, W, kernel_size, stride=1, padding=0, dilation=1, name: str | None = None) -> Tensor:
+    """2-D convolution as an implicit GEMM (the formulation GPU libraries use beside the direct
+    one): X [N, C, H, W] and W [K, C*R*S], a KCRS weight viewed as rows (`w.reshape(K, -1)`),
+    give Y [N, K, OH*OW], the NCHW output viewed with its pixels flattened:
+
+        Y[n, k, p] = sum_r W[k, r] * col[n, r, p]
+        col[n, r, p] = Xpad[n, r // (R*S), (p // OW)*sh + (r // S % R)*dh, (p % OW)*sw + (r % S)*dw]
+
+    `col` (the im2col matrix, tag "im2col") is a stage of its own so that a template can
+    compute it inline into the fills of its shared tiles: it is never stored. `kernel_size` is
+    R or (R, S); the rest as conv2d."""
+    op = "conv2d_gemm"
+    _util.rank(op, "X", X, 4, "NCHW")
+    _util.rank(op, "W", W, 2, "[out_channels, in_channels * kernel_h * kernel_w]")
+    _util.numeric(op, X, W)
+    R, S = _util.pair(op, "kernel_size", kernel_size)
+    sh, sw = _util.pair(op, "stride", stride)
+    ph, pw = _util.pair(op, "padding", padding, minimum=0)
+    dh, dw = _util.pair(op, "dilation", dilation)
+    N, C, H, Wd = X.shape
+    K, CRS = W.shape
+    if CRS != C * R * S:
+        want = f"[K, C*R*S] = [K, {C * R * S}]"
+        raise ShapeError(f"{op}: W {W.shape} must be {want} for X {X.shape} and a {R}x{S} window")
+    OH = _util.out_size(op, "vertical", H, ph, R, sh, dh)
+    OW = _util.out_size(op, "horizontal", Wd, pw, S, sw, dw)
+    base = name or op
+    P = pad_hw(X, ph, pw, 0, f"{base}_pad")
+
+    def gather(n, r, p):
+        return P[n, r // (R * S), (p // OW) * sh + (r // S % R) * dh, (p % OW) * sw + (r % S) * dw]
+
+    col = compute((N, CRS, OH * OW), gather, name=f"{base}_col", tag="im2col")
+    rk = reduce_axis(CRS, "rk")
+    attrs = {"kernel_size": (R, S), "stride": (sh, sw), "padding": (ph, pw), "dilation": (dh, dw), "out_hw": (OH, OW)}
+    return compute(
+        (N, K, OH * OW), lambda n, k, p: te.sum(W[k, rk] * col[n, rk, p], axis=rk), name=base, tag=op, attrs=attrs
+    )
+
+
 def depthwise_conv2d(X, W, stride=1, padding=0, dilation=1, name: str | None = None) -> Tensor:
     """Depthwise 2-D convolution, torch's conv2d with groups=C.
 

@@ -92,6 +92,12 @@ def conv2d(X, W, stride=1, padding=0, dilation=1, weight_layout="KCRS", out_chan
     return np.einsum("nchwrs,kcrs->nkhw", win, w, optimize=True).astype(_out_dtype(X, W))
 
 
+def conv2d_gemm(X, W, kernel_size, stride=1, padding=0, dilation=1):
+    (r, s), n, k = _pair(kernel_size), X.shape[0], W.shape[0]
+    y = conv2d(X, np.asarray(W).reshape(k, -1, r, s), stride, padding, dilation)
+    return y.reshape(n, k, -1)
+
+
 def depthwise_conv2d(X, W, stride=1, padding=0, dilation=1):
     (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
     w = _work(W)

@@ -142,6 +142,16 @@ def _conv2d(size, rng):
 
 
 @_maker
+def _conv2d_gemm(size, rng):
+    n, c, h, w, k, r, s, st, pad, dil = {
+        "tiny": (1, 2, 5, 5, 3, 3, 3, 1, 1, 1),
+        "medium": (8, 256, 14, 14, 256, 3, 3, 1, 1, 1),
+    }.get(size) or _pick(rng, _CONV_SMALL)
+    x, weight_rows = _normal(rng, n, c, h, w), _normal(rng, k, c * r * s)
+    return (x, weight_rows), {"kernel_size": (r, s), "stride": st, "padding": pad, "dilation": dil}
+
+
+@_maker
 def _depthwise_conv2d(size, rng):
     n, c, h, w, m, r, st, pad = {
         "tiny": (1, 2, 5, 5, 1, 3, 1, 1),
@@ -266,6 +276,7 @@ OPS: dict = {
     "batch_matmul": _spec(linalg, "batch_matmul", _batch_matmul),
     "dense": _spec(linalg, "dense", _dense),
     "conv2d": _spec(nn, "conv2d", _conv2d),
+    "conv2d_gemm": _spec(nn, "conv2d_gemm", _conv2d_gemm),
     "depthwise_conv2d": _spec(nn, "depthwise_conv2d", _depthwise_conv2d),
     "max_pool2d": _spec(nn, "max_pool2d", _max_pool2d),
     "avg_pool2d": _spec(nn, "avg_pool2d", _avg_pool2d),

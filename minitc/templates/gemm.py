@@ -395,6 +395,7 @@ def schedule_matmul(s, out, target, mr=6, nr=16, nc=16, ku=4, kc=0, mc=0, pack_b
     )
 
 
+@template("conv2d_gemm")  # Y[n] = W @ col[n], col (im2col) computed inline into B's packing
 @template("batch_matmul")
 def schedule_batch_matmul(
     s, out, target, mr=6, nr=16, nc=16, ku=4, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto"
@@ -484,7 +485,7 @@ def inline_epilogue(s, out: str, product: str) -> None:
                 todo.append(name)
 
 
-for _tag in ("matmul", "batch_matmul", "dense"):
+for _tag in ("matmul", "batch_matmul", "conv2d_gemm", "dense"):
     defaults(_tag)(lambda s, out, target: _defaults_for(s, out, target))
 
 

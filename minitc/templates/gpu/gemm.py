@@ -31,9 +31,11 @@ from minitc.templates.gemm import gemm_operands, gemm_producer
 from minitc.templates.gpu import MAX_THREADS, defaults, template, unrolled_k_steps
 
 
-def gemm_gpu(s, out: str, acc: str, target, *, bm, bn, tm, tn, bk, shared=True):
+def gemm_gpu(s, out: str, acc: str, target, *, bm, bn, tm, tn, bk, shared=True, gathered=()):
     """Schedule `acc` (a product summing over one reduction axis) computed per thread inside
-    `out`, whose last two axes are tiled over blocks and threads (see the module docstring)."""
+    `out`, whose last two axes are tiled over blocks and threads (see the module docstring).
+    The operands named in `gathered` are computed into their shared tiles element by element
+    (an inlined gather such as im2col: its rows are not contiguous in memory)."""
     for name, v in (("bm", bm), ("bn", bn), ("tm", tm), ("tn", tn), ("bk", bk)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ScheduleError(f"GPU gemm template: {name} must be a positive int, got {v!r}")
@@ -93,7 +95,7 @@ def gemm_gpu(s, out: str, acc: str, target, *, bm, bn, tm, tn, bk, shared=True):
         identity = layout == list(range(ndim))
         cache = s.cache_read(name, "shared", [acc], None if identity else layout)
         s.compute_at(cache, ko)
-        rows = s.state.stage(name).shape[-1]  # the operand's contiguous dimension
+        rows = 1 if name in gathered else s.state.stage(name).shape[-1]  # the operand's contiguous dimension
         tiles = {k_dim: min(bk, K), mn_dim: tile}
         vector_fetch(s, cache, threads, layout.index(ndim - 1), tiles[ndim - 1] if ndim - 1 in tiles else 1, rows)
         vector_registers(s, cache, acc, ki, regs)  # this k's tm (tn) values
@@ -222,6 +224,18 @@ def schedule_dense_epilogue(s, out, target, bm=64, bn=64, tm=4, tn=4, bk=16, sha
     gemm_gpu(s, out, gemm_producer(s, out), target, bm=bm, bn=bn, tm=tm, tn=tn, bk=bk, shared=shared)
 
 
+@template("conv2d_gemm")
+def schedule_conv2d_gemm(s, out, target, bm=64, bn=64, tm=4, tn=4, bk=16, shared=True):
+    """The implicit GEMM Y[n] = W @ col[n] (tc.ops.conv2d_gemm): the weight rows are A (float4
+    fills), the im2col matrix B, computed from the padded input straight into its shared tile."""
+    acc = s.stage_name(s.cache_write(out, "local"))
+    col = next(name for name in s.state.stage(acc).read_stages() if s.state.stage(name).tag == "im2col")
+    gemm_gpu(s, out, acc, target, bm=bm, bn=bn, tm=tm, tn=tn, bk=bk, shared=shared, gathered=(col,))
+    pads = [name for name in s.state.stage(col).read_stages() if s.state.stage(name).tag == "pad"]
+    for name in (col, *pads):  # the gather and the padding become index arithmetic and a select in the fill
+        s.compute_inline(name)
+
+
 def _defaults(s, out, target) -> dict:
     st = s.state.stage(out)
     acc = gemm_producer(s, out) if st.tag == "dense_epilogue" else out
@@ -231,5 +245,5 @@ def _defaults(s, out, target) -> dict:
     return pick_gpu_tiles(*_gemm_shape(s, acc), sms=sms, batch=batch, rows_of_b=True)
 
 
-for _tag in ("matmul", "batch_matmul", "dense", "dense_epilogue"):
+for _tag in ("matmul", "batch_matmul", "conv2d_gemm", "dense", "dense_epilogue"):
     defaults(_tag)(_defaults)
