@@ -128,6 +128,18 @@ def test_conv2d_nchwc_splits_a_windows_reduction_but_not_a_1x1s(name):
     assert DEFAULTS["conv2d_nchwc"](tc.Schedule(pointwise), "conv2d_nchwc", target)["rcb"] == 0
 
 
+@pytest.mark.parametrize("name", list(TARGETS))
+def test_conv2d_nchwc_reads_a_narrow_input_block_through_its_padding(name):
+    """A network's input (one block of 3 colours, narrower than a vector) is padded inside the
+    reads; a block of whole vectors is padded once, before the convolution."""
+    target, _, lanes = TARGETS[name]
+    load_templates()
+    stem, _, _ = _blocked_conv(1, 3, 32, 32, 64, 7, 3, lanes, stride=2, padding=3)
+    layer, _, _ = _blocked_conv(1, 64, 14, 14, 64, 3, lanes, lanes, padding=1)
+    assert DEFAULTS["conv2d_nchwc"](tc.Schedule(stem), "conv2d_nchwc", target)["pad"] == "inline"
+    assert DEFAULTS["conv2d_nchwc"](tc.Schedule(layer), "conv2d_nchwc", target)["pad"] == "root"
+
+
 def test_sixteen_channel_blocks_on_an_avx2_target_take_two_registers_a_vector():
     target, registers, _ = TARGETS["znver2"]
     out, _, _ = _blocked_conv(1, 64, 14, 14, 64, 3, 16, 16)

@@ -121,7 +121,10 @@ def conv2d_nchwc_defaults(s, out, target) -> dict:
     per_block = bytes_ * cb * (R * S * kb * block + ((R - 1) * dh + 1) * in_cols)
     fitting = [d for d in range(1, CB + 1) if CB % d == 0 and d * per_block <= half_l1]
     rcb = CB if R * S == 1 else max(fitting or [1])
-    return dict(kb=kb, pixels=pixels, ohb=ohb, rcb=0 if rcb == CB else rcb, unroll_window=R * S <= 25, pad="root")
+    # an input block narrower than a vector (a stem's 3 colours) pads in short rows that fill
+    # no vector: reading through the select costs less than that copy
+    pad = "inline" if cb < target.lanes(st.dtype) else "root"
+    return dict(kb=kb, pixels=pixels, ohb=ohb, rcb=0 if rcb == CB else rcb, unroll_window=R * S <= 25, pad=pad)
 
 
 def _window_schedule(s, out, target, tag, oht, pixels, unroll_window, pad):
