@@ -129,12 +129,14 @@ _CONV_SMALL = [  # (N, C, H, W, K, R, S, stride, padding, dilation)
 ]
 
 
+def _conv_case(size, rng, medium: tuple) -> tuple:
+    """(N, C, H, W, K, R, S, stride, padding, dilation) of a convolution of this size class."""
+    return {"tiny": (1, 2, 5, 5, 3, 3, 3, 1, 1, 1), "medium": medium}.get(size) or _pick(rng, _CONV_SMALL)
+
+
 @_maker
 def _conv2d(size, rng):
-    n, c, h, w, k, r, s, st, pad, dil = {
-        "tiny": (1, 2, 5, 5, 3, 3, 3, 1, 1, 1),
-        "medium": (1, 64, 56, 56, 64, 3, 3, 1, 1, 1),
-    }.get(size) or _pick(rng, _CONV_SMALL)
+    n, c, h, w, k, r, s, st, pad, dil = _conv_case(size, rng, (1, 64, 56, 56, 64, 3, 3, 1, 1, 1))
     params = {"stride": st, "padding": pad, "dilation": dil}
     if size == "small" and rng.integers(2):  # weights packed [C, R, S, K], as the model front end does
         return (_normal(rng, n, c, h, w), _normal(rng, c, r, s, k)), {**params, "weight_layout": "CRSK"}
@@ -143,10 +145,7 @@ def _conv2d(size, rng):
 
 @_maker
 def _conv2d_gemm(size, rng):
-    n, c, h, w, k, r, s, st, pad, dil = {
-        "tiny": (1, 2, 5, 5, 3, 3, 3, 1, 1, 1),
-        "medium": (8, 256, 14, 14, 256, 3, 3, 1, 1, 1),
-    }.get(size) or _pick(rng, _CONV_SMALL)
+    n, c, h, w, k, r, s, st, pad, dil = _conv_case(size, rng, (8, 256, 14, 14, 256, 3, 3, 1, 1, 1))
     x, weight_rows = _normal(rng, n, c, h, w), _normal(rng, k, c * r * s)
     return (x, weight_rows), {"kernel_size": (r, s), "stride": st, "padding": pad, "dilation": dil}
 
