@@ -178,3 +178,14 @@ def test_every_blocked_tag_has_a_template_and_defaults():
     load_templates()
     for tag in ("conv2d_nchwc", "depthwise_conv2d_nchwc", "max_pool2d_nchwc", "avg_pool2d_nchwc"):
         assert tag in TEMPLATES and tag in DEFAULTS
+
+
+def test_depthwise_reads_its_padding_in_place_and_pools_pad_their_tiles():
+    load_templates()
+    x = tc.placeholder((1, 4, 28, 28, 16), name="X")
+    dw = nchwc.depthwise_conv2d_nchwc(x, tc.placeholder((4, 3, 3, 16), name="W"), padding=1)
+    pool = nchwc.max_pool2d_nchwc(x, kernel=3, stride=2, padding=1)
+    for out, pad in ((dw, "inline"), (pool, "tile")):
+        s = tc.Schedule(out)
+        name = s.state.outputs[0]
+        assert DEFAULTS[s.state.stage(name).tag](s, name, parse_target("llvm -mcpu=znver4"))["pad"] == pad

@@ -150,7 +150,8 @@ def _window_defaults(tag):
     def choose(s, out, target) -> dict:
         """`pixels`: the most output columns dividing the row whose accumulators fill half the
         registers; `oht`: the most rows whose accumulator tile stays within half the L1d while
-        leaving four tasks per core."""
+        leaving four tasks per core; a depthwise convolution reads its padding inside the
+        loads, a pool pads each task's rows first (as measured inside models, docs/models.md)."""
         st = s.state.stage(epilogue_anchor(s, out, tag, tag))
         N, CB, OH, OW, block = st.shape
         R, S = (a.extent for a in st.reduce_axes)
@@ -165,7 +166,8 @@ def _window_defaults(tag):
             and d * OW * block * bytes_ <= target.cache_bytes("l1d") // 2
             and N * CB * (OH // d) >= 4 * threads
         ]
-        return dict(oht=max(rows or [1]), pixels=pixels, unroll_window=R * S <= 49, pad="tile")
+        pad = "inline" if tag == "depthwise_conv2d_nchwc" else "tile"
+        return dict(oht=max(rows or [1]), pixels=pixels, unroll_window=R * S <= 49, pad=pad)
 
     return choose
 
