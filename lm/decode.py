@@ -27,6 +27,7 @@ from minitc.errors import ScheduleError
 from minitc.lm.describe import decision_label
 from minitc.lm.language import Loc, SentenceWriter
 from minitc.lm.model import LMError, expand_cache
+from minitc.lm.tokenizer import gpu_tokens
 
 
 @dataclass
@@ -103,8 +104,10 @@ class Decoder:
         self.write = SentenceWriter(space, hardware)
         prompt = self.write()
         if getattr(space, "gpu", False):
-            # fed `<unk>` for the GPU words, a CPU model would write plausible-looking nonsense
-            missing = tok.missing_tokens(tok.prompt_text(prompt))
+            # fed `<unk>` for the GPU words, a CPU model would write plausible-looking nonsense;
+            # a later operator's tags (conv2d_gemm) are read as `<unk>`, as on a CPU
+            gpu_words = set(gpu_tokens())
+            missing = [w for w in tok.missing_tokens(tok.prompt_text(prompt)) if w in gpu_words]
             if missing or not tok.writes_gpu():
                 raise LMError(
                     f"this language model's vocabulary ({len(tok)} tokens) cannot write GPU sentences "

@@ -108,6 +108,48 @@ def test_the_shipped_gpu_model_writes_legal_gpu_programs():
         assert space.replay(c.values).key == c.key
 
 
+def _nvcc_workloads() -> dict:
+    p = tc.placeholder
+    X, W, b = p((256, 192), name="X"), p((384, 192), name="W"), p((384,), name="b")
+    Xc = p((2, 32, 14, 14), name="X")
+    return {
+        "dense-gelu": tc.ops.dense(X, W, b, activation="gelu"),
+        "conv2d": tc.ops.conv2d(Xc, p((64, 32, 3, 3), name="W"), padding=1),
+        "conv2d_gemm": tc.ops.conv2d_gemm(Xc, p((64, 32 * 9), name="W"), 3, padding=1),
+        "layer_norm": tc.ops.layer_norm(X, p((192,), name="g"), p((192,), name="beta")),
+    }
+
+
+def test_generated_gpu_programs_compile_with_nvcc(tmp_path):
+    """Programs the shipped GPU model writes and programs sampled from the GPU design space (both
+    sketches) for four workloads: one nvcc --ptx run for sm_90 compiles all of them."""
+    import subprocess
+
+    from cuda_tools import find_nvcc
+
+    nvcc = find_nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found")
+    model, tok, _ = load_model(gpu=True)
+    sources, rng = [], np.random.default_rng(0)
+    with one_torch_thread():
+        for name, out in _nvcc_workloads().items():
+            space = Space(out, "cuda")
+            decoded, failures = Decoder(model, tok, space, gpu_hardware("cuda")).generate(4, rng)
+            assert failures == 0
+            schedules = [space.replay(c.values).schedule for c in decoded]
+            schedules += [space.sample(rng, sketch=sk).schedule for sk in space.sketches for _ in range(2)]
+            for i, s in enumerate(schedules):
+                kernel = f"{name.replace('-', '_')}_{i}"
+                sources.append((kernel, tc.codegen(s, "cuda", name=kernel, db=False)))
+    cu = tmp_path / "all.cu"
+    cu.write_text("\n".join(src for _, src in sources))
+    r = subprocess.run([nvcc, "--ptx", "-arch=sm_90", str(cu), "-o", str(tmp_path / "all.ptx")], capture_output=True)
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    ptx = (tmp_path / "all.ptx").read_text()
+    assert all(f".entry {kernel}" in ptx for kernel, _ in sources)
+
+
 def test_tlm_eval_runs_on_a_gpu_target(tmp_path, tiny_gpu_checkpoint):
     from minitc.cli import main
 
