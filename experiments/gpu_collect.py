@@ -16,7 +16,7 @@ import argparse
 import itertools
 import time
 
-from minitc.lm.cli import measure
+from minitc.lm.measure import measure
 from minitc.lm.training_set import TRAINING, workload
 
 KINDS = ("dense_epilogue", "conv2d", "batch_matmul", "matmul", "depthwise_conv2d")
