@@ -21,15 +21,19 @@
 #               a timeout loses one
 #   tlm-compare the model COMPARE_LM on the same workloads against tlm-eval's evolutionary
 #               winners (--evo-from), timed side by side with them
-# Results go to $OUT (default /tmp/gpu-session): r/*.log, r/*.json and r/gpu.db, all packed in
-# results.tgz.
+# Results: each step writes r/NAME.log (and its JSON or database) under /tmp/gpu-session; after
+# every step they are packed again into $OUT/results.tgz and the step's last lines appended to
+# $OUT/summary.log, so that a run cut short keeps what it finished, in two files (the device
+# tool returns at most 8).
 #
 # On a GPU machine without network, with the machine's own torch and CuPy: put the lark wheel
 # in .whl/ first (pip download lark); it is installed to /tmp/site, minitc with --no-deps.
 set -u
 OUT=${OUT:-/tmp/gpu-session}
+R=/tmp/gpu-session/r
 STEPS=",${1:-tests,gemm-probe,conv-probe,gpu-core,profile,collect,reductions,tlm-eval},"
-mkdir -p "$OUT/r"
+mkdir -p "$R" "$OUT"
+: >"$OUT/summary.log"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -38,35 +42,37 @@ fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v WARNING
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 want() { [[ $STEPS == *",$1,"* ]]; }
-step() {  # step SECONDS NAME COMMAND...: run with a time limit, log to $OUT/r/NAME.log
+step() {  # step SECONDS NAME COMMAND...: run with a time limit, log to $R/NAME.log, pack $R
     local limit=$1 name=$2
     shift 2
     local start=$SECONDS
-    timeout "$limit" "$@" >"$OUT/r/$name.log" 2>&1
-    echo "== $name: exit $? in $((SECONDS - start)) s"
+    timeout "$limit" "$@" >"$R/$name.log" 2>&1
+    local rc=$?
+    echo "== $name: exit $rc in $((SECONDS - start)) s"
+    { echo "---- $name: exit $rc in $((SECONDS - start)) s"; tail -n 40 "$R/$name.log"; } >>"$OUT/summary.log"
+    tar czf "$OUT/results.tgz" -C "$(dirname "$R")" r
 }
 want tests && step 90 tests python3 -m pytest -q -m cuda tests/test_gpu_reductions.py tests/test_gpu_gemm.py \
     tests/test_cuda_runtime.py tests/test_gpu_conv.py
 want gemm-probe && step 90 gemm-probe python3 experiments/gpu_gemm_probe.py
 want conv-probe && step 120 conv-probe python3 experiments/gpu_conv_probe.py --seconds "${CONV_S:-12}" \
-    --json "$OUT/r/conv-probe.json"
-want gpu-core && step 110 gpu-core python3 -m minitc.benchmarks --suite gpu-core --json "$OUT/r/gpu-core.json"
+    --json "$R/conv-probe.json"
+want gpu-core && step 110 gpu-core python3 -m minitc.benchmarks --suite gpu-core --json "$R/gpu-core.json"
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 want profile && [ -n "$NCU" ] && step 90 profile "$NCU" --clock-control none --section SpeedOfLight \
     --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis_Tables \
     python3 experiments/gpu_profile.py
-want collect && step $((${COLLECT_S:-110} + 30)) collect python3 experiments/gpu_collect.py --db "$OUT/r/gpu.db" \
+want collect && step $((${COLLECT_S:-110} + 30)) collect python3 experiments/gpu_collect.py --db "$R/gpu.db" \
     --seconds "${COLLECT_S:-110}"
 want reductions && step 40 reductions python3 experiments/gpu_reductions_probe.py
 IFS=, read -ra EVAL <<<"${EVAL_WORKLOADS:-dense-bert-ffn}"
 for w in "${EVAL[@]}"; do
     want tlm-eval && step 200 "tlm-eval-$w" python3 -m minitc.benchmarks --suite tlm-eval --target cuda \
         --workloads "$w" --tlm-k 1,16 --evo-trials 64,256 ${EVAL_LM:+--lm "$EVAL_LM"} \
-        --json "$OUT/r/tlm-eval-gpu-$w.json"
-    want tlm-compare && [ -f "$OUT/r/tlm-eval-gpu-$w.json" ] && step 90 "tlm-compare-$w" python3 -m \
+        --json "$R/tlm-eval-gpu-$w.json"
+    want tlm-compare && [ -f "$R/tlm-eval-gpu-$w.json" ] && step 90 "tlm-compare-$w" python3 -m \
         minitc.benchmarks --suite tlm-eval --target cuda --workloads "$w" --tlm-k 1,16 --evo-trials 64,256 \
-        ${COMPARE_LM:+--lm "$COMPARE_LM"} --evo-from "$OUT/r/tlm-eval-gpu-$w.json" \
-        --json "$OUT/r/tlm-compare-gpu-$w.json"
+        ${COMPARE_LM:+--lm "$COMPARE_LM"} --evo-from "$R/tlm-eval-gpu-$w.json" \
+        --json "$R/tlm-compare-gpu-$w.json"
 done
-tar czf "$OUT/results.tgz" -C "$OUT" r
-for f in "$OUT"/r/*.log; do echo "---- $(basename "$f")"; tail -n 40 "$f"; done
+cat "$OUT/summary.log"
