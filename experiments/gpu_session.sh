@@ -3,6 +3,10 @@
 #
 #     bash experiments/gpu_session.sh [STEPS]     # default: all of them, in this order
 #
+# The steps' time limits add up to about 15 minutes, over one device call's 10: run them in two
+# calls, e.g. `tests,gemm-probe,conv-probe,gpu-core,profile` (at most 8 minutes, usually 4),
+# then `collect,reductions,tlm-eval`.
+#
 # Steps (comma-separated):
 #   tests       the CUDA tests of the GPU parts (marked cuda, and nvcc/ptxas checks)
 #   gemm-probe  the GEMM template's defaults and matmul tile variants against cuBLAS, each with
