@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
 import numpy as np
+from gpu_gemm_probe import lowered_with  # a script in the same folder (on sys.path when run)
 
 import minitc as tc
 from minitc.benchmarks.gpu_timing import Timer
@@ -67,19 +67,14 @@ def conv_gemm(shape):
 def build(out, params: dict, env: dict):
     """Its template (conv2d or conv2d_gemm) with `params`, lowered with the environment
     variables `env` set."""
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+
+    def scheduled_and_built():
         s = Schedule(out)
         GPU_TEMPLATES[s.state.stage(s.state.outputs[0]).tag](s, s.state.outputs[0], None, **params)
         bind_unbound(s)
         return tc.build(s, target="cuda", db=False)
-    finally:
-        for k, v in old.items():
-            if v is None:
-                del os.environ[k]
-            else:
-                os.environ[k] = v
+
+    return lowered_with(env, scheduled_and_built)
 
 
 def draw(rng, shape) -> dict:

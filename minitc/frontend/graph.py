@@ -22,7 +22,6 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-# graph ops computed element by element (the passes fuse them; layout.py keeps them blocked)
 # PyTorch operators whose results differ between two calls with the same arguments
 NOT_PURE = ("rand", "dropout", "bernoulli", "normal", "empty")
 
@@ -32,6 +31,7 @@ def is_pure(node) -> bool:
     return node.op != "torch" or not any(word in node.attrs["target"] for word in NOT_PURE)
 
 
+# graph ops computed element by element (the passes fuse them; layout.py keeps them blocked)
 ELEMENTWISE = ("add", "sub", "mul", "div", "relu", "gelu", "sigmoid", "tanh", "exp", "scale_shift", "clamp")
 
 

@@ -27,7 +27,7 @@ barrier may not sit under a thread-dependent guard, so bm/bn/bk that divide M/N/
 from __future__ import annotations
 
 from minitc.errors import ScheduleError
-from minitc.templates.gemm import gemm_operands, gemm_producer
+from minitc.templates.gemm import gemm_operands, gemm_producer, inline_operands
 from minitc.templates.gpu import MAX_THREADS, defaults, template, unrolled_k_steps
 
 
@@ -231,9 +231,7 @@ def schedule_conv2d_gemm(s, out, target, bm=64, bn=64, tm=4, tn=4, bk=16, shared
     acc = s.stage_name(s.cache_write(out, "local"))
     col = next(name for name in s.state.stage(acc).read_stages() if s.state.stage(name).tag == "im2col")
     gemm_gpu(s, out, acc, target, bm=bm, bn=bn, tm=tm, tn=tn, bk=bk, shared=shared, gathered=(col,))
-    pads = [name for name in s.state.stage(col).read_stages() if s.state.stage(name).tag == "pad"]
-    for name in (col, *pads):  # the gather and the padding become index arithmetic and a select in the fill
-        s.compute_inline(name)
+    inline_operands(s, acc)  # the gather and the padding: index arithmetic and a select in the fill
 
 
 def _defaults(s, out, target) -> dict:
