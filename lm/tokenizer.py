@@ -67,6 +67,8 @@ LATER_KEYWORDS = ["default"]
 BLOCKED_TAGS = ["conv2d_nchwc", "depthwise_conv2d_nchwc", "max_pool2d_nchwc", "avg_pool2d_nchwc"]
 # Then the stages of the implicit-GEMM convolution (tc.ops.conv2d_gemm; its templates' parameters are the GEMMs').
 IMPLICIT_GEMM_TAGS = ["conv2d_gemm", "im2col"]
+# Then template parameters added since (the reduce template's rows read side by side).
+LATER_PARAMS = ["streams"]
 
 
 class TokenizerError(MinitcError):
@@ -87,7 +89,9 @@ def _design_space_words() -> list:
     """Template parameter names, categorical string values and sketch names of the CPU design
     spaces (in the order of the first vocabulary: candidate lists, then parameters)."""
     load_templates()
-    params = _params({tag: fn for tag, fn in TEMPLATES.items() if tag not in BLOCKED_TAGS})
+    params = [
+        p for p in _params({t: fn for t, fn in TEMPLATES.items() if t not in BLOCKED_TAGS}) if p not in LATER_PARAMS
+    ]
     words = ["template", "generic"] + [name for name in space.CANDIDATES if name in params] + params
     for name in ("parallel", "pad"):
         words += [v for v in space._domain(name, "") if v]
@@ -132,9 +136,9 @@ def blocked_tokens() -> list:
 
 def default_vocab() -> list:
     """The vocabulary of new models: the CPU vocabulary, then the GPU tokens, then the later
-    keywords, then the channel-blocked operators' words, then the implicit GEMM's tags
-    (appended, so a token keeps its id in every vocabulary that has it)."""
-    return cpu_vocab() + gpu_tokens() + LATER_KEYWORDS + blocked_tokens() + IMPLICIT_GEMM_TAGS
+    keywords, then the channel-blocked operators' words, then the implicit GEMM's tags, then
+    later template parameters (appended, so a token keeps its id in every vocabulary that has it)."""
+    return cpu_vocab() + gpu_tokens() + LATER_KEYWORDS + blocked_tokens() + IMPLICIT_GEMM_TAGS + LATER_PARAMS
 
 
 _INDEX_PIECES = re.compile(r"a\d+|\d+|[-+*?]")

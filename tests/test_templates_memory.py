@@ -136,7 +136,13 @@ def test_reduce(op, shape, axis, keepdims):
 
 
 @pytest.mark.parametrize(
-    "params", [dict(vector=8, rows=3, chunk=16, parallel=True), dict(vector=13, rows=16, chunk=40, parallel=False)]
+    "params",
+    [
+        dict(vector=8, rows=3, chunk=16, parallel=True),
+        dict(vector=13, rows=16, chunk=40, parallel=False),
+        dict(vector=8, lanes=8, rows=6, streams=4, parallel=True),  # a group of 4 and one of 2
+        dict(vector=8, lanes=16, rows=5, streams=3, parallel=False),
+    ],
 )
 @pytest.mark.parametrize("axis", [0, 1, 2])
 def test_reduce_params(params, axis):
@@ -150,11 +156,16 @@ def test_reduce_params(params, axis):
 def test_reduce_loop_structure():
     X = tc.placeholder((512, 1024), name="X")
     rows = str(tc.lower(tc.ops.sum(X, axis=-1), target=AVX2))
-    # per tile of 8 rows: partial sums of 4 vectors per row (rfactor), then the final step
-    assert f"{PAR}(64)" in rows and 'alloc("local", float32[8, 32]) as sum_rf' in rows
-    assert "for r1_i_1 in vectorized(32):" in rows
-    assert "sum_rf[i0, r1_i_1] = sum_rf[i0, r1_i_1] + X[i0_o * 8 + i0, r1_o * 32 + r1_i_1]" in rows
-    assert "for i0_i_1 in unrolled(8):" in rows  # the final step: 8 rows side by side
+    # per tile of 8 rows: partial sums of a cache line (16 floats) per row (rfactor), 4 rows
+    # read side by side, then the final step
+    assert f"{PAR}(64)" in rows and 'alloc("local", float32[8, 16]) as sum_rf' in rows
+    partial = rows[rows.index("for r1_o in range(64):") :]
+    assert partial.index("for i0_i_1 in unrolled(4):") < partial.index("for r1_i_1 in vectorized(16):")
+    assert "+ X[i0_o * 8 + i0_o_1 * 4 + i0_i_1, r1_o * 16 + r1_i_1]" in partial
+    assert "for i0_i_3 in unrolled(8):" in rows  # the final step: 8 rows side by side
+    # one row at a time, 4 vectors of partial sums per row
+    one = str(tc.lower(_schedule(tc.ops.sum(X, axis=-1), target=AVX2, streams=1, lanes=32)))
+    assert "sum_rf[i0, r1_i_1] = sum_rf[i0, r1_i_1] + X[i0_o * 8 + i0, r1_o * 32 + r1_i_1]" in one
     cols = str(tc.lower(tc.ops.sum(tc.placeholder((64, 16384), name="X"), axis=0), target=AVX2))
     assert f"{PAR}(4)" in cols and "for r0 in range(64)" in cols  # 16 KiB column chunks
     assert cols.index("for r0") < cols.rindex("vectorized(32)")  # rows streamed, chunk in L1
