@@ -352,12 +352,15 @@ def _assembly(kernel, target):
     ],
 )
 def test_default_lanes_follow_the_target(cpu, lanes):
-    """Whole vectors of the preferred width, at most four, at most a quarter of the row; none
-    (SLP rows) for rows under two vectors, or not whole vectors and under four."""
+    """softmax: whole vectors of the preferred width, at most four, at most a quarter of the
+    row; none (SLP rows) for rows under two vectors, or not whole vectors and under four. The
+    reduce template, which reads four rows side by side, takes a cache line of each (16
+    floats) where the row has four of them, else the same."""
     target = parse_target(f"llvm -mcpu={cpu} -num-cores=2")
     for k, expected in lanes.items():
         s = tc.Schedule(rows((4, k))[1])
-        assert DEFAULTS["reduce"](s, "Y", target)["lanes"] == expected, k
+        reduce = DEFAULTS["reduce"](s, "Y", target)
+        assert reduce["lanes"] == (16 if k >= 64 else expected) and reduce["streams"] == 4, k
         sm = tc.Schedule(tc.ops.softmax(tc.placeholder((4, k), name="X")))
         assert DEFAULTS["softmax"](sm, "softmax", target)["lanes"] == expected, k
 

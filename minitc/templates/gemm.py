@@ -282,6 +282,7 @@ def _auto_parallel(s, batch, jo, io, target) -> str:
 # B vectors and A broadcast fit the target's vector registers are candidates (3 x 4: AVX-512 only)
 REGISTER_TILES = ((6, 2), (4, 3), (5, 2), (8, 1), (12, 1), (3, 4), (2, 4), (7, 1), (1, 4), (8, 3))
 FMA_CHAINS = 10  # independent accumulators that hide the FMA latency (4-5 cycles x 2 pipes)
+TILE_COST_SLACK = 0.01  # padded work this close to the least counts as a tie (a guarded tail row)
 L2_SHARE = 4  # a packed B panel [K, nc] takes at most this fraction of the L2
 K_BLOCK = 1024  # kc for long reductions (BLIS-style k blocks): measured best for K = 8192
 
@@ -305,8 +306,9 @@ def pick_tiles(M: int, N: int, K: int, target, dtype: str = "float32", batch: in
     one of `register_tiles(target.vector_registers)` with the least padded work (rows and
     columns rounded up to the tile) per unit of efficiency: at least FMA_CHAINS independent
     accumulators hide the FMA latency, and a tile should not need more loads than FMAs per k;
-    of tiles that tie, the one with the most accumulators (fewer loads per FMA: AVX-512's 8 x 3
-    over 4 x 3 where both divide the product).
+    of tiles within 1% of the least cost, the one with the most accumulators (fewer loads per
+    FMA: AVX-512's 8 x 3 over 4 x 3 where both divide the product, AVX2's 6 x 2 over 5 x 2 where
+    both leave a tail of rows).
     The B panel is as wide as fits `panel_bytes(target)` (its A rows are then reused from L1 by
     nc / nr micro-kernels), preferring widths that divide N, keeping at least two panels per
     core. Reductions so long that even a K x nr micro-panel would not fit in L2 are cut into
@@ -323,8 +325,12 @@ def pick_tiles(M: int, N: int, K: int, target, dtype: str = "float32", batch: in
         eff = min(1.0, accs / FMA_CHAINS) * min(1.0, accs / (rows + vecs))
         return padded / (M * N) / eff
 
-    # among tiles of equal cost the one with the most accumulators: fewer loads of A and B per FMA
-    rows, vecs = min(register_tiles(target.vector_registers), key=lambda t: (cost(t), -t[0] * t[1]))
+    # among tiles within TILE_COST_SLACK of the least cost, the one with the most accumulators
+    # (fewer loads of A and B per FMA), then the cheaper
+    tiles = register_tiles(target.vector_registers)
+    least = min(cost(t) for t in tiles)
+    near = [t for t in tiles if cost(t) <= least * (1 + TILE_COST_SLACK)]
+    rows, vecs = min(near, key=lambda t: (-t[0] * t[1], cost(t)))
     mr, nr = min(rows, M), vecs * vec
     ku = 4 if K % 4 == 0 else (2 if K % 2 == 0 else 1)
     kc = 0
