@@ -158,3 +158,9 @@ def as_array(value) -> np.ndarray:
     if hasattr(value, "detach"):
         return np.array(value.detach().cpu().numpy(), order="C", copy=True)
     return np.ascontiguousarray(value)
+
+
+def single_use(graph: Graph, name: str, users: dict) -> bool:
+    """Whether the value `name` has one reader (`users`: name -> reading nodes) and is not an
+    output of the graph: a fusion may then compute it inside its reader's kernel."""
+    return len(users.get(name, [])) == 1 and name not in graph.outputs
