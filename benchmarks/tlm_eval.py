@@ -150,7 +150,9 @@ def evaluate_workload(
                 strategy=strategy,
                 db=os.path.join(tmp, "r.db"),
                 seed=seed,
-                cost_model=default_cost_model(),
+                # tlm ranks with its own default (the shipped cost model of this machine, or
+                # $MINITC_COST_MODEL), as `tc.tune` gives it; evolutionary search with a fresh one
+                cost_model=None if strategy == "tlm" else default_cost_model(),
                 template_first=False,
                 lm=lm,
                 target=target,

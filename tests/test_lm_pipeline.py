@@ -374,3 +374,40 @@ def test_a_smaller_budget_answers_as_the_tuner_would():
     trace, ms, seconds = answers[2]
     assert trace in (cands[0].trace, cands[1].trace) and 0 < ms < 1000.0 and seconds >= 2.0
     assert _first_winners(records, [2, 3]) == {2: cands[0].trace, 3: cands[2].trace}
+
+
+def test_tlm_eval_ranks_with_the_strategys_own_cost_model(tiny_checkpoint, monkeypatch):
+    """tlm-eval's tlm runs get the cost model `tc.tune(strategy="tlm")` gives users (the
+    shipped one for this machine, or $MINITC_COST_MODEL), not a fresh one: a fresh TLPModel
+    once stood in, so the suite measured a configuration no user runs."""
+    from minitc.benchmarks.tlm_eval import evaluate_workload
+    from minitc.lm import cost
+    from minitc.lm.training_set import HELD_OUT
+
+    asked = []
+
+    def shipped(target):
+        asked.append(target)
+        return None  # the strategy then falls back to a fresh model, as without a shipped one
+
+    monkeypatch.setattr(cost, "shipped_cost_model", shipped)
+    earlier = {
+        "evo_ms": {"2": 1.0},
+        "evo_seconds": {"2": 1.0},
+        "evo_history": [1.0, 1.0],
+        "evo_times": [0.5, 1.0],
+        "evo_errors": 0,
+        "winners": {"Evo@2": "[]"},
+        "first_winners": {"Evo@2": "[]"},
+    }
+    evaluate_workload(
+        "softmax-bert",
+        HELD_OUT["softmax-bert"],
+        [1],
+        [2],
+        seed=0,
+        lm=str(tiny_checkpoint),
+        evo_from=earlier,
+        retime_rounds=0,
+    )
+    assert asked, "the tlm strategy was handed a cost model instead of choosing its own"
