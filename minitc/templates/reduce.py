@@ -40,10 +40,8 @@ line of each per step (`lanes` = 64 bytes of elements, at least a preferred vect
                         y_rf[r*streams + s, k_i] += x[r_o*rows + r*streams + s, k_o*lanes + k_i]
 
 Four streams of one line each keep more of a core's memory requests in flight than one row at
-a time: row sums of a 4096x4096 float32 matrix ran 10-15% faster on an AMD Zen 5, for native
-AVX-512 and for AVX2 code, with numpy's 16-byte-aligned rows and with 64-byte-aligned ones
-(docs/scheduling.md). The softmax and layer_norm templates, whose rows are mostly in cache,
-keep one row at a time. Otherwise `lanes` is whole vectors of the target's preferred width
+a time (measurements in docs/scheduling.md). The softmax and layer_norm templates, whose rows
+are mostly in cache, keep one row at a time. Otherwise `lanes` is whole vectors of the target's preferred width
 (`preferred_lanes`), at most four, and at most a quarter of the axis; where it does not divide
 K the last k_o step is guarded (lowering peels it off). Rows shorter than that pays for
 (`default_lanes`) get `lanes=0`: `rows` accumulators unrolled inside the reduction loop,
