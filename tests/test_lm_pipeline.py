@@ -273,21 +273,21 @@ def test_tlm_eval_suite_runs_and_tabulates(tmp_path, tiny_checkpoint):
     assert bad.exit_code != 0 and "held-out workloads only" in bad.output
 
 
-def test_an_earlier_run_lends_only_its_evolutionary_winners(tiny_checkpoint):
-    """--evo-from reuses the evolutionary search; the TLM winners timed side by side must be
-    this run's (an earlier run's TLM answers once stood in for them, pairing this run's
-    latencies with another run's programs)."""
+def _softmax_row(checkpoint, tlm_program=None) -> dict:
+    """tlm-eval's row for softmax-bert: TLM@1 with `checkpoint`, Evo@2 lent by an earlier run
+    (--evo-from), which also holds the TLM@1 program `tlm_program` if given."""
     from minitc.benchmarks.tlm_eval import evaluate_workload
     from minitc.lm.training_set import HELD_OUT
 
+    winners = {"Evo@2": "[]", **({"TLM@1": tlm_program} if tlm_program else {})}
     earlier = {
         "evo_ms": {"2": 1.0},
         "evo_seconds": {"2": 1.0},
         "evo_history": [1.0, 1.0],
         "evo_times": [0.5, 1.0],
         "evo_errors": 0,
-        "winners": {"Evo@2": "[]", "TLM@1": "stale"},
-        "first_winners": {"Evo@2": "[]", "TLM@1": "stale"},
+        "winners": dict(winners),
+        "first_winners": dict(winners),
     }
     row = evaluate_workload(
         "softmax-bert",
@@ -295,10 +295,18 @@ def test_an_earlier_run_lends_only_its_evolutionary_winners(tiny_checkpoint):
         [1],
         [2],
         seed=0,
-        lm=str(tiny_checkpoint),
+        lm=str(checkpoint),
         evo_from=earlier,
         retime_rounds=0,
     )
+    return row
+
+
+def test_an_earlier_run_lends_only_its_evolutionary_winners(tiny_checkpoint):
+    """--evo-from reuses the evolutionary search; the TLM winners timed side by side must be
+    this run's (an earlier run's TLM answers once stood in for them, pairing this run's
+    latencies with another run's programs)."""
+    row = _softmax_row(tiny_checkpoint, tlm_program="stale")
     assert row["winners"]["Evo@2"] == "[]" and row["first_winners"]["Evo@2"] == "[]"
     assert row["winners"]["TLM@1"] != "stale" and row["winners"]["TLM@1"] == row["first_winners"]["TLM@1"]
     assert json.loads(row["winners"]["TLM@1"])  # this run's program: a trace with steps
@@ -380,9 +388,7 @@ def test_tlm_eval_ranks_with_the_strategys_own_cost_model(tiny_checkpoint, monke
     """tlm-eval's tlm runs get the cost model `tc.tune(strategy="tlm")` gives users (the
     shipped one for this machine, or $MINITC_COST_MODEL), not a fresh one: a fresh TLPModel
     once stood in, so the suite measured a configuration no user runs."""
-    from minitc.benchmarks.tlm_eval import evaluate_workload
     from minitc.lm import cost
-    from minitc.lm.training_set import HELD_OUT
 
     asked = []
 
@@ -391,23 +397,5 @@ def test_tlm_eval_ranks_with_the_strategys_own_cost_model(tiny_checkpoint, monke
         return None  # the strategy then falls back to a fresh model, as without a shipped one
 
     monkeypatch.setattr(cost, "shipped_cost_model", shipped)
-    earlier = {
-        "evo_ms": {"2": 1.0},
-        "evo_seconds": {"2": 1.0},
-        "evo_history": [1.0, 1.0],
-        "evo_times": [0.5, 1.0],
-        "evo_errors": 0,
-        "winners": {"Evo@2": "[]"},
-        "first_winners": {"Evo@2": "[]"},
-    }
-    evaluate_workload(
-        "softmax-bert",
-        HELD_OUT["softmax-bert"],
-        [1],
-        [2],
-        seed=0,
-        lm=str(tiny_checkpoint),
-        evo_from=earlier,
-        retime_rounds=0,
-    )
+    _softmax_row(tiny_checkpoint)
     assert asked, "the tlm strategy was handed a cost model instead of choosing its own"
