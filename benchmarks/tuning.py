@@ -18,7 +18,7 @@ runner's fields (runner.py: suite, workload, description, kind, threads, numpy_m
 best_library, ratio, gflops|gbps, flops|bytes, peak_pct, spread_pct, background_cpus, error,
 notes, machine, run) and, for tuning:
 
-    "strategy": "evolutionary", "cost_model": "TLPModel" | "random (placeholder)" | null,
+    "strategy": "evolutionary", "cost_model": "TLPModel" | "pretrained (FILE)" | "random (placeholder)" | null,
     "trials_requested": 64, "trials": 64, "errors": 3,   # measured in this run / failed
     "trials_resumed": 0,          # trials of the same run recorded earlier (minitc tune's resume)
     "best_ms": 1.21,              # the tuner's re-measured best (bare kernel, runner process)
@@ -71,14 +71,18 @@ class RandomScores:
         return self.rng.random(len(traces))
 
 
-def cost_model_for(strategy: str, choice: str = "default", seed: int = 0) -> tuple:
-    """(model or None, label, warning or None) for a strategy. `choice` "default" is
-    `minitc.autotune.cost_model.default_cost_model()`, or random scores if that does not exist yet;
-    "random" is always random scores. Random search uses no model (None, None, None)."""
+def cost_model_for(strategy: str, choice: str = "default", seed: int = 0, target="llvm") -> tuple:
+    """(model or None, label, warning or None) for a strategy. `choice` "default" is, for the
+    tlm strategy, its own choice (None: the shipped cost model of `target`'s machine, as
+    `tc.tune` gives it), for evolutionary search `minitc.autotune.cost_model.default_cost_model()`,
+    or random scores if that does not exist yet; "random" is always random scores. Random search
+    uses no model (None, None, None)."""
     if strategy not in ("evolutionary", "tlm"):
         return None, None, None
     if choice == "random":
         return RandomScores(seed), "random", None
+    if strategy == "tlm":
+        return None, tlm_cost_model_label(target), None
     try:
         from minitc.autotune.cost_model import default_cost_model
     except ImportError as e:
@@ -92,6 +96,17 @@ def cost_model_for(strategy: str, choice: str = "default", seed: int = 0) -> tup
         )
     model = default_cost_model()
     return model, type(model).__name__, None
+
+
+def tlm_cost_model_label(target) -> str:
+    """What the tlm strategy ranks with on `target`: a pretrained cost model's file, else a
+    fresh TLPModel (minitc.lm.plugin.tlm_strategy)."""
+    try:
+        from minitc.lm.cost import shipped_cost_model_path
+    except ImportError:
+        return "TLPModel"
+    path = shipped_cost_model_path(target)
+    return f"pretrained ({path.name})" if path is not None else "TLPModel"
 
 
 def tensors_of(w: Workload):
@@ -123,7 +138,7 @@ def tune_one(
     "warning", "db"}. With db=None the run gets a fresh temporary database. A failure of `tune`
     becomes the "error" entry, or with `strict` propagates (the command line stops at once)."""
 
-    model, label, warning = cost_model_for(strategy, cost_model, seed)
+    model, label, warning = cost_model_for(strategy, cost_model, seed, target)
     if hasattr(model, "register"):  # the optional part of the protocol: tensors enable replay features
         from minitc.autotune.workload_key import workload_key
 

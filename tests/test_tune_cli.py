@@ -301,3 +301,23 @@ def test_show_prints_each_step_as_its_schedule_call():
         "reorder(sum_rf.i0, sum_rf.r1_o, sum_rf.r1_i)",
         "vectorize(sum_rf.r1_i)",
     ]
+
+
+def test_tlm_tunes_with_the_pretrained_cost_model(tmp_path, monkeypatch):
+    """`minitc tune` (the default strategy, tlm) leaves the cost model to the strategy, which
+    takes the one pretrained for this machine's description, as `tc.tune` does; it once passed
+    a fresh TLPModel, so the shipped cost models went unused. Evolutionary search keeps a
+    fresh one, and --cost-model random gives both random scores."""
+    from minitc.benchmarks.tuning import RandomScores, cost_model_for
+    from minitc.lm import cost
+
+    model, label, _ = cost_model_for("tlm", "default", target="llvm")
+    assert model is None and label == f"pretrained ({cost.shipped_cost_model_path('llvm').name})"
+    model, label, _ = cost_model_for("evolutionary", "default")
+    assert model is not None and label == type(model).__name__
+    assert isinstance(cost_model_for("tlm", "random")[0], RandomScores)
+    asked = []
+    monkeypatch.setattr(cost, "shipped_cost_model", lambda target: asked.append(target))
+    result = run("tune", "matmul", "--shape", "16,16,16", "--trials", 2, "--db", tmp_path / "r.db", *FAST)
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    assert asked and "cost model: pretrained (" in result.output

@@ -38,9 +38,10 @@ measured in a separate process and recorded in the records database, so running 
 command again resumes), shows a live progress bar on stderr, then times the tuned kernel,
 the hand template (`tc.build(out, db=False)`), numpy and torch, interleaved, and prints a
 table. The default strategy, tlm, samples programs from the language model shipped with
-minitc (constrained to legal decisions) and measures the ones the cost model ranks best;
-evolutionary search ranks mutated candidates with `default_cost_model()` (or random scores
-with --cost-model random).
+minitc (constrained to legal decisions) and measures the ones the cost model ranks best (the
+cost model pretrained for this machine's hardware description, as `tc.tune` uses);
+evolutionary search ranks mutated candidates with `default_cost_model()`. --cost-model random
+gives either random scores.
 
 {shape_help()}
 
@@ -208,7 +209,7 @@ def _verdict(rec: dict, ms: dict, lib) -> list:
     type=click.Choice(("default", "random")),
     default="default",
     show_default=True,
-    help="Evolutionary search: default_cost_model() or random scores.",
+    help="default: tlm's pretrained cost model, evolutionary search's default_cost_model(); random: random scores.",
 )
 @click.option(
     "--budget",
