@@ -44,14 +44,13 @@ from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
-from minitc.autotune.cost_model import default_cost_model
 from minitc.autotune.database import Database
 from minitc.autotune.registry import make_runner
 from minitc.autotune.runner import Task
 from minitc.autotune.space import Space
 from minitc.autotune.tuner import decode_trace, tune
 from minitc.benchmarks.tlm_report import _at, _matched
-from minitc.benchmarks.tuning import kernels_ms, template_kernel_ms, template_trace
+from minitc.benchmarks.tuning import cost_model_for, kernels_ms, template_kernel_ms, template_trace
 from minitc.lm.training_set import HELD_OUT
 from minitc.target import is_gpu
 
@@ -150,9 +149,7 @@ def evaluate_workload(
                 strategy=strategy,
                 db=os.path.join(tmp, "r.db"),
                 seed=seed,
-                # tlm ranks with its own default (the shipped cost model of this machine, or
-                # $MINITC_COST_MODEL), as `tc.tune` gives it; evolutionary search with a fresh one
-                cost_model=None if strategy == "tlm" else default_cost_model(),
+                cost_model=cost_model_for(strategy, target=target)[0],  # as `minitc tune` gives each
                 template_first=False,
                 lm=lm,
                 target=target,

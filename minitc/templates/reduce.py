@@ -41,9 +41,9 @@ line of each per step (`lanes` = 64 bytes of elements, at least a preferred vect
 
 Four streams of one line each keep more of a core's memory requests in flight than one row at
 a time (measurements in docs/scheduling.md). The softmax and layer_norm templates, whose rows
-are mostly in cache, keep one row at a time. Otherwise `lanes` is whole vectors of the target's preferred width
-(`preferred_lanes`), at most four, and at most a quarter of the axis; where it does not divide
-K the last k_o step is guarded (lowering peels it off). Rows shorter than that pays for
+are mostly in cache, keep one row at a time. Otherwise `lanes` is whole vectors of the
+target's preferred width (`preferred_lanes`), at most four, and at most a quarter of the
+axis; where it does not divide K the last k_o step is guarded (lowering peels it off). Rows shorter than that pays for
 (`default_lanes`) get `lanes=0`: `rows` accumulators unrolled inside the reduction loop,
 independent chains that LLVM's SLP vectorizer packs into one vector (a load per lane):
 
@@ -250,9 +250,9 @@ def row_partials(s, name: str, c, *, lanes: int, rows: int, parallel: bool, stre
 
 
 def interleave_rows(s, rf, streams: int) -> None:
-    """Reorder the partial loop of the rf stage (rows, [k_o,] lanes) so that `streams` rows
+    """Reorder the partial loops of the rf stage (rows, k_o, lanes) so that `streams` rows
     advance together: for each group of rows, for k_o, for the group's rows (unrolled), the
-    lanes. Nothing to do when the tile has one row or the partial loop one step."""
+    lanes. Nothing to do for other loop nests, a tile of one row or a partial loop of one step."""
     loops = s.loops(rf)
     if len(loops) != 3:  # several kept or reduced axes: left as it is
         return
