@@ -19,8 +19,9 @@ the decoder refuses GPU spaces for it. Then `default`, the keyword of the prompt
 shows the hand template's own program: a vocabulary without it (the first models') is given
 prompts without that line, as those models were trained. Last, the channel-blocked operators'
 tags and template parameters (`conv2d_nchwc`, `pixels`), and the implicit-GEMM convolution's
-tags (`conv2d_gemm`, `im2col`): an older vocabulary reads them as `<unk>`, and the decoder
-still writes only legal values for them.
+tags (`conv2d_gemm`, `im2col`), later template parameters (`streams`) and the Winograd
+convolution's tags: an older vocabulary reads them as `<unk>`, and the decoder still writes
+only legal values for them.
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ BLOCKED_TAGS = ["conv2d_nchwc", "depthwise_conv2d_nchwc", "max_pool2d_nchwc", "a
 IMPLICIT_GEMM_TAGS = ["conv2d_gemm", "im2col"]
 # Then template parameters added since (the reduce template's rows read side by side).
 LATER_PARAMS = ["streams"]
+# Then the stages of the Winograd convolution (tc.ops.conv2d_winograd_nchwc; its template's
+# parameters, kb and pixels, are already words).
+WINOGRAD_TAGS = ["conv2d_winograd_nchwc", "winograd_input", "winograd_gemm"]
 
 
 class TokenizerError(MinitcError):
@@ -90,7 +94,9 @@ def _design_space_words() -> list:
     spaces (in the order of the first vocabulary: candidate lists, then parameters)."""
     load_templates()
     params = [
-        p for p in _params({t: fn for t, fn in TEMPLATES.items() if t not in BLOCKED_TAGS}) if p not in LATER_PARAMS
+        p
+        for p in _params({t: fn for t, fn in TEMPLATES.items() if t not in BLOCKED_TAGS + WINOGRAD_TAGS})
+        if p not in LATER_PARAMS
     ]
     words = ["template", "generic"] + [name for name in space.CANDIDATES if name in params] + params
     for name in ("parallel", "pad"):
@@ -137,8 +143,10 @@ def blocked_tokens() -> list:
 def default_vocab() -> list:
     """The vocabulary of new models: the CPU vocabulary, then the GPU tokens, then the later
     keywords, then the channel-blocked operators' words, then the implicit GEMM's tags, then
-    later template parameters (appended, so a token keeps its id in every vocabulary that has it)."""
-    return cpu_vocab() + gpu_tokens() + LATER_KEYWORDS + blocked_tokens() + IMPLICIT_GEMM_TAGS + LATER_PARAMS
+    later template parameters, then the Winograd convolution's tags (appended, so a token keeps
+    its id in every vocabulary that has it)."""
+    later = IMPLICIT_GEMM_TAGS + LATER_PARAMS + WINOGRAD_TAGS
+    return cpu_vocab() + gpu_tokens() + LATER_KEYWORDS + blocked_tokens() + later
 
 
 _INDEX_PIECES = re.compile(r"a\d+|\d+|[-+*?]")

@@ -267,10 +267,11 @@ class Codegen(ExprEmitter, MemoryEmitter, ParallelEmitter):
         t = scalar_type(buf.dtype)
         heap = buf.scope != "local" or buf.nbytes > MAX_STACK_BYTES
         if heap:
-            size = max(ALIGN, -(-buf.nbytes // ALIGN) * ALIGN)  # aligned_alloc wants a multiple
-            self.module.declare("aligned_alloc", "declare noalias ptr @aligned_alloc(i64, i64) nounwind")
-            self.module.declare("free", "declare void @free(ptr) nounwind")
-            ptr = self.fn.assign(f"call ptr @aligned_alloc(i64 {ALIGN}, i64 {size})", sanitize(buf.name))
+            size = max(ALIGN, -(-buf.nbytes // ALIGN) * ALIGN)
+            # the runtime's cache (workspace_ir.py): pages stay mapped from call to call
+            self.module.declare("minitc_workspace_alloc", "declare noalias ptr @minitc_workspace_alloc(i64) nounwind")
+            self.module.declare("minitc_workspace_free", "declare void @minitc_workspace_free(ptr) nounwind")
+            ptr = self.fn.assign(f"call ptr @minitc_workspace_alloc(i64 {size})", sanitize(buf.name))
         else:
             ptr = self.fn.alloca(f"[{max(1, buf.size)} x {t}]", ALIGN, sanitize(buf.name))
         self.ptrs[buf] = ptr
@@ -279,4 +280,4 @@ class Codegen(ExprEmitter, MemoryEmitter, ParallelEmitter):
         finally:
             del self.ptrs[buf]
         if heap:
-            self.fn.emit(f"call void @free(ptr {ptr})")
+            self.fn.emit(f"call void @minitc_workspace_free(ptr {ptr})")

@@ -28,7 +28,7 @@ _LOCK = LLVM_LOCK
 _CACHE: dict = {}
 _ENGINE = None
 _MACHINES: dict = {}
-RUNTIME_SYMBOLS = ("minitc_parallel_launch", "minitc_num_threads")
+RUNTIME_SYMBOLS = ("minitc_parallel_launch", "minitc_num_threads", "minitc_workspace_alloc", "minitc_workspace_free")
 _NAME_MARK = "MINITC_ENTRY_NAME"  # stands for the hash-derived entry name while rendering
 
 
@@ -176,6 +176,6 @@ def _ensure_runtime():
         runtime.ensure_runtime()
     if not all(llvm.address_of_symbol(s) for s in RUNTIME_SYMBOLS):
         raise BuildError(
-            "this kernel has a parallel loop but the parallel runtime is not available "
+            "this kernel has a parallel loop or a heap buffer but the minitc runtime is not available "
             f"(backends/llvm/runtime.py must register {' and '.join(RUNTIME_SYMBOLS)})"
         )

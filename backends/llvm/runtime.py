@@ -65,6 +65,7 @@ class _Runtime:
         setter = ctypes.CFUNCTYPE(None, ctypes.c_int64)
         self.set_threads = setter(address("minitc_rt_set_num_threads"))
         self.set_spin = setter(address("minitc_rt_set_spin"))
+        self.release_workspace = ctypes.CFUNCTYPE(None)(address("minitc_workspace_release"))
         self._pin_workers(address)
         self.bench = None  # built by the first launch_overhead_us()
 
@@ -165,6 +166,13 @@ def set_spin_iterations(n=SPIN_ITERS):
         raise ValueError(f"set_spin_iterations: expected an integer >= 0, got {n!r}")
     ensure_runtime()
     _rt.set_spin(n)
+
+
+def release_workspace():
+    """Free the kernels' cached heap buffers that no running kernel holds (workspace_ir.py);
+    the next kernel that needs one allocates it again."""
+    ensure_runtime()
+    _rt.release_workspace()
 
 
 def _bench_fn():

@@ -10,6 +10,8 @@ ABI (kernel modules declare these)::
         ; task: void (ptr closure, i64 task_id, i64 num_tasks), run once per task_id in
         ; [0, num_tasks); the caller takes part and returns when every task has finished.
     declare i64 @minitc_num_threads()   ; pool size, calling thread included (>= 1)
+    declare ptr @minitc_workspace_alloc(i64), void @minitc_workspace_free(ptr)
+        ; kernels' heap buffers, kept from call to call (workspace_ir.py)
 
 Protocol (each global sits on its own 64-byte line, so hot words do not false-share):
 
@@ -37,13 +39,15 @@ spinning (launches less than ~150 us apart, see ``runtime.set_spin_iterations``)
 
 import llvmlite.ir as ir
 
+from minitc.backends.llvm import workspace_ir
+
 MAX_THREADS = 256
 MAX_POOLED_TASKS = 2**31 - 1  # task index must fit the low half of ``claim`` and i32 ``done``
 # Spin length before sleeping on a futex. One pause is ~37 ns on Zen 2 (similar on recent
 # Intel), so 4096 is ~150 us: long enough to catch back-to-back launches from Python, short
 # enough that an idle pool goes quiet almost at once.
 SPIN_ITERS = 4096
-SYMBOLS = ("minitc_parallel_launch", "minitc_num_threads")  # the ABI kernel modules declare
+SYMBOLS = ("minitc_parallel_launch", "minitc_num_threads") + workspace_ir.SYMBOLS  # the ABI kernel modules declare
 
 _LOW32 = 0xFFFFFFFF  # generation range, and the "job closed" task index
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}
@@ -104,6 +108,7 @@ class _RuntimeIR:
         self.run_pool = self._run_pool_fn()
         self._launch_fn()
         self._accessor_fns()
+        workspace_ir.add_workspace(self.mod, self.pause)
 
     def _globals(self):
         def g(name, ty, init):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from minitc import ops
 from minitc.errors import MinitcError
-from minitc.ops import nchwc
+from minitc.ops import nchwc, winograd
 from minitc.ops.elementwise import broadcast_read
 from minitc.te import compute
 
@@ -36,6 +36,10 @@ def _conv(op):
         return op(x, w, stride=a["stride"], padding=a["padding"], dilation=a["dilation"], **layout)
 
     return build
+
+
+def _winograd(n, x, u):
+    return winograd.conv2d_winograd_nchwc(x, u, padding=n.attrs["padding"])
 
 
 def _pool(op):
@@ -147,6 +151,7 @@ BUILDERS = {
     "conv2d": _conv(ops.conv2d),
     "depthwise_conv2d": _conv(ops.depthwise_conv2d),
     "conv2d_nchwc": _conv(nchwc.conv2d_nchwc),
+    "conv2d_winograd_nchwc": _winograd,
     "depthwise_conv2d_nchwc": _conv(nchwc.depthwise_conv2d_nchwc),
     "max_pool2d": _pool(ops.max_pool2d),
     "max_pool2d_nchwc": _pool(nchwc.max_pool2d_nchwc),
@@ -174,6 +179,7 @@ EPILOGUE_TAGS = {
     "dense": "dense_epilogue",
     "conv2d": "conv2d",
     "conv2d_nchwc": "conv2d_nchwc",
+    "conv2d_winograd_nchwc": "conv2d_winograd_nchwc",
     "depthwise_conv2d_nchwc": "depthwise_conv2d_nchwc",
 }
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from minitc.frontend.graph import ELEMENTWISE, Graph, Node
 from minitc.ops.reference import to_blocked_weight
+from minitc.ops.winograd import winograd_weights
 from minitc.target import is_gpu, parse_target
 
 POOLS = ("max_pool2d", "avg_pool2d")
@@ -39,6 +40,13 @@ def block_of(channels: int, lanes: int) -> int | None:
         if block >= 8 and channels % block == 0:
             return block
     return None
+
+
+def winograd_pays(weight_shape, attrs: dict, in_block: int, lanes: int) -> bool:
+    """Whether a convolution runs as conv2d_winograd_nchwc: 3x3, stride 1, no dilation, on input
+    blocks of whole vectors (not a network's few colours)."""
+    unit = tuple(attrs.get("stride", (1, 1))) == (1, 1) and tuple(attrs.get("dilation", (1, 1))) == (1, 1)
+    return unit and tuple(weight_shape[2:]) == (3, 3) and in_block == lanes
 
 
 def block_channels(graph: Graph, target="llvm") -> Graph:
@@ -129,6 +137,10 @@ class _Blocker:
         else:
             return False
         cb = self.shapes[xb][-1]
+        if winograd_pays(weight.shape, node.attrs, cb, self.lanes):
+            u = self._constant(node.inputs[1], winograd_weights(weight, cb, kb))
+            self._blocked_node(node, "conv2d_winograd_nchwc", (xb, u), node.attrs)
+            return True
         wb = self._constant(node.inputs[1], to_blocked_weight(weight, cb, kb))
         self._blocked_node(node, "conv2d_nchwc", (xb, wb), node.attrs)
         return True

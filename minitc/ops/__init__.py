@@ -11,6 +11,8 @@ and returns the output Tensor, checking shapes and dtypes up front (ShapeError /
                     avg_pool2d(X, kernel, stride=None, padding=0)  count_include_pad=True
     NCHW[c]         conv2d_nchwc, depthwise_conv2d_nchwc, max_pool2d_nchwc, avg_pool2d_nchwc:
                     the same on channel-blocked data (nchwc.py; reference.to_nchwc converts)
+                    conv2d_winograd_nchwc(X, U, padding=1): a 3x3 stride-1 convolution by
+                    Winograd's F(2x2, 3x3), U = winograd_weights(W, cb, kb) (winograd.py)
     normalisation   softmax(X, axis=-1), layer_norm(X, gamma, beta, eps=1e-5)
     elementwise     add, sub, mul, div, maximum, minimum (numpy broadcasting, numbers allowed),
                     relu, gelu, sigmoid, tanh, exp, bias_add(X, bias, axis=1)
@@ -36,6 +38,7 @@ from minitc.ops.nn import avg_pool2d, conv2d, conv2d_gemm, depthwise_conv2d, max
 from minitc.ops.norm import layer_norm, softmax
 from minitc.ops.reduce import max, mean, min, sum  # noqa: A004 - numpy-style names inside the namespace
 from minitc.ops.registry import OPS, SIZES, Example, Instance, OpSpec
+from minitc.ops.winograd import conv2d_winograd_nchwc, winograd_weights
 
 __all__ = [
     "OPS",
@@ -54,6 +57,8 @@ __all__ = [
     "max_pool2d",
     "avg_pool2d",
     "conv2d_nchwc",
+    "conv2d_winograd_nchwc",
+    "winograd_weights",
     "depthwise_conv2d_nchwc",
     "max_pool2d_nchwc",
     "avg_pool2d_nchwc",

@@ -155,6 +155,30 @@ def conv2d_nchwc(X, W, stride=1, padding=0, dilation=1):
     return to_nchwc(conv2d(from_nchwc(X), w, stride, padding, dilation), kb)
 
 
+def conv2d_winograd_nchwc(X, U, padding=1):
+    """F(2x2, 3x3) with the kernel's sums of nonzero terms (so NaN and infinities spread alike),
+    the channel products by einsum; `conv2d_nchwc` on the untransformed weight, up to rounding."""
+    from minitc.ops.winograd import A_T, B_T, TILE, combine, tiles
+
+    x, u = _work(X), _work(U)
+    n, cb_, h, w, cb = x.shape
+    ph, pw = _pair(padding)
+    th, tw = tiles(h + 2 * ph - 2), tiles(w + 2 * pw - 2)
+    p = np.zeros((n, cb_, TILE * th + 2, TILE * tw + 2, cb))
+    p[:, :, ph : ph + h, pw : pw + w] = x
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = [[p[:, :, i : i + TILE * th : TILE, j : j + TILE * tw : TILE] for j in range(4)] for i in range(4)]
+        cols = [[combine(row, [d[i][j] for i in range(4)]) for j in range(4)] for row in B_T]
+        v = [[combine(row, cols[xi]) for row in B_T] for xi in range(4)]
+        m = [[np.einsum("ncyxi,kcio->nkyxo", v[xi][nu], u[xi, nu]) for nu in range(4)] for xi in range(4)]
+        rows = [[combine(col, m[xi]) for col in A_T] for xi in range(4)]
+        y = np.zeros((n, u.shape[2], TILE * th, TILE * tw, u.shape[5]))
+        for i, col in enumerate(A_T):
+            for j in range(TILE):
+                y[:, :, i::TILE, j::TILE] = combine(col, [rows[xi][j] for xi in range(4)])
+    return y[:, :, : h + 2 * ph - 2, : w + 2 * pw - 2].astype(_out_dtype(X, U))
+
+
 def depthwise_conv2d_nchwc(X, W, stride=1, padding=0, dilation=1):
     cb_, r, s, c = W.shape
     w = np.asarray(W).transpose(0, 3, 1, 2).reshape(cb_ * c, r, s)

@@ -24,7 +24,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from minitc.ops import elementwise, linalg, nchwc, nn, norm, reduce, reference
+from minitc.ops import elementwise, linalg, nchwc, nn, norm, reduce, reference, winograd
 from minitc.te import Tensor, placeholder
 
 SIZES = ("tiny", "small", "medium")
@@ -190,6 +190,16 @@ def _conv2d_nchwc(size, rng):
 
 
 @_maker
+def _conv2d_winograd_nchwc(size, rng):
+    n, c, h, w, k, pad, cb, kb = {
+        "tiny": (1, 4, 5, 5, 4, 1, 2, 2),
+        "medium": (1, 256, 14, 14, 256, 1, 16, 16),
+    }.get(size) or _pick(rng, [(1, 8, 9, 9, 16, 1, 8, 8), (2, 8, 6, 7, 8, 0, 4, 8), (1, 16, 7, 7, 16, 1, 16, 8)])
+    x = reference.to_nchwc(_normal(rng, n, c, h, w), cb)
+    return (x, winograd.winograd_weights(_normal(rng, k, c, 3, 3), cb, kb)), {"padding": pad}
+
+
+@_maker
 def _depthwise_conv2d_nchwc(size, rng):
     n, c, h, w, r, st, pad, block = {
         "tiny": (1, 4, 5, 5, 3, 1, 1, 2),
@@ -280,6 +290,7 @@ OPS: dict = {
     "max_pool2d": _spec(nn, "max_pool2d", _max_pool2d),
     "avg_pool2d": _spec(nn, "avg_pool2d", _avg_pool2d),
     "conv2d_nchwc": _spec(nchwc, "conv2d_nchwc", _conv2d_nchwc),
+    "conv2d_winograd_nchwc": _spec(winograd, "conv2d_winograd_nchwc", _conv2d_winograd_nchwc),
     "depthwise_conv2d_nchwc": _spec(nchwc, "depthwise_conv2d_nchwc", _depthwise_conv2d_nchwc),
     "max_pool2d_nchwc": _spec(nchwc, "max_pool2d_nchwc", _max_pool2d_nchwc),
     "avg_pool2d_nchwc": _spec(nchwc, "avg_pool2d_nchwc", _avg_pool2d_nchwc),

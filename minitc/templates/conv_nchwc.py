@@ -83,6 +83,22 @@ def schedule_conv2d_nchwc(s, out, target, kb=2, pixels=7, ohb=1, rcb=0, unroll_w
     unroll_micro_kernel(s, (ry, rx), unroll_window, (aow, ak), akl)
 
 
+def micro_tile(blocks: int, width: int, regs: int, target) -> tuple:
+    """(kb, pixels): the micro-kernel of kb output-channel blocks (dividing `blocks`) by `pixels`
+    columns (dividing `width`) with the most FMAs per load whose accumulators, weight vectors
+    and a broadcast fit the registers, at most MAX_ACCUMULATORS accumulators."""
+    best = None
+    for kb in (d for d in range(1, min(blocks, 4) + 1) if blocks % d == 0):
+        for pixels in (d for d in range(1, min(width, 14) + 1) if width % d == 0):
+            acc = kb * pixels * regs
+            if acc > MAX_ACCUMULATORS or acc + kb * regs + 1 > target.vector_registers - 2:
+                continue
+            key = (round(kb * pixels / (pixels + kb * regs), 3), acc)
+            if best is None or key > best[0]:
+                best = (key, (kb, pixels))
+    return best[1] if best else (1, 1)
+
+
 @defaults("conv2d_nchwc")
 def conv2d_nchwc_defaults(s, out, target) -> dict:
     """The micro-kernel with the most FMAs per load whose accumulators, weight vectors and a
@@ -100,16 +116,7 @@ def conv2d_nchwc_defaults(s, out, target) -> dict:
     attrs = s.tensor(conv).op.attrs
     (_, sw), (dh, dw) = attrs["stride"], attrs["dilation"]
     regs = _registers_per_vector(target, st.dtype, block)
-    best = None
-    for kb in (d for d in range(1, min(KB, 4) + 1) if KB % d == 0):
-        for pixels in (d for d in range(1, min(OW, 14) + 1) if OW % d == 0):
-            acc = kb * pixels * regs
-            if acc > MAX_ACCUMULATORS or acc + kb * regs + 1 > target.vector_registers - 2:
-                continue
-            key = (round(kb * pixels / (pixels + kb * regs), 3), acc)
-            if best is None or key > best[0]:
-                best = (key, (kb, pixels))
-    kb, pixels = best[1] if best else (1, 1)
+    kb, pixels = micro_tile(KB, OW, regs, target)
     bytes_ = dtypes.bits(st.dtype) // 8
     half_l1 = target.cache_bytes("l1d") // 2
     threads = max(1, target.num_cores)

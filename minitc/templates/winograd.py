@@ -1,0 +1,76 @@
+"""Schedule template for `conv2d_winograd_nchwc` (minitc/ops/winograd.py), under a fused
+elementwise epilogue (bias, residual add, activation) or alone. Four root stages, each
+parallel:
+
+    pad     zero-padded input, parallel over channel blocks
+    input   V = B^T d B: a task per (image, channel block, tile row); the 16 positions of a
+            tile unrolled, so each is a sum of four loads; the channels of a block vectorized
+    gemm    M[xi, nu] = U[xi, nu] x V[xi, nu]: a task per (image, position, `kb` output blocks);
+            the micro-kernel of conv2d_nchwc's 1x1 case: `pixels` tiles x kb vectors of
+            accumulators, one broadcast of V per tile and input channel, kb weight vectors
+    output  Y = A^T M A and the epilogue: a task per (image, output block, tile row), the 2x2
+            outputs of a tile unrolled
+
+The 16 channel products are the whole cost (2.25x fewer FMAs than the direct convolution);
+the transforms are additions over data that stays in L2.
+"""
+
+from __future__ import annotations
+
+from minitc.templates import defaults, template
+from minitc.templates.conv import _place_pad
+from minitc.templates.conv_nchwc import _registers_per_vector, micro_tile
+from minitc.templates.gemm import epilogue_anchor, inline_epilogue
+
+TAG = "conv2d_winograd_nchwc"
+
+
+def _stages(s, out: str) -> tuple:
+    """(pad, input, gemm) stages of the convolution under `out`."""
+    gemm = epilogue_anchor(s, out, "winograd_gemm", TAG)
+    input_ = next(n for n in s.state.stage(gemm).read_stages() if s.state.stage(n).tag == "winograd_input")
+    pad = next(n for n in s.state.stage(input_).read_stages() if s.state.stage(n).tag == "pad")
+    return pad, input_, gemm
+
+
+@template(TAG)
+def schedule_conv2d_winograd_nchwc(s, out, target, kb=2, pixels=7):
+    """kb: output-channel blocks and pixels: tiles of a row in the channel products' micro-kernel."""
+    pad, input_, gemm = _stages(s, out)
+    inline_epilogue(s, out, gemm)  # the output transform and the epilogue: one stage
+    lanes = s.state.stage(input_).shape[-1]
+    _place_pad(s, pad, "root", None, lanes)
+
+    n, xi, nu, c, th, tw, ci = s.loops(input_)
+    s.reorder(n, c, th, tw, xi, nu, ci)
+    s.parallel(s.fuse(n, c, th))
+    s.unroll(xi)
+    s.unroll(nu)
+    s.vectorize(ci)
+
+    n, xi, nu, k, th, tw, kl, rc, rci = s.loops(gemm)
+    ko, ki = s.split(k, factor=kb)
+    two, twi = s.split(tw, factor=pixels)
+    s.reorder(n, xi, nu, ko, th, two, rc, rci, twi, ki, kl)
+    s.parallel(s.fuse(n, xi, nu, ko))
+    s.unroll(twi)
+    s.unroll(ki)
+    s.vectorize(kl)
+
+    n, k, oh, ow, kl = s.loops(out)
+    oho, ohi = s.split(oh, factor=2)
+    owo, owi = s.split(ow, factor=2)
+    s.reorder(n, k, oho, owo, ohi, owi, kl)
+    s.parallel(s.fuse(n, k, oho))
+    s.unroll(ohi)
+    s.unroll(owi)
+    s.vectorize(kl)
+
+
+@defaults(TAG)
+def conv2d_winograd_nchwc_defaults(s, out, target) -> dict:
+    """conv2d_nchwc's micro-tile over the output blocks and a row of tiles."""
+    st = s.state.stage(_stages(s, out)[2])
+    _, _, _, KB, _, TW, block = st.shape
+    kb, pixels = micro_tile(KB, TW, _registers_per_vector(target, st.dtype, block), target)
+    return dict(kb=kb, pixels=pixels)
