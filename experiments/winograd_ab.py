@@ -1,0 +1,66 @@
+"""Same-process A/B of a CNN compiled with its 3x3 stride-1 convolutions as Winograd F(2x2, 3x3)
+(conv2d_winograd_nchwc, the default) and as the direct conv2d_nchwc template. Alternating
+rounds of whole-model calls; then each convolution's time inside the model (Plan.run's per-node
+times, medians), matched by node name.
+
+    python experiments/winograd_ab.py resnet50 [ROUNDS]
+"""
+
+import sys
+import time
+
+import numpy as np
+import torch
+
+import minitc as tc
+from minitc.benchmarks.models_zoo import MODELS
+from minitc.frontend import layout
+
+
+def compiled(model, inputs, winograd: bool):
+    keep = layout.winograd_pays
+    if not winograd:
+        layout.winograd_pays = lambda *a, **k: False
+    try:
+        return tc.compile(model, inputs)
+    finally:
+        layout.winograd_pays = keep
+
+
+def main(name: str, rounds: int = 10) -> None:
+    torch.set_num_threads(2)
+    model, inputs = MODELS[name].make()
+    arrays = [t.numpy() for t in inputs]
+    with torch.no_grad():
+        ref = model(*inputs).numpy()
+    plans = {"winograd": compiled(model, inputs, True).plan, "direct": compiled(model, inputs, False).plan}
+    for label, plan in plans.items():
+        out = plan.run(arrays)[0]
+        print(f"{label}: max abs error {np.abs(out - ref).max():.2e} (output max {np.abs(ref).max():.2f})")
+    calls = 10
+    medians: dict = {label: [] for label in plans}
+    nodes: dict = {label: [] for label in plans}
+    for _ in range(rounds):
+        for label, plan in plans.items():
+            times = []
+            for _ in range(calls):
+                start = time.perf_counter()
+                plan.run(arrays)
+                times.append(time.perf_counter() - start)
+            medians[label].append(1e3 * np.median(times))
+            per_node: dict = {}
+            plan.run(arrays, per_node)
+            nodes[label].append(per_node)
+    for label in plans:
+        print(f"{label}: {np.median(medians[label]):.3f} ms (rounds {', '.join(f'{m:.2f}' for m in medians[label])})")
+    per = {label: {n: 1e3 * np.median([r[n] for r in runs]) for n in runs[0]} for label, runs in nodes.items()}
+    wino_nodes = {n.name: n for n in plans["winograd"].graph.nodes if "conv2d_winograd_nchwc" in str(n.op) + str(getattr(n, "body", ""))}
+    print("  winograd  direct  node")
+    for n in wino_nodes:
+        if n in per["direct"]:
+            print(f"  {per['winograd'][n]:8.3f} {per['direct'][n]:7.3f}  {n} {wino_nodes[n].shape}")
+    print(f"  sum {sum(per['winograd'][n] for n in wino_nodes):.3f} {sum(per['direct'].get(n, 0) for n in wino_nodes):.3f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], *(int(a) for a in sys.argv[2:]))
