@@ -54,12 +54,15 @@ def main(name: str, rounds: int = 10) -> None:
     for label in plans:
         print(f"{label}: {np.median(medians[label]):.3f} ms (rounds {', '.join(f'{m:.2f}' for m in medians[label])})")
     per = {label: {n: 1e3 * np.median([r[n] for r in runs]) for n in runs[0]} for label, runs in nodes.items()}
-    wino_nodes = {n.name: n for n in plans["winograd"].graph.nodes if "conv2d_winograd_nchwc" in str(n.op) + str(getattr(n, "body", ""))}
+    wino_nodes = {
+        n.name: n for n in plans["winograd"].graph.nodes if "conv2d_winograd_nchwc" in [b.op for b in (n.body or [n])]
+    }
     print("  winograd  direct  node")
     for n in wino_nodes:
         if n in per["direct"]:
             print(f"  {per['winograd'][n]:8.3f} {per['direct'][n]:7.3f}  {n} {wino_nodes[n].shape}")
-    print(f"  sum {sum(per['winograd'][n] for n in wino_nodes):.3f} {sum(per['direct'].get(n, 0) for n in wino_nodes):.3f}")
+    wino_sum = sum(per["winograd"][n] for n in wino_nodes)
+    print(f"  sum {wino_sum:.3f} {sum(per['direct'].get(n, 0) for n in wino_nodes):.3f}")
 
 
 if __name__ == "__main__":

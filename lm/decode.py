@@ -17,6 +17,7 @@ later factors can only complete a divisor tiling of what the earlier ones left.
 from __future__ import annotations
 
 import threading
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -96,6 +97,10 @@ class _Sample:
             self.pending += self.slot.label_ids
 
 
+class ContextWarning(UserWarning):
+    """Programs of a workload whose sentences are longer than the model's context were dropped."""
+
+
 class Decoder:
     """Generates programs of `space` with `model` (lm.model.TensorLM) and tokenizer `tok`."""
 
@@ -116,13 +121,18 @@ class Decoder:
                 )
         self.prompt = tok.prompt_ids(prompt)
         self.temperature, self.top_k = temperature, top_k
+        self.warned_context = False
 
     def generate(self, n: int, rng=None) -> tuple:
         """(candidates, failures): up to n programs (tune.space.Candidate, each with `logprob`,
         the model's log-likelihood of its decisions); failures counts samples the space
-        rejected (should be 0: every value is legal by construction)."""
+        rejected (should be 0: every value is legal by construction) and samples whose sentence
+        would not fit the model's context (max_len tokens), which are dropped."""
         rng = rng if rng is not None else np.random.default_rng()
         self.aborted = False
+        if len(self.prompt) >= self.model.cfg.max_len:
+            self._too_long(n, n)
+            return [], n
         samples = [_Sample(self, i) for i in range(n)]
         try:
             return self._generate(samples, n, rng)
@@ -143,6 +153,13 @@ class Decoder:
             last = logits[0, -1].expand(n, -1)
             position = len(self.prompt)
             while not all(s.finished for s in samples):
+                if position >= self.model.cfg.max_len:  # the rest would not fit the context
+                    self.aborted = True
+                    unfinished = [s for s in samples if not s.finished]
+                    for s in unfinished:
+                        s.answered.set()
+                    self._too_long(len(unfinished), n)
+                    break
                 step, completed = zip(*(self._next_token(s, last[s.index], rng) for s in samples))
                 for s, done in zip(samples, completed):  # their threads run on to the next slot
                     if done:
@@ -160,6 +177,17 @@ class Decoder:
                 s.candidate.logprob = s.logprob
                 done.append(s.candidate)
         return done, n - len(done)
+
+    def _too_long(self, dropped: int, n: int) -> None:
+        if not self.warned_context:
+            self.warned_context = True
+            warnings.warn(
+                f"{dropped} of {n} programs of this workload did not fit the language model's context "
+                f"({self.model.cfg.max_len} tokens, of which the prompt takes {len(self.prompt)}): they are "
+                "dropped, and the search fills its rounds with the programs that fit and random ones",
+                ContextWarning,
+                stacklevel=4,
+            )
 
     def _next_token(self, s: _Sample, logits, rng) -> tuple:
         """(the token sample s feeds next, whether it completes a decision)."""

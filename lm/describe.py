@@ -11,6 +11,8 @@ from minitc.schedule.recorder import Schedule
 from minitc.schedule.state import Read, from_tensors
 from minitc.te import Reduce
 
+MAX_READS = 8  # reads written per stage; every stage of the dataset has at most 5
+
 
 def describe_stages(outputs) -> list:
     """One dict per stage (keyword arguments of language.Stage), producers first."""
@@ -26,6 +28,8 @@ def describe_stages(outputs) -> list:
         if isinstance(st.body, Reduce):
             reduce = (st.body.combiner, tuple(a.extent for a in st.body.axes))
         reads = tuple((number[r.stage], tuple(index_text(i, axes) for i in r.indices)) for r in st.reads())
+        if len(reads) > MAX_READS:  # a Winograd transform's dozens: the distinct ones, the first few
+            reads = tuple(dict.fromkeys(reads))[:MAX_READS]
         out.append(
             {
                 "kind": st.tag or "compute",

@@ -450,3 +450,39 @@ def test_held_out_workloads_are_unseen_in_training(workload_samples, hw):
     # nor does the model ever see a held-out prompt during training
     prompts = {name: sentence(workload_samples[name][0], hw).prompt() for name in WORKLOADS}
     assert not {prompts[n] for n in TRAINING} & {prompts[n] for n in HELD_OUT}
+
+
+def _winograd_space():
+    X = tc.placeholder((1, 2, 14, 14, 16), "float32", name="X")
+    U = tc.placeholder((4, 4, 2, 2, 16, 16), "float32", name="U")
+    return Space(tc.ops.conv2d_winograd_nchwc(X, U, padding=1), "llvm -mcpu=znver4 -num-cores=2")
+
+
+def test_a_stage_with_dozens_of_reads_lists_its_distinct_ones_and_at_most_eight(hw):
+    """The Winograd output transform reads 36 values of its products (16 distinct); every stage
+    of the dataset has at most 5 reads, and keeps them all, repeats included."""
+    from minitc.lm.describe import MAX_READS
+
+    stages = sentence(_winograd_space(), hw).stages
+    (output,) = [st for st in stages if st.kind == "conv2d_winograd_nchwc"]
+    assert len(output.reads) == MAX_READS == len(set(output.reads))
+    x = tc.placeholder((8, 8), "float32", name="x")
+    twice = tc.compute((8, 8), lambda i, j: x[i, j] * x[i, j] + x[i, j], name="twice")
+    (st,) = [st for st in sentence(Space(twice, "llvm"), hw).stages if st.kind != "input"]
+    assert len(st.reads) == 3  # repeats kept below the cap
+
+
+def test_programs_longer_than_the_models_context_are_dropped_with_a_warning(tok, hw):
+    from minitc.lm.decode import ContextWarning
+
+    torch.manual_seed(0)
+    space = _winograd_space()
+    prompt = len(Decoder(TensorLM(ModelConfig(vocab_size=len(tok), max_len=1024)), tok, space, hw).prompt)
+    for max_len, expect_some in ((prompt + 30, True), (prompt, False)):
+        model = TensorLM(ModelConfig(vocab_size=len(tok), d_model=32, n_layers=1, n_heads=2, d_ff=64, max_len=max_len))
+        with pytest.warns(ContextWarning, match="did not fit the language model's context"):
+            candidates, failures = Decoder(model.eval(), tok, space, hw).generate(12, np.random.default_rng(0))
+        assert len(candidates) + failures == 12 and failures > 0
+        assert bool(candidates) == expect_some  # the template sketch's two decisions fit in 30 tokens
+        for c in candidates:
+            assert space.replay(c.values).key == c.key

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import minitc as tc
-from minitc.errors import ShapeError
+from minitc.errors import DTypeError, ShapeError
 from minitc.ops import reference as ref
 from minitc.target import parse_target
 from minitc.templates import DEFAULTS, load_templates
@@ -60,6 +60,10 @@ def test_shapes_are_checked():
     X = tc.placeholder((1, 2, 8, 8, 8), "float32", name="X")
     with pytest.raises(ShapeError, match=r"U must be \[4, 4, K/kb, 2, 8, kb\]"):
         tc.ops.conv2d_winograd_nchwc(X, tc.placeholder((3, 3, 2, 2, 8, 8), "float32", name="U"))
+    with pytest.raises(DTypeError):
+        tc.ops.conv2d_winograd_nchwc(
+            tc.placeholder((1, 2, 8, 8, 8), "int32", name="X"), tc.placeholder((4, 4, 2, 2, 8, 8), "int32", name="U")
+        )
     with pytest.raises(ShapeError, match=r"\[K, C, 3, 3\]"):
         tc.ops.winograd_weights(np.zeros((8, 8, 5, 5), np.float32), 8, 8)
     with pytest.raises(ShapeError, match="in blocks of"):

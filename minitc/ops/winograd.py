@@ -92,7 +92,7 @@ def conv2d_winograd_nchwc(X, U, padding=1, name: str | None = None) -> Tensor:
             f"{op}: X {X.shape} has {CB} blocks of {cb} input channels; U must be "
             f"[4, 4, K/kb, {CB}, {cb}, kb] (winograd_weights), got {U.shape}"
         )
-    _util.numeric(op, X, U)
+    _util.floating(op, X, U)  # the transformed weights are fractions
     KB, kb = U.shape[2], U.shape[5]
     ph, pw = _util.pair(op, "padding", padding, minimum=0)
     OH = _util.out_size(op, "vertical", H, ph, 3, 1, 1)
