@@ -166,6 +166,28 @@ def test_gradient_scheduler(tmp_path):
     assert sum(r.trials for r in results) == 8 and all(r.trials >= 2 for r in results)
 
 
+def test_a_task_whose_strategy_fails_stops_and_the_others_go_on(tmp_path, monkeypatch):
+    from minitc.autotune import registry
+    from minitc.autotune.task_scheduler import TuningWarning
+
+    class Broken(RandomSearch):
+        def ask(self, n):
+            raise tc.MinitcError("this strategy cannot write programs of this workload")
+
+    def strategy(space, rng, cost_model=None, **_):
+        return Broken(space, rng) if "softmax" in str(space.outputs) else RandomSearch(space, rng)
+
+    monkeypatch.setitem(registry.STRATEGIES, "half-broken", strategy)
+    A, B, C = _matmul(32)
+    X = tc.placeholder((64, 32), name="X")
+    with pytest.warns(TuningWarning, match="cannot write programs"):
+        results = tune_tasks(
+            [(tc.ops.softmax(X), 1.0), (C, 1.0)], trials=6, strategy="half-broken", db=tmp_path / "t.db", batch=2
+        )
+    assert results[0].trials == 0 and results[1].trials == 6
+    assert results[1].kernel is not None
+
+
 def test_every_module_is_reachable_by_its_dotted_path():
     """`import minitc.autotune.tuner as t` (or `minitc.x.y` in a REPL) must find the module: no
     function or object of a package may shadow one of its submodules, as `tc.tune` once did."""

@@ -14,13 +14,19 @@ optimistic term for tasks that have had few rounds); ties are broken at random.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
 from minitc.autotune.runner import LocalBuilder, LocalRunner
 from minitc.autotune.tuner import TuningSession, check_count
+from minitc.errors import MinitcError
 
 ALPHA, WINDOW = 0.2, 3
+
+
+class TuningWarning(UserWarning):
+    """A task of tune_tasks stopped early."""
 
 
 def gradient(weight: float, bests: list) -> float:
@@ -47,7 +53,9 @@ def tune_tasks(
 ) -> list:
     """Tune several (outputs, weight) tasks within `trials` measurements in total; returns a
     TuneResult per task, in order. `progress(task index, session)` is called after each round.
-    Raises ConfigError for `trials` or `batch` that is not a whole number >= 1."""
+    A task whose round raises a MinitcError (its strategy cannot write its programs) stops with a
+    TuningWarning; the others go on. Raises ConfigError for `trials` or `batch` that is not a
+    whole number >= 1."""
     trials, batch = check_count(trials, "tune_tasks: trials"), check_count(batch, "tune_tasks: batch")
 
     rng = np.random.default_rng(seed)
@@ -73,7 +81,11 @@ def tune_tasks(
 
         def run(i):
             nonlocal used
-            used += sessions[i].round(min(batch, trials - used))
+            try:
+                used += sessions[i].round(min(batch, trials - used))
+            except MinitcError as e:  # the task keeps what it measured (or its template)
+                sessions[i].exhausted = True
+                warnings.warn(f"tuning stopped for task {i} ({sessions[i].key[:12]}): {e}", TuningWarning, stacklevel=3)
             bests[i].append(sessions[i].best)
             if progress is not None:
                 progress(i, sessions[i])
