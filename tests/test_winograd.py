@@ -82,7 +82,7 @@ def test_the_micro_kernel_fits_the_targets_registers(target, block, expected):
     assert (params["kb"], params["pixels"]) == expected
 
 
-def test_the_model_front_end_takes_it_where_the_tiles_amortise_the_weights():
+def test_the_model_front_end_takes_it_where_the_tiles_amortise_the_weights(tmp_path):
     torch = pytest.importorskip("torch")
     from torch import nn
 
@@ -109,3 +109,9 @@ def test_the_model_front_end_takes_it_where_the_tiles_amortise_the_weights():
     with torch.no_grad():
         expected = model(x)
     np.testing.assert_allclose(compiled(x).numpy(), expected.numpy(), rtol=1e-4, atol=1e-4)
+    from minitc.frontend import load
+
+    compiled.save(tmp_path / "block.minitc")  # the transformed weight and the task survive a round trip
+    loaded = load(tmp_path / "block.minitc")
+    assert str(loaded.graph) == str(compiled.graph)
+    np.testing.assert_array_equal(loaded(x).numpy(), compiled(x).numpy())

@@ -4,8 +4,7 @@ padded input or a Winograd transform), reused from call to call, generated as LL
 A kernel that called `aligned_alloc` and `free` per call paid for the whole buffer again
 whenever glibc handed it fresh pages: blocks above its mmap threshold come from `mmap` and
 go back on `free`, and a heap top above the trim threshold is returned too, so every call
-faulted its pages in anew (a 3x3 convolution by Winograd with two 3 MiB buffers: 2.1 ms a
-call against 0.3 ms with the pages kept). Kernels now call
+faulted its pages in anew (docs/architecture.md). Kernels now call
 
     declare ptr @minitc_workspace_alloc(i64 %bytes)   ; a multiple of 64; 64-byte aligned
     declare void @minitc_workspace_free(ptr %p)

@@ -50,8 +50,8 @@ def winograd_pays(weight_shape, attrs: dict, in_block: int, lanes: int, out_hw: 
     """Whether a convolution runs as conv2d_winograd_nchwc: 3x3, stride 1, no dilation, on input
     blocks of whole vectors (not a network's few colours), with at least WINOGRAD_MIN_TILES 2x2
     output tiles. Its transformed weights are 16/9 the direct ones and are read once per tile:
-    with fewer tiles, fetching them from memory costs what the 2.25x fewer FMAs save (ResNet-50's
-    7x7 layers ran 0.606 ms against 0.594 direct inside the model, the 14x14 ones 0.31 against 0.50)."""
+    with fewer tiles, fetching them from memory costs what the 2.25x fewer FMAs save (measured
+    inside ResNet-50: docs/models.md)."""
     unit = tuple(attrs.get("stride", (1, 1))) == (1, 1) and tuple(attrs.get("dilation", (1, 1))) == (1, 1)
     tiles = winograd_tiles(out_hw[0]) * winograd_tiles(out_hw[1])
     return unit and tuple(weight_shape[2:]) == (3, 3) and in_block == lanes and tiles >= WINOGRAD_MIN_TILES
