@@ -402,11 +402,11 @@ def tempfile_db(tune_trials: int, db=None):
 
 
 def versions(torch, cupy, triton_version) -> dict:
-    from minitc.benchmarks.cli import _dist_version
+    from minitc.benchmarks.provenance import dist_version
 
     return {
         "python": platform.python_version(),
-        "minitc": _dist_version("minitc"),
+        "minitc": dist_version("minitc"),
         "numpy": np.__version__,
         "torch": torch.__version__,
         "cupy": cupy.__version__,

@@ -288,8 +288,8 @@ def bench_models(ctx) -> None:
     import click
     from click.core import ParameterSource
 
-    from minitc.benchmarks.cli import command_line
     from minitc.benchmarks.machine import measure_machine
+    from minitc.benchmarks.provenance import command_line
     from minitc.benchmarks.report import require_matplotlib, write_json
 
     p = ctx.params
@@ -350,7 +350,7 @@ def all_versions() -> dict:
     """The runner's versions, and those of the packages only this suite uses."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from minitc.benchmarks.cli import versions
+    from minitc.benchmarks.provenance import versions
 
     out = versions()
     for name in ("transformers", "onnxruntime", "onnx"):

@@ -22,8 +22,8 @@ from minitc.autotune.workload_key import workload_key
 from minitc.backends.llvm.thread_pool_ir import MAX_THREADS
 from minitc.benchmarks import report
 from minitc.benchmarks.baselines import workload_for
-from minitc.benchmarks.cli import command_line, versions
 from minitc.benchmarks.progress import TuneProgress
+from minitc.benchmarks.provenance import command_line, versions
 from minitc.benchmarks.tuning import resume_note, tune_workload
 from minitc.benchmarks.tuning_report import impl_rate, plot_curves
 from minitc.commands import checks

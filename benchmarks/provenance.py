@@ -1,0 +1,66 @@
+"""What a benchmark record says about its run: the versions of the software that made it and
+the command that reproduces it."""
+
+from __future__ import annotations
+
+import platform
+import shlex
+
+import click
+
+from minitc.benchmarks.timing import torch_module
+
+
+def versions() -> dict:
+    import llvmlite
+    import llvmlite.binding as llvm
+    import numpy
+
+    torch = torch_module()
+    versions = {
+        "python": platform.python_version(),
+        "minitc": dist_version("minitc"),
+        "numpy": numpy.__version__,
+        "torch": torch.__version__ if torch else None,
+        "llvmlite": llvmlite.__version__,
+        "llvm": ".".join(map(str, llvm.llvm_version_info)),
+    }
+    try:
+        from threadpoolctl import threadpool_info
+
+        blas = [
+            f"{i['internal_api']} {i['version']} ({i.get('architecture')})"
+            for i in threadpool_info()
+            if i["user_api"] == "blas"
+        ]
+        versions["numpy_blas"] = ", ".join(blas) or None
+    except Exception:  # noqa: BLE001 - versions are informative only
+        versions["numpy_blas"] = None
+    return versions
+
+
+def dist_version(name: str):
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def command_line(ctx) -> str:
+    """The command as given (its arguments, then the options set on the command line), for the
+    records: click keeps no copy of argv, and sys.argv is not ours under CliRunner."""
+    from click.core import ParameterSource
+
+    argv = ctx.command_path.split()
+    for p in ctx.command.params:
+        value = ctx.params.get(p.name)
+        if isinstance(p, click.Argument):
+            argv += [str(value)] if value is not None else []
+        elif ctx.get_parameter_source(p.name) == ParameterSource.COMMANDLINE and value is not None:
+            flag = max(p.opts, key=len)
+            argv += (
+                [flag] if p.is_flag else [flag, ",".join(map(str, value)) if isinstance(value, list) else str(value)]
+            )
+    return " ".join(shlex.quote(a) for a in argv)
