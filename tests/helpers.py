@@ -21,6 +21,15 @@ def check_golden(name: str, text: str, update: bool) -> None:
     assert text == path.read_text(), f"{path} differs; rerun with --update-golden if the change is intended"
 
 
+def model_graph(model, inputs, target: str):
+    """The graph `tc.compile(model, inputs, target=target)` runs, without building its kernels
+    (which a host that lacks the target's features could not)."""
+    from minitc.frontend import passes
+    from minitc.frontend.importer import import_model
+
+    return passes.run_all(import_model(model, tuple(inputs)), target, "auto")
+
+
 def template_with(out, target, **params) -> tc.Schedule:
     """The template of `out`'s operator with its defaults for `target`, overridden by `params`."""
     from minitc.templates import DEFAULTS, TEMPLATES, load_templates

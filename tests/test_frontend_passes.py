@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from helpers import check_golden  # noqa: E402
+from helpers import check_golden, model_graph  # noqa: E402
 from torch import nn  # noqa: E402
 
 import minitc as tc  # noqa: E402
@@ -103,7 +103,7 @@ def test_dense_weights_are_packed_in_blocks_of_the_targets_vectors():
     torch.manual_seed(0)
     model, x = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 10)).eval(), torch.randn(4, 16)
     for target, lanes in (("llvm -mcpu=znver2 -num-cores=2", 8), ("llvm -mcpu=znver4 -num-cores=2", 16)):
-        graph = tc.compile(model, (x,), target=target).graph
+        graph = model_graph(model, (x,), target)  # AVX-512 kernels need not run here
         first, second = (b for n in graph.nodes for b in (n.body or [n]) if b.op == "dense")
         assert first.attrs["weight_block"] == lanes and "weight_in_out" not in first.attrs
         blocks = graph.constants[first.inputs[1]]
