@@ -17,6 +17,7 @@ the transforms are additions over data that stays in L2.
 
 from __future__ import annotations
 
+from minitc.errors import ScheduleError
 from minitc.templates import defaults, template
 from minitc.templates.conv import _place_pad
 from minitc.templates.conv_nchwc import _registers_per_vector, micro_tile
@@ -25,12 +26,18 @@ from minitc.templates.gemm import epilogue_anchor, inline_epilogue
 TAG = "conv2d_winograd_nchwc"
 
 
+def _read_tagged(s, stage: str, tag: str) -> str:
+    found = [n for n in s.state.stage(stage).read_stages() if s.state.stage(n).tag == tag]
+    if not found:
+        raise ScheduleError(f"{TAG} template: {stage} reads no {tag} stage (build it with tc.ops.{TAG})")
+    return found[0]
+
+
 def _stages(s, out: str) -> tuple:
     """(pad, input, gemm) stages of the convolution under `out`."""
     gemm = epilogue_anchor(s, out, "winograd_gemm", TAG)
-    input_ = next(n for n in s.state.stage(gemm).read_stages() if s.state.stage(n).tag == "winograd_input")
-    pad = next(n for n in s.state.stage(input_).read_stages() if s.state.stage(n).tag == "pad")
-    return pad, input_, gemm
+    input_ = _read_tagged(s, gemm, "winograd_input")
+    return _read_tagged(s, input_, "pad"), input_, gemm
 
 
 @template(TAG)
