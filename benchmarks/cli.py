@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import shlex
 import time
 from pathlib import Path
@@ -13,7 +12,7 @@ from minitc.autotune.registry import strategy_names
 from minitc.benchmarks import report
 from minitc.benchmarks.gpu_suites import GPU_SUITES
 from minitc.benchmarks.machine import measure_machine as measure
-from minitc.benchmarks.provenance import versions
+from minitc.benchmarks.provenance import run_context
 from minitc.benchmarks.runner import HOST_TARGET, bench_target, run_suite
 from minitc.benchmarks.suite_commands import TUNE_ONLY, bench_gpu, bench_tlm_eval, bench_tuning, select_tuning
 from minitc.benchmarks.suites import SUITES, select
@@ -339,18 +338,7 @@ def run(
     machine = measure(threads, progress=say) if measure_machine else None
     if machine is not None:
         say(f"machine measured in {machine.seconds:.1f} s")
-    context = {
-        "machine": machine.to_json() if machine else None,
-        "run": {
-            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "command": command,
-            "suite": suite,
-            "threads": list(threads),
-            "repeats": repeats,
-            "wait_quiet_s": wait_quiet_s,
-            "versions": versions(),
-        },
-    }
+    context = run_context(machine, command, suite, threads, repeats, wait_quiet_s)
     records = run_suite(workloads, threads, suite, machine, repeats, budget_s, say, context, wait_quiet_s, target)
     say(f"suite {suite} done in {time.perf_counter() - start:.1f} s")
     return records

@@ -3,6 +3,7 @@ the command that reproduces it."""
 
 from __future__ import annotations
 
+import datetime
 import platform
 import shlex
 
@@ -64,3 +65,20 @@ def command_line(ctx) -> str:
                 [flag] if p.is_flag else [flag, ",".join(map(str, value)) if isinstance(value, list) else str(value)]
             )
     return " ".join(shlex.quote(a) for a in argv)
+
+
+def run_context(machine, command, suite: str, threads, repeats: int, wait_quiet_s: float, **extra) -> dict:
+    """The `machine` and `run` entries every record of a suite's run carries."""
+    return {
+        "machine": machine.to_json() if machine else None,
+        "run": {
+            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "command": command,
+            "suite": suite,
+            "threads": list(threads),
+            "repeats": repeats,
+            "wait_quiet_s": wait_quiet_s,
+            "versions": versions(),
+            **extra,
+        },
+    }

@@ -11,7 +11,7 @@ import click
 from minitc.benchmarks import report, tlm_eval, tlm_report
 from minitc.benchmarks.gpu_suites import GPU_SUITES
 from minitc.benchmarks.machine import measure_machine
-from minitc.benchmarks.provenance import command_line, versions
+from minitc.benchmarks.provenance import command_line, run_context, versions
 from minitc.benchmarks.tuning import TUNE_SUITES, run_tune_suite
 from minitc.benchmarks.tuning_report import format_table, plot_curves
 from minitc.errors import MinitcError
@@ -157,19 +157,7 @@ def bench_tuning(
     start = time.perf_counter()
     command = command_line(click.get_current_context())
     machine = None if no_machine else measure_machine(threads, progress=say)
-    context = {
-        "machine": machine.to_json() if machine else None,
-        "run": {
-            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "command": command,
-            "suite": suite,
-            "threads": list(threads),
-            "repeats": repeats,
-            "wait_quiet_s": wait_quiet_s,
-            "versions": versions(),
-            **options,
-        },
-    }
+    context = run_context(machine, command, suite, threads, repeats, wait_quiet_s, **options)
     records = run_tune_suite(
         chosen,
         suite,
