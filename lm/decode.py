@@ -137,10 +137,15 @@ class Decoder:
         try:
             return self._generate(samples, n, rng)
         except BaseException:
-            self.aborted = True  # release the samples' threads, which wait for answers
-            for s in samples:
-                s.answered.set()
+            self._abort(samples)
             raise
+
+    def _abort(self, samples: list) -> None:
+        """Release the threads of `samples`, which wait for answers: each ends its program with
+        a ScheduleError (a failure, not a candidate)."""
+        self.aborted = True
+        for s in samples:
+            s.answered.set()
 
     def _generate(self, samples: list, n: int, rng) -> tuple:
         for s in samples:
@@ -154,10 +159,8 @@ class Decoder:
             position = len(self.prompt)
             while not all(s.finished for s in samples):
                 if position >= self.model.cfg.max_len:  # the rest would not fit the context
-                    self.aborted = True
                     unfinished = [s for s in samples if not s.finished]
-                    for s in unfinished:
-                        s.answered.set()
+                    self._abort(unfinished)
                     self._too_long(len(unfinished), n)
                     break
                 step, completed = zip(*(self._next_token(s, last[s.index], rng) for s in samples))
