@@ -60,7 +60,6 @@ JSON (`--json FILE`): one record per model and thread count (models_report.py pr
 
 from __future__ import annotations
 
-import datetime
 import gc
 import inspect
 import os
@@ -289,7 +288,7 @@ def bench_models(ctx) -> None:
     from click.core import ParameterSource
 
     from minitc.benchmarks.machine import measure_machine
-    from minitc.benchmarks.provenance import command_line
+    from minitc.benchmarks.provenance import command_line, run_context
     from minitc.benchmarks.report import require_matplotlib, write_json
 
     p = ctx.params
@@ -318,20 +317,17 @@ def bench_models(ctx) -> None:
         trials = None
     start = time.perf_counter()
     machine = None if p["no_machine"] else measure_machine(threads, progress=say)
-    context = {
-        "machine": machine.to_json() if machine else None,
-        "run": {
-            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "command": command_line(ctx),
-            "suite": "models",
-            "threads": list(threads),
-            "repeats": p["repeats"],
-            "budget_s": p["budget_s"],
-            "wait_quiet_s": p["wait_quiet_s"],
-            "systems": systems,
-            "versions": all_versions(),
-        },
-    }
+    context = run_context(
+        machine,
+        command_line(ctx),
+        "models",
+        threads,
+        p["repeats"],
+        p["wait_quiet_s"],
+        all_versions(),
+        budget_s=p["budget_s"],
+        systems=systems,
+    )
     records = run_models(
         specs, threads, systems, p["repeats"], p["budget_s"], trials, p["db"], say, context, p["wait_quiet_s"]
     )

@@ -67,18 +67,27 @@ def command_line(ctx) -> str:
     return " ".join(shlex.quote(a) for a in argv)
 
 
-def run_context(machine, command, suite: str, threads, repeats: int, wait_quiet_s: float, **extra) -> dict:
+def run_stamp(command: str, versions_of: dict | None = None) -> dict:
+    """When a run was made, by which command, with which software (`versions()` unless given)."""
+    return {
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "command": command,
+        "versions": versions_of or versions(),
+    }
+
+
+def run_context(
+    machine, command, suite: str, threads, repeats: int, wait_quiet_s: float, versions_of=None, **extra
+) -> dict:
     """The `machine` and `run` entries every record of a suite's run carries."""
     return {
         "machine": machine.to_json() if machine else None,
         "run": {
-            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "command": command,
+            **run_stamp(command, versions_of),
             "suite": suite,
             "threads": list(threads),
             "repeats": repeats,
             "wait_quiet_s": wait_quiet_s,
-            "versions": versions(),
             **extra,
         },
     }

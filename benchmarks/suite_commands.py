@@ -3,7 +3,6 @@ and the tuning suites, each from its options to its table, JSON and plot."""
 
 from __future__ import annotations
 
-import datetime
 import time
 
 import click
@@ -11,7 +10,7 @@ import click
 from minitc.benchmarks import report, tlm_eval, tlm_report
 from minitc.benchmarks.gpu_suites import GPU_SUITES
 from minitc.benchmarks.machine import measure_machine
-from minitc.benchmarks.provenance import command_line, run_context, versions
+from minitc.benchmarks.provenance import command_line, run_context, run_stamp
 from minitc.benchmarks.tuning import TUNE_SUITES, run_tune_suite
 from minitc.benchmarks.tuning_report import format_table, plot_curves
 from minitc.errors import MinitcError
@@ -105,9 +104,7 @@ def bench_tlm_eval(
     say(f"tlm-eval done in {time.perf_counter() - start:.0f} s")
     if json_path:
         run = {
-            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "command": command_line(click.get_current_context()),
-            "versions": versions(),
+            **run_stamp(command_line(click.get_current_context())),
             **({"leave_out_hardware": left_out} if left_out else {}),
         }
         shared = ("evo_history", "evo_times")  # the later seeds' rows share the first's evolutionary run

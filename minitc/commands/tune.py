@@ -8,7 +8,6 @@ code the `cpu-tune` benchmark suite runs.
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import time
@@ -23,7 +22,7 @@ from minitc.backends.llvm.thread_pool_ir import MAX_THREADS
 from minitc.benchmarks import report
 from minitc.benchmarks.baselines import workload_for
 from minitc.benchmarks.progress import TuneProgress
-from minitc.benchmarks.provenance import command_line, versions
+from minitc.benchmarks.provenance import command_line, run_stamp
 from minitc.benchmarks.tuning import resume_note, tune_workload
 from minitc.benchmarks.tuning_report import impl_rate, plot_curves
 from minitc.commands import checks
@@ -446,9 +445,4 @@ def _plain(params: dict) -> dict:
 
 
 def _run_info() -> dict:
-
-    return {
-        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "command": command_line(click.get_current_context()),
-        "versions": versions(),
-    }
+    return run_stamp(command_line(click.get_current_context()))
