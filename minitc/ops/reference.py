@@ -163,7 +163,8 @@ def conv2d_winograd_nchwc(X, U, padding=1):
     x, u = _work(X), _work(U)
     n, cb_, h, w, cb = x.shape
     ph, pw = _pair(padding)
-    th, tw = tiles(h + 2 * ph - 2), tiles(w + 2 * pw - 2)
+    oh, ow = h + 2 * ph - 2, w + 2 * pw - 2
+    th, tw = tiles(oh), tiles(ow)
     p = np.zeros((n, cb_, TILE * th + 2, TILE * tw + 2, cb))
     p[:, :, ph : ph + h, pw : pw + w] = x
     with np.errstate(invalid="ignore", over="ignore"):
@@ -176,7 +177,7 @@ def conv2d_winograd_nchwc(X, U, padding=1):
         for i, col in enumerate(A_T):
             for j in range(TILE):
                 y[:, :, i::TILE, j::TILE] = combine(col, [rows[xi][j] for xi in range(4)])
-    return y[:, :, : h + 2 * ph - 2, : w + 2 * pw - 2].astype(_out_dtype(X, U))
+    return y[:, :, :oh, :ow].astype(_out_dtype(X, U))
 
 
 def depthwise_conv2d_nchwc(X, W, stride=1, padding=0, dilation=1):
