@@ -194,6 +194,7 @@ class Prepared:
 
     workload: GpuWorkload
     inputs: tuple
+    minitc_inputs: tuple = ()  # the inputs, or the workload's packed ones (GpuWorkload.pack)
     ref: object = None  # float64 torch result
     fns: dict = field(default_factory=dict)  # impl -> zero-argument callable, for results that passed
     rel_err: dict = field(default_factory=dict)
@@ -228,7 +229,7 @@ def _add(torch, p: Prepared, impl: str, fn, label: str | None = None) -> str | N
 def _minitc_callable(torch, cupy, f, p: Prepared):
     """The GpuFunction on zero-copy CuPy views of the inputs and a NaN-filled output."""
     out = torch.full(tuple(p.ref.shape), float("nan"), dtype=torch.float32, device=DEVICE)
-    views = [cupy.from_dlpack(x) for x in p.inputs]
+    views = [cupy.from_dlpack(x) for x in p.minitc_inputs]
     out_view = cupy.from_dlpack(out)
 
     def run():
@@ -287,6 +288,7 @@ def prepare(w: GpuWorkload, torch, cupy, tk, tune_trials: int = 0, db_path=None,
     say = say or (lambda msg: None)
     arrays = w.make_inputs(np.random.default_rng(seed))
     p = Prepared(w, tuple(torch.from_numpy(a).to(DEVICE) for a in arrays))
+    p.minitc_inputs = tuple(torch.from_numpy(a).to(DEVICE) for a in w.minitc_inputs(arrays))
     torch_fn = w.make_torch(torch, F)
     with torch.inference_mode():
         p.ref = torch_fn(*(x.double() for x in p.inputs))

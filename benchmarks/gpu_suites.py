@@ -34,6 +34,7 @@ class GpuWorkload:
     scales: tuple = ()
     rtol: float = 1e-3  # |x - ref| <= atol * max(1, max|ref|) + rtol * |ref|
     atol: float = 1e-4
+    pack: Callable | None = None
 
     @property
     def unit(self) -> str:
@@ -45,6 +46,9 @@ class GpuWorkload:
             a = rng.standard_normal(shape, dtype=np.float32)
             arrays.append(a * np.float32(self.scales[i]) if i < len(self.scales) else a)
         return tuple(arrays)
+
+    def minitc_inputs(self, arrays: tuple) -> tuple:
+        return tuple(self.pack(*arrays)) if self.pack else tuple(arrays)
 
 
 def _placeholders(*shapes):
@@ -79,6 +83,30 @@ def conv2d(name: str, layer: str, n: int, c: int, hw: int, k: int, rs: int, stri
         reference=lambda x, w: tc.ops.reference.conv2d(x, w, stride, pad),
         make_triton=lambda tk: lambda x, w: tk.conv2d(x, w, stride, pad),
         scales=(1.0, 1.0 / math.sqrt(c * rs * rs)),
+    )
+
+
+def conv2d_winograd(name: str, layer: str, n: int, c: int, hw: int, k: int) -> GpuWorkload:
+    """A 3x3, stride-1, padding-1 convolution that minitc runs by Winograd's F(2x2, 3x3) on the
+    weights transformed ahead (tc.ops.winograd_weights_ck); torch and Triton run it on W."""
+    direct = conv2d(name, layer, n, c, hw, k, 3, 1, 1)
+
+    def make_minitc():
+        X, U = _placeholders((n, c, hw, hw), (4, 4, c, k))
+        return tc.ops.conv2d_winograd(X, U, padding=1)
+
+    return GpuWorkload(
+        name,
+        direct.description + ", minitc by Winograd F(2x2, 3x3) on pre-transformed weights",
+        "compute",
+        direct.work,  # the direct convolution's FLOPs, so that GFLOP/s compare with it
+        direct.shapes,
+        make_minitc=make_minitc,
+        make_torch=direct.make_torch,
+        reference=direct.reference,
+        make_triton=direct.make_triton,
+        scales=direct.scales,
+        pack=lambda x, w: (x, tc.ops.winograd_weights_ck(w)),
     )
 
 
@@ -117,6 +145,7 @@ GPU_CORE = [
     matmul("matmul-4096", 4096, 4096, 4096),
     # ResNet-50 stage conv4_x (layer3), the 3x3 convolution of each bottleneck block, batch 8
     conv2d("conv-resnet50-l3", "ResNet-50 layer3 3x3", 8, 256, 14, 256, 3, 1, 1),
+    conv2d_winograd("conv-resnet50-l3-winograd", "ResNet-50 layer3 3x3", 8, 256, 14, 256),
     # BERT-base FFN up-projection (768 -> 3072, GELU) over batch 8 x sequence 512 tokens
     dense("dense-bert-ffn", "BERT-base FFN up (8x512 tokens)", 4096, 768, 3072, "gelu"),
     # BERT-base attention probabilities: batch 8 x 12 heads x 512 queries, 512 keys
@@ -125,6 +154,7 @@ GPU_CORE = [
 GPU_SMOKE = [
     matmul("matmul-small", 64, 40, 48),
     conv2d("conv-small", "tiny 3x3", 2, 8, 6, 8, 3, 1, 1),
+    conv2d_winograd("conv-small-winograd", "tiny 3x3", 2, 8, 7, 8),
     dense("dense-small", "tiny", 16, 24, 40, "gelu"),
     softmax("softmax-small", "tiny", 12, 32),
 ]

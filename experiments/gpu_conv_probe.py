@@ -10,9 +10,12 @@ coalesced weight fill), the default with 8 channels a block, the fastest paramet
 first probe (H100, 2026-11-27), then random draws of (kt, vk, oht, ohb, wt, vw, bc) until
 --per-shape or --seconds per layer is reached. With --implicit-gemm: the direct default, then
 the implicit GEMM (tc.ops.conv2d_gemm: im2col computed into the GEMM template's shared tiles)
-with its defaults and random draws of (bm, bn, tm, tn, bk) instead. The JSON holds every row, so defaults can be
-fitted to it. The stored runs (experiments/results/gpu-conv-probe-*-20261127-*.json) were made
-with earlier versions of this script: run 3 timed the present default as "wide pixel blocks".
+with its defaults and random draws of (bm, bn, tm, tn, bk) instead. With --winograd: the
+direct default, then Winograd's F(2x2, 3x3) (tc.ops.conv2d_winograd on weights transformed
+ahead; 3x3 stride-1 layers only) with its defaults and random draws of its GEMM's tiles. The
+JSON holds every row, so defaults can be fitted to it. The stored runs
+(experiments/results/gpu-conv-probe-*-20261127-*.json) were made with earlier versions of this
+script: run 3 timed the present default as "wide pixel blocks".
 """
 
 from __future__ import annotations
@@ -64,8 +67,14 @@ def conv_gemm(shape):
     return tc.ops.conv2d_gemm(X, W, R, stride=stride, padding=R // 2)
 
 
+def conv_winograd(shape):
+    N, C, H, K, R, stride = shape
+    X, U = tc.placeholder((N, C, H, H), name="X"), tc.placeholder((4, 4, C, K), name="U")
+    return tc.ops.conv2d_winograd(X, U, padding=1)
+
+
 def build(out, params: dict, env: dict):
-    """Its template (conv2d or conv2d_gemm) with `params`, lowered with the environment
+    """Its template (conv2d, conv2d_gemm or conv2d_winograd) with `params`, lowered with the environment
     variables `env` set."""
 
     def scheduled_and_built():
@@ -109,6 +118,7 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=25)
     p.add_argument("--json")
     p.add_argument("--implicit-gemm", action="store_true", help="probe conv2d_gemm against the direct default")
+    p.add_argument("--winograd", action="store_true", help="probe conv2d_winograd against the direct default")
     p.add_argument("--layers", help="comma-separated layer names (default: all)")
     args = p.parse_args()
     import torch
@@ -122,11 +132,16 @@ def main() -> None:
         if args.layers and name not in args.layers.split(","):
             continue
         N, C, H, K, R, stride = shape
+        if args.winograd and (R, stride) != (3, 1):
+            continue
         flops = 2 * N * K * C * R * R * ((H + 2 * (R // 2) - R) // stride + 1) ** 2
         x, w = torch.randn(N, C, H, H, device="cuda"), torch.randn(K, C, R, R, device="cuda")
         ref = F.conv2d(x.double(), w.double(), stride=stride, padding=R // 2)
         outs = {"KCRS": conv(shape), "CRSK": conv(shape, "CRSK"), "gemm": conv_gemm(shape)}
         weights = {"KCRS": w, "CRSK": w.permute(1, 2, 3, 0).contiguous(), "gemm": w.reshape(K, -1)}
+        if args.winograd:
+            outs["winograd"] = conv_winograd(shape)
+            weights["winograd"] = torch.from_numpy(tc.ops.winograd_weights_ck(w.cpu().numpy())).cuda()
         ref_gemm = ref.reshape(N, K, -1)
         s = Schedule(outs["KCRS"])
         default = conv2d_defaults(s, s.state.outputs[0], None)
@@ -146,6 +161,10 @@ def main() -> None:
             fixed.append(("first probe best", FIRST_PROBE_BEST[name], {}, "KCRS"))
         if args.implicit_gemm:
             fixed = [fixed[0], ("gemm default", gemm_default, {}, "gemm")]
+        if args.winograd:
+            s = Schedule(outs["winograd"])
+            winograd_default = GPU_DEFAULTS["conv2d_winograd"](s, s.state.outputs[0], None)
+            fixed = [fixed[0], ("winograd default", winograd_default, {}, "winograd")]
         start = time.perf_counter()
         for i in range(args.per_shape + len(fixed)):
             if i >= len(fixed) and time.perf_counter() - start > args.seconds:
@@ -154,6 +173,8 @@ def main() -> None:
                 label, params, env, form = fixed[i]
             elif args.implicit_gemm:
                 label, params, env, form = "gemm drawn", draw_gemm(rng, shape), {}, "gemm"
+            elif args.winograd:
+                label, params, env, form = "winograd drawn", draw_gemm(rng, shape), {}, "winograd"
             else:
                 label, params, env, form = "drawn", draw(rng, shape), {}, "KCRS"
             row = {

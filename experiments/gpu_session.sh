@@ -8,12 +8,15 @@
 # then `collect,reductions,tlm-eval`.
 #
 # Steps (comma-separated):
-#   tests       the CUDA tests of the GPU parts (marked cuda, and nvcc/ptxas checks)
+#   tests       the CUDA tests of the GPU parts (marked cuda, and nvcc/ptxas checks; TESTS
+#               names other test files)
 #   gemm-probe  the GEMM template's defaults and matmul tile variants against cuBLAS, each with
 #               its k-step unrolled, kept a loop, and without double buffering
 #               (experiments/gpu_gemm_probe.py)
 #   conv-probe  the conv2d template on five ResNet layers: defaults and sampled parameters
 #               against cuDNN (experiments/gpu_conv_probe.py)
+#   winograd-probe  the Winograd convolution (tc.ops.conv2d_winograd) on the 3x3 stride-1
+#               layers: the direct default, Winograd's default and draws, against cuDNN
 #   gpu-core    the gpu-core suite, templates only: matmul, conv, dense + GELU, softmax against
 #               torch and Triton
 #   profile     Nsight Compute on the gpu-core kernels: speed of light, occupancy, launch, memory
@@ -35,7 +38,7 @@
 set -u
 OUT=${OUT:-/tmp/gpu-session}
 R=/tmp/gpu-session/r
-STEPS=",${1:-tests,gemm-probe,conv-probe,gpu-core,profile,collect,reductions,tlm-eval},"
+STEPS=",${1:-tests,gemm-probe,conv-probe,winograd-probe,gpu-core,profile,collect,reductions,tlm-eval},"
 mkdir -p "$R" "$OUT"
 : >"$OUT/summary.log"
 export PYTHONUNBUFFERED=1
@@ -56,12 +59,16 @@ step() {  # step SECONDS NAME COMMAND...: run with a time limit, log to $R/NAME.
     { echo "---- $name: exit $rc in $((SECONDS - start)) s"; tail -n 40 "$R/$name.log"; } >>"$OUT/summary.log"
     tar czf "$OUT/results.tgz" -C "$(dirname "$R")" r
 }
-want tests && step 90 tests python3 -m pytest -q -m cuda tests/test_gpu_reductions.py tests/test_gpu_gemm.py \
-    tests/test_cuda_runtime.py tests/test_gpu_conv.py
+TESTS=${TESTS:-tests/test_gpu_reductions.py tests/test_gpu_gemm.py tests/test_cuda_runtime.py tests/test_gpu_conv.py \
+    tests/test_gpu_winograd.py}
+# shellcheck disable=SC2086  # TESTS is a list of files
+want tests && step 90 tests python3 -m pytest -q -m cuda $TESTS
 want gemm-probe && step 90 gemm-probe python3 experiments/gpu_gemm_probe.py
 want conv-probe && step 120 conv-probe python3 experiments/gpu_conv_probe.py --seconds "${CONV_S:-12}" \
     --json "$R/conv-probe.json"
-want gpu-core && step 110 gpu-core python3 -m minitc.benchmarks --suite gpu-core --json "$R/gpu-core.json"
+want winograd-probe && step 100 winograd-probe python3 experiments/gpu_conv_probe.py --winograd \
+    --seconds "${WINOGRAD_S:-12}" --json "$R/winograd-probe.json"
+want gpu-core && step 140 gpu-core python3 -m minitc.benchmarks --suite gpu-core --json "$R/gpu-core.json"
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 want profile && [ -n "$NCU" ] && step 90 profile "$NCU" --clock-control none --section SpeedOfLight \
     --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis_Tables \

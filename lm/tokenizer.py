@@ -70,9 +70,9 @@ BLOCKED_TAGS = ["conv2d_nchwc", "depthwise_conv2d_nchwc", "max_pool2d_nchwc", "a
 IMPLICIT_GEMM_TAGS = ["conv2d_gemm", "im2col"]
 # Then template parameters added since (the reduce template's rows read side by side).
 LATER_PARAMS = ["streams"]
-# Then the stages of the Winograd convolution (tc.ops.conv2d_winograd_nchwc; its template's
-# parameters, kb and pixels, are already words).
-WINOGRAD_TAGS = ["conv2d_winograd_nchwc", "winograd_input", "winograd_gemm"]
+# Then the stages of the Winograd convolutions (tc.ops.conv2d_winograd_nchwc, then the GPU's
+# tc.ops.conv2d_winograd; their templates' parameters are already words).
+WINOGRAD_TAGS = ["conv2d_winograd_nchwc", "winograd_input", "winograd_gemm", "conv2d_winograd"]
 
 
 class TokenizerError(MinitcError):

@@ -35,10 +35,12 @@ def test_gpu_suites_are_registered():
     result = bench("--help")
     assert result.exit_code == 0 and "gpu-core" in result.output and "--tune" in result.output
     names = [w.name for w in gpu_suites.GPU_SUITES["gpu-core"]]
-    assert names == ["matmul-4096", "conv-resnet50-l3", "dense-bert-ffn", "softmax-bert-attn"]
-    mm, conv, dense, softmax = gpu_suites.GPU_CORE
+    winograd_conv = "conv-resnet50-l3-winograd"
+    assert names == ["matmul-4096", "conv-resnet50-l3", winograd_conv, "dense-bert-ffn", "softmax-bert-attn"]
+    mm, conv, winograd, dense, softmax = gpu_suites.GPU_CORE
     assert mm.work == 2 * 4096**3 and mm.kind == "compute"
-    assert conv.work == 2 * 8 * 256 * 14 * 14 * 256 * 9
+    assert conv.work == winograd.work == 2 * 8 * 256 * 14 * 14 * 256 * 9
+    assert winograd.make_minitc().op.tag == "conv2d_winograd" and winograd.shapes == conv.shapes
     assert dense.work == 2 * 4096 * 3072 * 768 and "gelu" in dense.description
     assert softmax.kind == "memory" and softmax.work == 2 * 4 * 8 * 12 * 512 * 512
 
@@ -56,7 +58,7 @@ def test_small_workloads_match_the_reference_in_the_simulator(w):
     arrays = w.make_inputs(np.random.default_rng(1))
     ref = torch.from_numpy(np.asarray(w.reference(*arrays), dtype=np.float64))
     sim = tc.build(w.make_minitc(), target="cuda-sim", db=False)
-    why, rel = gpu_core.check(torch, torch.from_numpy(sim(*arrays)), ref, w)
+    why, rel = gpu_core.check(torch, torch.from_numpy(sim(*w.minitc_inputs(arrays))), ref, w)
     assert why is None and rel < 1e-5, why
     got = w.make_torch(torch, F)(*map(torch.from_numpy, arrays))
     why, _ = gpu_core.check(torch, got, ref, w)

@@ -96,3 +96,42 @@ def test_flushing_arrays_of_any_size_and_alignment():
     base = np.arange(1000, dtype="float32")
     flush_from_caches([base, base[3:7], base[:0], np.zeros((3, 5), "float64")])
     assert base.sum() == 499500  # the data is unchanged: evicted, not cleared
+
+
+def test_a_prepared_runner_measures_and_a_failed_setup_says_why(task):
+    """`prepare` posts the setup (the process starts while the caller builds); the first run
+    reads its answer. A setup that failed raises its own error at the first run."""
+    builder, runner = LocalBuilder(), LocalRunner(repeats=2, min_repeat_ms=1)
+    try:
+        builder.start()
+        runner.prepare(task)
+        assert runner._worker.proc is not None and all(w.proc is not None for w in builder._workers)
+        (built,) = builder.build(task, [_vectorized(task.outputs[0])])
+        (result,) = runner.run(task, [built])
+        assert result.error is None and result.median_ms > 0
+        runner._worker.post("setup", "not", "enough", "arguments")
+        with pytest.raises(tc.MinitcError, match="TypeError"):
+            runner._worker.call("run", built.symbol, built.object_code, built.num_params, 1, 1.0, timeout=10)
+    finally:
+        builder.close()
+        runner.close()
+
+
+def test_the_gpu_re_measurement_shares_the_runner_process():
+    """GpuRunner.fresh (the final re-measurement's runner) uses the same process: closing it
+    leaves the session's runner running."""
+    from minitc.autotune.gpu_runner import GpuRunner
+
+    A = tc.placeholder((8, 8), name="A")
+    gpu_task = Task.from_outputs(tc.ops.relu(A), "cuda-sim")
+    runner = GpuRunner(target="cuda-sim")
+    try:
+        runner.prepare(gpu_task)
+        fresh = runner.fresh(7)
+        assert fresh.repeats == 7 and fresh._worker is runner._worker
+        proc = runner._worker.proc
+        fresh.close()
+        assert runner._worker.proc is proc and proc.poll() is None
+    finally:
+        runner.close()
+    assert runner._worker.proc is None

@@ -43,6 +43,7 @@ def gpu_runner_setup(inputs, expected, rtol, target: str) -> bool:
         import cupy
 
         _GPU["device_inputs"] = [cupy.asarray(a) for a in inputs]
+        cupy.RawKernel('extern "C" __global__ void minitc_warm() {}', "minitc_warm").compile()  # loads NVRTC
     return True
 
 
@@ -84,11 +85,21 @@ class GpuRunner(LocalRunner):
         self.target = target
 
     def fresh(self, repeats: int) -> GpuRunner:
-        return GpuRunner(self.timeout, repeats, self.min_repeat_ms, self.target)
+        """A runner for the final re-measurement that shares this one's process: a new process
+        would pay the CUDA context and NVRTC's start again, seconds of a short search."""
+        other = GpuRunner(self.timeout, repeats, self.min_repeat_ms, self.target)
+        other._worker, other._task, other._owner = self._worker, self._task, self
+        return other
 
-    def _setup(self, task) -> None:
-        self._worker.call("gpu_setup", task.inputs, task.expected, task.rtol, self.target, timeout=120)
-        self._task = task
+    def _setup_request(self, task) -> tuple:
+        return ("gpu_setup", task.inputs, task.expected, task.rtol, self.target)
+
+    def close(self) -> None:
+        owner = getattr(self, "_owner", None)
+        if owner is None:
+            super().close()
+        else:  # a fresh() runner: its process is its owner's, whose task it may have set up again
+            owner._task = self._task if owner._worker.proc is not None else None
 
     def _call(self, b):
         return self._worker.call(

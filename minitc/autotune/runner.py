@@ -133,6 +133,12 @@ class LocalBuilder:
         for w in self._workers:
             self._idle.put(w)
 
+    def start(self) -> None:
+        """Start the worker processes now, so that their imports overlap the caller's work."""
+        for w in self._workers:
+            if w.proc is None:
+                w.start()
+
     def build_one(self, task: Task, trace: str) -> list:
         """Build one candidate on whichever worker is free (thread-safe); returns [BuildResult]."""
         worker = self._idle.get()
@@ -260,10 +266,18 @@ class LocalRunner:
             "run", b.symbol, b.object_code, b.num_params, self.repeats, self.min_repeat_ms, timeout=self.timeout
         )
 
-    def _setup(self, task: Task) -> None:
-
+    def _setup_request(self, task: Task) -> tuple:
         threads = self.threads or get_num_threads()
-        self._worker.call("setup", task.inputs, task.expected, task.rtol, threads, task.cold, timeout=120)
+        return ("setup", task.inputs, task.expected, task.rtol, threads, task.cold)
+
+    def _setup(self, task: Task) -> None:
+        self._worker.call(*self._setup_request(task), timeout=120)
+        self._task = task
+
+    def prepare(self, task: Task) -> None:
+        """Start the measuring process and set it up for `task` while the caller goes on (the
+        search's first proposals, the first builds); the first `run` waits for it."""
+        self._worker.post(*self._setup_request(task))
         self._task = task
 
     def run(self, task: Task, built: list) -> list:

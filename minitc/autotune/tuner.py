@@ -173,6 +173,11 @@ class TuningSession:
         self.own = (builder is None, runner is None)
         self.builder = builder or LocalBuilder(workers=2)
         self.runner = make_runner(runner or "local", self.target)
+        # the processes start (and a GPU's context with them) while the search makes its proposals
+        if hasattr(self.builder, "start"):
+            self.builder.start()
+        if hasattr(self.runner, "prepare"):
+            self.runner.prepare(self.task)
         self.batch, self.progress, self.trials, self.overlap = batch, progress, trials, overlap
         self.best, self.history, self.errors, self.done, self.kernel_s = math.inf, [], 0, 0, 0.0
         self.times: list = []
@@ -238,7 +243,9 @@ class TuningSession:
     def finish(self) -> TuneResult:
         """Re-measure the best record, build it, release the workers."""
         try:
-            best_ms, best_trace = remeasure_best(self.db, self.key, self.space, self.hw, self.task, self.runner)
+            builder = self.builder if isinstance(self.builder, LocalBuilder) else None
+            db, key = self.db, self.key
+            best_ms, best_trace = remeasure_best(db, key, self.space, self.hw, self.task, self.runner, builder)
             if hasattr(self.search, "finish"):
                 self.search.finish()
         finally:
@@ -333,15 +340,17 @@ def tune(
     return session.finish()
 
 
-def remeasure_best(database, key, space, hw, task, runner, k: int = 5, rounds: int = 3):
+def remeasure_best(database, key, space, hw, task, runner, builder=None, k: int = 5, rounds: int = 3):
     """The final best is measured again before it is reported: the k fastest records are re-run
     one after another on an otherwise idle machine (no overlapping builds) and the new timings
     are recorded, superseding the first ones. If that demotes them below a record not yet
     re-measured, that one is re-measured too (a few rounds at most). The result is the
-    database's best afterwards, so `tc.build` later applies exactly this program."""
+    database's best afterwards, so `tc.build` later applies exactly this program. `builder`: the
+    session's LocalBuilder (its processes are running), else one of its own."""
     target = space.target.string
     confirmed: set = set()
-    builder = LocalBuilder(workers=1)
+    own = builder is None
+    builder = builder or LocalBuilder(workers=1)
     try:
         for _ in range(rounds):
             records = [r for r in database.best(key, target, hw, k=k) if r.trace not in confirmed]
@@ -357,7 +366,8 @@ def remeasure_best(database, key, space, hw, task, runner, k: int = 5, rounds: i
                 database.add(Record(key, target, hw, rec.trace, res.latencies_ms, res.median_ms, res.error))
                 confirmed.add(rec.trace)
     finally:
-        builder.close()
+        if own:
+            builder.close()
     best = database.best(key, target, hw)
     return (best[0].median_ms, best[0].trace) if best else (None, None)
 

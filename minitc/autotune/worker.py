@@ -21,6 +21,7 @@ from minitc.autotune import gpu_runner, runner
 from minitc.errors import MinitcError
 
 _HEADER = struct.Struct("<Q")
+POSTED_TIMEOUT = 120.0
 
 
 class WorkerCrashed(MinitcError):
@@ -60,6 +61,16 @@ class Worker:
     def __init__(self, env: dict | None = None):
         self.env = env
         self.proc = None
+        self._posted = 0  # answers of post()ed requests not read yet
+
+    def post(self, name: str, *args) -> None:
+        """Send a request without waiting: its work (a process start, a GPU context) overlaps the
+        caller's. The next `call` reads its answer first, and raises its error if it failed."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.start()
+            self._posted = 0
+        _write(self.proc.stdin, (name, args))
+        self._posted += 1
 
     def start(self) -> None:
         env = dict(os.environ, **(self.env or {}))
@@ -75,11 +86,16 @@ class Worker:
 
         if self.proc is None or self.proc.poll() is not None:
             self.start()
-        deadline = None if timeout is None else time.monotonic() + timeout
+            self._posted = 0
         try:
+            while self._posted:  # a posted request's answer (a setup: up to POSTED_TIMEOUT seconds)
+                self._posted -= 1
+                status, value = self._read(time.monotonic() + POSTED_TIMEOUT)
+                if status == "error":
+                    raise MinitcError(value)
+            deadline = None if timeout is None else time.monotonic() + timeout
             _write(self.proc.stdin, (name, args))
-            (size,) = _HEADER.unpack(_read_exact(self.proc.stdout.fileno(), _HEADER.size, deadline))
-            status, value = pickle.loads(_read_exact(self.proc.stdout.fileno(), size, deadline))
+            status, value = self._read(deadline)
         except (BrokenPipeError, WorkerCrashed):
             code = self.proc.wait()
             self.proc = None
@@ -92,11 +108,16 @@ class Worker:
             raise MinitcError(value)
         return value
 
+    def _read(self, deadline: float | None) -> tuple:
+        (size,) = _HEADER.unpack(_read_exact(self.proc.stdout.fileno(), _HEADER.size, deadline))
+        return pickle.loads(_read_exact(self.proc.stdout.fileno(), size, deadline))
+
     def kill(self) -> None:
         if self.proc is not None:
             self.proc.kill()
             self.proc.wait()
             self.proc = None
+            self._posted = 0
 
     close = kill
 

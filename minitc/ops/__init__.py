@@ -13,6 +13,8 @@ and returns the output Tensor, checking shapes and dtypes up front (ShapeError /
                     the same on channel-blocked data (nchwc.py; reference.to_nchwc converts)
                     conv2d_winograd_nchwc(X, U, padding=1): a 3x3 stride-1 convolution by
                     Winograd's F(2x2, 3x3), U = winograd_weights(W, cb, kb) (winograd.py)
+    NCHW, GPU       conv2d_winograd(X, U, padding=1): the same on NCHW data, U =
+                    winograd_weights_ck(W); its channel products are 16 GEMMs
     normalisation   softmax(X, axis=-1), layer_norm(X, gamma, beta, eps=1e-5)
     elementwise     add, sub, mul, div, maximum, minimum (numpy broadcasting, numbers allowed),
                     relu, gelu, sigmoid, tanh, exp, bias_add(X, bias, axis=1)
@@ -38,7 +40,7 @@ from minitc.ops.nn import avg_pool2d, conv2d, conv2d_gemm, depthwise_conv2d, max
 from minitc.ops.norm import layer_norm, softmax
 from minitc.ops.reduce import max, mean, min, sum  # noqa: A004 - numpy-style names inside the namespace
 from minitc.ops.registry import OPS, SIZES, Example, Instance, OpSpec
-from minitc.ops.winograd import conv2d_winograd_nchwc, winograd_weights
+from minitc.ops.winograd import conv2d_winograd, conv2d_winograd_nchwc, winograd_weights, winograd_weights_ck
 
 __all__ = [
     "OPS",
@@ -57,8 +59,10 @@ __all__ = [
     "max_pool2d",
     "avg_pool2d",
     "conv2d_nchwc",
+    "conv2d_winograd",
     "conv2d_winograd_nchwc",
     "winograd_weights",
+    "winograd_weights_ck",
     "depthwise_conv2d_nchwc",
     "max_pool2d_nchwc",
     "avg_pool2d_nchwc",

@@ -180,6 +180,13 @@ def conv2d_winograd_nchwc(X, U, padding=1):
     return y[:, :, :oh, :ow].astype(_out_dtype(X, U))
 
 
+def conv2d_winograd(X, U, padding=1):
+    """conv2d_winograd_nchwc's arithmetic on NCHW data: one block of all C and all K channels."""
+    x = np.asarray(X).transpose(0, 2, 3, 1)[:, None]
+    y = conv2d_winograd_nchwc(x, np.asarray(U)[:, :, None, None], padding)
+    return np.ascontiguousarray(y[:, 0].transpose(0, 3, 1, 2))
+
+
 def depthwise_conv2d_nchwc(X, W, stride=1, padding=0, dilation=1):
     cb_, r, s, c = W.shape
     w = np.asarray(W).transpose(0, 3, 1, 2).reshape(cb_ * c, r, s)

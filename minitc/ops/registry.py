@@ -200,6 +200,14 @@ def _conv2d_winograd_nchwc(size, rng):
 
 
 @_maker
+def _conv2d_winograd(size, rng):
+    n, c, h, w, k, pad = {"tiny": (1, 4, 5, 5, 4, 1), "medium": (1, 128, 28, 28, 128, 1)}.get(size) or _pick(
+        rng, [(1, 8, 9, 9, 16, 1), (2, 8, 6, 7, 8, 0), (1, 16, 7, 7, 16, 1)]
+    )
+    return (_normal(rng, n, c, h, w), winograd.winograd_weights_ck(_normal(rng, k, c, 3, 3))), {"padding": pad}
+
+
+@_maker
 def _depthwise_conv2d_nchwc(size, rng):
     n, c, h, w, r, st, pad, block = {
         "tiny": (1, 4, 5, 5, 3, 1, 1, 2),
@@ -291,6 +299,7 @@ OPS: dict = {
     "avg_pool2d": _spec(nn, "avg_pool2d", _avg_pool2d),
     "conv2d_nchwc": _spec(nchwc, "conv2d_nchwc", _conv2d_nchwc),
     "conv2d_winograd_nchwc": _spec(winograd, "conv2d_winograd_nchwc", _conv2d_winograd_nchwc),
+    "conv2d_winograd": _spec(winograd, "conv2d_winograd", _conv2d_winograd),
     "depthwise_conv2d_nchwc": _spec(nchwc, "depthwise_conv2d_nchwc", _depthwise_conv2d_nchwc),
     "max_pool2d_nchwc": _spec(nchwc, "max_pool2d_nchwc", _max_pool2d_nchwc),
     "avg_pool2d_nchwc": _spec(nchwc, "avg_pool2d_nchwc", _avg_pool2d_nchwc),

@@ -11,6 +11,7 @@ channel. F(2x2, 3x3) computes each 2x2 tile of outputs from the 4x4 input patch 
     Y = A^T M A      the 2x2 outputs (additions only)
 
     conv2d_winograd_nchwc  X [N, C/cb, H, W, cb], U [4, 4, K/kb, C/cb, cb, kb] -> [N, K/kb, OH, OW, kb]
+    conv2d_winograd        X [N, C, H, W], U [4, 4, C, K] -> [N, K, OH, OW]   (the GPU's form)
 
 Stride 1, no dilation; an odd output size is computed to the next even one and cut. The stages:
 `<name>_pad` (the input, zero-padded to whole tiles), `<name>_input` (V, [N, 4, 4, C/cb, TH, TW,
@@ -20,6 +21,12 @@ kernel does no multiplications by 0 or 1; `reference.conv2d_winograd_nchwc` does
 arithmetic in numpy, which also makes a NaN or an infinity spread as it does in the kernel: to
 every output of a 2x2 tile whose 4x4 patch holds it (a direct convolution spreads it only to
 the outputs whose 3x3 window holds it).
+
+`conv2d_winograd` is the same arithmetic on plain NCHW data with the tiles of all images in one
+column axis, so that the channel products are 16 ordinary matrix products, M[xi, nu] =
+U[xi, nu]^T x V[xi, nu] ([C, K]^T x [C, tiles]), which the GPU's GEMM template runs. Its stages:
+`<name>_input` (V, [4, 4, C, N*TH*TW], the padding a select in its loads), `<name>_gemm` (M,
+[4, 4, K, N*TH*TW]) and the output transform `<name>`.
 """
 
 from __future__ import annotations
@@ -79,6 +86,12 @@ def winograd_weights(w, in_block: int, out_block: int) -> np.ndarray:
     return np.ascontiguousarray(u.transpose(0, 1, 2, 4, 5, 3)).astype(w.dtype)
 
 
+def winograd_weights_ck(w) -> np.ndarray:
+    """A 3x3 conv2d weight [K, C, 3, 3] -> U [4, 4, C, K], the weight of `conv2d_winograd`."""
+    k, c = np.shape(w)[:2]
+    return winograd_weights(w, c, k).reshape(PATCH, PATCH, c, k)
+
+
 def conv2d_winograd_nchwc(X, U, padding=1, name: str | None = None) -> Tensor:
     """A 3x3, stride-1 convolution of blocked data by F(2x2, 3x3): X [N, C/cb, H, W, cb] and
     the transformed weight U [4, 4, K/kb, C/cb, cb, kb] (`winograd_weights`) -> [N, K/kb, OH, OW, kb],
@@ -133,3 +146,56 @@ def conv2d_winograd_nchwc(X, U, padding=1, name: str | None = None) -> Tensor:
 
     attrs = {"stride": (1, 1), "padding": (ph, pw), "dilation": (1, 1)}
     return compute((N, KB, OH, OW, kb), output_body, name=base, tag=op, attrs=attrs)
+
+
+def conv2d_winograd(X, U, padding=1, name: str | None = None) -> Tensor:
+    """A 3x3, stride-1 convolution of NCHW data by F(2x2, 3x3): X [N, C, H, W] and the
+    transformed weight U [4, 4, C, K] (`winograd_weights_ck`) -> [N, K, OH, OW], the numbers of
+    conv2d on the untransformed weight, up to rounding."""
+    op = "conv2d_winograd"
+    _util.rank(op, "X", X, 4, "NCHW: [batch, channels, height, width]")
+    _util.rank(op, "U", U, 4, "[4, 4, in channels, out channels] (winograd_weights_ck)")
+    N, C, H, W = X.shape
+    if U.shape[:3] != (PATCH, PATCH, C):
+        raise ShapeError(
+            f"{op}: X {X.shape} has {C} channels; U must be [4, 4, {C}, K] (winograd_weights_ck), got {U.shape}"
+        )
+    _util.floating(op, X, U)
+    K = U.shape[3]
+    ph, pw = _util.pair(op, "padding", padding, minimum=0)
+    OH = _util.out_size(op, "vertical", H, ph, 3, 1, 1)
+    OW = _util.out_size(op, "horizontal", W, pw, 3, 1, 1)
+    TH, TW = tiles(OH), tiles(OW)
+    base = name or op
+
+    def input_body(xi, nu, c, p):
+        n, th, tw = p // (TH * TW), p // TW % TH, p % TW
+
+        def d(i, j):
+            h, w = th * TILE + i - ph, tw * TILE + j - pw
+            return select((h >= 0) & (h < H) & (w >= 0) & (w < W), X[n, c, h, w], 0.0)
+
+        cols = [_pick(xi, [combine(row, [d(i, j) for i in range(PATCH)]) for row in B_T]) for j in range(PATCH)]
+        return _pick(nu, [combine(row, cols) for row in B_T])
+
+    P = N * TH * TW
+    V = compute((PATCH, PATCH, C, P), input_body, name=f"{base}_input", tag="winograd_input")
+    rc = reduce_axis(C, "rc")
+    M = compute(
+        (PATCH, PATCH, K, P),
+        lambda xi, nu, k, p: te.sum(U[xi, nu, rc, k] * V[xi, nu, rc, p], axis=rc),
+        name=f"{base}_gemm",
+        tag="winograd_gemm",
+    )
+
+    def output_body(n, k, oh, ow):
+        i, j, p = oh % TILE, ow % TILE, (n * TH + oh // TILE) * TW + ow // TILE
+
+        def m(xi, nu):
+            return M[xi, nu, k, p]
+
+        rows = [_pick(j, [combine(col, [m(xi, nu) for nu in range(PATCH)]) for col in A_T]) for xi in range(PATCH)]
+        return _pick(i, [combine(col, rows) for col in A_T])
+
+    attrs = {"stride": (1, 1), "padding": (ph, pw), "dilation": (1, 1)}
+    return compute((N, K, OH, OW), output_body, name=base, tag=op, attrs=attrs)

@@ -49,7 +49,7 @@ def defaults(tag: str):
 
 
 def load_gpu_templates() -> None:
-    from minitc.templates.gpu import conv, gemm, reduce  # noqa: F401  (they register themselves)
+    from minitc.templates.gpu import conv, gemm, reduce, winograd  # noqa: F401  (they register themselves)
 
 
 def is_bound(s: Schedule, name: str) -> bool:
