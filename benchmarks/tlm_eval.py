@@ -232,10 +232,20 @@ def run(
             f"{evo_from if from_file else 'the earlier run'} has no evolutionary run of "
             f"{max(evo_trials)} trials for {', '.join(short)}"
         )
+    warm_torch_optim()
     return [
         evaluate_workload(n, HELD_OUT[n], list(ks), list(evo_trials), seed, say, lm, earlier.get(n), target=target)
         for n in names
     ]
+
+
+def warm_torch_optim() -> None:
+    """Both searches' cost models train with a torch optimizer, whose first construction in a
+    process imports torch._dynamo (3-4 s on a 2-core Zen 4): done once before any search is
+    timed, so that the order of the searches does not decide which one pays it."""
+    import torch
+
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)])
 
 
 def run_seeds(names, ks, evo_trials, seeds, say=None, lm=None, evo_from=None, target="llvm") -> dict:

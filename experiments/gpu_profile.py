@@ -22,7 +22,7 @@ def main(names=None) -> None:
     rng = np.random.default_rng(0)
     for w in select("gpu-core", names):
         f = tc.build(w.make_minitc(), target="cuda", db=False)
-        args = w.make_inputs(rng)
+        args = w.minitc_inputs(w.make_inputs(rng))
         f(*args)
         for launch in f.program.launches:
             print(f"{w.name}: {launch.name} grid {launch.grid} block {launch.block}")

@@ -17,9 +17,10 @@
 #               against cuDNN (experiments/gpu_conv_probe.py)
 #   winograd-probe  the Winograd convolution (tc.ops.conv2d_winograd) on the 3x3 stride-1
 #               layers: the direct default, Winograd's default and draws, against cuDNN
-#   gpu-core    the gpu-core suite, templates only: matmul, conv, dense + GELU, softmax against
-#               torch and Triton
-#   profile     Nsight Compute on the gpu-core kernels: speed of light, occupancy, launch, memory
+#   gpu-core    the gpu-core suite, templates only: matmul, conv (direct and Winograd), dense +
+#               GELU, softmax against torch and Triton (GPU_CORE_ARGS adds options, e.g.
+#               "--workloads conv-resnet50-l3-winograd --tune 64")
+#   profile     Nsight Compute on the gpu-core kernels (PROFILE_WORKLOADS: some of them): speed of light, occupancy, launch, memory
 #               workload (shared-memory bank conflicts, L1 and L2 traffic)
 #   collect     GPU measurements for the dataset (experiments/gpu_collect.py; COLLECT_S seconds)
 #   reductions  the reductions probe (layer_norm and row sums too)
@@ -68,11 +69,12 @@ want conv-probe && step 120 conv-probe python3 experiments/gpu_conv_probe.py --s
     --json "$R/conv-probe.json"
 want winograd-probe && step 100 winograd-probe python3 experiments/gpu_conv_probe.py --winograd \
     --seconds "${WINOGRAD_S:-12}" --json "$R/winograd-probe.json"
-want gpu-core && step 140 gpu-core python3 -m minitc.benchmarks --suite gpu-core --json "$R/gpu-core.json"
+# shellcheck disable=SC2086  # GPU_CORE_ARGS: more options (--workloads W --tune N)
+want gpu-core && step 140 gpu-core python3 -m minitc.benchmarks --suite gpu-core --json "$R/gpu-core.json" ${GPU_CORE_ARGS:-}
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 want profile && [ -n "$NCU" ] && step 90 profile "$NCU" --clock-control none --section SpeedOfLight \
     --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis_Tables \
-    python3 experiments/gpu_profile.py
+    python3 experiments/gpu_profile.py ${PROFILE_WORKLOADS:-}
 want collect && step $((${COLLECT_S:-110} + 30)) collect python3 experiments/gpu_collect.py --db "$R/gpu.db" \
     --seconds "${COLLECT_S:-110}"
 want reductions && step 40 reductions python3 experiments/gpu_reductions_probe.py

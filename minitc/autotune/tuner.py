@@ -153,7 +153,24 @@ class TuningSession:
         self.db.add_workload(self.key, describe(self.space.outputs), canonical(self.space.outputs))
         self.run = run_key(self.key, self.target, self.hw, run) if run is not None else None
         self.resumed = self.db.run_trials(self.run) if self.run else 0
-        self.search = make_strategy(strategy, self.space, np.random.default_rng(seed), cost_model, lm=lm, learn=learn)
+        self.task = Task.from_outputs(self.space.outputs, self.target)
+        if builder is None and hasattr(runner, "build") and hasattr(runner, "build_one"):
+            builder = runner  # a runner that builds on its own nodes (RayRunner): no local build
+        self.own = (builder is None, runner is None)
+        self.builder = builder or LocalBuilder(workers=2)
+        self.runner = make_runner(runner or "local", self.target)
+        # the processes start (and a GPU's context with them) while the strategy loads its models
+        # and makes its first proposals
+        if hasattr(self.builder, "start"):
+            self.builder.start()
+        if hasattr(self.runner, "prepare"):
+            self.runner.prepare(self.task)
+        try:
+            rng = np.random.default_rng(seed)
+            self.search = make_strategy(strategy, self.space, rng, cost_model, lm=lm, learn=learn)
+        except BaseException:
+            self.close()
+            raise
         self.extras_of = record_extras(self.space)
         self.search.workload = self.key
         for model in (getattr(self.search, "model", None), getattr(self.search, "cost_model", None)):
@@ -167,17 +184,6 @@ class TuningSession:
             template_first and "template" in self.space.sketches
         ):  # measure the hand template first: never lose to tc.build
             self.search.queue.append(self.space.replay(self.space.default_values()))
-        self.task = Task.from_outputs(self.space.outputs, self.target)
-        if builder is None and hasattr(runner, "build") and hasattr(runner, "build_one"):
-            builder = runner  # a runner that builds on its own nodes (RayRunner): no local build
-        self.own = (builder is None, runner is None)
-        self.builder = builder or LocalBuilder(workers=2)
-        self.runner = make_runner(runner or "local", self.target)
-        # the processes start (and a GPU's context with them) while the search makes its proposals
-        if hasattr(self.builder, "start"):
-            self.builder.start()
-        if hasattr(self.runner, "prepare"):
-            self.runner.prepare(self.task)
         self.batch, self.progress, self.trials, self.overlap = batch, progress, trials, overlap
         self.best, self.history, self.errors, self.done, self.kernel_s = math.inf, [], 0, 0, 0.0
         self.times: list = []
