@@ -25,8 +25,9 @@ the outputs whose 3x3 window holds it).
 `conv2d_winograd` is the same arithmetic on plain NCHW data with the tiles of all images in one
 column axis, so that the channel products are 16 ordinary matrix products, M[xi, nu] =
 U[xi, nu]^T x V[xi, nu] ([C, K]^T x [C, tiles]), which the GPU's GEMM template runs. Its stages:
-`<name>_input` (V, [4, 4, C, N*TH*TW], the padding a select in its loads), `<name>_gemm` (M,
-[4, 4, K, N*TH*TW]) and the output transform `<name>`.
+`<name>_patch` (each tile's 4x4 input patch, [C, N*TH*TW, 4, 4], the padding a select),
+`<name>_input` (V, [4, 4, C, N*TH*TW]), `<name>_gemm` (M, [4, 4, K, N*TH*TW]) and the output
+transform `<name>`.
 """
 
 from __future__ import annotations
@@ -168,17 +169,18 @@ def conv2d_winograd(X, U, padding=1, name: str | None = None) -> Tensor:
     TH, TW = tiles(OH), tiles(OW)
     base = name or op
 
-    def input_body(xi, nu, c, p):
+    def patch_body(c, p, i, j):
         n, th, tw = p // (TH * TW), p // TW % TH, p % TW
-
-        def d(i, j):
-            h, w = th * TILE + i - ph, tw * TILE + j - pw
-            return select((h >= 0) & (h < H) & (w >= 0) & (w < W), X[n, c, h, w], 0.0)
-
-        cols = [_pick(xi, [combine(row, [d(i, j) for i in range(PATCH)]) for row in B_T]) for j in range(PATCH)]
-        return _pick(nu, [combine(row, cols) for row in B_T])
+        h, w = th * TILE + i - ph, tw * TILE + j - pw
+        return select((h >= 0) & (h < H) & (w >= 0) & (w < W), X[n, c, h, w], 0.0)
 
     P = N * TH * TW
+    D = compute((C, P, PATCH, PATCH), patch_body, name=f"{base}_patch", tag="winograd_patch")
+
+    def input_body(xi, nu, c, p):
+        cols = [_pick(xi, [combine(row, [D[c, p, i, j] for i in range(PATCH)]) for row in B_T]) for j in range(PATCH)]
+        return _pick(nu, [combine(row, cols) for row in B_T])
+
     V = compute((PATCH, PATCH, C, P), input_body, name=f"{base}_input", tag="winograd_input")
     rc = reduce_axis(C, "rc")
     M = compute(

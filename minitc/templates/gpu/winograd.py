@@ -1,13 +1,13 @@
 """GPU template for `conv2d_winograd` (minitc/ops/winograd.py): three launches.
 
-    input   V[xi, nu, c, p] = B^T d B: a thread per (channel, tile), its 16 positions unrolled
-            (each a sum of four loads of the 4x4 patch, which nvcc loads once), coalesced along
-            the tiles p
+    input   V[xi, nu, c, p] = B^T d B: a thread per (channel, tile), which loads its 4x4 patch
+            into registers (the padding a select) and writes its 16 positions, unrolled (each a
+            sum of four registers), coalesced along the tiles p
     gemm    M[xi, nu] = U[xi, nu]^T x V[xi, nu]: the GEMM template (gemm.py) with the 16
             positions as its batch (blockIdx.z): shared k-major tiles, float4 fills of U's
             output channels and V's tiles, double-buffered, a register tile a thread
     output  Y = A^T M A: a thread per 2x2 output tile, unrolled, reading its 16 values of M
-            along p
+            along p (coalesced)
 
 The 16 products are the whole cost: 2.25x fewer FMAs than the direct convolution, in the
 GEMM template's tiling. V and M are global temporaries (16/4 of the input and output each).
@@ -31,25 +31,32 @@ def _stage_tagged(s, out: str, tag: str) -> str:
     raise KeyError(f"{out} reads no stage tagged {tag}")
 
 
-def _thread_per(s, name: str, outer: list, inner: list, threads: int = 256) -> None:
+def _thread_per(s, name: str, outer: list, inner: list, threads: int = 256):
     """One thread per iteration of the `outer` loops (fused, split into blocks of `threads`),
-    the `inner` loops unrolled inside it."""
+    the `inner` loops unrolled inside it. Returns the thread loop."""
     s.reorder(*outer, *inner)
     bo, ti = s.split(s.fuse(*outer), factor=threads)
     s.bind(bo, "blockIdx.x")
     s.bind(ti, "threadIdx.x")
     for lp in inner:
         s.unroll(lp)
+    return ti
 
 
 @template(TAG)
 def schedule_conv2d_winograd(s, out, target, bm=64, bn=64, tm=4, tn=4, bk=16, shared=True):
     gemm = _stage_tagged(s, out, "winograd_gemm")
     data = _stage_tagged(s, gemm, "winograd_input")
+    patch = _stage_tagged(s, data, "winograd_patch")
     acc = s.stage_name(s.cache_write(gemm, "local"))
     gemm_gpu(s, gemm, acc, target, bm=bm, bn=bn, tm=tm, tn=tn, bk=bk, shared=shared)
     xi, nu, c, p = s.loops(data)
-    _thread_per(s, data, [c, p], [xi, nu])
+    thread = _thread_per(s, data, [c, p], [xi, nu])
+    values = s.cache_read(patch, "local", [data])  # the 4x4 patch in registers, each loaded once
+    s.compute_at(values, thread)
+    for lp in s.loops(values):
+        s.unroll(lp)
+    s.compute_inline(patch)  # the padding: a select in those loads
     n, k, oh, ow = s.loops(out)
     oh_o, oh_i = s.split(oh, factor=2)
     ow_o, ow_i = s.split(ow, factor=2)
