@@ -22,6 +22,7 @@ The description (properties of LLVMTarget; `describe()` gives them all as a dict
     t.preferred_lanes("float32")  # lanes of a dtype at that width
     t.cache_bytes("l2")         # "l1d", "l2" (per core), "l3" (shared; 0: none), in bytes
     t.num_cores                 # cores the parallel loops are shared among (-num-cores)
+    t.row_streams               # rows a memory-bound row reduction reads side by side
     t.is_host                   # the host's cpu: its caches come from sysfs
 
 Vector facts follow the enabled features, so `-mattr=-avx512f` on znver4 describes an AVX2
@@ -118,6 +119,16 @@ class LLVMTarget:
             return SPLIT_512_BITS
         return self.vector_bits
 
+    @property
+    def row_streams(self) -> int:
+        """Rows a row reduction streaming from memory reads side by side (cpus.ROW_STREAMS), for
+        the cpu whose memory system runs the code: the target's, or for a generic ISA level
+        (`x86-64-v3`) that this host can run, the host's."""
+        cpu = self.cpu
+        if cpu.startswith("x86-64") and self.is_host_compatible:
+            cpu = _host()["cpu"]
+        return cpus.row_streams(cpu)
+
     def preferred_lanes(self, dtype: str) -> int:
         """Lanes of `dtype` in a vector of preferred_vector_bits."""
         return max(1, min(self.lanes(dtype), self.preferred_vector_bits // max(8, dtypes.bits(dtype))))
@@ -138,6 +149,7 @@ class LLVMTarget:
             "vector_registers": self.vector_registers,
             "caches": {level: self.cache_bytes(level) for level in LEVELS},
             "num_cores": self.num_cores,
+            "row_streams": self.row_streams,
         }
 
     def __str__(self):

@@ -29,8 +29,8 @@ each row's partial results, the rows of a tile unrolled so their chains run side
             for r_i in unrolled(rows):
                 y[r_o*rows + r_i] += y_rf[r_i, k_i]
 
-The reduce template reads `streams` rows of the tile side by side (4 by default), one cache
-line of each per step (`lanes` = 64 bytes of elements, at least a preferred vector):
+The reduce template reads `streams` rows of the tile side by side (the target's `row_streams`:
+4 on Zen 5, else 1), one cache line of each per step (`lanes` = 64 bytes of elements, at least a preferred vector):
 
         for r in range(rows / streams):
             y_rf[...] = 0
@@ -39,12 +39,12 @@ line of each per step (`lanes` = 64 bytes of elements, at least a preferred vect
                     for k_i in vectorized(lanes):
                         y_rf[r*streams + s, k_i] += x[r_o*rows + r*streams + s, k_o*lanes + k_i]
 
-Four streams of one line each keep more of a core's memory requests in flight than one row at
-a time (measurements in docs/scheduling.md). The softmax and layer_norm templates, whose rows
-are mostly in cache, keep one row at a time. Otherwise `lanes` is whole vectors of the
-target's preferred width (`preferred_lanes`), at most four, and at most a quarter of the
-axis; where it does not divide K the last k_o step is guarded (lowering peels it off). Rows shorter than that pays for
-(`default_lanes`) get `lanes=0`: `rows` accumulators unrolled inside the reduction loop,
+On Zen 5, four streams of one line each keep more of a core's memory requests in flight than
+one row at a time; on Zen 4 one row at a time is faster (minitc/target/cpus.py). The softmax
+and layer_norm templates, whose rows are mostly in cache, keep one row at a time. Otherwise
+`lanes` is whole vectors of the target's preferred width (`preferred_lanes`), at most four,
+and at most a quarter of the axis; where it does not divide K the last k_o step is guarded
+(lowering peels it off). Rows shorter than that pays for (`default_lanes`) get `lanes=0`: `rows` accumulators unrolled inside the reduction loop,
 independent chains that LLVM's SLP vectorizer packs into one vector (a load per lane):
 
     for r_o in parallel(R / rows):
@@ -78,7 +78,6 @@ CHUNK_BYTES = 16 * 1024  # accumulators per column chunk: a whole 16 KiB row seg
 # (long contiguous runs keep the prefetchers streaming; the chunk of accumulators stays in L1)
 CHUNK = CHUNK_BYTES // 4
 MIN_STEPS = 4  # steps of the vector partial loop at least (fewer lanes for shorter rows)
-STREAMS = 4  # rows read side by side when the reduced axis is contiguous (module docstring)
 LINE_BYTES = 64  # a cache line on every x86-64
 
 
@@ -324,8 +323,9 @@ def default_chunk(st, vector: int, target) -> int:
 
 
 def stream_lanes(st, target) -> int:
-    """Partial results per row when STREAMS rows are read side by side: one cache line of
-    each row per step (at least a preferred vector), where the row allows vector partials."""
+    """Partial results per row of a row reduction: one cache line of each row per step (at
+    least a preferred vector; rows may be read side by side, `streams`), where the row allows
+    vector partials."""
     lanes = default_lanes(st, target)
     if not lanes:
         return 0
@@ -344,5 +344,5 @@ def reduce_defaults(s, out, target) -> dict:
         "rows": target.preferred_lanes(st.dtype),  # the final step's rows fill a vector
         "chunk": default_chunk(st, vector, target),
         "parallel": worth_parallel(input_bytes(s, out), target),
-        "streams": STREAMS,
+        "streams": target.row_streams,
     }
