@@ -45,7 +45,8 @@ and layer_norm templates, whose rows are mostly in cache, keep one row at a time
 `lanes` is whole vectors of the target's preferred width (`preferred_lanes`), at most four,
 and at most a quarter of the axis; where it does not divide K the last k_o step is guarded
 (lowering peels it off). Rows shorter than that pays for (`default_lanes`) get `lanes=0`:
-`rows` accumulators unrolled inside the reduction loop, independent chains that LLVM's SLP vectorizer packs into one vector (a load per lane):
+`rows` accumulators unrolled inside the reduction loop, independent chains that LLVM's SLP
+vectorizer packs into one vector (a load per lane):
 
     for r_o in parallel(R / rows):
         for k in range(K):
