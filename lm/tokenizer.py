@@ -72,7 +72,7 @@ IMPLICIT_GEMM_TAGS = ["conv2d_gemm", "im2col"]
 LATER_PARAMS = ["streams"]
 # Then the stages of the Winograd convolutions (tc.ops.conv2d_winograd_nchwc, then the GPU's
 # tc.ops.conv2d_winograd; their templates' parameters are already words).
-WINOGRAD_TAGS = ["conv2d_winograd_nchwc", "winograd_input", "winograd_gemm", "conv2d_winograd"]
+WINOGRAD_TAGS = ["conv2d_winograd_nchwc", "winograd_input", "winograd_gemm", "conv2d_winograd", "winograd_patch"]
 
 
 class TokenizerError(MinitcError):
