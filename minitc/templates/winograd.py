@@ -81,3 +81,55 @@ def conv2d_winograd_nchwc_defaults(s, out, target) -> dict:
     _, _, _, KB, _, TW, block = st.shape
     kb, pixels = micro_tile(KB, TW, _registers_per_vector(target, st.dtype, block), target)
     return dict(kb=kb, pixels=pixels)
+
+
+def _dividing(n: int, most: int) -> int:
+    """The largest power of two up to `most` that divides n."""
+    f = most
+    while n % f:
+        f //= 2
+    return f
+
+
+@template("conv2d_winograd")
+def schedule_conv2d_winograd(s, out, target):
+    """The NCHW form (tc.ops.conv2d_winograd, written for the GPU): each stage parallel, the
+    input patch read once into the transform, the 16 products with a register tile of 4 output
+    channels x a vector of tiles. Blocked data (conv2d_winograd_nchwc above) is the CPU's fast
+    path; this keeps the GPU form a reasonable CPU program."""
+    gemm = _read_tagged(s, out, "winograd_gemm")
+    data = _read_tagged(s, gemm, "winograd_input")
+    s.compute_inline(_read_tagged(s, data, "winograd_patch"))
+    xi, nu, c, p = s.loops(data)
+    s.reorder(c, p, xi, nu)
+    s.parallel(c)
+    s.unroll(xi)
+    s.unroll(nu)
+
+    st = s.state.stage(gemm)
+    lanes = _dividing(st.shape[-1], target.lanes(st.dtype))
+    acc = s.stage_name(s.cache_write(gemm, "local"))
+    xi, nu, k, p = s.loops(gemm)
+    ko, ki = s.split(k, factor=_dividing(st.shape[-2], 4))
+    po, pi = s.split(p, factor=lanes)
+    s.reorder(xi, nu, ko, po, ki, pi)
+    s.parallel(s.fuse(xi, nu, ko))
+    s.unroll(ki)
+    s.vectorize(pi)
+    s.compute_at(acc, po)
+    *batch, aki, api, arc = s.loops(acc)
+    for lp in batch:  # extent 1 under the tile
+        s.unroll(lp)
+    apo, api = s.split(api, factor=lanes)
+    s.reorder(arc, aki, apo, api)
+    s.unroll(aki)
+    s.unroll(apo)
+    s.vectorize(api)
+
+    n, k, oh, ow = s.loops(out)
+    oho, ohi = s.split(oh, factor=2)
+    owo, owi = s.split(ow, factor=2)
+    s.reorder(n, k, oho, owo, ohi, owi)
+    s.parallel(s.fuse(n, k))
+    s.unroll(ohi)
+    s.unroll(owi)
