@@ -204,3 +204,24 @@ def test_every_module_is_reachable_by_its_dotted_path():
             top, *path = info.name.split(".")
             assert functools.reduce(getattr, path, importlib.import_module(top)) is module, info.name
     assert callable(tc.tune) and tc.tune.__module__ == "minitc.autotune.tuner"
+
+
+def test_a_session_prepares_its_own_processes_and_leaves_shared_ones(tmp_path):
+    """A session's own builder and runner start (the runner set up) before its strategy is
+    made; a runner shared by several sessions (tune_tasks) is set up only when measured."""
+    from minitc.autotune.runner import LocalRunner
+    from minitc.autotune.tuner import TuningSession
+
+    C, db = _matmul(16)[2], str(tmp_path / "r.db")
+    shared = LocalRunner()
+    session = TuningSession(C, "random", "llvm", db, runner=shared)
+    assert shared._worker.proc is None
+    session.close()
+    own = TuningSession(C, "random", "llvm", db)
+    try:
+        assert own.runner._worker.proc is not None and own.runner._worker._posted == 1
+        assert all(w.proc is not None for w in own.builder._workers)
+        assert own.round() > 0  # the posted setup's answer is read before the first run
+    finally:
+        own.close()
+    assert own.runner._worker.proc is None

@@ -159,18 +159,27 @@ class TuningSession:
         self.own = (builder is None, runner is None)
         self.builder = builder or LocalBuilder(workers=2)
         self.runner = make_runner(runner or "local", self.target)
-        # the processes start (and a GPU's context with them) while the strategy loads its models
-        # and makes its first proposals
-        if hasattr(self.builder, "start"):
+        # the session's own processes start (and a GPU's context with them) while the strategy
+        # loads its models and makes its first proposals; shared ones (tune_tasks) are set up
+        # for each task when it is measured
+        if self.own[0] and hasattr(self.builder, "start"):
             self.builder.start()
-        if hasattr(self.runner, "prepare"):
+        if self.own[1] and hasattr(self.runner, "prepare"):
             self.runner.prepare(self.task)
         try:
-            rng = np.random.default_rng(seed)
-            self.search = make_strategy(strategy, self.space, rng, cost_model, lm=lm, learn=learn)
-        except BaseException:
+            self._start_search(strategy, np.random.default_rng(seed), cost_model, lm, learn, template_first)
+        except BaseException:  # no process outlives a session that could not start
             self.close()
             raise
+        self.batch, self.progress, self.trials, self.overlap = batch, progress, trials, overlap
+        self.best, self.history, self.errors, self.done, self.kernel_s = math.inf, [], 0, 0, 0.0
+        self.times: list = []
+        self.exhausted = False
+        self.phases = {"search": 0.0, "build": 0.0, "run": 0.0, "record": 0.0, "model": 0.0}
+
+    def _start_search(self, strategy, rng, cost_model, lm, learn, template_first) -> None:
+        """The strategy, told of this workload and seeded with the database's records."""
+        self.search = make_strategy(strategy, self.space, rng, cost_model, lm=lm, learn=learn)
         self.extras_of = record_extras(self.space)
         self.search.workload = self.key
         for model in (getattr(self.search, "model", None), getattr(self.search, "cost_model", None)):
@@ -180,15 +189,8 @@ class TuningSession:
             values, steps = decode_trace(rec.trace)
             ckey = hashlib.sha256(steps.to_json().encode()).hexdigest()[:24]
             self.search.seed(ckey, values, rec.median_ms if rec.ok else math.inf)
-        if (
-            template_first and "template" in self.space.sketches
-        ):  # measure the hand template first: never lose to tc.build
+        if template_first and "template" in self.space.sketches:  # never lose to tc.build
             self.search.queue.append(self.space.replay(self.space.default_values()))
-        self.batch, self.progress, self.trials, self.overlap = batch, progress, trials, overlap
-        self.best, self.history, self.errors, self.done, self.kernel_s = math.inf, [], 0, 0, 0.0
-        self.times: list = []
-        self.exhausted = False
-        self.phases = {"search": 0.0, "build": 0.0, "run": 0.0, "record": 0.0, "model": 0.0}
 
     def round(self, n: int | None = None) -> int:
         """Measure up to n (default: the batch size) new candidates; returns how many."""
