@@ -40,6 +40,7 @@ import json
 import os
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -110,13 +111,25 @@ def retime(out, rows_traces: dict, rounds: int, target="llvm") -> dict:
     by_trace = {}
     for label, trace in rows_traces.items():
         by_trace.setdefault(trace, []).append(label)
-    timed = kernels_ms(out, {str(n): t for n, t in enumerate(by_trace)}, target, rounds, runner=_runner(target))
+    with _runner(target) as runner:
+        timed = kernels_ms(out, {str(n): t for n, t in enumerate(by_trace)}, target, rounds, runner=runner)
     return {label: timed[str(n)] for n, labels in enumerate(by_trace.values()) for label in labels}
 
 
+@contextmanager
 def _runner(target):
-    """The runner of `target`'s kind (None: kernels_ms's CPU default)."""
-    return make_runner("local", target) if is_gpu(target) else None
+    """The runner of `target`'s kind (None: kernels_ms's CPU default), closed afterwards."""
+    runner = make_runner("local", target) if is_gpu(target) else None
+    try:
+        yield runner
+    finally:
+        if runner is not None:
+            runner.close()
+
+
+def _template_ms(out, target) -> float | None:
+    with _runner(target) as runner:
+        return template_kernel_ms(out, target, runner=runner)
 
 
 def evaluate_workload(
@@ -171,7 +184,7 @@ def evaluate_workload(
     )
     row = {
         "workload": name,
-        "template_ms": template_kernel_ms(out, target, runner=_runner(target)),
+        "template_ms": _template_ms(out, target),
         "tlm_ms": {k: measured.get(f"TLM@{k}") for k in ks},
         "evo_ms": {t: measured.get(f"Evo@{t}") for t in evo_trials},
         "tlm_seconds": {k: seconds.get(f"TLM@{k}") for k in ks},

@@ -105,15 +105,12 @@ def test_planted_failures_become_error_records_and_tuning_finishes(tmp_path):
     A, B, C = _matmul(32)
     from minitc.autotune.runner import LocalRunner
 
-    r = tc.tune(
-        C,
-        trials=6,
-        strategy="random",
-        db=tmp_path / "r.db",
-        batch=6,
-        builder=PlantedBuilder(),
-        runner=LocalRunner(timeout=3, repeats=2, min_repeat_ms=1),
-    )
+    runner = LocalRunner(timeout=3, repeats=2, min_repeat_ms=1)  # the caller's: tune leaves it open
+    try:
+        db = tmp_path / "r.db"
+        r = tc.tune(C, trials=6, strategy="random", db=db, batch=6, builder=PlantedBuilder(), runner=runner)
+    finally:
+        runner.close()
     assert r.errors == 3 and r.trials == 6 and r.best_ms is not None
     with Database(tmp_path / "r.db") as d:
         errors = sorted(rec.error.split(":")[0] for rec in d.records(r.workload) if not rec.ok)
