@@ -126,6 +126,31 @@ def dense(name: str, what: str, tokens: int, d_in: int, d_out: int, activation: 
     )
 
 
+def dense_transposed(name: str, what: str, tokens: int, d_in: int, d_out: int, activation: str = "gelu"):
+    """`dense` with minitc's weight stored [in, out] (`weight_in_out`, transposed ahead, as a
+    model compiler does with a constant weight), so its shared tile fills with plain float4
+    copies; torch and Triton run it on W [out, in]."""
+    plain = dense(name, what, tokens, d_in, d_out, activation)
+
+    def make_minitc():
+        X, Wt, b = _placeholders((tokens, d_in), (d_in, d_out), (d_out,))
+        return tc.ops.dense(X, Wt, b, activation=activation, weight_in_out=True)
+
+    return GpuWorkload(
+        name,
+        plain.description + ", minitc on W transposed ahead",
+        "compute",
+        plain.work,
+        plain.shapes,
+        make_minitc=make_minitc,
+        make_torch=plain.make_torch,
+        reference=plain.reference,
+        make_triton=plain.make_triton,
+        scales=plain.scales,
+        pack=lambda x, w, b: (x, np.ascontiguousarray(w.T), b),
+    )
+
+
 def softmax(name: str, what: str, rows: int, cols: int) -> GpuWorkload:
     return GpuWorkload(
         name,
@@ -148,6 +173,7 @@ GPU_CORE = [
     conv2d_winograd("conv-resnet50-l3-winograd", "ResNet-50 layer3 3x3", 8, 256, 14, 256),
     # BERT-base FFN up-projection (768 -> 3072, GELU) over batch 8 x sequence 512 tokens
     dense("dense-bert-ffn", "BERT-base FFN up (8x512 tokens)", 4096, 768, 3072, "gelu"),
+    dense_transposed("dense-bert-ffn-wt", "BERT-base FFN up (8x512 tokens)", 4096, 768, 3072, "gelu"),
     # BERT-base attention probabilities: batch 8 x 12 heads x 512 queries, 512 keys
     softmax("softmax-bert-attn", "BERT-base attention (8x12x512 rows)", 8 * 12 * 512, 512),
 ]
@@ -156,6 +182,7 @@ GPU_SMOKE = [
     conv2d("conv-small", "tiny 3x3", 2, 8, 6, 8, 3, 1, 1),
     conv2d_winograd("conv-small-winograd", "tiny 3x3", 2, 8, 7, 8),
     dense("dense-small", "tiny", 16, 24, 40, "gelu"),
+    dense_transposed("dense-small-wt", "tiny", 16, 24, 40, "gelu"),
     softmax("softmax-small", "tiny", 12, 32),
 ]
 GPU_SUITES: dict = {"gpu-core": GPU_CORE, "gpu-smoke": GPU_SMOKE}

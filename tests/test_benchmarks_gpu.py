@@ -35,9 +35,16 @@ def test_gpu_suites_are_registered():
     result = bench("--help")
     assert result.exit_code == 0 and "gpu-core" in result.output and "--tune" in result.output
     names = [w.name for w in gpu_suites.GPU_SUITES["gpu-core"]]
-    winograd_conv = "conv-resnet50-l3-winograd"
-    assert names == ["matmul-4096", "conv-resnet50-l3", winograd_conv, "dense-bert-ffn", "softmax-bert-attn"]
-    mm, conv, winograd, dense, softmax = gpu_suites.GPU_CORE
+    assert names == [
+        "matmul-4096",
+        "conv-resnet50-l3",
+        "conv-resnet50-l3-winograd",
+        "dense-bert-ffn",
+        "dense-bert-ffn-wt",
+        "softmax-bert-attn",
+    ]
+    mm, conv, winograd, dense, dense_wt, softmax = gpu_suites.GPU_CORE
+    assert dense_wt.work == dense.work and dense_wt.make_minitc().shape == (4096, 3072)
     assert mm.work == 2 * 4096**3 and mm.kind == "compute"
     assert conv.work == winograd.work == 2 * 8 * 256 * 14 * 14 * 256 * 9
     assert winograd.make_minitc().op.tag == "conv2d_winograd" and winograd.shapes == conv.shapes
