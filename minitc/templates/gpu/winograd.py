@@ -10,11 +10,12 @@
             along p (coalesced)
 
 The 16 products are the whole cost: 2.25x fewer FMAs than the direct convolution, in the
-GEMM template's tiling. V and M are global temporaries (16/4 of the input and output each).
+GEMM template's tiling. V and M are global temporaries, about 4x the input and the output.
 """
 
 from __future__ import annotations
 
+from minitc.errors import ScheduleError
 from minitc.templates.gpu import defaults, template
 from minitc.templates.gpu.gemm import _gemm_shape, gemm_gpu, pick_gpu_tiles
 
@@ -28,10 +29,10 @@ def _stage_tagged(s, out: str, tag: str) -> str:
             if s.state.stage(name).tag == tag:
                 return name
             todo.append(name)
-    raise KeyError(f"{out} reads no stage tagged {tag}")
+    raise ScheduleError(f"GPU {TAG} template: {out} reads no stage tagged {tag} (build it with tc.ops.{TAG})")
 
 
-def _thread_per(s, name: str, outer: list, inner: list, threads: int = 256):
+def _thread_per(s, outer: list, inner: list, threads: int = 256):
     """One thread per iteration of the `outer` loops (fused, split into blocks of `threads`),
     the `inner` loops unrolled inside it. Returns the thread loop."""
     s.reorder(*outer, *inner)
@@ -51,7 +52,7 @@ def schedule_conv2d_winograd(s, out, target, bm=64, bn=64, tm=4, tn=4, bk=16, sh
     acc = s.stage_name(s.cache_write(gemm, "local"))
     gemm_gpu(s, gemm, acc, target, bm=bm, bn=bn, tm=tm, tn=tn, bk=bk, shared=shared)
     xi, nu, c, p = s.loops(data)
-    thread = _thread_per(s, data, [c, p], [xi, nu])
+    thread = _thread_per(s, [c, p], [xi, nu])
     values = s.cache_read(patch, "local", [data])  # the 4x4 patch in registers, each loaded once
     s.compute_at(values, thread)
     for lp in s.loops(values):
@@ -60,7 +61,7 @@ def schedule_conv2d_winograd(s, out, target, bm=64, bn=64, tm=4, tn=4, bk=16, sh
     n, k, oh, ow = s.loops(out)
     oh_o, oh_i = s.split(oh, factor=2)
     ow_o, ow_i = s.split(ow, factor=2)
-    _thread_per(s, out, [n, k, oh_o, ow_o], [oh_i, ow_i])
+    _thread_per(s, [n, k, oh_o, ow_o], [oh_i, ow_i])
 
 
 @defaults(TAG)
