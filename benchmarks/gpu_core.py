@@ -288,7 +288,8 @@ def prepare(w: GpuWorkload, torch, cupy, tk, tune_trials: int = 0, db_path=None,
     say = say or (lambda msg: None)
     arrays = w.make_inputs(np.random.default_rng(seed))
     p = Prepared(w, tuple(torch.from_numpy(a).to(DEVICE) for a in arrays))
-    p.minitc_inputs = tuple(torch.from_numpy(a).to(DEVICE) for a in w.minitc_inputs(arrays))
+    packed = w.minitc_inputs(arrays) if w.pack else None  # else the same tensors: no second copy
+    p.minitc_inputs = tuple(torch.from_numpy(a).to(DEVICE) for a in packed) if packed else p.inputs
     torch_fn = w.make_torch(torch, F)
     with torch.inference_mode():
         p.ref = torch_fn(*(x.double() for x in p.inputs))

@@ -4,7 +4,7 @@ Triton and numpy counterparts."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -95,17 +95,10 @@ def conv2d_winograd(name: str, layer: str, n: int, c: int, hw: int, k: int) -> G
         X, U = _placeholders((n, c, hw, hw), (4, 4, c, k))
         return tc.ops.conv2d_winograd(X, U, padding=1)
 
-    return GpuWorkload(
-        name,
-        direct.description + ", minitc by Winograd F(2x2, 3x3) on pre-transformed weights",
-        "compute",
-        direct.work,  # the direct convolution's FLOPs, so that GFLOP/s compare with it
-        direct.shapes,
+    return replace(  # the direct convolution's FLOPs, so that GFLOP/s compare with it
+        direct,
+        description=direct.description + ", minitc by Winograd F(2x2, 3x3) on pre-transformed weights",
         make_minitc=make_minitc,
-        make_torch=direct.make_torch,
-        reference=direct.reference,
-        make_triton=direct.make_triton,
-        scales=direct.scales,
         pack=lambda x, w: (x, tc.ops.winograd_weights_ck(w)),
     )
 
@@ -136,17 +129,10 @@ def dense_transposed(name: str, what: str, tokens: int, d_in: int, d_out: int, a
         X, Wt, b = _placeholders((tokens, d_in), (d_in, d_out), (d_out,))
         return tc.ops.dense(X, Wt, b, activation=activation, weight_in_out=True)
 
-    return GpuWorkload(
-        name,
-        plain.description + ", minitc on W transposed ahead",
-        "compute",
-        plain.work,
-        plain.shapes,
+    return replace(
+        plain,
+        description=plain.description + ", minitc on W transposed ahead",
         make_minitc=make_minitc,
-        make_torch=plain.make_torch,
-        reference=plain.reference,
-        make_triton=plain.make_triton,
-        scales=plain.scales,
         pack=lambda x, w, b: (x, np.ascontiguousarray(w.T), b),
     )
 

@@ -24,13 +24,21 @@ from minitc.templates.conv_nchwc import _registers_per_vector, micro_tile
 from minitc.templates.gemm import epilogue_anchor, inline_epilogue
 
 TAG = "conv2d_winograd_nchwc"
+NCHW_TAG = "conv2d_winograd"
 
 
-def _read_tagged(s, stage: str, tag: str) -> str:
+def _read_tagged(s, stage: str, tag: str, op: str = TAG) -> str:
     found = [n for n in s.state.stage(stage).read_stages() if s.state.stage(n).tag == tag]
     if not found:
-        raise ScheduleError(f"{TAG} template: {stage} reads no {tag} stage (build it with tc.ops.{TAG})")
+        raise ScheduleError(f"{op} template: {stage} reads no {tag} stage (build it with tc.ops.{op})")
     return found[0]
+
+
+def nchw_stages(s, out: str) -> tuple:
+    """(patch, input, gemm) stages of tc.ops.conv2d_winograd under `out` (CPU and GPU templates)."""
+    gemm = _read_tagged(s, out, "winograd_gemm", NCHW_TAG)
+    data = _read_tagged(s, gemm, "winograd_input", NCHW_TAG)
+    return _read_tagged(s, data, "winograd_patch", NCHW_TAG), data, gemm
 
 
 def _stages(s, out: str) -> tuple:
@@ -91,15 +99,14 @@ def _dividing(n: int, most: int) -> int:
     return f
 
 
-@template("conv2d_winograd")
+@template(NCHW_TAG)
 def schedule_conv2d_winograd(s, out, target):
     """The NCHW form (tc.ops.conv2d_winograd, written for the GPU): each stage parallel, the
     input patch read once into the transform, the 16 products with a register tile of 4 output
     channels x a vector of tiles. Blocked data (conv2d_winograd_nchwc above) is the CPU's fast
     path; this keeps the GPU form a reasonable CPU program."""
-    gemm = _read_tagged(s, out, "winograd_gemm")
-    data = _read_tagged(s, gemm, "winograd_input")
-    s.compute_inline(_read_tagged(s, data, "winograd_patch"))
+    patch, data, gemm = nchw_stages(s, out)
+    s.compute_inline(patch)
     xi, nu, c, p = s.loops(data)
     s.reorder(c, p, xi, nu)
     s.parallel(c)

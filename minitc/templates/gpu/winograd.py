@@ -15,21 +15,10 @@ GEMM template's tiling. V and M are global temporaries, about 4x the input and t
 
 from __future__ import annotations
 
-from minitc.errors import ScheduleError
 from minitc.templates.gpu import defaults, template
 from minitc.templates.gpu.gemm import _gemm_shape, gemm_gpu, pick_gpu_tiles
-
-TAG = "conv2d_winograd"
-
-
-def _stage_tagged(s, out: str, tag: str) -> str:
-    todo = [out]
-    while todo:
-        for name in s.state.stage(todo.pop()).read_stages():
-            if s.state.stage(name).tag == tag:
-                return name
-            todo.append(name)
-    raise ScheduleError(f"GPU {TAG} template: {out} reads no stage tagged {tag} (build it with tc.ops.{TAG})")
+from minitc.templates.winograd import NCHW_TAG as TAG
+from minitc.templates.winograd import nchw_stages
 
 
 def _thread_per(s, outer: list, inner: list, threads: int = 256):
@@ -46,9 +35,7 @@ def _thread_per(s, outer: list, inner: list, threads: int = 256):
 
 @template(TAG)
 def schedule_conv2d_winograd(s, out, target, bm=64, bn=64, tm=4, tn=4, bk=16, shared=True):
-    gemm = _stage_tagged(s, out, "winograd_gemm")
-    data = _stage_tagged(s, gemm, "winograd_input")
-    patch = _stage_tagged(s, data, "winograd_patch")
+    patch, data, gemm = nchw_stages(s, out)
     acc = s.stage_name(s.cache_write(gemm, "local"))
     gemm_gpu(s, gemm, acc, target, bm=bm, bn=bn, tm=tm, tn=tn, bk=bk, shared=shared)
     xi, nu, c, p = s.loops(data)
@@ -69,7 +56,7 @@ def winograd_defaults(s, out, target) -> dict:
     """The GEMM template's tiles for the 16 products [K x C] x [C x tiles], with a column tile
     (a multiple of 4, 16 to 64) that divides the tiles where one does: tile counts are
     N*TH*TW, rarely a power of two, and a partial column tile costs guards in every fill."""
-    M, N, K = _gemm_shape(s, _stage_tagged(s, out, "winograd_gemm"))
+    M, N, K = _gemm_shape(s, nchw_stages(s, out)[2])
     sms = getattr(target, "sm_count", 0) or 132
     tiles = pick_gpu_tiles(M, N, K, sms=sms, batch=16, rows_of_b=True)
     if N % tiles["bn"]:
