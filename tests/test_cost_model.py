@@ -157,7 +157,30 @@ def test_fits_inside_the_callers_no_grad(matmul):
     before = [p.detach().clone() for p in model.net.parameters()]
     with torch.no_grad():
         model.fit("mm", traces[:40], [_synthetic_latency(t) for t in traces[:40]])
+        model.predict("mm", traces[40:42])  # the fit's training runs here
     assert any(not torch.equal(a, b) for a, b in zip(before, model.net.parameters()))
+
+
+def test_a_fit_trains_when_scores_are_next_asked_for(matmul):
+    """fit() only queues: the training runs, in the order of the fits, at the next predict (or
+    save). A search's last round is told results nothing ranks by afterwards: that fit never
+    trains. Training later is the same training: the weights equal a model that trained at once."""
+    out, traces = matmul
+    lat = [_synthetic_latency(t) for t in traces[:80]]
+    eager, lazy = TLPModel(seed=3, fit_steps=3), TLPModel(seed=3, fit_steps=3)
+    for model in (eager, lazy):
+        model.register("mm", out)
+    before = [p.detach().clone() for p in lazy.net.parameters()]
+    eager.fit("mm", traces[:40], lat[:40])
+    eager.predict("mm", traces[80:90])
+    eager.fit("mm", traces[40:80], lat[40:])
+    eager.predict("mm", traces[80:90])
+    lazy.fit("mm", traces[:40], lat[:40])
+    lazy.fit("mm", traces[40:80], lat[40:])
+    assert lazy.trained == 0 and all(torch.equal(a, b) for a, b in zip(before, lazy.net.parameters()))
+    np.testing.assert_array_equal(lazy.predict("mm", traces[80:90]), eager.predict("mm", traces[80:90]))
+    assert lazy.trained == eager.trained == 80
+    assert all(torch.equal(a, b) for a, b in zip(eager.net.parameters(), lazy.net.parameters()))
 
 
 def test_save_load_round_trip(matmul, tmp_path):

@@ -3,6 +3,7 @@
 The protocol the evolutionary search uses (search.py):
 
     model.fit(workload, traces, latencies_ms)  # measured data (inf = error); updates the model
+                                               # (TLPModel: before its next predict or save)
     model.predict(workload, traces)            # -> np.ndarray of scores, higher = faster
     model.register(workload, outputs)          # optional: the workload's tensors, for replay
 
@@ -193,6 +194,7 @@ class TLPModel(CostModel):
         self.rng = np.random.default_rng(seed)
         self.data: dict = {}  # workload -> _Records
         self.trained = 0  # successful records the network has been trained on
+        self._pending: list = []  # fit() calls whose training waits for the next predict/save
         self.net.eval()
 
     def num_parameters(self) -> int:
@@ -204,26 +206,36 @@ class TLPModel(CostModel):
 
     def fit(self, workload: str, traces: list, latencies_ms: list) -> None:
         """Add measured candidates and train a few steps on everything seen so far, this
-        workload's groups first (capped by fit_steps and fit_max_seconds)."""
+        workload's groups first (capped by fit_steps and fit_max_seconds). The training runs
+        when the model is next asked for scores or saved, in the order of the calls: a search's
+        last round is told results that nothing ranks by afterwards, and the language model's
+        search only ranks once it has seen enough measurements."""
         if len(traces) != len(latencies_ms):
             raise MinitcError(f"fit: {len(traces)} traces but {len(latencies_ms)} latencies")
-        self._add(workload, traces, latencies_ms)
-        cfg, start = self.config, time.perf_counter()
-        others = [w for w in self.data if w != workload]
-        with torch_threads(cfg.threads):
-            for _ in range(cfg.fit_steps):
-                groups = [self._sample_group(workload)]
-                for w in self.rng.permutation(len(others))[: cfg.groups_per_step - 1]:
-                    groups.append(self._sample_group(others[int(w)]))
-                self._step(groups)
-                if time.perf_counter() - start > cfg.fit_max_seconds:
-                    break
-        self.trained = sum(int(np.isfinite(r.latencies).sum()) for r in self.data.values())
+        self._pending.append((workload, list(traces), list(latencies_ms)))
+
+    def _train_pending(self) -> None:
+        cfg = self.config
+        while self._pending:
+            workload, traces, latencies_ms = self._pending.pop(0)
+            self._add(workload, traces, latencies_ms)
+            start = time.perf_counter()
+            others = [w for w in self.data if w != workload]
+            with torch_threads(cfg.threads):
+                for _ in range(cfg.fit_steps):
+                    groups = [self._sample_group(workload)]
+                    for w in self.rng.permutation(len(others))[: cfg.groups_per_step - 1]:
+                        groups.append(self._sample_group(others[int(w)]))
+                    self._step(groups)
+                    if time.perf_counter() - start > cfg.fit_max_seconds:
+                        break
+            self.trained = sum(int(np.isfinite(r.latencies).sum()) for r in self.data.values())
 
     def predict(self, workload: str, traces: list) -> np.ndarray:
         """Scores, higher = predicted faster (random until `warmup` successful records)."""
         if not traces:
             return np.zeros(0)
+        self._train_pending()
         if self.trained < self.config.warmup:
             return self.rng.random(len(traces))
         return self._scores([self.featurizer(workload, t) for t in traces])
@@ -233,6 +245,7 @@ class TLPModel(CostModel):
         """Train on (workload, trace, latency_ms) records. A `val_fraction` of each workload's
         records is held out and the epoch with the lowest validation loss is kept. Returns one
         dict per epoch (train/val loss)."""
+        self._train_pending()
         by_workload: dict = {}
         for workload, trace, ms in records:
             by_workload.setdefault(workload, ([], []))
@@ -267,6 +280,7 @@ class TLPModel(CostModel):
         _torch().save(self.to_blob(), str(path))
 
     def to_blob(self) -> dict:
+        self._train_pending()
         state = {k: v.detach().cpu() for k, v in self.net.state_dict().items()}
         meta = {"version": self.VERSION, "config": asdict(self.config), "seed": self.seed, "trained": self.trained}
         return {"meta": meta, "state_dict": state}
