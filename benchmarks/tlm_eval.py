@@ -180,7 +180,10 @@ def evaluate_workload(
             measured[f"Evo@{t}"], seconds[f"Evo@{t}"] = _at(evo_from["evo_ms"], t), _at(evo_from["evo_seconds"], t)
     tlm = runs["tlm"]
     evo = runs.get("evolutionary") or SimpleNamespace(
-        history=evo_from["evo_history"], times=evo_from["evo_times"], errors=evo_from["evo_errors"]
+        history=evo_from["evo_history"],
+        times=evo_from["evo_times"],
+        errors=evo_from["evo_errors"],
+        phases=evo_from.get("evo_phases", {}),
     )
     row = {
         "workload": name,
@@ -195,6 +198,9 @@ def evaluate_workload(
         "evo_times": evo.times,
         "valid_rate": tlm.search_stats.get("valid_rate"),
         "tlm_stats": tlm.search_stats,
+        # seconds of each run by phase (search, build, run, record, model, kernel, total)
+        "tlm_phases": _rounded(tlm.phases),
+        "evo_phases": _rounded(evo.phases),
         "tlm_errors": tlm.errors,
         "evo_errors": evo.errors,
         # an --evo-from run older than the finalists' confirmation has first-measurement winners only
@@ -212,6 +218,10 @@ def evaluate_workload(
     row["tlm_time_to_evo_best_s"] = _time_to(tlm.history, tlm.times, row["evo_ms"][top])
     row["tlm_matches_evo"], row["evo_matches_evo"] = _matched([row], ks, evo_trials)[0]
     return row
+
+
+def _rounded(phases: dict) -> dict:
+    return {k: round(v, 3) for k, v in phases.items()}
 
 
 def _evo_labels(by_label: dict) -> dict:

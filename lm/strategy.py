@@ -26,11 +26,16 @@ measurements behind these choices are in docs/language-model.md.
 
 With `learn`, `tell` fine-tunes the model on this workload's measurements so far
 (throughput-weighted) before the next round.
+
+While a round is measured on a GPU the host's cores are idle: the session calls `decode_ahead`
+and the model writes the next round's samples in a background thread (not with `learn`, whose
+next samples must come from the model `tell` updates).
 """
 
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -74,6 +79,8 @@ class TLMSearch(RandomSearch):
         self.sweep: list = []  # one-switch flips of the best program, measured before other edits
         self.swept: set = set()  # keys of the programs whose switches were swept
         self.demos: list = []  # (sentence, latency ms) measured in this session, for `learn`
+        self.ahead = None  # _Background writing the next round's samples (decode_ahead)
+        self.decoded_ahead = 0  # programs written in the background
         # Until the cost model has seen this many of this workload's measurements, its ranking
         # is noise: rank by the model's likelihood (trained throughput-weighted) instead. A
         # cost model trained before the search (MINITC_COST_MODEL) ranks from the first round.
@@ -81,10 +88,43 @@ class TLMSearch(RandomSearch):
         self.told, self.trust_cost_model_after = 0, 0 if pretrained else 32
 
     def ask(self, n: int) -> list:
+        drawn = self._collect_ahead()
         with torch_threads(DECODING_THREADS):
-            return self._ask(n)
+            return self._ask(n, drawn)
 
-    def _ask(self, n: int) -> list:
+    def decode_ahead(self, n: int) -> None:
+        """Start writing, in a background thread, the samples a next round of `n` programs will
+        rank (the share its edits leave); that round's `ask` takes them first."""
+        if self.learn or self.ahead is not None or n <= 0:
+            return
+        # twice what the round ranks: some repeat measured programs, and a second draw in ask
+        # would cost what this one hides
+        count = min(self.batch, 2 * self._draw_size(n - round(n * self.refine)))
+        self.ahead = _Background(self._generate, count, np.random.default_rng(self.rng.integers(2**63)))
+
+    def _generate(self, count: int, rng) -> tuple:
+        with torch_threads(DECODING_THREADS):
+            return self.decoder.generate(count, rng)
+
+    def _collect_ahead(self):
+        """The programs decode_ahead wrote (waiting for them), or None."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is None:
+            return None
+        cands, failures = ahead.result()
+        self.decoded_ahead += len(cands) + failures
+        self.generated += len(cands) + failures
+        self.invalid += failures
+        return cands, failures
+
+    def close(self) -> None:
+        """Wait for a background decoding nobody will ask for (it uses the process's torch)."""
+        self._collect_ahead()
+
+    def _draw_size(self, need: int) -> int:
+        return min(self.batch, max(need * self.oversample, 8))
+
+    def _ask(self, n: int, drawn=None) -> list:
         if not self.measured:  # a short first round: the sweep and the edits start sooner
             n = min(n, self.first_round)
         picked = self._queued(n)
@@ -92,16 +132,15 @@ class TLMSearch(RandomSearch):
         share = round((n - len(picked)) * self.refine) if self.best else 0
         edits = self._take_flips(share, taken) if share else []
         taken |= {c.key for c in edits}
-        more = self._edits((n - len(picked)) * self.oversample, taken) if share > len(edits) else []
-        if self._trust_cost_model():
-            more = self._rank(more)
-        else:  # in random order: the model's likelihood would favour the region it already sampled
-            more = [more[i] for i in self.rng.permutation(len(more))]
-        edits += more[: share - len(edits)]
+        if share > len(edits) and self._trust_cost_model():  # the cost model picks among more
+            edits += self._rank(self._edits((n - len(picked)) * self.oversample, taken))[: share - len(edits)]
+        elif share > len(edits):  # as drawn: the model's likelihood would favour the region it already sampled
+            edits += self._edits(share - len(edits), taken)
         self.edits += len(edits)
         picked += edits
         taken |= {c.key for c in edits}
-        samples = sorted(self._samples(n - len(picked), taken), key=lambda c: -c.logprob)  # the model's preference
+        samples = self._samples(n - len(picked), taken, drawn)
+        samples.sort(key=lambda c: -c.logprob)  # the model's preference
         picked += self._rank(samples)[: n - len(picked)]
         if len(picked) < n:  # the model only proposes programs already measured
             extra = self.random_candidates(n - len(picked), {c.key for c in picked})
@@ -109,15 +148,19 @@ class TLMSearch(RandomSearch):
             picked += extra
         return picked
 
-    def _samples(self, need: int, taken: set) -> list:
-        """Up to `oversample * need` new programs written by the model."""
+    def _samples(self, need: int, taken: set, drawn=None) -> list:
+        """Up to `oversample * need` new programs written by the model; `drawn`: (candidates,
+        failures) written ahead, used first."""
         fresh: dict = {}
         for _ in range(4):  # a confident model repeats itself: a few more draws, then stop
             if len(fresh) >= need * self.oversample or need <= 0:
                 break
-            cands, failures = self.decoder.generate(min(self.batch, max(need * self.oversample, 8)), self.rng)
-            self.generated += len(cands) + failures
-            self.invalid += failures
+            if drawn is not None:
+                (cands, _), drawn = drawn, None
+            else:
+                cands, failures = self.decoder.generate(self._draw_size(need), self.rng)
+                self.generated += len(cands) + failures
+                self.invalid += failures
             for c in cands:
                 if c.key not in self.measured and c.key not in taken:
                     fresh.setdefault(c.key, c)
@@ -187,6 +230,7 @@ class TLMSearch(RandomSearch):
             "valid_rate": valid,
             "random_top_ups": self.fallback,
             "edits": self.edits,
+            "decoded_ahead": self.decoded_ahead,
         }
 
     def finish(self) -> None:
@@ -219,6 +263,27 @@ class TLMSearch(RandomSearch):
         data = examples(self.tok, [s for s, _ in self.demos], weights)
         train(self.model, data, epochs=1, batch_size=16, lr=5e-5, warmup=1, seed=len(self.demos))
         self.model.eval()
+
+
+class _Background:
+    """One call of `fn(*args)` in a daemon thread; `result()` waits and returns (or raises) it."""
+
+    def __init__(self, fn, *args):
+        self._value = self._error = None
+        self._thread = threading.Thread(target=self._run, args=(fn, args), daemon=True, name="minitc-decode-ahead")
+        self._thread.start()
+
+    def _run(self, fn, args) -> None:
+        try:
+            self._value = fn(*args)
+        except BaseException as e:  # noqa: BLE001  (raised again in the caller's thread)
+            self._error = e
+
+    def result(self):
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 class HardwareWarning(UserWarning):

@@ -163,6 +163,8 @@ def test_tlm_eval_runs_on_a_gpu_target(tmp_path, tiny_gpu_checkpoint):
     (row,) = json.loads(out.read_text())["rows"]
     assert len(row["tlm_history"]) == 2 and len(row["evo_history"]) == 2
     assert all(ms > 0 for ms in row["retimed_ms"].values()) and row["template_ms"] > 0
+    for run in ("tlm_phases", "evo_phases"):  # where each search's seconds went
+        assert row[run]["total"] >= row[run]["search"] + row[run]["run"] > 0
     bad = CliRunner().invoke(main, ["bench", "--suite", "models", "--target", "cuda"])
     assert bad.exit_code != 0 and "--target applies to" in bad.output
     unknown = CliRunner().invoke(main, ["bench", "--suite", "tlm-eval", "--target", "tpu", "--workloads", "bmm-bert"])
@@ -243,3 +245,59 @@ def test_tuning_and_training_give_back_the_callers_torch_threads(tmp_path, tiny_
 def _gpu_sentences(tmp_path):
     gen_data(tmp_path / "gpu.jsonl", ["matmul-256"], per_workload=2, target="cuda")
     return tmp_path / "gpu.jsonl"
+
+
+def test_the_next_rounds_samples_are_written_while_a_gpu_round_is_measured(tiny_gpu_checkpoint):
+    """decode_ahead writes in a background thread what the next round's ask ranks; that ask
+    decodes nothing more when they suffice, and an error in the thread reaches the caller."""
+    import threading
+
+    from minitc.lm.pipeline import load_model
+
+    model, tok, _ = load_model(tiny_gpu_checkpoint)
+    space = Space(_matmul(), "cuda-sim")
+    search = TLMSearch(space, model, tok, gpu_hardware("cuda"), np.random.default_rng(0))
+    first = search.ask(8)
+    search.tell(first, [1.0 + i for i in range(len(first))])
+    search.decode_ahead(8)
+    calls = []
+    search.decoder.generate = lambda *a: calls.append(a) or pytest.fail("decoded again")
+    second = search.ask(8)
+    assert search.decoded_ahead == 2 * search._draw_size(8 - 4) and not calls
+    assert len(second) == 8 and not {c.key for c in second} & {c.key for c in first}
+    assert search.stats()["decoded_ahead"] == search.decoded_ahead
+    assert not any(t.name == "minitc-decode-ahead" and t.is_alive() for t in threading.enumerate())
+
+    def broken(*_):
+        raise RuntimeError("the decoder failed")
+
+    search.decoder.generate = broken
+    search.decode_ahead(8)
+    with pytest.raises(RuntimeError, match="the decoder failed"):
+        search.ask(8)
+
+
+@pytest.mark.parametrize("target, ahead", [("cuda-sim", True), ("llvm", False)])
+def test_a_session_decodes_ahead_only_when_a_gpu_measures(tmp_path, monkeypatch, tiny_gpu_checkpoint, target, ahead):
+    """On a CPU the decoding would disturb the timings; and the last round has nothing to
+    write ahead for (tune returns with no decoding thread left)."""
+    import threading
+
+    from minitc.autotune.registry import STRATEGIES
+    from minitc.autotune.tuner import tune
+    from minitc.lm.hardware import hardware
+    from minitc.lm.pipeline import load_model
+
+    model, tok, _ = load_model(tiny_gpu_checkpoint)
+    made = []
+
+    def strategy(space, rng, cost_model=None, **_):
+        made.append(TLMSearch(space, model, tok, hardware(space.target), rng))
+        return made[-1]
+
+    monkeypatch.setitem(STRATEGIES, "tlm-test", strategy)
+    r = tune(_matmul(16), trials=4, batch=2, strategy="tlm-test", target=target, db=str(tmp_path / "r.db"))
+    assert r.trials == 4 and r.errors == 0
+    search = made[0]  # one round written ahead: the second (of two)
+    assert search.decoded_ahead == (2 * search._draw_size(2 - round(2 * search.refine)) if ahead else 0)
+    assert not any(t.name == "minitc-decode-ahead" and t.is_alive() for t in threading.enumerate())

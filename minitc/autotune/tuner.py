@@ -201,6 +201,7 @@ class TuningSession:
         if not cands:
             self.exhausted = True
             return 0
+        self._decode_ahead(len(cands))
         results = self._measure([c.trace for c in cands])
         t3 = time.perf_counter()
         latencies = []
@@ -224,6 +225,16 @@ class TuningSession:
         self.phases["record"] += t4 - t3
         self.phases["model"] += time.perf_counter() - t4
         return len(cands)
+
+    def _decode_ahead(self, measuring: int) -> None:
+        """On a GPU the host's cores wait while a round is measured: a strategy that can
+        (tlm) writes the next round's proposals meanwhile, if another round will follow. On a
+        CPU that work would disturb the timings."""
+        if not (self.space.gpu and hasattr(self.search, "decode_ahead") and self.trials is not None):
+            return
+        left = self.trials - self.resumed - self.done - measuring
+        if left > 0:
+            self.search.decode_ahead(min(self.batch, left))
 
     def _measure(self, traces: list) -> list:
         """Build and run candidates. With `overlap`, candidate n+1 compiles (in the builder's
@@ -280,6 +291,8 @@ class TuningSession:
         )
 
     def close(self) -> None:
+        if hasattr(getattr(self, "search", None), "close"):
+            self.search.close()
         if self.own[0]:
             self.builder.close()
         if self.own[1]:
