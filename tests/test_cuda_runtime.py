@@ -9,7 +9,6 @@
 - marked `cuda` (skipped without CuPy and a GPU): tc.build(target="cuda") matches numpy.
 """
 
-import contextlib
 import sys
 import time
 import types
@@ -137,7 +136,7 @@ def make_fake_cupy(directory):
     cuda = types.SimpleNamespace(
         runtime=types.SimpleNamespace(getDeviceCount=lambda: 1, getDeviceProperties=lambda i: {"name": b"Fake H100"}),
         Device=lambda: types.SimpleNamespace(id=0, attributes=attributes, compute_capability="90"),
-        get_current_stream=contextlib.nullcontext,
+        get_current_stream=lambda: types.SimpleNamespace(synchronize=lambda: None),
         Event=Event,
         get_elapsed_time=lambda a, b: (b.t - a.t) * 1000,
     )
@@ -152,6 +151,8 @@ def make_fake_cupy(directory):
         ndarray=FakeArray,
         empty=empty,
         asarray=lambda x: np.array(x).view(FakeArray),
+        isclose=np.isclose,
+        RawKernel=lambda code, name: types.SimpleNamespace(compile=lambda: None),
     )
 
 
@@ -209,6 +210,34 @@ def test_runtime_end_to_end_on_fake_cupy(fake_cupy, name):
     times = f.time_ms(*dev, number=2, repeat=3)
     assert len(times) == 3 and all(t >= 0 for t in times)
     assert tc.build(s, target="cuda").source == f.source  # the module cache is hit
+
+
+def test_the_gpu_runner_checks_candidates_where_they_ran(fake_cupy):
+    """The measuring process compares a candidate's outputs with the expected ones on the GPU
+    (cupy.isclose: no copy back), then times it; a wrong program is an error, not a timing."""
+    from minitc.autotune import gpu_runner
+    from minitc.autotune.runner import Task
+    from minitc.autotune.space import Space
+    from minitc.backends.cuda.device import device_target
+
+    out = tc.ops.matmul(tc.placeholder((16, 24), name="A"), tc.placeholder((24, 8), name="B"))
+    target = device_target("cuda").string
+    space = Space(out, target)
+    trace = space.replay(space.default_values()).trace
+    task = Task.from_outputs(out, target)
+    compared = []
+    fake_cupy.isclose = lambda *a, **k: compared.append(type(a[0])) or np.isclose(*a, **k)
+    assert gpu_runner.gpu_runner_setup(task.inputs, task.expected, task.rtol, target)
+    status, (latencies, kernel_s) = gpu_runner.gpu_runner_run(task.outputs, task.args, trace, 3, 1.0)
+    assert status == "ok" and len(latencies) == 3 and all(ms > 0 for ms in latencies) and kernel_s > 0
+    assert compared == [FakeArray]  # device arrays, compared by the device's module
+    off = [e.copy() for e in task.expected]
+    off[0][3, 5] += 1.0
+    gpu_runner.gpu_runner_setup(task.inputs, off, task.rtol, target)
+    assert gpu_runner.gpu_runner_run(task.outputs, task.args, trace, 3, 1.0) == (
+        "error",
+        "wrong: 1 of 128 elements differ from the numpy reference",
+    )
 
 
 def test_runtime_argument_errors(fake_cupy):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from minitc.autotune.runner import BuildResult, LocalRunner, mismatch
+from minitc.autotune.runner import BuildResult, LocalRunner, mismatch, tolerances
 from minitc.autotune.worker import WorkerCrashed
 from minitc.backends import build_schedule, lower_gpu
 from minitc.errors import MinitcError
@@ -38,18 +38,20 @@ _GPU: dict = {}
 
 
 def gpu_runner_setup(inputs, expected, rtol, target: str) -> bool:
-    _GPU.update(inputs=inputs, expected=expected, rtol=rtol, target=target, device_inputs=None)
+    atols = tolerances(expected, rtol)
+    _GPU.update(inputs=inputs, expected=expected, rtol=rtol, atols=atols, target=target, device_inputs=None)
     if target_kind(target) == "cuda":
         import cupy
 
         _GPU["device_inputs"] = [cupy.asarray(a) for a in inputs]
+        _GPU["device_expected"] = [cupy.asarray(e) for e in expected]  # checked on the GPU
         cupy.RawKernel('extern "C" __global__ void minitc_warm() {}', "minitc_warm").compile()  # loads NVRTC
     return True
 
 
 def gpu_runner_run(outputs, args, trace: str, repeats: int, min_repeat_ms: float):
     """Build a candidate for the device, check it against the expected outputs, time it."""
-    target, expected, rtol = _GPU["target"], _GPU["expected"], _GPU["rtol"]
+    target, rtol, atols = _GPU["target"], _GPU["rtol"], _GPU["atols"]
     try:
         f = build_schedule(Schedule(outputs).replay(Trace.from_json(trace)), target, args=args)
     except MinitcError as e:
@@ -59,12 +61,15 @@ def gpu_runner_run(outputs, args, trace: str, repeats: int, min_repeat_ms: float
     start = time.perf_counter()
     got = f(*inputs)
     got = list(got) if isinstance(got, tuple) else [got]
-    if not simulated:
+    if simulated:
+        once = time.perf_counter() - start
+        wrong = mismatch(got, _GPU["expected"], rtol, atols)
+    else:
         import cupy
 
-        got = [cupy.asnumpy(g) for g in got]
-    once = time.perf_counter() - start
-    wrong = mismatch(got, expected, rtol)
+        cupy.cuda.get_current_stream().synchronize()  # `once` is the kernel's time, not its launch's
+        once = time.perf_counter() - start
+        wrong = mismatch(got, _GPU["device_expected"], rtol, atols, xp=cupy)
     if wrong:
         return ("error", wrong)
     if simulated:
@@ -76,11 +81,13 @@ def gpu_runner_run(outputs, args, trace: str, repeats: int, min_repeat_ms: float
 
 class GpuRunner(LocalRunner):
     """Runs built GPU candidates one at a time in a separate process (see LocalRunner). A
-    failure inside the worker (a CUDA error, a missing CuPy) is recorded as the candidate's."""
+    failure inside the worker (a CUDA error, a missing CuPy) is recorded as the candidate's.
+    Each repeat is one pair of CUDA events around back-to-back runs lasting `min_repeat_ms`:
+    the events resolve about half a microsecond, so a millisecond is plenty."""
 
     CRASHES = (WorkerCrashed, MinitcError)
 
-    def __init__(self, timeout: float = 30.0, repeats: int = 5, min_repeat_ms: float = 20.0, target: str = "cuda"):
+    def __init__(self, timeout: float = 30.0, repeats: int = 5, min_repeat_ms: float = 1.0, target: str = "cuda"):
         super().__init__(timeout, repeats, min_repeat_ms)
         self.target = target
 

@@ -181,16 +181,24 @@ def runner_setup(inputs, expected, rtol, threads, cold=()) -> bool:
 
     set_num_threads(threads)
     _RUNNER.update(inputs=inputs, expected=expected, rtol=rtol, cold=[inputs[k] for k in cold])
+    _RUNNER["atols"] = tolerances(expected, rtol)
     return True
 
 
-def mismatch(outputs, expected, rtol: float) -> str | None:
-    """Why a candidate's outputs are wrong, or None when all are close to the reference."""
-    for got, want in zip(outputs, expected):
-        atol = rtol * max(float(np.max(np.abs(want))) if want.size else 1.0, 1.0)
-        close = np.isclose(got, want, rtol=rtol, atol=atol)
-        if not close.all():
-            return f"wrong: {int((~close).sum())} of {want.size} elements differ from the numpy reference"
+def tolerances(expected, rtol: float) -> list:
+    """Each expected output's absolute tolerance: `rtol` of its largest magnitude, or of 1."""
+    return [rtol * max(float(np.max(np.abs(want))) if want.size else 1.0, 1.0) for want in expected]
+
+
+def mismatch(outputs, expected, rtol: float, atols=None, xp=np) -> str | None:
+    """Why a candidate's outputs are wrong, or None when all are close to the reference.
+    `atols`: tolerances(expected, rtol), computed once per task; `xp`: the arrays' module
+    (cupy compares on the GPU, without copying the outputs back)."""
+    atols = atols if atols is not None else tolerances(expected, rtol)
+    for got, want, atol in zip(outputs, expected, atols):
+        wrong = int((~xp.isclose(got, want, rtol=rtol, atol=atol)).sum())
+        if wrong:
+            return f"wrong: {wrong} of {want.size} elements differ from the numpy reference"
     return None
 
 
@@ -209,7 +217,7 @@ def runner_run(symbol, obj, num_params, repeats, min_repeat_ms):
     start = time.perf_counter()
     fn(*ptrs)
     once = time.perf_counter() - start
-    wrong = mismatch(outs, expected, rtol)
+    wrong = mismatch(outs, expected, rtol, _RUNNER["atols"])
     if wrong:
         return ("error", wrong)
     cold = _RUNNER.get("cold")
