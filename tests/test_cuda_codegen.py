@@ -239,4 +239,17 @@ def test_nvrtc_compiles_everything_without_warnings(programs, arch):
     status, log = nvrtc_compile(lib, source, [*OPTIONS, f"-arch={arch}", "-ftz=true"])
     assert status == 0 and "warning" not in log, log[-4000:]
     status, log = nvrtc_compile(lib, 'extern "C" __global__ void k(float* x) { x[0] = y; }', list(OPTIONS))
-    assert status != 0 and re.search(r"\((\d+)\): error", log)  # the format runtime._compile_error parses
+    assert status != 0 and re.search(r"\((\d+)\): error", log)  # the format runtime.compile_error parses
+
+
+def test_builders_compile_every_program_to_a_cubin(programs):
+    """What the tuner's builder processes do where CuPy's NVRTC is installed (no GPU needed)."""
+    from minitc.backends.cuda.nvrtc import _nvrtc, compile_cubin
+
+    if _nvrtc() is None:
+        pytest.skip("CuPy's NVRTC binding is not installed (pip install 'minitc[cuda]')")
+    for program, _, _ in programs.values():
+        assert compile_cubin(render_program(program), "sm_90")[:4] == b"\x7fELF"
+    with pytest.raises(BuildError, match=r"NVRTC failed to compile the CUDA C(.|\n)*at:\n  line 1:"):
+        compile_cubin('extern "C" __global__ void k(float* x) { x[0] = y; }', "sm_90")
+    assert compile_cubin('extern "C" __global__ void k() {}', "sm_20") is None  # an architecture it lacks

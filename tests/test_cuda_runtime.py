@@ -12,6 +12,7 @@
 import sys
 import time
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -100,7 +101,45 @@ class FakeArray(np.ndarray):
 FakeArray.__module__ = "cupy"
 
 
+FAKE_CUBIN = b"\x7fELF fake cubin\n"
+
+
+def make_fake_nvrtc(log: str = ""):
+    """CuPy's NVRTC binding, faked: a "cubin" is FAKE_CUBIN and the source; with a `log`, every
+    compile fails with it."""
+    sources: dict = {}
+
+    class NVRTCError(Exception):
+        pass
+
+    def compile_program(program, options):
+        assert "-arch=sm_90" in options and "-ftz=true" in options  # as CuPy compiles
+        if log:
+            raise NVRTCError("NVRTC_ERROR_COMPILATION (6)")
+
+    return types.SimpleNamespace(
+        NVRTCError=NVRTCError,
+        getVersion=lambda: (13, 0),
+        getSupportedArchs=lambda: [80, 90],
+        createProgram=lambda src, name, headers, names: sources.setdefault(len(sources) + 1, src) and len(sources),
+        compileProgram=compile_program,
+        getCUBIN=lambda program: FAKE_CUBIN + sources[program].encode(),
+        getProgramLog=lambda program: log,
+        destroyProgram=lambda program: None,
+    )
+
+
+def install_fake_nvrtc(monkeypatch, nvrtc) -> None:
+    libs = types.SimpleNamespace(nvrtc=nvrtc)
+    cuda = types.SimpleNamespace(libs=libs)
+    for name, module in [("", types.SimpleNamespace(cuda=cuda)), (".cuda", cuda), (".cuda.libs", libs)]:
+        monkeypatch.setitem(sys.modules, "cupy_backends" + name, module)
+    monkeypatch.setitem(sys.modules, "cupy_backends.cuda.libs.nvrtc", nvrtc)
+
+
 def make_fake_cupy(directory):
+    modules = []  # how each RawModule was made: "source" (compiled here) or "cubin" (loaded)
+
     class Event:
         def record(self, stream=None):
             self.t = time.perf_counter()
@@ -109,7 +148,12 @@ def make_fake_cupy(directory):
             pass
 
     class RawModule:
-        def __init__(self, code, options=(), backend="nvrtc"):
+        def __init__(self, code=None, options=(), backend="nvrtc", path=None):
+            if path is not None:  # a "cubin" of the fake NVRTC: the source behind a header
+                data = Path(path).read_bytes()
+                assert data.startswith(FAKE_CUBIN)
+                code = data[len(FAKE_CUBIN) :].decode()
+            modules.append("cubin" if path is not None else "source")
             self.code, self.options, self.library = code, options, None
 
         def get_function(self, name):
@@ -146,6 +190,7 @@ def make_fake_cupy(directory):
 
     return types.SimpleNamespace(
         __name__="cupy",
+        modules=modules,
         cuda=cuda,
         RawModule=RawModule,
         ndarray=FakeArray,
@@ -216,15 +261,9 @@ def test_the_gpu_runner_checks_candidates_where_they_ran(fake_cupy):
     """The measuring process compares a candidate's outputs with the expected ones on the GPU
     (cupy.isclose: no copy back), then times it; a wrong program is an error, not a timing."""
     from minitc.autotune import gpu_runner
-    from minitc.autotune.runner import Task
-    from minitc.autotune.space import Space
-    from minitc.backends.cuda.device import device_target
 
-    out = tc.ops.matmul(tc.placeholder((16, 24), name="A"), tc.placeholder((24, 8), name="B"))
-    target = device_target("cuda").string
-    space = Space(out, target)
-    trace = space.replay(space.default_values()).trace
-    task = Task.from_outputs(out, target)
+    task, trace = _matmul_candidate()
+    target = task.target
     compared = []
     fake_cupy.isclose = lambda *a, **k: compared.append(type(a[0])) or np.isclose(*a, **k)
     assert gpu_runner.gpu_runner_setup(task.inputs, task.expected, task.rtol, target)
@@ -238,6 +277,50 @@ def test_the_gpu_runner_checks_candidates_where_they_ran(fake_cupy):
         "error",
         "wrong: 1 of 128 elements differ from the numpy reference",
     )
+
+
+def _matmul_candidate():
+    from minitc.autotune.runner import Task
+    from minitc.autotune.space import Space
+    from minitc.backends.cuda.device import device_target
+
+    out = tc.ops.matmul(tc.placeholder((16, 24), name="A"), tc.placeholder((24, 8), name="B"))
+    target = device_target("cuda").string
+    space = Space(out, target)
+    return Task.from_outputs(out, target), space.replay(space.default_values()).trace
+
+
+def test_builders_compile_cubins_the_runner_only_loads(fake_cupy, monkeypatch):
+    """With NVRTC installed, a builder process compiles the candidate (in parallel with the
+    others, while the GPU measures); the measuring process loads the cubin and never compiles."""
+    from minitc.autotune import gpu_runner
+    from minitc.autotune.runner import build_candidate
+
+    install_fake_nvrtc(monkeypatch, make_fake_nvrtc())
+    task, trace = _matmul_candidate()
+    built = build_candidate(task.outputs, task.args, task.target, trace, task.key)
+    assert built.error is None and built.object_code.startswith(FAKE_CUBIN)
+    gpu_runner.gpu_runner_setup(task.inputs, task.expected, task.rtol, task.target)
+    status, _ = gpu_runner.gpu_runner_run(task.outputs, task.args, trace, 3, 1.0, built.symbol, built.object_code)
+    assert status == "ok" and fake_cupy.modules == ["cubin"]
+    rejected = make_fake_nvrtc(log='minitc.cu(3): error: expected a ";"')
+    install_fake_nvrtc(monkeypatch, rejected)  # a program NVRTC rejects: the candidate's build error
+    built = build_candidate(task.outputs, task.args, task.target, trace, task.key)
+    assert built.object_code is None and built.error.startswith("build: BuildError: NVRTC failed to compile")
+    assert 'error: expected a ";"' in built.error and "at:\n  line 3:" in built.error
+
+
+def test_without_nvrtc_the_runner_compiles_the_source(fake_cupy, monkeypatch):
+    from minitc.autotune import gpu_runner
+    from minitc.autotune.runner import build_candidate
+
+    monkeypatch.setitem(sys.modules, "cupy_backends", None)  # import fails
+    task, trace = _matmul_candidate()
+    built = build_candidate(task.outputs, task.args, task.target, trace, task.key)
+    assert built.error is None and built.object_code is None and built.symbol == "gpu"
+    gpu_runner.gpu_runner_setup(task.inputs, task.expected, task.rtol, task.target)
+    status, _ = gpu_runner.gpu_runner_run(task.outputs, task.args, trace, 3, 1.0, built.symbol, built.object_code)
+    assert status == "ok" and fake_cupy.modules == ["source"]
 
 
 def test_runtime_argument_errors(fake_cupy):
@@ -262,11 +345,11 @@ def test_runtime_argument_errors(fake_cupy):
         f(x, out=[x, x])
 
 
-def test_compile_errors_quote_the_failing_line():
-    from minitc.backends.cuda.runtime import _compile_error
+def testcompile_errors_quote_the_failing_line():
+    from minitc.backends.cuda.runtime import compile_error
 
     source = "line one\nline two\n    y[i] = x[j];\n"
-    err = _compile_error(Exception('kern.cu(3): error: identifier "j" is undefined'), source, None)
+    err = compile_error(Exception('kern.cu(3): error: identifier "j" is undefined'), source, None)
     assert isinstance(err, BuildError)
     assert 'identifier "j" is undefined' in str(err) and "line 3: y[i] = x[j];" in str(err)
 

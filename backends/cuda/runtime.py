@@ -42,7 +42,7 @@ def build_program(program: GpuProgram, target=None) -> "GpuFunction":
         try:
             kernel = module.get_function(name)  # compiles the module on first use
         except Exception as e:
-            raise _compile_error(e, source, program) from None
+            raise compile_error(e, source, program) from None
         limit = getattr(kernel, "max_threads_per_block", None)
         if isinstance(limit, int) and 0 < limit < launch.threads_per_block:
             raise BuildError(
@@ -53,19 +53,37 @@ def build_program(program: GpuProgram, target=None) -> "GpuFunction":
     return GpuFunction(program, source, kernels, target, device)
 
 
+def module_key(source: str) -> str:
+    return hashlib.sha256((source + "\0" + " ".join(OPTIONS)).encode()).hexdigest()
+
+
+def preload_module(key: str, cubin_path: str, kernel: str) -> bool:
+    """Use the cubin at `cubin_path` (nvrtc.compile_cubin of a source whose module_key is
+    `key`) when that source is next built here, instead of compiling it; False (and nothing
+    kept) if CuPy cannot load it or it lacks `kernel`."""
+    cupy = import_cupy()
+    module = cupy.RawModule(path=cubin_path)
+    try:
+        module.get_function(kernel)  # loads the file now: it may be deleted afterwards
+    except Exception:  # noqa: BLE001  (a cubin this driver cannot load: the source compiles as before)
+        return False
+    _MODULES[key] = module
+    return True
+
+
 def _module(cupy, source: str):
-    key = hashlib.sha256((source + "\0" + " ".join(OPTIONS)).encode()).hexdigest()
+    key = module_key(source)
     module = _MODULES.get(key)
     if module is None:
         try:
             module = cupy.RawModule(code=source, options=OPTIONS, backend="nvrtc")
         except Exception as e:  # older CuPy versions compile eagerly
-            raise _compile_error(e, source, None) from None
+            raise compile_error(e, source, None) from None
         _MODULES[key] = module
     return module
 
 
-def _compile_error(e: Exception, source: str, program) -> BuildError:
+def compile_error(e: Exception, source: str, program) -> BuildError:
     """A BuildError with the NVRTC log and the source lines it points at."""
     log = str(e).strip()
     lines = source.splitlines()

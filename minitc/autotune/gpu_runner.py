@@ -1,6 +1,7 @@
-"""Measuring GPU candidates: the builder lowers and renders them (no GPU needed), the runner
-compiles them with NVRTC and times them with CUDA events in its own process, so a kernel that
-crashes or hangs takes down only that process.
+"""Measuring GPU candidates: the builder lowers and renders them and, where NVRTC is installed,
+compiles them to a cubin (no GPU needed; the builders compile in parallel while the GPU
+measures); the runner loads them (or compiles the source itself), checks and times them with
+CUDA events in its own process, so a kernel that crashes or hangs takes down only that process.
 
 With target `cuda-sim` the runner executes candidates in the numpy simulator instead: the
 "timings" are then the simulator's wall time and mean nothing about a GPU, but the whole
@@ -9,6 +10,9 @@ tuning pipeline (space, build, check, records) runs on a machine without one, as
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 import time
 
 from minitc.autotune.runner import BuildResult, LocalRunner, mismatch, tolerances
@@ -20,16 +24,23 @@ from minitc.target import target_kind
 
 
 def build_gpu_candidate(outputs, args, target: str, trace: str) -> BuildResult:
-    """Replay a trace, lower it for the GPU and render its CUDA C (in a builder process)."""
+    """Replay a trace, lower it for the GPU, render its CUDA C and compile that to a cubin (in a
+    builder process). The result's symbol names the module (module_key) and its first kernel."""
     start = time.perf_counter()
     s = Schedule(outputs).replay(Trace.from_json(trace))
     program = lower_gpu(s, target, args=args)
-    source = b""
+    symbol, cubin = "gpu", None
     if target_kind(target) == "cuda":
-        from minitc.backends.cuda.codegen import render_program
+        from minitc.backends.cuda.codegen import render_program, sanitize
+        from minitc.backends.cuda.nvrtc import compile_cubin
+        from minitc.backends.cuda.runtime import module_key
+        from minitc.target.gpu import parse_cuda_target
 
-        source = render_program(program).encode()
-    return BuildResult(trace, "gpu", source, len(program.buffers), None, time.perf_counter() - start)
+        source = render_program(program)
+        cubin = compile_cubin(source, parse_cuda_target(target).arch)
+        if cubin is not None:
+            symbol = json.dumps([module_key(source), sanitize(program.launches[0].name)])
+    return BuildResult(trace, symbol, cubin, len(program.buffers), None, time.perf_counter() - start)
 
 
 # -- in the runner process -------------------------------------------------------------------
@@ -49,9 +60,12 @@ def gpu_runner_setup(inputs, expected, rtol, target: str) -> bool:
     return True
 
 
-def gpu_runner_run(outputs, args, trace: str, repeats: int, min_repeat_ms: float):
-    """Build a candidate for the device, check it against the expected outputs, time it."""
+def gpu_runner_run(outputs, args, trace: str, repeats: int, min_repeat_ms: float, symbol="gpu", cubin=None):
+    """Build a candidate for the device (loading the builder's cubin if it made one), check it
+    against the expected outputs, time it."""
     target, rtol, atols = _GPU["target"], _GPU["rtol"], _GPU["atols"]
+    if cubin:
+        _preload(symbol, cubin)
     try:
         f = build_schedule(Schedule(outputs).replay(Trace.from_json(trace)), target, args=args)
     except MinitcError as e:
@@ -77,6 +91,19 @@ def gpu_runner_run(outputs, args, trace: str, repeats: int, min_repeat_ms: float
     number = max(1, int(min_repeat_ms / 1e3 / max(once, 1e-6)))
     latencies = tuple(f.time_ms(*inputs, number=number, repeat=repeats))
     return ("ok", (latencies, once + sum(latencies) * number / 1e3))
+
+
+def _preload(symbol: str, cubin: bytes) -> None:
+    from minitc.backends.cuda.runtime import preload_module
+
+    key, kernel = json.loads(symbol)
+    fd, path = tempfile.mkstemp(suffix=".cubin", prefix="minitc-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(cubin)
+        preload_module(key, path, kernel)
+    finally:
+        os.unlink(path)
 
 
 class GpuRunner(LocalRunner):
@@ -116,5 +143,7 @@ class GpuRunner(LocalRunner):
             b.trace,
             self.repeats,
             self.min_repeat_ms,
+            b.symbol,
+            b.object_code,
             timeout=self.timeout,
         )

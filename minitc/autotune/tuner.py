@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -136,7 +137,7 @@ class TuningSession:
         runner=None,
         progress=None,
         trials=None,
-        overlap=False,
+        overlap=None,
         lm=None,
         learn=False,
         template_first=True,
@@ -157,7 +158,7 @@ class TuningSession:
         if builder is None and hasattr(runner, "build") and hasattr(runner, "build_one"):
             builder = runner  # a runner that builds on its own nodes (RayRunner): no local build
         self.own = (builder is None, runner is None)
-        self.builder = builder or LocalBuilder(workers=2)
+        self.builder = builder or LocalBuilder(workers=builder_workers(self.space.gpu))
         self.runner = make_runner(runner or "local", self.target)
         # the session's own processes start (and a GPU's context with them) while the strategy
         # loads its models and makes its first proposals; shared ones (tune_tasks) are set up
@@ -171,7 +172,8 @@ class TuningSession:
         except BaseException:  # no process outlives a session that could not start
             self.close()
             raise
-        self.batch, self.progress, self.trials, self.overlap = batch, progress, trials, overlap
+        self.batch, self.progress, self.trials = batch, progress, trials
+        self.overlap = self.space.gpu if overlap is None else overlap  # a GPU's timings ignore the host's load
         self.best, self.history, self.errors, self.done, self.kernel_s = math.inf, [], 0, 0, 0.0
         self.times: list = []
         self.exhausted = False
@@ -237,8 +239,8 @@ class TuningSession:
             self.search.decode_ahead(min(self.batch, left))
 
     def _measure(self, traces: list) -> list:
-        """Build and run candidates. With `overlap`, candidate n+1 compiles (in the builder's
-        worker) while candidate n is measured; the final best is re-measured on a quiet machine."""
+        """Build and run candidates. With `overlap`, the next candidates compile (in the
+        builder's workers) while one is measured; the final best is re-measured on a quiet machine."""
         if not self.overlap:
             t = time.perf_counter()
             built = self.builder.build(self.task, traces)
@@ -312,7 +314,7 @@ def tune(
     builder=None,
     runner=None,
     progress=None,
-    overlap: bool = False,
+    overlap: bool | None = None,
     lm=None,
     learn: bool = False,
     template_first: bool = True,
@@ -322,8 +324,9 @@ def tune(
     measured candidates. `db` is a path or Database (default: the user's records database,
     see database.py). `progress(done, total, errors, best_ms)` is called after each trial.
     A batch is compiled by parallel builder workers, then measured on the idle machine; with
-    `overlap`, compiling goes on while measuring (faster, but on a small machine the compiles
-    disturb the timings the search learns from; the final best is re-measured alone either way).
+    `overlap`, compiling goes on while measuring (faster, but on a CPU the compiles disturb the
+    timings the search learns from; the final best is re-measured alone either way). By
+    default it is on for GPU targets only, whose kernels the host's load does not slow.
     `template_first` measures the hand template before anything else (so tuning never ends
     slower than `tc.build`); evaluations of the search itself turn it off. `lm` and `learn`
     configure the tlm strategy (a checkpoint path; fine-tune on this run and keep the model).
@@ -359,6 +362,13 @@ def tune(
         session.close()
         raise
     return session.finish()
+
+
+def builder_workers(gpu: bool) -> int:
+    """Builder processes of a session: two on a CPU (their compiles wait while a batch is
+    measured); on a GPU machine up to half its cores, up to 8 (NVRTC compiles a candidate in
+    0.1-1.4 s, as long as several take to measure)."""
+    return max(2, min(8, (os.cpu_count() or 2) // 2)) if gpu else 2
 
 
 def remeasure_best(database, key, space, hw, task, runner, builder=None, k: int = 5, rounds: int = 3):
