@@ -50,8 +50,9 @@ from minitc.autotune.registry import make_runner
 from minitc.autotune.runner import Task
 from minitc.autotune.space import Space
 from minitc.autotune.tuner import decode_trace, tune
+from minitc.benchmarks.programs import kernels_ms, template_kernel_ms, template_trace
 from minitc.benchmarks.tlm_report import _at, _matched
-from minitc.benchmarks.tuning import cost_model_for, kernels_ms, template_kernel_ms, template_trace
+from minitc.benchmarks.tuning import cost_model_for
 from minitc.lm.training_set import HELD_OUT
 from minitc.target import is_gpu
 

@@ -42,19 +42,19 @@ import tempfile
 import numpy as np
 
 import minitc as tc
-from minitc.autotune.runner import LocalBuilder, LocalRunner, Task
-from minitc.autotune.space import Space
-from minitc.autotune.tuner import decode_trace, recorded_trials, tune
+from minitc.autotune.runner import LocalBuilder, LocalRunner
+from minitc.autotune.tuner import recorded_trials, tune
+from minitc.benchmarks.programs import is_template, template_kernel_ms
 from minitc.benchmarks.progress import TuneProgress
-from minitc.benchmarks.runner import _r, _short, _sig, mismatch
+from minitc.benchmarks.runner import _short, _sig, mismatch
 from minitc.benchmarks.suites import CPU_CORE, SMOKE, Workload
 from minitc.benchmarks.timing import BackgroundLoad, measure, thread_limit, torch_module, wait_for_quiet
+from minitc.benchmarks.tuning_report import record, summary
 
 TUNE_SUITES = {
     "cpu-tune": CPU_CORE,
     "smoke-tune": [w for w in SMOKE if w.name in ("matmul-64", "softmax-small", "dense-small")],
 }
-LIBRARIES = ("numpy", "torch")
 
 
 class RandomScores:
@@ -175,61 +175,6 @@ def tune_one(
     return info
 
 
-def template_trace(out, target="llvm"):
-    """The trace of the hand template's program with its default parameters (what `tc.build`
-    runs); None without a template."""
-    try:
-        space = Space(out, target)
-        return space.replay(space.default_values()).trace
-    except Exception:  # noqa: BLE001 - no template for this computation
-        return None
-
-
-def is_template(out, trace_text, target="llvm") -> bool:
-    """Whether a record's trace (tuner.encode_trace) replays the hand template's default program."""
-    template = template_trace(out, target)
-    if template is None or not trace_text:
-        return False
-    return decode_trace(trace_text)[1].to_json() == decode_trace(template)[1].to_json()
-
-
-def template_kernel_ms(out, target="llvm", builder=None, runner=None):
-    """The hand template's latency measured the way the tuner measures candidates (bare kernel
-    in the runner process), so it compares with `best_ms` and the history; None without a
-    template or when it fails."""
-    trace = template_trace(out, target)
-    if trace is None:
-        return None
-    return kernels_ms(out, {"template": trace}, target, rounds=1, builder=builder, runner=runner)["template"]
-
-
-def kernels_ms(out, traces: dict, target="llvm", rounds: int = 5, builder=None, runner=None) -> dict:
-    """{name: median ms} of the programs `traces` ({name: trace}), timed the way the tuner times
-    candidates, side by side: `rounds` rounds over all of them, in a rotated order each round,
-    and each program's median over all rounds' samples (None where it fails). What a search's
-    history shows is each program's first measurement, and the best of many noisy
-    measurements is optimistic by its noise; this times the winners again on equal terms."""
-    space = Space(out, target)
-    task = Task.from_outputs(space.outputs, space.target.string)
-    names = list(traces)
-    own_builder, own_runner = builder is None, runner is None
-    builder, runner = builder or LocalBuilder(workers=1), runner or LocalRunner(repeats=10)
-    samples: dict = {name: [] for name in names}
-    try:
-        built = dict(zip(names, builder.build(task, [traces[n] for n in names])))
-        for r in range(rounds):
-            order = names[r % len(names) :] + names[: r % len(names)] if names else []
-            for name, res in zip(order, runner.run(task, [built[n] for n in order])):
-                if res.error is None and res.latencies_ms:
-                    samples[name] += list(res.latencies_ms)
-    finally:
-        if own_builder:
-            builder.close()
-        if own_runner:
-            runner.close()
-    return {name: float(np.median(v)) if v else None for name, v in samples.items()}
-
-
 def compare(w: Workload, out, tuned: dict, threads: int, target="llvm", repeats=10, budget_s=2.0, seed=0) -> tuple:
     """Check and time the tuned kernels ({label: tc.Function}), the template, numpy and torch,
     interleaved, with `threads` threads; returns ({impl: Timing}, {impl: error}, notes, load)."""
@@ -273,72 +218,6 @@ def compare(w: Workload, out, tuned: dict, threads: int, target="llvm", repeats=
     return timings, errors, notes, load.cpus
 
 
-def record(
-    w: Workload,
-    strategy: str,
-    trials: int,
-    info: dict,
-    timings: dict,
-    errors: dict,
-    notes: list,
-    threads: int,
-    background_cpus=None,
-    suite=None,
-    machine=None,
-) -> dict:
-    """One JSON row (see the module docstring): a workload tuned by one strategy."""
-    r = info["result"]
-    same = bool(info.get("same_as_template"))
-    tuned_key = "default" if same else f"tuned:{strategy}"  # one program, one measurement
-    ms = {
-        impl: timings[key].median * 1e3 if key in timings else None
-        for impl, key in (("tuned", tuned_key), ("default", "default"), ("numpy", "numpy"), ("torch", "torch"))
-    }
-    libs = {lib: ms[lib] for lib in LIBRARIES if ms[lib] is not None}
-    best = min(libs, key=libs.get) if libs else None
-    rate = w.work / (ms["tuned"] * 1e-3) / 1e9 if ms["tuned"] else None
-    peak = machine.peak(w.kind, threads) if machine is not None else None
-    error = info["error"] or errors.get(tuned_key)
-    spread = {
-        impl: _r(100 * timings[key].spread, 1)
-        for impl, key in (("tuned", tuned_key), ("default", "default"), ("numpy", "numpy"), ("torch", "torch"))
-        if key in timings
-    }
-    return {
-        "suite": suite,
-        "workload": w.name,
-        "description": w.description,
-        "kind": w.kind,
-        "threads": threads,
-        "strategy": strategy,
-        "cost_model": info["cost_model"],
-        "trials_requested": trials,
-        "trials": r.trials if r else 0,
-        "trials_resumed": r.resumed if r else 0,
-        "errors": r.errors if r else 0,
-        "best_ms": _sig(r.best_ms, 5) if r else None,
-        **{f"{impl}_ms": _sig(v, 5) for impl, v in ms.items()},
-        "best_library": best,
-        "ratio": _sig(libs[best] / ms["tuned"], 4) if best and ms["tuned"] else None,
-        "default_ratio": _sig(libs[best] / ms["default"], 4) if best and ms["default"] else None,
-        "speedup_vs_default": _sig(ms["default"] / ms["tuned"], 4) if ms["default"] and ms["tuned"] else None,
-        "same_as_template": same,
-        ("gflops" if w.kind == "compute" else "gbps"): _sig(rate, 4),
-        "peak_pct": _r(100 * rate / peak, 1) if rate and peak else None,
-        ("flops" if w.kind == "compute" else "bytes"): int(w.work),
-        "seconds": _r(r.seconds, 2) if r else None,
-        "overhead_s_per_trial": _r(r.overhead_s_per_trial, 3) if r else None,
-        "history": [_sig(h, 5) for h in r.history] if r else [],
-        "workload_key": r.workload if r else None,
-        "best_trace": r.best_trace if r else None,
-        "spread_pct": spread,
-        "background_cpus": _r(background_cpus, 2),
-        "error": error,
-        "notes": list(notes) + ([f"template: {errors['default']}"] if "default" in errors else []),
-        "db": info["db"],
-    }
-
-
 def tune_workload(
     w: Workload,
     strategies,
@@ -371,7 +250,6 @@ def tune_workload(
     (tune_one's `strict` stops at a failure of `tune`). `template_kernel` also times the template the way the
     tuner times candidates (`default_kernel_ms`). A strategy whose best program is the
     template's own is timed once, as the template (`same_as_template`)."""
-    from minitc.autotune.runner import LocalBuilder, LocalRunner
 
     say = say or (lambda msg: None)
     out = tensors_of(w)
@@ -470,7 +348,6 @@ def run_tune_suite(
     wait_quiet_s=0.0,
 ) -> list:
     """Records of every workload x thread count x strategy; `context` is attached to each."""
-    from minitc.autotune.runner import LocalBuilder, LocalRunner
 
     records = []
     builder = LocalBuilder(workers=1)  # shared by all runs: worker processes start once
@@ -516,13 +393,3 @@ def run_tune_suite(
     finally:
         builder.close()
     return records
-
-
-def summary(rec: dict) -> str:
-    parts = [
-        f"{impl} {rec[impl + '_ms']:.4g} ms"
-        for impl in ("tuned", "default", "numpy", "torch")
-        if rec.get(impl + "_ms") is not None
-    ]
-    tail = f"  ERROR {rec['error']}" if rec.get("error") else ""
-    return f"{rec['workload']} [{rec['threads']}T] {rec['strategy']}: " + ", ".join(parts) + tail

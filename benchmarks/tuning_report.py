@@ -1,12 +1,16 @@
-"""The tuning suites' presentation: the table `python -m minitc.benchmarks --suite cpu-tune`
-prints, the rate of one implementation, and the tuning-curve plot (best-so-far latency after
-each trial)."""
+"""The tuning suites' presentation: one JSON row per workload and strategy (its fields are in
+tuning.py's docstring), the table `python -m minitc.benchmarks --suite cpu-tune` prints, the
+rate of one implementation, and the tuning-curve plot (best-so-far latency after each trial)."""
 
 from __future__ import annotations
 
 import math
 
 from minitc.benchmarks import report
+from minitc.benchmarks.runner import _r, _sig
+from minitc.benchmarks.suites import Workload
+
+LIBRARIES = ("numpy", "torch")
 
 
 def impl_rate(rec: dict, impl: str):
@@ -134,3 +138,79 @@ def plot_curves(records: list, path: str, title: str | None = None) -> None:
     fig.tight_layout(rect=(0, 0.06 if rows == 1 else 0.03, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def record(
+    w: Workload,
+    strategy: str,
+    trials: int,
+    info: dict,
+    timings: dict,
+    errors: dict,
+    notes: list,
+    threads: int,
+    background_cpus=None,
+    suite=None,
+    machine=None,
+) -> dict:
+    """One JSON row (see the module docstring): a workload tuned by one strategy."""
+    r = info["result"]
+    same = bool(info.get("same_as_template"))
+    tuned_key = "default" if same else f"tuned:{strategy}"  # one program, one measurement
+    ms = {
+        impl: timings[key].median * 1e3 if key in timings else None
+        for impl, key in (("tuned", tuned_key), ("default", "default"), ("numpy", "numpy"), ("torch", "torch"))
+    }
+    libs = {lib: ms[lib] for lib in LIBRARIES if ms[lib] is not None}
+    best = min(libs, key=libs.get) if libs else None
+    rate = w.work / (ms["tuned"] * 1e-3) / 1e9 if ms["tuned"] else None
+    peak = machine.peak(w.kind, threads) if machine is not None else None
+    error = info["error"] or errors.get(tuned_key)
+    spread = {
+        impl: _r(100 * timings[key].spread, 1)
+        for impl, key in (("tuned", tuned_key), ("default", "default"), ("numpy", "numpy"), ("torch", "torch"))
+        if key in timings
+    }
+    return {
+        "suite": suite,
+        "workload": w.name,
+        "description": w.description,
+        "kind": w.kind,
+        "threads": threads,
+        "strategy": strategy,
+        "cost_model": info["cost_model"],
+        "trials_requested": trials,
+        "trials": r.trials if r else 0,
+        "trials_resumed": r.resumed if r else 0,
+        "errors": r.errors if r else 0,
+        "best_ms": _sig(r.best_ms, 5) if r else None,
+        **{f"{impl}_ms": _sig(v, 5) for impl, v in ms.items()},
+        "best_library": best,
+        "ratio": _sig(libs[best] / ms["tuned"], 4) if best and ms["tuned"] else None,
+        "default_ratio": _sig(libs[best] / ms["default"], 4) if best and ms["default"] else None,
+        "speedup_vs_default": _sig(ms["default"] / ms["tuned"], 4) if ms["default"] and ms["tuned"] else None,
+        "same_as_template": same,
+        ("gflops" if w.kind == "compute" else "gbps"): _sig(rate, 4),
+        "peak_pct": _r(100 * rate / peak, 1) if rate and peak else None,
+        ("flops" if w.kind == "compute" else "bytes"): int(w.work),
+        "seconds": _r(r.seconds, 2) if r else None,
+        "overhead_s_per_trial": _r(r.overhead_s_per_trial, 3) if r else None,
+        "history": [_sig(h, 5) for h in r.history] if r else [],
+        "workload_key": r.workload if r else None,
+        "best_trace": r.best_trace if r else None,
+        "spread_pct": spread,
+        "background_cpus": _r(background_cpus, 2),
+        "error": error,
+        "notes": list(notes) + ([f"template: {errors['default']}"] if "default" in errors else []),
+        "db": info["db"],
+    }
+
+
+def summary(rec: dict) -> str:
+    parts = [
+        f"{impl} {rec[impl + '_ms']:.4g} ms"
+        for impl in ("tuned", "default", "numpy", "torch")
+        if rec.get(impl + "_ms") is not None
+    ]
+    tail = f"  ERROR {rec['error']}" if rec.get("error") else ""
+    return f"{rec['workload']} [{rec['threads']}T] {rec['strategy']}: " + ", ".join(parts) + tail
