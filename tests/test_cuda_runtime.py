@@ -310,6 +310,26 @@ def test_builders_compile_cubins_the_runner_only_loads(fake_cupy, monkeypatch):
     assert 'error: expected a ";"' in built.error and "at:\n  line 3:" in built.error
 
 
+def test_a_builders_processes_share_their_cubins(monkeypatch, tmp_path):
+    """The final re-measurement builds the best programs again, maybe on other processes of the
+    builder: they read what one of them compiled from the builder's folder (removed on close)."""
+    from minitc.autotune.runner import LocalBuilder
+    from minitc.backends.cuda.nvrtc import CACHE_ENV, compile_cubin
+
+    nvrtc, compiled = make_fake_nvrtc(), []
+    compile_program = nvrtc.compileProgram
+    nvrtc.compileProgram = lambda program, options: compiled.append(program) or compile_program(program, options)
+    install_fake_nvrtc(monkeypatch, nvrtc)
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    first, again, other = (compile_cubin(src, "sm_90") for src in ("void a() {}", "void a() {}", "void b() {}"))
+    assert first == again != other and len(compiled) == 2 and len(list(tmp_path.glob("*.cubin"))) == 2
+    builder = LocalBuilder(workers=2)
+    folder = Path(builder._cache)
+    assert folder.is_dir() and all(w.env == {CACHE_ENV: str(folder)} for w in builder._workers)
+    builder.close()
+    assert not folder.exists()
+
+
 def test_without_nvrtc_the_runner_compiles_the_source(fake_cupy, monkeypatch):
     from minitc.autotune import gpu_runner
     from minitc.autotune.runner import build_candidate

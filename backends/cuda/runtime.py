@@ -57,6 +57,10 @@ def module_key(source: str) -> str:
     return hashlib.sha256((source + "\0" + " ".join(OPTIONS)).encode()).hexdigest()
 
 
+def has_module(key: str) -> bool:
+    return key in _MODULES
+
+
 def preload_module(key: str, cubin_path: str, kernel: str) -> bool:
     """Use the cubin at `cubin_path` (nvrtc.compile_cubin of a source whose module_key is
     `key`) when that source is next built here, instead of compiling it; False (and nothing

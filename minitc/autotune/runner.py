@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import queue
+import shutil
+import tempfile
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +27,7 @@ import numpy as np
 from minitc.autotune.worker import Worker, WorkerCrashed, WorkerTimeout
 from minitc.autotune.workload_key import workload_key
 from minitc.backends import lower_schedule
+from minitc.backends.cuda.nvrtc import CACHE_ENV
 from minitc.backends.llvm.aot import compile_object, load_object
 from minitc.backends.llvm.runtime import get_num_threads, set_num_threads
 from minitc.errors import MinitcError, ScheduleError
@@ -127,7 +130,8 @@ class LocalBuilder:
     def __init__(self, workers: int = 1, timeout: float = 60.0):
         self.timeout = timeout
         self.workers = max(1, workers)
-        self._workers = [Worker() for _ in range(self.workers)]
+        self._cache = tempfile.mkdtemp(prefix="minitc-build-")  # the processes' shared cubins
+        self._workers = [Worker({CACHE_ENV: self._cache}) for _ in range(self.workers)]
         self._threads = ThreadPoolExecutor(self.workers)
         self._idle = queue.Queue()
         for w in self._workers:
@@ -168,6 +172,7 @@ class LocalBuilder:
         for w in self._workers:
             w.close()
         self._threads.shutdown(wait=False)
+        shutil.rmtree(self._cache, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------
