@@ -366,8 +366,8 @@ def tune(
 
 def builder_workers(gpu: bool) -> int:
     """Builder processes of a session: two on a CPU (their compiles wait while a batch is
-    measured); on a GPU machine up to half its cores, up to 8 (NVRTC compiles a candidate in
-    0.1-1.4 s, as long as several take to measure)."""
+    measured); on a GPU machine half its cores, up to 8: NVRTC takes 0.1-1.4 s a candidate,
+    many times what measuring it takes."""
     return max(2, min(8, (os.cpu_count() or 2) // 2)) if gpu else 2
 
 
