@@ -330,6 +330,41 @@ def test_a_builders_processes_share_their_cubins(monkeypatch, tmp_path):
     assert not folder.exists()
 
 
+RENDER_KEYS = """
+import numpy as np
+import minitc as tc
+from minitc.autotune.space import Space
+from minitc.backends.cuda.codegen import render_program
+from minitc.backends.cuda.runtime import module_key
+from minitc.driver import lower_gpu
+X, W, G = tc.placeholder((24, 40), name="X"), tc.placeholder((32, 40), name="W"), tc.placeholder((40,), name="G")
+for out in (tc.ops.dense(X, W, activation="gelu"), tc.ops.softmax(X), tc.ops.layer_norm(X, G, G)):
+    space = Space(out, "cuda -arch=sm_90")
+    rng = np.random.default_rng(0)
+    for c in [space.replay(space.default_values())] + [space.sample(rng) for _ in range(2)]:
+        print(module_key(render_program(lower_gpu(c.schedule, "cuda -arch=sm_90"))))
+"""
+
+
+def test_the_runner_renders_the_source_the_builder_compiled():
+    """The runner finds a builder's cubin by the hash of the CUDA C both render in their own
+    processes: the rendering must not depend on a process's string hashing (set order)."""
+    import os
+    import subprocess
+
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", RENDER_KEYS],
+            env=dict(os.environ, PYTHONHASHSEED=str(seed)),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in (1, 2)
+    ]
+    assert runs[0] == runs[1] and len(runs[0].split()) == 9
+
+
 def test_without_nvrtc_the_runner_compiles_the_source(fake_cupy, monkeypatch):
     from minitc.autotune import gpu_runner
     from minitc.autotune.runner import build_candidate
@@ -441,8 +476,10 @@ def test_a_builders_cubin_runs_on_the_gpu():
     if built.object_code is None:
         pytest.skip("CuPy's NVRTC binding is not importable here")
     gpu_runner.gpu_runner_setup(task.inputs, task.expected, task.rtol, task.target)
+    before = set(runtime._MODULES)
     status, (latencies, _) = gpu_runner.gpu_runner_run(
         task.outputs, task.args, trace, 3, 1.0, built.symbol, built.object_code
     )
     assert status == "ok" and all(ms > 0 for ms in latencies)
-    assert runtime._MODULES[json.loads(built.symbol)[0]].file_path  # loaded from the cubin
+    key = json.loads(built.symbol)[0]
+    assert set(runtime._MODULES) - before == {key} and runtime._MODULES[key].file_path  # loaded, not compiled
