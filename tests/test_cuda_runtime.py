@@ -320,12 +320,14 @@ def test_a_builders_processes_share_their_cubins(monkeypatch, tmp_path):
     compile_program = nvrtc.compileProgram
     nvrtc.compileProgram = lambda program, options: compiled.append(program) or compile_program(program, options)
     install_fake_nvrtc(monkeypatch, nvrtc)
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cubins"))
     first, again, other = (compile_cubin(src, "sm_90") for src in ("void a() {}", "void a() {}", "void b() {}"))
-    assert first == again != other and len(compiled) == 2 and len(list(tmp_path.glob("*.cubin"))) == 2
+    assert first == again != other and len(compiled) == 2 and len(list(tmp_path.glob("cubins/*.cubin"))) == 2
     builder = LocalBuilder(workers=2)
     folder = Path(builder._cache)
-    assert folder.is_dir() and all(w.env == {CACHE_ENV: str(folder)} for w in builder._workers)
+    assert all(w.env == {CACHE_ENV: str(folder)} for w in builder._workers)
+    assert not folder.exists()  # made by the first cubin: a CPU builder leaves nothing behind
+    folder.mkdir()
     builder.close()
     assert not folder.exists()
 

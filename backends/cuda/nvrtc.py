@@ -56,6 +56,7 @@ def compile_cubin(source: str, arch: str, options: tuple = ()) -> bytes | None:
     finally:
         nvrtc.destroyProgram(program)
     if cached is not None:
+        cached.parent.mkdir(exist_ok=True)
         partial = cached.with_suffix(f".{os.getpid()}")
         partial.write_bytes(cubin)
         partial.replace(cached)  # whole or absent, for the other processes

@@ -14,7 +14,9 @@ picklable data, so they can later be spread over a cluster (e.g. Ray actors) unc
 from __future__ import annotations
 
 import hashlib
+import os
 import queue
+import secrets
 import shutil
 import tempfile
 import time
@@ -130,7 +132,8 @@ class LocalBuilder:
     def __init__(self, workers: int = 1, timeout: float = 60.0):
         self.timeout = timeout
         self.workers = max(1, workers)
-        self._cache = tempfile.mkdtemp(prefix="minitc-build-")  # the processes' shared cubins
+        # the processes' shared cubins (GPU targets): made by the first that writes one
+        self._cache = os.path.join(tempfile.gettempdir(), f"minitc-build-{secrets.token_hex(8)}")
         self._workers = [Worker({CACHE_ENV: self._cache}) for _ in range(self.workers)]
         self._threads = ThreadPoolExecutor(self.workers)
         self._idle = queue.Queue()
