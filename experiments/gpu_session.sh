@@ -61,7 +61,7 @@ step() {  # step SECONDS NAME COMMAND...: run with a time limit, log to $R/NAME.
     tar czf "$OUT/results.tgz" -C "$(dirname "$R")" r
 }
 TESTS=${TESTS:-tests/test_gpu_reductions.py tests/test_gpu_gemm.py tests/test_cuda_runtime.py tests/test_gpu_conv.py \
-    tests/test_gpu_winograd.py tests/test_gpu_lowering.py}
+    tests/test_gpu_winograd.py tests/test_gpu_lowering.py tests/test_gpu_runner.py}
 # shellcheck disable=SC2086  # TESTS is a list of files
 want tests && step 90 tests python3 -m pytest -q -m cuda $TESTS
 want gemm-probe && step 90 gemm-probe python3 experiments/gpu_gemm_probe.py

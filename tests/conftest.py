@@ -10,6 +10,14 @@ def update_golden(request):
     return request.config.getoption("--update-golden")
 
 
+@pytest.fixture
+def fake_cupy(monkeypatch, tmp_path):
+    """A fake CuPy in sys.modules whose kernels run on the host (fake_cupy.py)."""
+    from fake_cupy import install_fake_cupy
+
+    return install_fake_cupy(monkeypatch, tmp_path)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _private_records_db(tmp_path_factory):
     """Tests never read or write the user's tuning records."""
