@@ -215,6 +215,8 @@ class TLPModel(CostModel):
         self._pending.append((workload, list(traces), list(latencies_ms)))
 
     def _train_pending(self) -> None:
+        if not self._pending:
+            return
         cfg = self.config
         while self._pending:
             workload, traces, latencies_ms = self._pending.pop(0)
@@ -229,7 +231,7 @@ class TLPModel(CostModel):
                     self._step(groups)
                     if time.perf_counter() - start > cfg.fit_max_seconds:
                         break
-            self.trained = sum(int(np.isfinite(r.latencies).sum()) for r in self.data.values())
+        self.trained = sum(int(np.isfinite(r.latencies).sum()) for r in self.data.values())
 
     def predict(self, workload: str, traces: list) -> np.ndarray:
         """Scores, higher = predicted faster (random until `warmup` successful records)."""
