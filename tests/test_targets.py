@@ -14,8 +14,8 @@ from minitc.backends.llvm import jit
 from minitc.backends.llvm.codegen import render
 from minitc.errors import BuildError
 from minitc.schedule.recorder import Schedule
-from minitc.target import cpus, parse_target, simd_width, vector_rate
-from minitc.templates import DEFAULTS, conv, gemm, load_templates, template_schedule
+from minitc.target import cpus, host, parse_target, simd_width
+from minitc.templates import DEFAULTS, conv, gemm, gemm_blocking, load_templates, template_schedule
 from minitc.templates.conv import FMA_LATENCY_CHAINS as FMA_CHAINS
 from minitc.templates.elementwise import default_vector
 
@@ -137,8 +137,8 @@ def _target(cpu: str, extra: str = ""):
 def test_target_description(cpu):
     t = _target(cpu)
     bits, registers, full_rate, preferred = DESCRIPTIONS[cpu]
-    if t.is_host and bits == 512:  # the host's own cpu: its FMA rate is measured, not looked up
-        full_rate = vector_rate.host_full_rate_512(t.cpu, t.features)
+    if t.is_host:  # the host's own cpu is measured, not looked up
+        full_rate, preferred = t.hardware.full_rate_512, t.hardware.preferred_vector_bits
     assert (t.vector_bits, t.vector_registers, t.full_rate_512, t.preferred_vector_bits) == (
         bits,
         registers,
@@ -156,13 +156,18 @@ def test_target_description(cpu):
 
 @pytest.mark.skipif(parse_target("llvm").vector_bits != 512, reason="the host has no AVX-512")
 def test_the_host_512_bit_rate_is_measured():
-    """Two FMA pipes of 512 bits give about twice the FLOP/s of 256-bit code, split ones about
-    the same; nothing in between (the probe compares the two widths one thread, interleaved)."""
-    host = parse_target("llvm")
-    ratio = vector_rate.wide_over_narrow_rate(host.cpu, host.features)
-    assert 0.7 < ratio < 1.3 or 1.7 < ratio < 2.3, ratio
-    assert host.full_rate_512 == (ratio > vector_rate.FULL_RATE_RATIO)
-    assert host.preferred_vector_bits == (512 if cpus.full_rate_512(host.cpu) else 256)
+    """Two FMA pipes of 512 bits issue about as many 512-bit FMAs per cycle as 256-bit ones,
+    split ones about half; nothing in between. The description follows the measurement."""
+    host_target = parse_target("llvm")
+    fma = host_target.hardware
+    assert host_target.hardware.source == "measured"
+    from minitc.target.calibrate import calibration
+
+    measured = calibration(host_target.cpu, host_target.features, host.read_host_facts())["fma"]
+    ratio = measured["512"]["per_cycle"] / measured["256"]["per_cycle"]
+    assert 0.35 < ratio < 0.65 or 0.85 < ratio < 1.15, ratio
+    assert fma.full_rate_512 == (ratio > 0.75)
+    assert host_target.preferred_vector_bits in ((512, 256) if fma.full_rate_512 else (256,))
 
 
 def test_disabled_avx512_describes_an_avx2_machine():
@@ -189,7 +194,7 @@ def test_cache_table_and_defaults():
 
 def test_host_caches_from_sysfs(tmp_path):
     """A sysfs cache tree: data and unified caches count, instruction caches and unreadable
-    entries do not."""
+    entries do not; ways, line size and sharing are read where present."""
     for index, (level, kind, size) in enumerate(
         [("1", "Data", "48K"), ("1", "Instruction", "32K"), ("2", "Unified", "2048K"), ("3", "Unified", "32M")]
     ):
@@ -197,41 +202,45 @@ def test_host_caches_from_sysfs(tmp_path):
         d.mkdir()
         for name, value in (("level", level), ("type", kind), ("size", size + "\n")):
             (d / name).write_text(value)
+    (tmp_path / "index0" / "ways_of_associativity").write_text("12\n")
+    (tmp_path / "index3" / "shared_cpu_list").write_text("0-3,8-11\n")
     (tmp_path / "index4").mkdir()  # no files: skipped
-    assert cpus.host_caches(str(tmp_path)) == {"l1d": 48 * 1024, "l2": 2048 * 1024, "l3": 32 * 1024 * 1024}
-    assert cpus.host_caches(str(tmp_path / "missing")) == {}
-    assert cpus.parse_size("512") == 512
+    caches = host.read_caches(str(tmp_path))
+    assert [(c.level, c.size) for c in caches] == [(1, 48 * 1024), (2, 2048 * 1024), (3, 32 * 1024 * 1024)]
+    assert (caches[0].ways, caches[0].sets, caches[1].ways, caches[2].shared_cpus) == (12, 64, 0, 8)
+    assert host.read_caches(str(tmp_path / "missing")) == ()
+    assert host.parse_size("512") == 512
     with pytest.raises(ValueError):
-        cpus.parse_size("lots")
+        host.parse_size("lots")
 
 
 def test_host_target_uses_the_host_caches():
     t = parse_target("llvm")
     assert t.is_host
-    for level, size in cpus.host_caches().items():
-        assert t.cache_bytes(level) == size
+    for cache in host.read_host_facts().caches:
+        assert t.cache_bytes(("l1d", "l2", "l3")[cache.level - 1]) == cache.size
     assert t.cache_bytes("l1d") > 0 and t.cache_bytes("l2") > 0
 
 
 @pytest.mark.parametrize(
     "cpu, mr, nr",
-    [("haswell", 6, 16), ("znver2", 6, 16), ("skylake-avx512", 3, 64), ("znver4", 3, 64), ("sapphirerapids", 3, 64)],
+    [("haswell", 6, 16), ("znver2", 6, 16), ("skylake-avx512", 6, 64), ("znver4", 6, 64), ("sapphirerapids", 6, 64)],
 )
 def test_gemm_tiles_follow_registers_lanes_and_l2(cpu, mr, nr):
-    """512^3 matmul: the 3 x 4-vector tile needs 17 registers, so only AVX-512 gets it (8 x 3
-    needs 28, and pads 512 columns to 528); AVX2 takes 6 x 2 vectors (12 accumulators, BLIS's
-    Haswell tile) over 5 x 2, whose tail of rows is 0.2% smaller; the
-    packed panel takes at most a quarter of the L2, as wide as that allows while every core
-    still gets two panels."""
+    """512^3 matmul: the 6 x 4-vector tile needs 29 registers, so only AVX-512 gets it (24
+    accumulators, 512 columns divide); AVX2 takes 6 x 2 vectors (12 accumulators, BLIS's
+    Haswell tile). Without k blocks the packed panel takes at most a quarter of the L2, as wide
+    as that allows while every core still gets two panels."""
     t = _target(cpu)
     p = gemm.pick_tiles(512, 512, 512, t)
     assert (p["mr"], p["nr"]) == (mr, nr)
-    assert (3, 4) in gemm.register_tiles(t.vector_registers) or t.vector_registers == 16
-    share = t.cache_bytes("l2") // 4
-    assert 512 * p["nc"] * 4 <= share
-    assert 512 * 2 * p["nc"] * 4 > share or 512 // (2 * p["nc"]) < 2 * t.num_cores
-    assert gemm.register_tiles(16) == [tile for tile in gemm.REGISTER_TILES if tile not in ((3, 4), (8, 3))]
-    assert gemm.register_tiles(32) == list(gemm.REGISTER_TILES)
+    for rows, vecs in gemm_blocking.register_tiles(t.hardware):
+        assert rows * vecs + vecs + 1 <= t.vector_registers
+    assert ((6, 4) in gemm_blocking.register_tiles(t.hardware)) == (t.vector_registers == 32)
+    if not p["kc"]:
+        share = t.cache_bytes("l2") // 4
+        assert 512 * p["nc"] * 4 <= share
+        assert 512 * 2 * p["nc"] * 4 > share or 512 // (2 * p["nc"]) < 2 * t.num_cores
 
 
 @pytest.mark.parametrize("cpu, mr, nr", [("znver2", 4, 24), ("znver4", 8, 48), ("sapphirerapids", 8, 48)])

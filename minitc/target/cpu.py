@@ -14,24 +14,28 @@ The description (properties of LLVMTarget; `describe()` gives them all as a dict
     t.lanes("float32")          # lanes of one vector register: 16 (AVX-512), 8 (AVX2), 4 (SSE)
     t.vector_bits               # the widest vector register: 512, 256 or 128
     t.vector_registers          # 32 with AVX-512 (zmm0-31), else 16
-    t.full_rate_512             # 512-bit ops at the rate of 256-bit ones (Intel server cores,
-                                # Zen 5 server and desktop), not split in halves (Zen 4, Intel
-                                # client cores); measured on the host (vector_rate.py)
-    t.preferred_vector_bits     # what memory-bound code should use: 512 only on the cpus the
-                                # table lists as full-rate, else at most 256
+    t.full_rate_512             # 512-bit FMAs at the 256-bit instruction rate (Intel server
+                                # cores, Zen 5), not split in halves (Zen 4, Intel client cores)
+    t.preferred_vector_bits     # what memory-bound code should use (512 only where it streams faster)
     t.preferred_lanes("float32")  # lanes of a dtype at that width
     t.cache_bytes("l2")         # "l1d", "l2" (per core), "l3" (shared; 0: none), in bytes
     t.num_cores                 # cores the parallel loops are shared among (-num-cores)
     t.row_streams               # rows a memory-bound row reduction reads side by side
-    t.is_host                   # the host's cpu: its caches come from sysfs
+    t.hardware                  # all of it and more (FMA latency and rate, loads per cycle,
+                                # cache ways, bandwidths): hardware.py
+    t.is_host                   # the host's cpu: described by what it is and measures
 
 Vector facts follow the enabled features, so `-mattr=-avx512f` on znver4 describes an AVX2
-machine. Cache sizes come from Linux sysfs when the target is the host's cpu, else from the
-table of known cpus in cpus.py (a cpu it lacks gets conservative defaults).
+machine. For the host's cpu the rest is measured, not named: its caches from sysfs, its core
+from a calibration of a few seconds cached per machine (host.py, calibrate.py), and its cpu name
+is LLVM's unless the feature flags contradict it (a hypervisor's model number can make LLVM
+name a Sapphire Rapids guest `rocketlake`). A named cpu that is not the host is described by
+the table in cpus.py (a cpu it lacks gets conservative defaults).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import threading
@@ -41,15 +45,18 @@ import llvmlite.binding as llvm
 
 from minitc import dtypes
 from minitc.errors import BuildError
-from minitc.target import cpus, vector_rate
+from minitc.target import calibrate, cpus, hardware
 from minitc.target.cpus import CPU_FEATURES, LEVELS
+from minitc.target.hardware import Hardware
+from minitc.target.host import read_host_facts as host_facts
+from minitc.target.host import trusted_cpu_name
 
 _OPTIONS = ("-mcpu", "-mattr", "-mtriple", "-num-cores")
 SPLIT_512_BITS = 256  # the widest vector a core with split 512-bit units runs at full rate
 LLVM_LOCK = threading.RLock()  # LLVM's global context is not thread-safe: hold it to parse or compile
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=True)
 class LLVMTarget:
     """A CPU to generate code for. `features` is an LLVM feature string (`+avx2,+fma,...`);
     for the host it is the host's full list, so a VM that masks out an ISA is respected."""
@@ -99,25 +106,33 @@ class LLVMTarget:
         """Architectural vector registers: AVX-512 doubles x86-64's 16 to 32."""
         return 32 if "avx512f" in enabled_features(self) else 16
 
+    @functools.cached_property
+    def hardware(self) -> Hardware:
+        """The description templates read (hardware.py): measured for the host's cpu, from the
+        table of cpu names for any other (or with MINITC_CALIBRATION=off)."""
+        registers = self.vector_registers
+        if self.is_host:
+            host = _host()
+            measured = calibrate.calibration(host["cpu"], host["features"], host_facts())
+            if measured is not None:
+                return hardware.from_calibration(self.cpu, host_facts(), measured, self.vector_bits, registers)
+            table = hardware.from_table(self.cpu, self.vector_bits, registers)
+            return dataclasses.replace(table, caches=host_facts().caches or table.caches)
+        return hardware.from_table(self.cpu, self.vector_bits, registers)
+
     @property
     def full_rate_512(self) -> bool:
         """True if 512-bit vector operations run at full rate (two 512-bit FMA pipes): measured
-        on the host's own cpu (one LLVM name covers both kinds of core), else from the table."""
-        if self.vector_bits != 512:
-            return False
-        if self.is_host:
-            return vector_rate.host_full_rate_512(self.cpu, self.features)
-        return cpus.full_rate_512(self.cpu)
+        on the host (one LLVM name covers both kinds of core), else from the table."""
+        return self.hardware.full_rate_512
 
     @property
     def preferred_vector_bits(self) -> int:
-        """The vector width that pays for memory-bound code: 512 bits only on the cpus the table
-        lists as full-rate (Intel server cores), else at most 256. Where 512-bit ops are split,
-        wider vectors only cost more; on AMD's full-rate Zen 5, 256-bit elementwise and softmax
-        kernels measured faster too (docs/benchmarks.md)."""
-        if self.vector_bits == 512 and not cpus.full_rate_512(self.cpu):
-            return SPLIT_512_BITS
-        return self.vector_bits
+        """The vector width that pays for memory-bound code. On the host: 512 bits only where
+        512-bit FMAs are full-rate and a 512-bit stream measured faster than a 256-bit one (on
+        AMD's full-rate Zen 5 it does not, and 256-bit elementwise and softmax kernels measured
+        faster: docs/benchmarks.md); elsewhere 512 only on the cpus the table lists as full-rate."""
+        return self.hardware.preferred_vector_bits
 
     @property
     def row_streams(self) -> int:
@@ -137,10 +152,12 @@ class LLVMTarget:
         """Size in bytes of cache `level`: "l1d" and "l2" per core, "l3" shared (0: none)."""
         if level not in LEVELS:
             raise BuildError(f"unknown cache level {level!r}; use one of {', '.join(LEVELS)}")
-        return _caches(self.cpu, self.is_host)[level]
+        cache = self.hardware.cache(LEVELS.index(level) + 1)
+        return cache.size if cache else 0
 
     def describe(self) -> dict:
         """The description as plain data (for records and reports)."""
+        hw = self.hardware
         return {
             "cpu": self.cpu,
             "vector_bits": self.vector_bits,
@@ -150,19 +167,20 @@ class LLVMTarget:
             "caches": {level: self.cache_bytes(level) for level in LEVELS},
             "num_cores": self.num_cores,
             "row_streams": self.row_streams,
+            "source": hw.source,
+            "fma_latency": hw.fma_latency,
+            "fma_per_cycle": hw.fma_per_cycle,
+            "fma_chains": hw.fma_chains,
+            "loads_per_cycle": hw.loads_per_cycle,
+            "broadcasts_per_cycle": hw.broadcasts_per_cycle,
+            "cache_ways": {level: (c.ways if c else 0) for level, c in zip(LEVELS, map(hw.cache, (1, 2, 3)))},
+            "read_bytes_per_cycle": hw.read_bytes_per_cycle,
+            "memory_gbps": hw.memory_gbps,
+            "ghz": hw.ghz,
         }
 
     def __str__(self):
         return self.string
-
-
-@functools.lru_cache(maxsize=None)
-def _caches(cpu: str, is_host: bool) -> dict:
-    """The host's caches where sysfs lists them, the table's (or defaults) elsewhere."""
-    caches = cpus.known_caches(cpu)
-    if is_host:
-        caches.update(cpus.host_caches())
-    return caches
 
 
 def ensure_llvm_initialized():
@@ -183,7 +201,7 @@ def _init():
 def _host() -> dict:
     _init()
     return {
-        "cpu": llvm.get_host_cpu_name(),
+        "cpu": trusted_cpu_name(llvm.get_host_cpu_name(), host_facts()),
         "features": llvm.get_host_cpu_features().flatten(),
         "triple": llvm.get_process_triple(),
         "cores": os.cpu_count() or 1,

@@ -4,7 +4,9 @@
     known_caches("znver4")      # {"l1d": 32 KiB, "l2": 1 MiB, "l3": 32 MiB}, from the table below
     full_rate_512("znver4")     # False: Zen 4 runs a 512-bit op as two 256-bit halves
     row_streams("znver5")       # 4: rows a streaming reduction reads side by side
-    host_caches()               # the host's cache sizes, from Linux sysfs
+
+These tables describe a cpu by name only for targets that are not the host (cross-compiling for
+`-mcpu=X`): the host's own description is measured (host.py, calibrate.py, hardware.py).
 
 The cache table holds one typical part per cpu name (an L3 varies with the model; templates
 size their blocks by L1d and L2, which do not). A cpu missing from it gets DEFAULT_CACHES, the
@@ -13,12 +15,8 @@ smallest of the AVX2 era, so an unknown machine gets blocks that fit rather than
 
 from __future__ import annotations
 
-import functools
-from pathlib import Path
-
 KIB, MIB = 1024, 1024 * 1024
 LEVELS = ("l1d", "l2", "l3")  # l1d and l2 are per core; l3 is shared by a group of cores (0: none)
-SYSFS_CACHE = "/sys/devices/system/cpu/cpu0/cache"
 
 # x86 cpus LLVM knows, by the widest vector ISA they imply. A cpu missing here is rejected with a
 # message, rather than silently compiled for a generic cpu (LLVM only warns on stderr).
@@ -107,29 +105,25 @@ def row_streams(cpu: str) -> int:
     return ROW_STREAMS.get(cpu, 1)
 
 
-def parse_size(text: str) -> int:
-    """Bytes of a sysfs cache size such as `32K`, `1024K` or `2M` (ValueError otherwise)."""
-    text = text.strip().upper()
-    scale = {"K": KIB, "M": MIB, "G": 1024 * MIB}.get(text[-1:], 1)
-    digits = text[:-1] if scale > 1 else text
-    if not digits.isdigit():
-        raise ValueError(f"not a cache size: {text!r}")
-    return int(digits) * scale
-
-
-@functools.lru_cache(maxsize=None)
-def host_caches(root: str = SYSFS_CACHE) -> dict:
-    """{"l1d", "l2", "l3"} -> bytes of the host's cpu 0, read from sysfs (`root`); levels it
-    does not list (or a system without sysfs) are missing from the result."""
-    found = {}
-    for index in sorted(Path(root).glob("index*")):
-        try:
-            level = int((index / "level").read_text())
-            kind = (index / "type").read_text().strip()
-            size = parse_size((index / "size").read_text())
-        except (OSError, ValueError):
-            continue
-        key = "l1d" if level == 1 else f"l{level}"
-        if kind != "Instruction" and key in LEVELS and size > 0:
-            found[key] = size
-    return found
+# Associativity of L1d, L2 and L3 (the analytical GEMM blocking divides caches by ways).
+DEFAULT_WAYS = (8, 8, 16)
+CACHE_WAYS = {
+    **dict.fromkeys("icelake-client rocketlake tigerlake icelake-server".split(), (12, 20, 12)),
+    **dict.fromkeys("sapphirerapids emeraldrapids graniterapids graniterapids-d diamondrapids".split(), (12, 16, 15)),
+    **dict.fromkeys("skylake-avx512 skx cascadelake cooperlake".split(), (8, 16, 11)),
+    **dict.fromkeys(
+        "alderlake raptorlake meteorlake arrowlake arrowlake-s lunarlake pantherlake".split(), (12, 10, 12)
+    ),
+    "znver4": (8, 8, 16),
+    "znver5": (12, 16, 16),
+}
+# FMA latency in cycles where it is not 4 (Skylake and later, Zen 4 and 5).
+DEFAULT_FMA_LATENCY = 4.0
+FMA_LATENCY = dict.fromkeys("haswell core-avx2 broadwell znver1 znver2 znver3".split(), 5.0)
+LOADS_PER_CYCLE = 2.0  # vector loads and broadcasts from L1: two on every core named here
+# Bytes per cycle one core reads from its L2, sustained (AMD's 64-byte path measured near 60 on
+# Zen 5 by calibrate.py); others get a conservative default.
+DEFAULT_L2_BYTES_PER_CYCLE = 32.0
+L2_BYTES_PER_CYCLE = dict.fromkeys("znver2 znver3 znver4 znver5".split(), 60.0)
+DEFAULT_MEMORY_GBPS = 10.0
+DEFAULT_GHZ = 3.0

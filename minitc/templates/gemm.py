@@ -35,6 +35,7 @@ from __future__ import annotations
 from minitc.errors import ScheduleError
 from minitc.expr import Binary, Const
 from minitc.templates import defaults, template
+from minitc.templates import gemm_blocking as blocking
 
 PARALLEL = ("auto", "n", "m", "batch", "none")
 
@@ -278,19 +279,8 @@ def _auto_parallel(s, batch, jo, io, target) -> str:
 
 # -- tile sizes ----------------------------------------------------------------------------------
 
-# (rows, vectors) of the register tile, in order of preference on ties; those whose accumulators,
-# B vectors and A broadcast fit the target's vector registers are candidates (3 x 4: AVX-512 only)
-REGISTER_TILES = ((6, 2), (4, 3), (5, 2), (8, 1), (12, 1), (3, 4), (2, 4), (7, 1), (1, 4), (8, 3))
-FMA_CHAINS = 10  # independent accumulators that hide the FMA latency (4-5 cycles x 2 pipes)
 TILE_COST_SLACK = 0.01  # padded work this close to the least counts as a tie (a guarded tail row)
 L2_SHARE = 4  # a packed B panel [K, nc] takes at most this fraction of the L2
-K_BLOCK = 1024  # kc for long reductions (BLIS-style k blocks): measured best for K = 8192
-
-
-def register_tiles(registers: int) -> list:
-    """The (rows, vectors) tiles of REGISTER_TILES that fit a file of `registers` vector
-    registers: rows x vectors accumulators, the vectors of B and one A broadcast."""
-    return [(rows, vecs) for rows, vecs in REGISTER_TILES if rows * vecs + vecs + 1 <= registers]
 
 
 def panel_bytes(target) -> int:
@@ -300,19 +290,20 @@ def panel_bytes(target) -> int:
 
 
 def pick_tiles(M: int, N: int, K: int, target, dtype: str = "float32", batch: int = 1) -> dict:
-    """Register tile, panel width and k unroll for an M x N x K product.
+    """Register tile, panel width, k unroll and k blocks for an M x N x K product, from the
+    target's hardware description (gemm_blocking.py has the analytical model).
 
     The register tile (mr rows x nr columns, nr a multiple of the target's vector lanes) is the
-    one of `register_tiles(target.vector_registers)` with the least padded work (rows and
-    columns rounded up to the tile) per unit of efficiency: at least FMA_CHAINS independent
-    accumulators hide the FMA latency, and a tile should not need more loads than FMAs per k;
-    of tiles within 1% of the least cost, the one with the most accumulators (fewer loads per
-    FMA: AVX-512's 8 x 3 over 4 x 3 where both divide the product, AVX2's 6 x 2 over 5 x 2 where
+    one of `gemm_blocking.register_tiles` with the least padded work (rows and columns rounded
+    up to the tile) per unit of efficiency (FMA latency hidden, loads keeping up); of tiles
+    within 1% of the least cost, the one with the most accumulators (fewer loads per FMA:
+    AVX-512's 8 x 3 over 4 x 3 where both divide the product, AVX2's 6 x 2 over 5 x 2 where
     both leave a tail of rows).
-    The B panel is as wide as fits `panel_bytes(target)` (its A rows are then reused from L1 by
-    nc / nr micro-kernels), preferring widths that divide N, keeping at least two panels per
-    core. Reductions so long that even a K x nr micro-panel would not fit in L2 are cut into
-    kc-blocks (the BLIS-style variant)."""
+    Without k blocks, the B panel is as wide as fits `panel_bytes(target)` (its A rows are then
+    reused from L1 by nc / nr micro-kernels), preferring widths that divide N, keeping at least
+    two panels per core. Where the model says B's stream from L2 would starve the FMAs (or the
+    micro-panel would not fit the L2), k is cut into blocks of kc from L1: the BLIS order."""
+    hw = target.hardware
     vec = target.lanes(dtype)
     esize = 8 if dtype in ("float64", "int64") else 4
     panel = panel_bytes(target)
@@ -320,26 +311,26 @@ def pick_tiles(M: int, N: int, K: int, target, dtype: str = "float32", batch: in
     def cost(t):
         rows, vecs = t
         nr = vecs * vec
-        accs = rows * vecs
         padded = (-(-M // min(rows, M)) * min(rows, M)) * (-(-N // nr) * nr)
-        eff = min(1.0, accs / FMA_CHAINS) * min(1.0, accs / (rows + vecs))
-        return padded / (M * N) / eff
+        return padded / (M * N) / blocking.efficiency(hw, rows, vecs)
 
     # among tiles within TILE_COST_SLACK of the least cost, the one with the most accumulators
     # (fewer loads of A and B per FMA), then the cheaper
-    tiles = register_tiles(target.vector_registers)
+    tiles = blocking.register_tiles(hw)
     least = min(cost(t) for t in tiles)
     near = [t for t in tiles if cost(t) <= least * (1 + TILE_COST_SLACK)]
     rows, vecs = min(near, key=lambda t: (-t[0] * t[1], cost(t)))
     mr, nr = min(rows, M), vecs * vec
     ku = 4 if K % 4 == 0 else (2 if K % 2 == 0 else 1)
-    kc = 0
-    if K * nr * esize > 2 * panel:  # even one micro-panel of B would not stay in L2
-        blocks = -(-K // K_BLOCK)
-        kc = -(-K // blocks)
-        kc = -(-kc // ku) * ku
+    kc = blocking.k_block(hw, K, mr, nr, vec, esize, panel)
+    if kc:
+        blocks = -(-K // kc)
+        kc = -(-(-(-K // blocks)) // ku) * ku  # equal blocks, whole unrolls
+        kc = 0 if kc >= K else kc
     tiles = -(-N // nr)
     fit = max(1, panel // ((kc or K) * nr * esize))
+    if kc:  # the kc x nc block of B lives in the L3
+        fit = max(1, blocking.nc_from_l3(hw, kc, nr, esize, target.num_cores) // nr)
     cores = max(1, target.num_cores)
     keep = max(1, batch * tiles // (2 * cores))  # panels enough for every core, when there are
     m = max(1, min(fit, keep, tiles))
