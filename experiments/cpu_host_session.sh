@@ -1,0 +1,44 @@
+#!/bin/bash
+# Issue 41's measurements on a second CPU (the GPU machine's Intel Emerald Rapids host), in one
+# run of under ten minutes on 2 pinned cores:
+#
+#     bash experiments/cpu_host_session.sh [STEPS]     # default: all of them, in this order
+#
+# Steps (comma-separated):
+#   describe    python -m minitc.target (the measured description) and --record: the host's
+#               facts and calibration, a fixture for tests/fixtures/hosts
+#   cpu-core    the cpu-core suite at 2 threads, native target
+#   cpu-core-avx2  the same with AVX2 code ("llvm -mcpu=x86-64-v3")
+#   models      the models suite at 2 threads, templates only (ResNet-50, MobileNet-V2, BERT-base,
+#               GPT-2 against eager, Inductor and ONNX Runtime where installed)
+#   lm-measure  measurements for lm/data (minitc lm measure, LM_PER_WORKLOAD programs a workload),
+#               as a new shard in $OUT/lm-data
+# Results: each step writes $OUT/NAME.log (and its JSON); $OUT/summary.log has each step's last
+# lines, so a run cut short keeps what it finished. CPUS (default 0,1) pins the cores.
+set -u
+OUT=${OUT:-/tmp/cpu-session}
+CPUS=${CPUS:-0,1}
+STEPS=",${1:-describe,cpu-core,cpu-core-avx2,models,lm-measure},"
+mkdir -p "$OUT"
+: >"$OUT/summary.log"
+export PYTHONUNBUFFERED=1 XDG_CACHE_HOME=$OUT/cache
+python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v WARNING
+lscpu | grep -E "Model name|Flags" | cut -c1-200 >>"$OUT/summary.log"
+want() { [[ $STEPS == *",$1,"* ]]; }
+step() {  # step SECONDS NAME COMMAND...: run pinned with a time limit, log to $OUT/NAME.log
+    local limit=$1 name=$2
+    shift 2
+    local start=$SECONDS
+    timeout "$limit" taskset -c "$CPUS" "$@" >"$OUT/$name.log" 2>&1
+    local rc=$?
+    echo "== $name: exit $rc in $((SECONDS - start)) s"
+    { echo "---- $name: exit $rc in $((SECONDS - start)) s"; tail -n 30 "$OUT/$name.log"; } >>"$OUT/summary.log"
+}
+B="python3 -m minitc.benchmarks --threads 2 --wait-quiet 5"
+want describe && step 60 describe bash -c "python3 -m minitc.target && python3 -m minitc.target --record $OUT/host.json"
+want cpu-core && step 90 cpu-core $B --suite cpu-core --json "$OUT/cpu-core-native.json"
+want cpu-core-avx2 && step 90 cpu-core-avx2 $B --suite cpu-core --target "llvm -mcpu=x86-64-v3" --json "$OUT/cpu-core-avx2.json"
+want models && step 300 models $B --suite models --json "$OUT/models.json"
+want lm-measure && step 120 lm-measure python3 -m minitc lm measure --target "llvm -num-cores=2" \
+    --per-workload "${LM_PER_WORKLOAD:-4}" --db "$OUT/lm.db" --dataset "$OUT/lm-data"
+echo "results in $OUT"
