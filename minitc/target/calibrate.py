@@ -127,29 +127,21 @@ def _broadcasts_ir(lanes: int) -> str:
     return _loop(f"broadcasts_{lanes}", "ptr %p", body) + "\n  ret void\n}"
 
 
-def _read_ir(lanes: int) -> str:
-    """`read(reps, p, nvec)`: volatile vector loads over nvec vectors of `p`, reps times."""
-    vec = f"<{lanes} x float>"
+def _sweep(name: str, args: str, body: list, step: int, setup: list = ()) -> str:
+    """`name(i64 %reps, args, i64 %nvec)`: `body` for %j = 0, step, ... < nvec, reps times."""
     return "\n".join(
         [
-            f"define void @read_{lanes}(i64 %reps, ptr %p, i64 %nvec) {{",
+            f"define void @{name}(i64 %reps, {args}, i64 %nvec) {{",
             "entry:",
+            *setup,
             "  br label %rep",
             "rep:",
             "  %r = phi i64 [ 0, %entry ], [ %rnext, %rdone ]",
             "  br label %loop",
             "loop:",
             "  %j = phi i64 [ 0, %rep ], [ %jnext, %loop ]",
-            *[
-                line
-                for u in range(8)
-                for line in (
-                    f"  %o{u} = add i64 %j, {u}",
-                    f"  %q{u} = getelementptr {vec}, ptr %p, i64 %o{u}",
-                    f"  %w{u} = load volatile {vec}, ptr %q{u}, align 4",
-                )
-            ],
-            "  %jnext = add i64 %j, 8",
+            *body,
+            f"  %jnext = add i64 %j, {step}",
             "  %jmore = icmp ult i64 %jnext, %nvec",
             "  br i1 %jmore, label %loop, label %rdone",
             "rdone:",
@@ -161,43 +153,36 @@ def _read_ir(lanes: int) -> str:
             "}",
         ]
     )
+
+
+def _read_ir(lanes: int) -> str:
+    """`read(reps, p, nvec)`: volatile vector loads over nvec vectors of `p`, reps times."""
+    vec = f"<{lanes} x float>"
+    body = [
+        line
+        for u in range(8)
+        for line in (
+            f"  %o{u} = add i64 %j, {u}",
+            f"  %q{u} = getelementptr {vec}, ptr %p, i64 %o{u}",
+            f"  %w{u} = load volatile {vec}, ptr %q{u}, align 4",
+        )
+    ]
+    return _sweep(f"read_{lanes}", "ptr %p", body, 8)
 
 
 def _triad_ir(lanes: int) -> str:
     """`triad(reps, a, b, c, nvec)`: a = b * 3 + c over nvec vectors, reps times: what a
     memory-bound kernel does, to compare vector widths by."""
     vec = f"<{lanes} x float>"
-    return "\n".join(
-        [
-            f"define void @triad_{lanes}(i64 %reps, ptr %a, ptr %b, ptr %c, i64 %nvec) {{",
-            "entry:",
-            *_splat(vec, lanes, "s", "3.0"),
-            "  br label %rep",
-            "rep:",
-            "  %r = phi i64 [ 0, %entry ], [ %rnext, %rdone ]",
-            "  br label %loop",
-            "loop:",
-            "  %j = phi i64 [ 0, %rep ], [ %jnext, %loop ]",
-            f"  %pb = getelementptr {vec}, ptr %b, i64 %j",
-            f"  %pc = getelementptr {vec}, ptr %c, i64 %j",
-            f"  %pa = getelementptr {vec}, ptr %a, i64 %j",
-            f"  %vb = load {vec}, ptr %pb, align 4",
-            f"  %vc = load {vec}, ptr %pc, align 4",
-            f"  %vm = fmul {vec} %vb, %s",
-            f"  %va = fadd {vec} %vm, %vc",
-            f"  store {vec} %va, ptr %pa, align 4",
-            "  %jnext = add i64 %j, 1",
-            "  %jmore = icmp ult i64 %jnext, %nvec",
-            "  br i1 %jmore, label %loop, label %rdone",
-            "rdone:",
-            "  %rnext = add i64 %r, 1",
-            "  %rmore = icmp ult i64 %rnext, %reps",
-            "  br i1 %rmore, label %rep, label %done",
-            "done:",
-            "  ret void",
-            "}",
-        ]
-    )
+    body = [
+        *(f"  %p{x} = getelementptr {vec}, ptr %{x}, i64 %j" for x in "abc"),
+        f"  %vb = load {vec}, ptr %pb, align 4",
+        f"  %vc = load {vec}, ptr %pc, align 4",
+        f"  %vm = fmul {vec} %vb, %s",
+        f"  %va = fadd {vec} %vm, %vc",
+        f"  store {vec} %va, ptr %pa, align 4",
+    ]
+    return _sweep(f"triad_{lanes}", "ptr %a, ptr %b, ptr %c", body, 1, _splat(vec, lanes, "s", "3.0"))
 
 
 # -- running them ----------------------------------------------------------------------------------
