@@ -21,6 +21,7 @@ from minitc.backends.llvm.probe import measure_fma, measure_triad
 from minitc.backends.llvm.runtime import get_num_threads, set_num_threads
 from minitc.lm.language import GpuHardware, Hardware
 from minitc.target import hardware_fingerprint, is_gpu, parse_cuda_target, parse_target, simd_width
+from minitc.target.host import read_host_facts
 
 # SM count of the usual data-center part of an architecture, for a target that was not queried
 # from a device (0: the architecture has no single usual part).
@@ -53,14 +54,8 @@ def cache_dir() -> Path:
 
 def _cache_kib(level: int) -> int:
     """Size of the data/unified cache of `level` seen by CPU 0, in KiB (0 if unknown)."""
-    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
-        try:
-            if int((index / "level").read_text()) == level and (index / "type").read_text().strip() != "Instruction":
-                size = (index / "size").read_text().strip()
-                return int(size[:-1]) * (1024 if size.endswith("M") else 1) if size[-1] in "KM" else int(size) // 1024
-        except (OSError, ValueError):
-            continue
-    return 0
+    cache = read_host_facts().cache(level)
+    return cache.size // 1024 if cache else 0
 
 
 def two_digits(x: float) -> int:

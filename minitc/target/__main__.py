@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from minitc.target import parse_target
-from minitc.target.calibrate import calibration
+from minitc.target.calibrate import calibration, measure
 from minitc.target.cpu import _host
 from minitc.target.host import CPUINFO, read_host_facts
 
@@ -55,8 +55,6 @@ def record() -> dict:
         text = Path(CPUINFO).read_text().split("\n\n")[0]
     except OSError:
         text = ""
-    from minitc.target.calibrate import measure
-
     return {
         "note": "recorded by python -m minitc.target --record",
         "cpuinfo": text,

@@ -23,8 +23,8 @@ registers; inline-assembly broadcasts and adds that LLVM cannot fold. Each rate 
 of SAMPLES runs of at least MIN_SECONDS, so a load on the machine slows it less.
 
 The result is cached in the user's cache directory ($XDG_CACHE_HOME/minitc/hardware, else
-~/.cache/minitc/hardware) under the fingerprint of the host's facts (host.py) and the target's
-cpu and features: another machine, or the same one after a change of cpu, caches or cores,
+~/.cache/minitc/hardware) under the fingerprint of the host's facts (host.py) and the host's
+LLVM cpu and features: another machine, or the same one after a change of cpu, caches or cores,
 calibrates again. MINITC_CALIBRATION=off skips the measurement (the description then uses the
 table of cpu names, as for a target that is not the host).
 """
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import json
 import os
 import time
@@ -226,9 +227,7 @@ def _engine(cpu: str, features: str, ir: str):
 
 def measure(cpu: str, features: str, facts) -> dict:
     """Run the calibration on this host (whose LLVM cpu and feature string are given)."""
-    from minitc.target.cpu import enabled_features, parse_cpu_target
-
-    wide = "avx512f" in enabled_features(parse_cpu_target("llvm"))
+    wide = "+avx512f" in features.split(",")
     registers = 32 if wide else 16
     widths = (8, 16) if wide else (8,)
     chains = min(registers - 4, 24)
@@ -330,6 +329,4 @@ def calibration(cpu: str, features: str, facts) -> dict | None:
 
 
 def _digest(text: str) -> str:
-    import hashlib
-
     return hashlib.sha256(text.encode()).hexdigest()[:8]

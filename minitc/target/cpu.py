@@ -56,7 +56,7 @@ SPLIT_512_BITS = 256  # the widest vector a core with split 512-bit units runs a
 LLVM_LOCK = threading.RLock()  # LLVM's global context is not thread-safe: hold it to parse or compile
 
 
-@dataclass(frozen=True, eq=True)
+@dataclass(frozen=True)
 class LLVMTarget:
     """A CPU to generate code for. `features` is an LLVM feature string (`+avx2,+fma,...`);
     for the host it is the host's full list, so a VM that masks out an ISA is respected."""
@@ -112,12 +112,12 @@ class LLVMTarget:
         table of cpu names for any other (or with MINITC_CALIBRATION=off)."""
         registers = self.vector_registers
         if self.is_host:
-            host = _host()
-            measured = calibrate.calibration(host["cpu"], host["features"], host_facts())
+            host, facts = _host(), host_facts()
+            measured = calibrate.calibration(host["cpu"], host["features"], facts)
             if measured is not None:
-                return hardware.from_calibration(self.cpu, host_facts(), measured, self.vector_bits, registers)
+                return hardware.from_calibration(self.cpu, facts, measured, self.vector_bits, registers)
             table = hardware.from_table(self.cpu, self.vector_bits, registers)
-            return dataclasses.replace(table, caches=host_facts().caches or table.caches)
+            return dataclasses.replace(table, caches=facts.caches or table.caches)
         return hardware.from_table(self.cpu, self.vector_bits, registers)
 
     @property

@@ -22,7 +22,7 @@ import functools
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 CPUINFO = "/proc/cpuinfo"
@@ -53,7 +53,6 @@ class HostFacts:
     flags: frozenset
     caches: tuple = ()  # Cache per level, ascending
     cpus: int = 1
-    extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def cache(self, level: int) -> Cache | None:
         return next((c for c in self.caches if c.level == level), None)

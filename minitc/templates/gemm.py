@@ -323,20 +323,24 @@ def pick_tiles(M: int, N: int, K: int, target, dtype: str = "float32", batch: in
     mr, nr = min(rows, M), vecs * vec
     ku = 4 if K % 4 == 0 else (2 if K % 2 == 0 else 1)
     kc = blocking.k_block(hw, K, mr, nr, vec, esize, panel)
-    if kc:
-        blocks = -(-K // kc)
-        kc = -(-(-(-K // blocks)) // ku) * ku  # equal blocks, whole unrolls
+    if kc:  # blocks of equal length, each whole unrolls of ku
+        kc = _ceil_div(_ceil_div(K, _ceil_div(K, kc)), ku) * ku
         kc = 0 if kc >= K else kc
-    tiles = -(-N // nr)
-    fit = max(1, panel // ((kc or K) * nr * esize))
+    tiles = _ceil_div(N, nr)
     if kc:  # the kc x nc block of B lives in the L3
         fit = max(1, blocking.nc_from_l3(hw, kc, nr, esize, target.num_cores) // nr)
+    else:  # the K x nc panel in a share of the L2
+        fit = max(1, panel // (K * nr * esize))
     cores = max(1, target.num_cores)
     keep = max(1, batch * tiles // (2 * cores))  # panels enough for every core, when there are
     m = max(1, min(fit, keep, tiles))
     while m > 1 and tiles % m:
         m -= 1
     return {"mr": mr, "nr": nr, "nc": nr * m, "ku": ku, "kc": kc}
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def _shape(s, acc: str) -> tuple:
