@@ -93,7 +93,8 @@ from minitc.benchmarks.timing import BackgroundLoad, measure, thread_limit, wait
 
 SYSTEMS_ENV = "MINITC_MODELS_SYSTEMS"
 FACTS = (  # the record's facts about minitc's compiled model and the process's memory
-    "torch_nodes", "torch_ops", "graph_nodes", "tasks", "arena_mib", "constants_mib", "minitc_breakdown",
+    "torch_nodes", "torch_ops", "graph_nodes", "tasks", "tuned_kept", "tuned_dropped", "arena_mib", "constants_mib",
+    "minitc_breakdown",
     "peak_rss_mib", "start_rss_mib",
 )  # fmt: skip
 

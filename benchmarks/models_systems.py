@@ -130,6 +130,9 @@ def graph_facts(compiled) -> dict:
         "torch_ops": dict(sorted(ops.items())),
         "graph_nodes": len(graph.nodes),
         "tasks": len(compiled.tasks),
+        # tasks whose records' program differs from the template's: how many kept it in the model
+        "tuned_kept": sum(c.kept == "tuned" for c in getattr(compiled, "choices", [])),
+        "tuned_dropped": sum(c.kept == "template" for c in getattr(compiled, "choices", [])),
         "arena_mib": round(arena / 2**20, 1) if arena is not None else None,
         "constants_mib": round(sum(a.nbytes for a in graph.constants.values()) / 2**20, 1),
     }

@@ -116,6 +116,11 @@ def compile_cmd(model_spec, trials, strategy, target, db, threads, show_graph, j
                 model, inputs, target=target, db=db, trials=trials, strategy=strategy, progress=progress
             )
             tune_s = time.perf_counter() - start
+            kept = sum(c.kept == "tuned" for c in compiled.choices)
+            click.echo(
+                f"tuned programs kept in the model: {kept} of {len(compiled.choices)} tasks whose records differ "
+                "from the template (the rest were not faster inside the model)"
+            )
         if show_graph:
             click.echo(str(compiled.graph))
         expected = model(*inputs)
@@ -132,7 +137,8 @@ def compile_cmd(model_spec, trials, strategy, target, db, threads, show_graph, j
     if json_path:
         record = {"model": name, "threads": threads, "target": target, "trials": trials, "strategy": strategy,
                   "compile_s": compile_s, "tune_s": tune_s, "ms": ms, "max_abs_error": error,
-                  "tasks": len(compiled.tasks), "torch_nodes": unsupported(compiled.graph)}  # fmt: skip
+                  "tasks": len(compiled.tasks), "torch_nodes": unsupported(compiled.graph),
+                  "tuned_kept": [c.task for c in compiled.choices if c.kept == "tuned"]}  # fmt: skip
         Path(json_path).write_text(json.dumps(record, indent=1))
 
 

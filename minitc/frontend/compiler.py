@@ -27,6 +27,7 @@ from minitc.autotune.tuner import tuned_schedule
 from minitc.driver import build
 from minitc.errors import ConfigError, MinitcError, ShapeError
 from minitc.frontend import passes
+from minitc.frontend.choice import choose_programs
 from minitc.frontend.importer import import_model, unsupported
 from minitc.frontend.kernels import NO_KERNEL, node_tensor
 from minitc.frontend.passes import LAYOUTS
@@ -135,6 +136,7 @@ class CompiledModel:
         self.tuning = tuning or {}  # tune_tasks options: trials, strategy, progress
         self.example_inputs = tuple(example_inputs)
         self.tune_results: list = []
+        self.choices: list = []  # the template's program or the records' best, per contested task (choice.py)
         self._variants: dict = {}
         self._select(example_inputs, first=True)
 
@@ -165,10 +167,23 @@ class CompiledModel:
             batch = max(1, min(16, self.tuning["trials"] // len(tasks)))
             work = [(t.outputs, t.weight) for t in tasks]
             self.tune_results = tune_tasks(work, target=self.target, db=self.db, batch=batch, **self.tuning)
+        templates, tuned = {}, {}
         for task in tasks:
+            task.trace = templates[task.key] = template_schedule(task.outputs, self.target).trace
             chosen = tuned_schedule([task.outputs], self.target, self.db) if self.db is not False else None
-            task.trace = (chosen or template_schedule(task.outputs, self.target)).trace
-        return graph, tasks, Plan(graph, build_kernels(tasks, self.target))
+            if chosen is not None and chosen.trace.to_json() != task.trace.to_json():
+                tuned[task.key] = chosen.trace
+        kernels = build_kernels(tasks, self.target)
+        if tuned:
+            contested = [t for t in tasks if t.key in tuned]
+            for task in contested:
+                task.trace = tuned[task.key]
+            tuned_kernels = build_kernels(contested, self.target)
+            kernels, self.choices = choose_programs(graph, tasks, kernels, tuned_kernels, _arrays(inputs))
+            for task in contested:
+                kept_tuned = kernels[task.nodes[0]] is tuned_kernels[task.nodes[0]]
+                task.trace = tuned[task.key] if kept_tuned else templates[task.key]
+        return graph, tasks, Plan(graph, kernels)
 
     @classmethod
     def restored(cls, graph, tasks, plan, example_inputs, target, source: str) -> CompiledModel:
@@ -176,7 +191,7 @@ class CompiledModel:
         self = cls.__new__(cls)
         self.model, self.target, self.db, self.fallback, self.tuning = None, target, False, True, {}
         self.layout = "auto"
-        self.example_inputs, self.tune_results, self.source = tuple(example_inputs), [], source
+        self.example_inputs, self.tune_results, self.choices, self.source = tuple(example_inputs), [], [], source
         signature = tuple(tuple(t.shape) for t in example_inputs)
         self._variants = {signature: (graph, tasks, plan)}
         self.graph, self.tasks, self.plan = graph, tasks, plan
@@ -192,11 +207,7 @@ class CompiledModel:
         """Median milliseconds of the whole model on its example inputs (`total_ms`) and of
         each task's kernels per call, summed over the nodes that run them (`tasks_ms`, by
         task description), and of the nodes run through PyTorch (`torch_ms`)."""
-        import torch
-
-        arrays = [
-            t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t) for t in self.example_inputs
-        ]
+        arrays = _arrays(self.example_inputs)
         plan = self._select(self.example_inputs)
         totals, steps = [], []
         for _ in range(repeats + 1):
@@ -220,12 +231,18 @@ class CompiledModel:
     def __call__(self, *inputs):
         import torch
 
-        arrays = [t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t) for t in inputs]
+        arrays = _arrays(inputs)
         self.plan.check_inputs(arrays, shapes=False)  # another shape compiles again; another dtype is an error
         plan = self._select(inputs)
         plan.check_inputs(arrays)
         outs = [torch.from_numpy(a) for a in plan.run(arrays)]
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _arrays(inputs) -> list:
+    import torch
+
+    return [t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t) for t in inputs]
 
 
 def compile_model(

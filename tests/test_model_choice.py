@@ -1,0 +1,93 @@
+"""The template's program or the records' best, chosen inside the model (minitc/frontend/choice.py).
+
+The kernels here are real minitc kernels; one side is slowed by a fixed sleep so that which side
+is faster is known, whatever the machine."""
+
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import minitc as tc  # noqa: E402
+from minitc.frontend.choice import choose_programs  # noqa: E402
+from minitc.templates import template_schedule  # noqa: E402
+
+DELAY = 0.004  # seconds: far above a tiny dense kernel's time and a shared machine's jitter
+
+
+class Slowed:
+    """A compiled kernel that sleeps before each call."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, *args, out=None):
+        time.sleep(DELAY)
+        return self.fn(*args, out=out)
+
+    def run_unchecked(self, arrays):
+        time.sleep(DELAY)
+        self.fn.run_unchecked(arrays)
+
+    def bind(self, arrays):
+        bound = self.fn.bind(arrays)
+
+        def call():
+            time.sleep(DELAY)
+            bound()
+
+        return call
+
+
+def _compiled():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8)).eval()
+    x = torch.randn(4, 16)
+    compiled = tc.compile(model, (x,), db=False)
+    kernels = {node.name: fn for kind, node, fn in compiled.plan.steps if kind == "kernel"}
+    return compiled, kernels, [x.numpy()]
+
+
+def test_a_tuned_program_slower_in_the_model_is_dropped():
+    compiled, kernels, arrays = _compiled()
+    first = compiled.tasks[0]
+    slow = {n: Slowed(kernels[n]) for n in first.nodes}
+    chosen, choices = choose_programs(compiled.graph, compiled.tasks, kernels, slow, arrays, rounds=3)
+    assert [c.kept for c in choices] == ["template"]
+    assert choices[0].task == str(first) and choices[0].tuned_ms > choices[0].template_ms + 1e3 * DELAY / 2
+    assert all(chosen[n] is kernels[n] for n in kernels)
+
+
+def test_a_tuned_program_faster_in_the_model_is_kept():
+    compiled, kernels, arrays = _compiled()
+    first = compiled.tasks[0]
+    slow_template = {**kernels, **{n: Slowed(kernels[n]) for n in first.nodes}}
+    fast = {n: kernels[n] for n in first.nodes}
+    chosen, choices = choose_programs(compiled.graph, compiled.tasks, slow_template, fast, arrays, rounds=3)
+    assert [c.kept for c in choices] == ["tuned"]
+    assert all(chosen[n] is kernels[n] for n in first.nodes)
+
+
+def test_nothing_contested_runs_nothing():
+    compiled, kernels, arrays = _compiled()
+    chosen, choices = choose_programs(compiled.graph, compiled.tasks, kernels, {}, [None], rounds=3)
+    assert choices == [] and chosen == kernels  # the inputs were never touched
+
+
+def test_a_compile_from_records_chooses_each_contested_task_and_stays_correct(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8)).eval()
+    x = torch.randn(4, 16)
+    db = str(tmp_path / "records.db")
+    tuned = tc.compile(model, (x,), db=db, trials=8, strategy="random")
+    again = tc.compile(model, (x,), db=db)  # the same records: decided again
+    for compiled in (tuned, again):
+        template = {str(t): template_schedule(t.outputs).trace.to_json() for t in compiled.tasks}
+        for choice in compiled.choices:
+            task = next(t for t in compiled.tasks if str(t) == choice.task)
+            assert (task.trace.to_json() == template[choice.task]) == (choice.kept == "template")
+        with torch.no_grad():
+            np.testing.assert_allclose(compiled(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-5)
