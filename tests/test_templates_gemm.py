@@ -302,3 +302,44 @@ def test_template_errors():
         _scheduled(C, mr=0)
     with pytest.raises(tc.ScheduleError, match="parallel must be one of"):
         _scheduled(C, parallel="k")
+
+
+@pytest.mark.parametrize("cpu", ["znver2", "sapphirerapids"])
+def test_the_design_space_holds_every_tile_and_k_block_the_model_considers(cpu):
+    """The tuner's candidates (minitc/autotune/space.py) include the hardware's register tiles
+    and both orders' k blocks, not only the shape-independent lists, and every one builds."""
+    from minitc.autotune.space import Space
+    from minitc.templates import gemm_blocking
+
+    target = parse_target(f"llvm -mcpu={cpu} -num-cores=2")
+    C, ins = _matmul(200, 1000, 1000, False, False)
+    space = Space([C], target)
+    domains = {d.name.split(".")[-1]: d.domain for d in space.replay(space.default_values()).decisions}
+    hw, lanes = target.hardware, target.lanes("float32")
+    for rows, vecs in gemm_blocking.register_tiles(hw):
+        assert rows in domains["mr"] and vecs * lanes in domains["nr"]
+    p = gemm.pick_tiles(200, 1000, 1000, target)
+    assert gemm_blocking.kc_from_l1(hw, p["mr"], p["nr"], 4) // 4 * 4 in domains["kc"]
+    assert {p["mr"], p["nr"], p["nc"], p["kc"]} <= set(domains["mr"] + domains["nr"] + domains["nc"] + domains["kc"])
+
+
+def test_the_design_space_candidates_from_the_hardware_build_correct_kernels():
+    from minitc.autotune.space import CANDIDATES, Space
+
+    C, ins = _matmul(37, 53, 290, False, False)
+    space = Space([C], "llvm")
+    values = space.default_values()
+    decisions = space.replay(values).decisions
+    args = _inputs(ins)
+    tried = 0
+    for n, d in enumerate(decisions):
+        name = d.name.split(".")[-1]
+        for value in d.domain:
+            if name not in ("mr", "nr", "nc", "kc", "mc") or value in CANDIDATES[name] or value == d.value:
+                continue
+            chosen = list(values)
+            chosen[n] = value
+            f = tc.build(space.replay(chosen).schedule)
+            np.testing.assert_allclose(f(*args), args[0] @ args[1], rtol=1e-4, atol=1e-4)
+            tried += 1
+    assert tried >= 3  # at least the hardware's tiles and k blocks beyond the fixed lists

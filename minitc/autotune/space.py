@@ -3,9 +3,10 @@
 A workload's space has up to two sketches:
 
 - `template`: the operator's hand template (minitc/templates, or minitc/templates/gpu for a
-  CUDA target) with each keyword parameter a categorical decision over candidates built around
-  the shape, always including the template's own default, so the hand-written schedule is one
-  point of the space;
+  CUDA target) with each keyword parameter a categorical decision over candidates: the fixed
+  CANDIDATES, the values the template's `@choices` derive from the shape and the hardware (the
+  GEMMs: every register tile that fits, both orders' k blocks), and the template's own
+  default, so the hand-written schedule is one point of the space;
 - `generic`: the MetaSchedule-style rules of space_rules.py (gpu_space_rules.py on a GPU), for any
   computation.
 
@@ -26,7 +27,7 @@ from minitc.autotune.space_rules import generic_sketch
 from minitc.errors import ScheduleError
 from minitc.schedule.recorder import Schedule
 from minitc.target import is_gpu, parse_target
-from minitc.templates import DEFAULTS, TEMPLATES, load_templates
+from minitc.templates import CHOICES, DEFAULTS, TEMPLATES, load_templates
 
 
 def _divisors(n: int) -> list:
@@ -69,32 +70,34 @@ CANDIDATES = {
 BOOLEAN = (False, True)
 
 
-def _domain(name: str, default):
+def _domain(name: str, default, derived=()):
     if isinstance(default, bool):
         return BOOLEAN
     if isinstance(default, str):
         options = {"parallel": ("auto", "n", "m", "batch", "none"), "pad": ("tile", "inline", "root")}
         return tuple(dict.fromkeys(options.get(name, ()) + (default,)))
-    values = set(CANDIDATES.get(name, ())) | {default}
+    values = set(CANDIDATES.get(name, ())) | set(derived) | {default}
     return tuple(sorted(values, key=lambda v: (v is None, v)))
 
 
 def _registry(target) -> tuple:
-    """(templates, defaults) for the target: the GPU ones for a CUDA target."""
+    """(templates, defaults, choices) for the target: the GPU ones for a CUDA target."""
     if is_gpu(target):
         from minitc.templates.gpu import GPU_DEFAULTS, GPU_TEMPLATES, load_gpu_templates
 
         load_gpu_templates()
-        return GPU_TEMPLATES, GPU_DEFAULTS
+        return GPU_TEMPLATES, GPU_DEFAULTS, {}
     load_templates()
-    return TEMPLATES, DEFAULTS
+    return TEMPLATES, DEFAULTS, CHOICES
 
 
 def template_params(tag: str, s, out: str, target, sampler: Sampler) -> dict:
-    """Draw a value for every keyword parameter of the tag's template."""
-    templates, defaults_of = _registry(target)
+    """Draw a value for every keyword parameter of the tag's template, from the shape-independent
+    CANDIDATES, the template's `@choices` for this shape and target, and its default."""
+    templates, defaults_of, choices_of = _registry(target)
     fn = templates[tag]
     defaults = dict(defaults_of[tag](s, out, target)) if tag in defaults_of else {}
+    derived = dict(choices_of[tag](s, out, target)) if tag in choices_of else {}
     params = {}
     for p in list(inspect.signature(fn).parameters.values())[3:]:
         if p.kind is not p.KEYWORD_ONLY and p.kind is not p.POSITIONAL_OR_KEYWORD:
@@ -102,13 +105,14 @@ def template_params(tag: str, s, out: str, target, sampler: Sampler) -> dict:
         default = defaults.get(p.name, p.default)
         if default is inspect.Parameter.empty:
             continue
-        params[p.name] = sampler.categorical(f"{out}.{p.name}", _domain(p.name, default))
+        domain = _domain(p.name, default, derived.get(p.name, ()))
+        params[p.name] = sampler.categorical(f"{out}.{p.name}", domain)
     return params
 
 
 def template_defaults(tag: str, s, out: str, target) -> dict:
     """The values `tc.build` uses, as the space's decisions would give them."""
-    templates, defaults_of = _registry(target)
+    templates, defaults_of, _ = _registry(target)
     fn = templates[tag]
     defaults = dict(defaults_of[tag](s, out, target)) if tag in defaults_of else {}
     out_params = {}

@@ -10,6 +10,9 @@ A template is registered for an operator tag (`tc.compute(..., tag=...)`, set by
     @defaults("matmul")
     def matmul_defaults(s, out, target) -> dict: ...   # good tile sizes for this host
 
+    @choices("matmul")
+    def matmul_choices(s, out, target) -> dict: ...    # {param: values}: more of the tuner's candidates
+
 `template_schedule(outputs, target)` looks up the template of the (single) output's tag and
 applies it with its defaults; `tc.build(tensor)` uses it. Outputs without a template keep the
 naive loop nest.
@@ -23,6 +26,7 @@ from minitc.target import is_gpu, parse_target
 
 TEMPLATES: dict = {}  # tag -> fn(s, out_stage_name, target, **params)
 DEFAULTS: dict = {}  # tag -> fn(s, out_stage_name, target) -> params
+CHOICES: dict = {}  # tag -> fn(s, out_stage_name, target) -> {param: candidate values for this target}
 
 
 def template(tag: str):
@@ -36,6 +40,18 @@ def template(tag: str):
 def defaults(tag: str):
     def register(fn):
         DEFAULTS[tag] = fn
+        return fn
+
+    return register
+
+
+def choices(tag: str):
+    """Register the candidate values a tag's parameters take in the tuner's design space beyond
+    the shape-independent ones (minitc/autotune/space.py): values derived from the shape and
+    the target's hardware, so the space holds what the analytical model would also pick."""
+
+    def register(fn):
+        CHOICES[tag] = fn
         return fn
 
     return register

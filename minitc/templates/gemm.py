@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from minitc.errors import ScheduleError
 from minitc.expr import Binary, Const
-from minitc.templates import defaults, template
+from minitc.templates import choices, defaults, template
 from minitc.templates import gemm_blocking as blocking
 
 PARALLEL = ("auto", "n", "m", "batch", "none")
@@ -364,6 +364,27 @@ def _defaults_for(s, acc: str, target) -> dict:
     return p
 
 
+def _choices_for(s, acc: str, target) -> dict:
+    """The tuner's candidates from the analytical model: every register tile that fits the
+    hardware (rows, and columns as whole vectors of the target's width), the panel widths of
+    the default tile, and the k blocks of both orders (BLIS's kc from L1, minitc's from A's
+    sliver) with the mc that goes with BLIS's."""
+    batch, M, N, K = _shape(s, acc)
+    dtype = s.state.stage(acc).dtype
+    hw, vec, esize = target.hardware, target.lanes(dtype), 8 if dtype in ("float64", "int64") else 4
+    p = pick_tiles(M, N, K, target, dtype, batch)
+    tiles = blocking.register_tiles(hw)
+    blis_kc = blocking.kc_from_l1(hw, p["mr"], p["nr"], esize)
+    kcs = {blis_kc, blocking.k_block(hw, K, p["mr"], p["nr"], vec, esize, panel_bytes(target)), K // 2, K // 4}
+    return {
+        "mr": tuple(sorted({min(rows, M) for rows, _ in tiles})),
+        "nr": tuple(sorted({vecs * vec for _, vecs in tiles})),
+        "nc": tuple(p["nr"] * m for m in (1, 2, 4, 8, 16) if p["nr"] * m <= _ceil_div(N, p["nr"]) * p["nr"]),
+        "kc": tuple(sorted(k // 4 * 4 for k in kcs if 16 <= k < K)),
+        "mc": (blocking.mc_from_l2(hw, min(blis_kc, K), p["mr"], esize),),
+    }
+
+
 # -- the operators -----------------------------------------------------------------------------
 
 
@@ -488,8 +509,14 @@ def inline_epilogue(s, out: str, product: str) -> None:
 
 for _tag in ("matmul", "batch_matmul", "conv2d_gemm", "dense"):
     defaults(_tag)(lambda s, out, target: _defaults_for(s, out, target))
+    choices(_tag)(lambda s, out, target: _choices_for(s, out, target))
 
 
 @defaults("dense_epilogue")
 def dense_epilogue_defaults(s, out, target) -> dict:
     return _defaults_for(s, gemm_producer(s, out), target)
+
+
+@choices("dense_epilogue")
+def dense_epilogue_choices(s, out, target) -> dict:
+    return _choices_for(s, gemm_producer(s, out), target)
