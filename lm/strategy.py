@@ -40,8 +40,8 @@ import threading
 import numpy as np
 
 from minitc.autotune.cost_model import torch_threads
+from minitc.autotune.interfaces import SearchStrategy
 from minitc.autotune.mutators import edit, switch_flips
-from minitc.autotune.search import RandomSearch
 from minitc.errors import ScheduleError
 from minitc.lm.decode import Decoder
 from minitc.lm.hardware import closest_machine, differences, hardware, is_gpu_line, same_machine, trained_hardware
@@ -49,7 +49,9 @@ from minitc.lm.hardware import closest_machine, differences, hardware, is_gpu_li
 DECODING_THREADS = 1  # decoding is latency-bound: a second torch thread mostly waits
 
 
-class TLMSearch(RandomSearch):
+class TLMSearch(SearchStrategy):
+    """`meta`: the checkpoint's meta (what `finish` builds a learned model's meta on)."""
+
     def __init__(
         self,
         space,
@@ -67,11 +69,13 @@ class TLMSearch(RandomSearch):
         refine: float = 0.5,
         parents: int = 4,
         first_round: int = 8,
+        meta: dict | None = None,
     ):
+        self.cost_model = cost_model  # told of the workload by bind
         super().__init__(space, rng)
-        self.model, self.tok, self.hardware = model, tok, hardware
+        self.model, self.tok, self.hardware, self.meta = model, tok, hardware, dict(meta or {})
         self.decoder = Decoder(model, tok, space, hardware, temperature=temperature, top_k=top_k)
-        self.cost_model, self.oversample, self.learn, self.batch = cost_model, oversample, learn, batch
+        self.oversample, self.learn, self.batch = oversample, learn, batch
         self.refine, self.parents = refine, parents  # share of a round spent on edits; of how many best
         self.first_round = first_round  # programs asked for before anything is measured
         self.generated = self.invalid = self.fallback = 0  # programs sampled / rejected / random top-ups
@@ -127,7 +131,7 @@ class TLMSearch(RandomSearch):
     def _ask(self, n: int, drawn=None) -> list:
         if not self.measured:  # a short first round: the sweep and the edits start sooner
             n = min(n, self.first_round)
-        picked = self._queued(n)
+        picked = self.queued(n)
         taken = {c.key for c in picked}
         share = round((n - len(picked)) * self.refine) if self.best else 0
         edits = self._take_flips(share, taken) if share else []
@@ -240,7 +244,7 @@ class TLMSearch(RandomSearch):
             from minitc.lm.model import save_checkpoint
             from minitc.lm.pipeline import user_model_path
 
-            before = dict(getattr(self, "meta", {}))
+            before = dict(self.meta)
             history = list(before.pop("history", [])) + [before]
             line = str(self.hardware)
             meta = {
@@ -355,6 +359,4 @@ def tlm_search(space, rng, cost_model=None, lm=None, learn: bool = False) -> TLM
     message = hardware_warning(meta, hw, space.target)
     if message:
         warnings.warn(message, HardwareWarning, stacklevel=3)
-    search = TLMSearch(space, model, tok, hw, rng, cost_model=cost_model, learn=learn)
-    search.meta = meta
-    return search
+    return TLMSearch(space, model, tok, hw, rng, cost_model=cost_model, learn=learn, meta=meta)

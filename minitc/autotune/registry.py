@@ -4,8 +4,9 @@ the tuner add their own without the tuner importing them: a package names a func
 entry-point group `minitc.plugins` (pyproject.toml), and the first lookup calls it. minitc.lm
 registers the `tlm` strategy and the tensor-language sentence every record stores that way.
 
-    register_strategy("mine", factory)   # factory(space, rng, cost_model, **options) -> strategy
+    register_strategy("mine", factory)   # factory(space, rng, cost_model, **options) -> SearchStrategy
     make_strategy("evolutionary", space, rng)
+    make_strategy(MySearch(), space, rng)  # a SearchStrategy (or subclass) of the caller's: bound to space
     register_runner("mine", factory)     # factory(target) -> runner (run, fresh, close)
     register_record_extras("sentence", factory)  # factory(space) -> fn(candidate) -> dict, or None
 """
@@ -14,11 +15,12 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 
-from minitc.autotune.cost_model import default_cost_model
 from minitc.autotune.gpu_runner import GpuRunner
+from minitc.autotune.interfaces import SearchStrategy, check_strategy
 from minitc.autotune.runner import LocalRunner
 from minitc.autotune.search import EvolutionarySearch, NearTemplateSearch, RandomSearch
-from minitc.errors import MinitcError
+from minitc.autotune.workload_key import workload_key
+from minitc.errors import ConfigError, MinitcError
 from minitc.target import is_gpu
 
 STRATEGIES: dict = {}
@@ -56,15 +58,46 @@ def strategy_names() -> tuple:
     return tuple(STRATEGIES)
 
 
-def make_strategy(name: str, space, rng, cost_model=None, **options):
-    """The search strategy `name` for `space`; options (`lm`, `learn`) go to its factory."""
+def make_strategy(strategy, space, rng, cost_model=None, **options):
+    """The search strategy for `space`: `strategy` is a registered name (options such as `lm`
+    and `learn` go to its factory), a SearchStrategy (bound to `space` and `rng` unless made
+    with a space of its own) or a SearchStrategy subclass (made without arguments, then bound)."""
+    if not isinstance(strategy, str):
+        return _own_strategy(strategy, space, rng, cost_model, options)
     _load_plugins()
-    if name not in STRATEGIES:
+    if strategy not in STRATEGIES:
         raise MinitcError(
-            f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)} (strategies of other packages, "
-            "such as minitc.lm's tlm, register through the entry point group minitc.plugins when installed)"
+            f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)} (strategies of other packages, "
+            "such as minitc.lm's tlm, register through the entry point group minitc.plugins when installed), "
+            "or pass a SearchStrategy"
         )
-    return STRATEGIES[name](space, rng, cost_model, **options)
+    return check_strategy(STRATEGIES[strategy](space, rng, cost_model, **options), f"strategy {strategy!r}")
+
+
+def _own_strategy(strategy, space, rng, cost_model, options: dict):
+    """A caller's strategy object or class, bound to `space`."""
+    given = [name for name, value in {"cost_model": cost_model, **options}.items() if value]
+    if given:
+        raise ConfigError(
+            f"{', '.join(name + '=' for name in given)}: options of the strategies chosen by name; "
+            "a strategy object or class is configured by its own constructor"
+        )
+    if isinstance(strategy, type) and issubclass(strategy, SearchStrategy):
+        try:
+            strategy = strategy()
+        except TypeError as e:
+            raise ConfigError(
+                f"strategy class {strategy.__name__} cannot be made without arguments ({e}); pass an instance instead"
+            ) from e
+    search = check_strategy(strategy, "the strategy")
+    if search.space is None:
+        search.bind(space, rng)
+    elif (search.workload, search.space.target.string) != (workload_key(space.outputs), space.target.string):
+        raise ConfigError(
+            f"the strategy {type(search).__name__} searches another workload or target ({search.workload}, "
+            f"{search.space.target.string}); make it without a space and the tuner binds it"
+        )
+    return search
 
 
 def make_runner(runner, target):
@@ -96,7 +129,7 @@ def _near_template(space, rng, cost_model=None, **_):
 
 
 def _evolutionary(space, rng, cost_model=None, **_):
-    return EvolutionarySearch(space, cost_model or default_cost_model(), rng)
+    return EvolutionarySearch(space, cost_model, rng)
 
 
 def _local_runner(target):

@@ -1,4 +1,5 @@
-"""Search strategies behind one small protocol:
+"""The built-in search strategies, each a `SearchStrategy` (interfaces.py: `seed`, `ask`,
+`tell` and hooks):
 
     strategy.ask(n)                -> up to n new candidates to measure (never one measured before)
     strategy.tell(candidates, ms)  -> the measured latencies (inf for errors)
@@ -12,74 +13,42 @@ generations by mutation, scored by a cost model, and picked epsilon-greedily.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from minitc.autotune.cost_model import default_cost_model
+from minitc.autotune.interfaces import SearchStrategy
 from minitc.autotune.mutators import edit, mutate
 from minitc.autotune.space import Candidate, Space
 from minitc.errors import ScheduleError
 
 
-class RandomSearch:
-    def __init__(self, space: Space, rng=None, max_failures: int = 200):
-        self.space = space
-        self.rng = rng if rng is not None else np.random.default_rng()
+class RandomSearch(SearchStrategy):
+    """The queued candidates (the hand template's program), then uniform random ones."""
+
+    def __init__(self, space: Space | None = None, rng=None, max_failures: int = 200):
         self.max_failures = max_failures
-        self.measured: dict = {}  # candidate key -> latency ms (inf: error)
-        self.best: list = []  # (latency ms, decision values), fastest first
-        self.queue: list = []  # candidates to measure first (the hand template's default)
-
-    def seed(self, key: str, values: list | None, latency_ms: float) -> None:
-        """Record an already measured candidate (from the database)."""
-        self.measured[key] = latency_ms
-        if values is not None and math.isfinite(latency_ms):
-            self.best.append((latency_ms, values))
-            self.best.sort(key=lambda b: b[0])
-
-    def random_candidates(self, n: int, exclude: set) -> list:
-        out, failures = [], 0
-        while len(out) < n and failures < self.max_failures:
-            try:
-                c = self.space.sample(self.rng)
-            except ScheduleError:
-                failures += 1
-                continue
-            if c.key in self.measured or c.key in exclude:
-                failures += 1
-                continue
-            exclude.add(c.key)
-            out.append(c)
-        return out
-
-    def _queued(self, n: int) -> list:
-        out = [c for c in self.queue if c.key not in self.measured][:n]
-        self.queue = []
-        return out
+        super().__init__(space, rng)
 
     def ask(self, n: int) -> list:
-        first = self._queued(n)
+        first = self.queued(n)
         return first + self.random_candidates(n - len(first), {c.key for c in first})
 
-    def tell(self, candidates: list, latencies_ms: list) -> None:
-        for c, ms in zip(candidates, latencies_ms):
-            self.seed(c.key, c.values, ms)
 
-
-class NearTemplateSearch(RandomSearch):
+class NearTemplateSearch(SearchStrategy):
     """The hand template's default program, then programs one to four mutations away from it
     (fewer more often), then random ones when the neighbourhood runs dry or the workload has
     no template. The defaults are derived from the target description, so on a new machine
     these programs are where its best ones usually lie; uniform samples of a large space seldom
     come near them, and a model's samples come near what other machines rewarded."""
 
-    def __init__(self, space: Space, rng=None):
-        super().__init__(space, rng)
+    def bind(self, space: Space, rng=None) -> None:
+        super().bind(space, rng)
         self.default = template_program(space)
 
     def ask(self, n: int) -> list:
-        picked = self._queued(n)
+        picked = self.queued(n)
         taken = {c.key for c in picked}
         default = self.default
         if default is not None and len(picked) < n and default.key not in self.measured and default.key not in taken:
@@ -127,12 +96,13 @@ class EvolutionConfig:
     eps_greedy: float = 0.05
 
 
-class EvolutionarySearch(RandomSearch):
-    def __init__(self, space: Space, cost_model, rng=None, config: EvolutionConfig | None = None):
-        super().__init__(space, rng)
-        self.model = cost_model
+class EvolutionarySearch(SearchStrategy):
+    """`cost_model` default: `default_cost_model()`."""
+
+    def __init__(self, space: Space | None = None, cost_model=None, rng=None, config: EvolutionConfig | None = None):
+        self.cost_model = cost_model if cost_model is not None else default_cost_model()
         self.config = config or EvolutionConfig()
-        self.workload = ""
+        super().__init__(space, rng)
 
     def _replay(self, values: list):
         try:
@@ -151,13 +121,13 @@ class EvolutionarySearch(RandomSearch):
         return seeded + fresh, fresh
 
     def _scores(self, population: list) -> np.ndarray:
-        scores = np.asarray(self.model.predict(self.workload, [c.trace for c in population]), dtype=float)
+        scores = np.asarray(self.cost_model.predict(self.workload, [c.trace for c in population]), dtype=float)
         return np.nan_to_num(scores, nan=-1e9, posinf=1e9, neginf=-1e9)
 
     def ask(self, n: int) -> list:
-        first = self._queued(n)
+        first = self.queued(n)
         if first:
-            return first + super().random_candidates(n - len(first), {c.key for c in first})
+            return first + self.random_candidates(n - len(first), {c.key for c in first})
         cfg = self.config
         population, fresh = self._initial_population()
         if not population:
@@ -208,4 +178,4 @@ class EvolutionarySearch(RandomSearch):
 
     def tell(self, candidates: list, latencies_ms: list) -> None:
         super().tell(candidates, latencies_ms)
-        self.model.fit(self.workload, [c.trace for c in candidates], list(latencies_ms))
+        self.cost_model.fit(self.workload, [c.trace for c in candidates], list(latencies_ms))

@@ -167,6 +167,7 @@ class TuningSession:
             self.builder.start()
         if self.own[1] and hasattr(self.runner, "prepare"):
             self.runner.prepare(self.task)
+        self.search = None
         try:
             self._start_search(strategy, np.random.default_rng(seed), cost_model, lm, learn, template_first)
         except BaseException:  # no process outlives a session that could not start
@@ -183,16 +184,12 @@ class TuningSession:
         """The strategy, told of this workload and seeded with the database's records."""
         self.search = make_strategy(strategy, self.space, rng, cost_model, lm=lm, learn=learn)
         self.extras_of = record_extras(self.space)
-        self.search.workload = self.key
-        for model in (getattr(self.search, "model", None), getattr(self.search, "cost_model", None)):
-            if hasattr(model, "register"):
-                model.register(self.key, self.space.outputs)  # features need the shapes
         for rec in self.db.programs(self.key, self.target, self.hw):
             values, steps = decode_trace(rec.trace)
             ckey = hashlib.sha256(steps.to_json().encode()).hexdigest()[:24]
             self.search.seed(ckey, values, rec.median_ms if rec.ok else math.inf)
         if template_first and "template" in self.space.sketches:  # never lose to tc.build
-            self.search.queue.append(self.space.replay(self.space.default_values()))
+            self.search.put_first([self.space.replay(self.space.default_values())])
 
     def round(self, n: int | None = None) -> int:
         """Measure up to n (default: the batch size) new candidates; returns how many."""
@@ -232,7 +229,7 @@ class TuningSession:
         """On a GPU the host's cores wait while a round is measured: a strategy that can
         (tlm) writes the next round's proposals meanwhile, if another round will follow. On a
         CPU that work would disturb the timings."""
-        if not (self.space.gpu and hasattr(self.search, "decode_ahead") and self.trials is not None):
+        if not (self.space.gpu and self.trials is not None):
             return
         left = self.trials - self.resumed - self.done - measuring
         if left > 0:
@@ -267,15 +264,14 @@ class TuningSession:
             builder = self.builder if isinstance(self.builder, LocalBuilder) else None
             db, key = self.db, self.key
             best_ms, best_trace = remeasure_best(db, key, self.space, self.hw, self.task, self.runner, builder)
-            if hasattr(self.search, "finish"):
-                self.search.finish()
+            self.search.finish()
         finally:
             self.close()
         kernel = _build_best(self.space, best_trace) if best_trace else None
         seconds = time.perf_counter() - self.start
         overhead = max(0.0, seconds - self.kernel_s) / max(self.done, 1)
         phases = dict(self.phases, kernel=self.kernel_s, total=seconds)
-        stats = self.search.stats() if hasattr(self.search, "stats") else {}
+        stats = self.search.stats()
         return TuneResult(
             kernel,
             best_ms,
@@ -293,7 +289,7 @@ class TuningSession:
         )
 
     def close(self) -> None:
-        if hasattr(getattr(self, "search", None), "close"):
+        if self.search is not None:  # None: the strategy could not be made
             self.search.close()
         if self.own[0]:
             self.builder.close()

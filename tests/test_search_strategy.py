@@ -1,0 +1,120 @@
+"""The tuner's plug points (minitc/autotune/interfaces.py): every strategy is a SearchStrategy,
+works without the tuner setting anything on it, and anything else is refused by name."""
+
+import numpy as np
+import pytest
+
+import minitc as tc
+from minitc.autotune import registry
+from minitc.autotune.interfaces import SearchStrategy
+from minitc.autotune.search import EvolutionarySearch, NearTemplateSearch, RandomSearch
+from minitc.autotune.space import Space
+from minitc.autotune.workload_key import workload_key
+from minitc.errors import ConfigError
+
+
+def _matmul(n=16):
+    A = tc.placeholder((n, n), name="A")
+    B = tc.placeholder((n, n), name="B")
+    return tc.ops.matmul(A, B)
+
+
+class Scores:
+    """A cost model that records what it is told and prefers short traces."""
+
+    trained = 1  # as if pretrained: a tlm search trusts it from the first round
+
+    def __init__(self):
+        self.registered, self.workloads = [], set()
+
+    def register(self, workload, outputs):
+        self.registered.append((workload, outputs))
+
+    def fit(self, workload, traces, latencies_ms):
+        self.workloads.add(workload)
+
+    def predict(self, workload, traces):
+        self.workloads.add(workload)
+        return np.array([-float(len(t)) for t in traces])
+
+
+def test_the_builtin_strategies_are_search_strategies_that_know_their_workload():
+    space = Space(_matmul(), "llvm")
+    rng = np.random.default_rng(0)
+    for name in ("random", "evolutionary", "near-template"):
+        search = registry.make_strategy(name, space, rng, Scores())
+        assert isinstance(search, SearchStrategy) and search.workload == workload_key(space.outputs), name
+    model = Scores()
+    search = EvolutionarySearch(space, model, rng)
+    first = search.ask(4)
+    search.tell(first, [1.0, 2.0, 3.0, 4.0])
+    assert model.registered == [(search.workload, space.outputs)] and model.workloads == {search.workload}
+
+
+def test_a_strategy_made_without_a_space_is_bound_by_make_strategy():
+    space = Space(_matmul(), "llvm")
+    for given in (RandomSearch(), NearTemplateSearch, EvolutionarySearch(cost_model=Scores())):
+        search = registry.make_strategy(given, space, np.random.default_rng(0))
+        assert isinstance(search, SearchStrategy) and search.space is space
+        assert len(search.ask(3)) == 3
+    mine = RandomSearch(rng=np.random.default_rng(5))
+    assert registry.make_strategy(mine, space, np.random.default_rng(0)).rng is mine.rng  # its own rng kept
+
+
+def test_put_first_candidates_come_first_once():
+    space = Space(_matmul(), "llvm")
+    search = RandomSearch(space, np.random.default_rng(0))
+    default = space.replay(space.default_values())
+    search.put_first([default])
+    first = search.ask(3)
+    assert first[0].key == default.key and default.key not in {c.key for c in search.ask(3)}
+
+
+def test_what_is_not_a_search_strategy_is_refused_by_name(monkeypatch):
+    space, rng = Space(_matmul(), "llvm"), np.random.default_rng(0)
+
+    class AskTell:
+        def ask(self, n):
+            return []
+
+        def tell(self, candidates, latencies_ms):
+            pass
+
+    with pytest.raises(ConfigError, match=r"AskTell, not a .*SearchStrategy \(it lacks bind, seed, put_first, "):
+        registry.make_strategy(AskTell(), space, rng)
+    monkeypatch.setitem(registry.STRATEGIES, "duck", lambda space, rng, cost_model=None, **_: AskTell())
+    with pytest.raises(ConfigError, match=r"strategy 'duck' is a AskTell"):
+        registry.make_strategy("duck", space, rng)
+    with pytest.raises(ConfigError, match="EvolutionarySearch.*another workload"):
+        registry.make_strategy(EvolutionarySearch(Space(_matmul(8), "llvm"), Scores()), space, rng)
+    with pytest.raises(ConfigError, match="cost_model=: options of the strategies chosen by name"):
+        registry.make_strategy(RandomSearch(), space, rng, Scores())
+
+    class Needs(SearchStrategy):
+        def __init__(self, width):
+            super().__init__()
+
+    with pytest.raises(ConfigError, match="Needs cannot be made without arguments"):
+        registry.make_strategy(Needs, space, rng)
+    with pytest.raises(NotImplementedError, match="SearchStrategy must define ask"):
+        SearchStrategy(space).ask(1)
+
+
+def test_tlm_search_alone_ranks_with_a_trusted_cost_model():
+    """Made directly (no tuner), a tlm search tells its cost model the workload and ranks with it."""
+    torch = pytest.importorskip("torch")
+    from minitc.lm.hardware import hardware
+    from minitc.lm.model import ModelConfig, TensorLM
+    from minitc.lm.strategy import TLMSearch
+    from minitc.lm.tokenizer import Tokenizer
+
+    torch.manual_seed(0)
+    tok = Tokenizer.default()
+    model = TensorLM(ModelConfig(vocab_size=len(tok), d_model=32, n_layers=1, n_heads=2, d_ff=64))
+    space, scores = Space(_matmul(64), "llvm"), Scores()
+    search = TLMSearch(space, model, tok, hardware(space.target), np.random.default_rng(0), cost_model=scores)
+    first = search.ask(8)
+    lengths = [len(c.trace) for c in first]
+    assert len(set(lengths)) > 1 and lengths == sorted(lengths)  # the cost model's order
+    assert scores.registered == [(workload_key(space.outputs), space.outputs)]
+    assert scores.workloads == {workload_key(space.outputs)}
