@@ -18,10 +18,13 @@
    time does not grow with the dataset. It gets the rest of the time.
 3. **Keep it** in the user's cache directory, next to the `--learn` model
    (pipeline.adapted_model_path); the shipped checkpoint is never written.
-4. **Train a cost model** on the same programs (an ensemble, as `minitc lm cost-model` ships;
-   about half a minute for 600 programs of this machine and 1,200 of others), kept in the
-   cache directory too (cost.adapted_cost_model_path), whatever `out` is: it belongs to the
-   machine, not to one language model. The tlm strategy ranks with it on this machine.
+4. **Give the cost model this machine's head**: the shipped MTL-TLP model (lm/mtl.py, one
+   backbone trained on every CPU of the dataset) learns a head for this hardware description
+   from this machine's programs, the backbone unchanged. Without a shipped MTL model, a
+   separate model is trained on the same programs as the language model (an ensemble, as
+   `minitc lm cost-model` ships). Either is kept in the cache directory too
+   (cost.adapted_cost_model_path), whatever `out` is: it belongs to the machine, not to one
+   language model. The tlm strategy ranks with it on this machine.
 
 Measuring uses tuning sessions directly (minitc.autotune.tuner.TuningSession), one round per
 workload and strategy, sharing one builder and one runner: `tune` would also re-measure each
@@ -83,6 +86,7 @@ def adapt(
     from minitc.lm.dataset import DATA_DIR
     from minitc.lm.language import parse
     from minitc.lm.model import LMError
+    from minitc.lm.mtl import adapted_mtl_model
     from minitc.lm.pipeline import SHIPPED, adapted_model_path, user_model_path
     from minitc.lm.training_set import TRAINING
     from minitc.target import hardware_fingerprint, is_gpu, parse_target
@@ -122,7 +126,9 @@ def adapt(
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = _finetune(checkpoint, out, here, rest, fingerprint, seconds, threads, say)
     started = time.monotonic()
-    cost = train_cost_model([e for e, _ in here_entries + rest_entries], members=MEMBERS)[0]
+    cost = adapted_mtl_model([e for e, _ in here_entries], fingerprint)
+    if cost is None:  # no MTL model to give a head: a model of its own, as before MTL-TLP
+        cost = train_cost_model([e for e, _ in here_entries + rest_entries], members=MEMBERS)[0]
     cost_path = adapted_cost_model_path(fingerprint)
     cost.save(cost_path)
     say(f"trained the cost model {cost_path.name} in {time.monotonic() - started:.0f} s")

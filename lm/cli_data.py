@@ -145,11 +145,12 @@ def ship_cmd(checkpoint, out):
 def cost_model_cmd(data_dir, out_dir, epochs, min_programs, members):
     """Pretrain the TLP cost models the tlm strategy ranks its first rounds with: one per CPU
     hardware description with at least --min-programs programs in the dataset
-    (<fingerprint>.pt), and one on every CPU description (cpu.pt); each an ensemble of
-    --members trainings."""
+    (<fingerprint>.pt), one on every CPU description (cpu.pt), and MTL-TLP (mtl.pt: one
+    backbone, a head per description); each an ensemble of --members trainings."""
     from minitc.lm.cost import ALL_CPUS, COST_DIR, train_cost_model
     from minitc.lm.dataset import load
     from minitc.lm.hardware import is_gpu_line
+    from minitc.lm.mtl import MTL, train_mtl_model
 
     entries = [e for e in load(data_dir) if not is_gpu_line(e.hardware)]
     folder = Path(out_dir) if out_dir else COST_DIR
@@ -158,8 +159,9 @@ def cost_model_cmd(data_dir, out_dir, epochs, min_programs, members):
     for e in entries:
         counts[e.fingerprint] = counts.get(e.fingerprint, 0) + 1
     jobs = [(fp, [e for e in entries if e.fingerprint == fp]) for fp, n in sorted(counts.items()) if n >= min_programs]
-    for name, chosen in jobs + [(ALL_CPUS, entries)]:
-        model, used, skipped = train_cost_model(chosen, epochs=epochs, members=members)
+    for name, chosen in jobs + [(ALL_CPUS, entries), (MTL, entries)]:
+        train = train_mtl_model if name == MTL else train_cost_model
+        model, used, skipped = train(chosen, epochs=epochs, members=members)
         path = folder / f"{name}.pt"
         model.save(path)
         click.echo(f"wrote {path}: {used} programs ({skipped} no longer replay)")

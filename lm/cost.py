@@ -10,7 +10,9 @@ every CPU) ranks from the first round.
     shipped_cost_model(target)  -> the model for this machine, or None
 
 Shipped models live in lm/checkpoints/cost/: `<hardware fingerprint>.pt` for each CPU
-description with enough programs in the dataset, and `cpu.pt` trained on all of them. Each is
+description with enough programs in the dataset, `cpu.pt` trained on all of them, and
+`mtl.pt`, MTL-TLP (lm/mtl.py): one backbone for all of them with a head per description, which
+`minitc lm adapt` gives a new machine its head in. Each is
 an ensemble of trainings from different seeds: on the same data, two trainings ranked a
 workload's first proposals differently enough to move TLM@10 from 0.87 to 0.97.
 `minitc lm cost-model` writes them.
@@ -61,10 +63,13 @@ def cost_records(entries: list, model) -> tuple:
     return records, skipped
 
 
-def train_cost_model(entries: list, epochs: int = 30, seed: int = 0, members: int = 1, log=None) -> tuple:
+def train_cost_model(
+    entries: list, epochs: int = 30, seed: int = 0, members: int = 1, log=None, model_class=TLPModel
+) -> tuple:
     """(cost model pretrained on the entries' programs, records used, programs skipped): one
-    TLPModel, or with `members` > 1 an EnsembleModel of that many, seeds `seed`, `seed` + 1, ..."""
-    nets = [TLPModel(seed=seed + i) for i in range(members)]
+    `model_class` (TLPModel, or MTLModel: a head per machine, lm/mtl.py), or with `members` > 1
+    an EnsembleModel of that many, seeds `seed`, `seed` + 1, ..."""
+    nets = [model_class(seed=seed + i) for i in range(members)]
     model = nets[0] if members == 1 else EnsembleModel(nets)
     records, skipped = cost_records(entries, model)
     for net in nets:
@@ -98,5 +103,9 @@ def shipped_cost_model_path(target) -> Path | None:
 
 
 def shipped_cost_model(target) -> TLPModel | EnsembleModel | None:
+    """The model at shipped_cost_model_path; an MTL-TLP model (lm/mtl.py) scores with the
+    head of this machine's hardware description, or its shared head where it has none."""
+    from minitc.lm.mtl import use_hardware
+
     path = shipped_cost_model_path(target)
-    return load_cost_model(path) if path is not None else None
+    return use_hardware(load_cost_model(path), hardware_fingerprint(target)) if path is not None else None

@@ -16,7 +16,6 @@ from minitc.errors import BuildError
 from minitc.schedule.recorder import Schedule
 from minitc.target import cpus, host, parse_target, simd_width
 from minitc.templates import DEFAULTS, conv, gemm, gemm_blocking, load_templates, template_schedule
-from minitc.templates.conv import FMA_LATENCY_CHAINS as FMA_CHAINS
 from minitc.templates.elementwise import default_vector
 
 load_templates()
@@ -269,7 +268,7 @@ def test_conv_lanes_and_accumulators_follow_the_target(cpu, lanes):
     p = _conv_defaults(t)
     assert p["lanes"] == lanes
     accumulators = p["kb"] * p["ohb"] * p["owv"]
-    assert FMA_CHAINS <= accumulators <= conv.acc_registers(t) == t.vector_registers - 4
+    assert t.hardware.fma_chains <= accumulators <= conv.acc_registers(t) == t.vector_registers - 4
     # the input rows and weights of one reduction block stay within half the L1d
     in_rows = (p["ohb"] - 1) + 3
     assert p["rcb"] * 4 * (in_rows * 58 + p["kb"] * 9) <= t.cache_bytes("l1d") // 2

@@ -117,13 +117,16 @@ def _build_net(cfg: TLPConfig):
             self.blocks = nn.ModuleList([nn.Sequential(nn.Linear(h, h), nn.ReLU()) for _ in range(cfg.ff_layers)])
             self.head = nn.Sequential(nn.Linear(h, h // 2), nn.ReLU(), nn.Linear(h // 2, 1))
 
-        def forward(self, x, mask):  # x [B, S, F], mask [B, S] True on real steps
+        def features(self, x, mask):  # x [B, S, F], mask [B, S] True on real steps -> [B, S, hidden]
             h = self.embed(x)
             a, _ = self.attn(h, h, h, key_padding_mask=~mask, need_weights=False)
             h = h + a
             for block in self.blocks:
                 h = h + block(h)
-            return (self.head(h).squeeze(-1) * mask).sum(dim=1)
+            return h
+
+        def forward(self, x, mask):
+            return (self.head(self.features(x, mask)).squeeze(-1) * mask).sum(dim=1)
 
     return Net()
 
@@ -190,12 +193,15 @@ class TLPModel(CostModel):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.net = _build_net(self.config).to(self.device)
-        self.opt = torch.optim.Adam(self.net.parameters(), lr=self.config.lr, weight_decay=self.config.weight_decay)
+        self.opt = self._optimizer(self.net.parameters())
         self.rng = np.random.default_rng(seed)
         self.data: dict = {}  # workload -> _Records
         self.trained = 0  # successful records the network has been trained on
         self._pending: list = []  # fit() calls whose training waits for the next predict/save
         self.net.eval()
+
+    def _optimizer(self, params):
+        return _torch().optim.Adam(params, lr=self.config.lr, weight_decay=self.config.weight_decay)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.net.parameters())
@@ -240,7 +246,7 @@ class TLPModel(CostModel):
         self._train_pending()
         if self.trained < self.config.warmup:
             return self.rng.random(len(traces))
-        return self._scores([self.featurizer(workload, t) for t in traces])
+        return self._scores([self.featurizer(workload, t) for t in traces], workload)
 
     # -- offline -----------------------------------------------------------------------------
     def pretrain(self, records: list, epochs: int = 40, log=None) -> list:
@@ -301,7 +307,8 @@ class TLPModel(CostModel):
             raise MinitcError(
                 f"{source} is a TLPModel of format version {meta.get('version')}; this minitc reads {cls.VERSION}"
             )
-        model = cls(seed=meta["seed"], device=device, **meta["config"])
+        # meta["init"]: what a subclass needs to rebuild its network (MTLModel: its heads)
+        model = cls(seed=meta["seed"], device=device, **meta.get("init", {}), **meta["config"])
         model.net.load_state_dict(blob["state_dict"])
         model.trained = meta["trained"]
         return model
@@ -330,14 +337,16 @@ class TLPModel(CostModel):
 
     def _group(self, workload: str, idx) -> tuple:
         recs = self.data[workload]
-        return [recs.features[i] for i in idx], recs.labels(idx)
+        return [recs.features[i] for i in idx], recs.labels(idx), workload
 
     def _sample_group(self, workload: str) -> tuple:
         n = len(self.data[workload].traces)
         idx = self.rng.permutation(n)[: self.config.group_size]
         return self._group(workload, idx)
 
-    def _forward(self, matrices: list):
+    def _forward(self, matrices: list, workloads: list):
+        """Scores of feature matrices; `workloads` names each one's workload (MTLModel picks a
+        head by it; one TLP network scores every workload alike)."""
         torch = _torch()
         x, mask = pad_batch(matrices)
         return self.net(torch.from_numpy(x).to(self.device), torch.from_numpy(mask).to(self.device))
@@ -345,14 +354,14 @@ class TLPModel(CostModel):
     def _step(self, groups: list):
         """One optimiser step on the summed LambdaRank loss of the groups."""
         torch = _torch()
-        groups = [(m, y) for m, y in groups if len(m) > 1 and (y > 0).any()]
+        groups = [(m, y, w) for m, y, w in groups if len(m) > 1 and (y > 0).any()]
         if not groups:
             return None
         with torch.enable_grad():  # tuning may run inside the caller's no_grad (minitc compile does)
             self.net.train()
-            scores = self._forward([m for ms, _ in groups for m in ms])
+            scores = self._forward([m for ms, _, _ in groups for m in ms], [w for ms, _, w in groups for _ in ms])
             losses, at = [], 0
-            for ms, y in groups:
+            for ms, y, _ in groups:
                 loss = lambda_rank_loss(
                     scores[at : at + len(ms)], torch.as_tensor(y, dtype=scores.dtype, device=self.device)
                 )
@@ -373,20 +382,22 @@ class TLPModel(CostModel):
         torch = _torch()
         losses = []
         with torch.no_grad():
-            for matrices, y in val.values():
+            for workload, (matrices, y) in val.items():
                 loss = lambda_rank_loss(
-                    self._forward(matrices), torch.as_tensor(y, dtype=torch.float32, device=self.device)
+                    self._forward(matrices, [workload] * len(matrices)),
+                    torch.as_tensor(y, dtype=torch.float32, device=self.device),
                 )
                 if loss is not None:
                     losses.append(float(loss))
         return float(np.mean(losses)) if losses else math.inf
 
-    def _scores(self, matrices: list, batch: int = 512) -> np.ndarray:
+    def _scores(self, matrices: list, workload: str, batch: int = 512) -> np.ndarray:
         torch = _torch()
         out = []
         with torch.no_grad(), torch_threads(self.config.threads):
             for i in range(0, len(matrices), batch):
-                out.append(self._forward(matrices[i : i + batch]).cpu().numpy())
+                chunk = matrices[i : i + batch]
+                out.append(self._forward(chunk, [workload] * len(chunk)).cpu().numpy())
         return np.concatenate(out).astype(float)
 
 
@@ -439,13 +450,22 @@ class EnsembleModel(CostModel):
         _torch().save({"ensemble": [m.to_blob() for m in self.members]}, str(path))
 
 
+def _from_blob(blob: dict, source, device: str):
+    """A TLPModel, or an MTLModel (minitc.autotune.mtl_model) where the blob says so."""
+    if blob["meta"].get("kind") == "mtl":
+        from minitc.autotune.mtl_model import MTLModel  # it subclasses TLPModel: imported here
+
+        return MTLModel.from_blob(blob, source, device)
+    return TLPModel.from_blob(blob, source, device)
+
+
 def load_cost_model(path, device: str = "cpu") -> TLPModel | EnsembleModel:
-    """The TLPModel or EnsembleModel saved at `path`."""
+    """The TLPModel, MTLModel or EnsembleModel saved at `path`."""
     torch = _torch()
     try:
         blob = torch.load(str(path), map_location="cpu", weights_only=True)
         ensemble = "ensemble" in blob
-        models = [TLPModel.from_blob(b, path, device) for b in (blob["ensemble"] if ensemble else [blob])]
+        models = [_from_blob(b, path, device) for b in (blob["ensemble"] if ensemble else [blob])]
     except MinitcError:
         raise
     except Exception as e:  # noqa: BLE001 - any unreadable file gets the same answer

@@ -38,9 +38,9 @@ from minitc.target.cpu import SPLIT_512_BITS
 from minitc.templates import defaults, template
 from minitc.templates.conv_channels import channel_defaults, schedule_conv2d_channels, unroll_micro_kernel
 from minitc.templates.gemm import cache_under_epilogue, epilogue_anchor
+from minitc.templates.gemm_blocking import kernel_efficiency
 
 SPARE_REGISTERS = 4  # vector registers left to the weight broadcast and the input vectors
-FMA_LATENCY_CHAINS = 12  # accumulators that hide FMA latency (5 cycles x 2 pipes = 10, plus slack)
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -190,7 +190,9 @@ def conv_producer(s, out: str) -> str:
 @defaults("conv2d")
 def conv2d_defaults(s, out, target) -> dict:
     """Tile sizes for the shape and target: at most `acc_registers(target)` accumulator
-    registers per micro-kernel, no more loads than FMAs per step, sizes that divide K, OH and
+    registers per micro-kernel, rated by the hardware's FMA latency, FMA rate and loads per
+    cycle (gemm_blocking.kernel_efficiency) over the padded work, ties to the fewest loads per
+    FMA; sizes that divide K, OH and
     the vectors of a row when possible (a masked vector in the accumulator tile is never
     unrolled into registers), input rows and weights of a reduction block within half the L1d."""
     out = conv_producer(s, out)
@@ -214,10 +216,10 @@ def conv2d_defaults(s, out, target) -> dict:
                 acc = kb * ohb * owv * regs
                 if acc > budget and (kb, ohb, owv) != (1, 1, 1):
                     continue
-                loads = ohb * owv * per_vector + kb
-                eff = min(acc, FMA_LATENCY_CHAINS) / FMA_LATENCY_CHAINS * min(1.0, acc / loads)
+                # per step: ohb x owv input vectors loaded, kb weights broadcast
+                eff = kernel_efficiency(target.hardware, acc, ohb * owv * per_vector, kb)
                 waste = (_cdiv(K, kb) * kb / K) * (_cdiv(OH, ohb) * ohb / OH)
-                key = (round(eff / waste, 3), kb)
+                key = (round(eff / waste, 3), round(acc / (ohb * owv * per_vector + kb), 3), kb)
                 if best is None or key > best[0]:
                     best = (key, dict(kb=kb, ohb=ohb, owv=owv))
     params = best[1]

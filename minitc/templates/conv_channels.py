@@ -26,6 +26,7 @@ per parallel task, lanes = channels per vector, rcb = input channels per reducti
 from __future__ import annotations
 
 from minitc.templates.gemm import cache_under_epilogue
+from minitc.templates.gemm_blocking import kernel_efficiency
 
 MAX_ACCUMULATORS = 14  # with more, LLVM spills: 7 x 4 zmm left no register for a fifth operand
 
@@ -89,8 +90,9 @@ def schedule_conv2d_channels(s, out, conv, kb, ohb, owv, lanes, rcb, kgroups, un
 
 
 def channel_defaults(s, conv, target) -> dict:
-    """The micro-kernel with the most FMAs per load that fits the registers (accumulators, kb
-    weight vectors and a broadcast, at most MAX_ACCUMULATORS accumulators) among the tiles that
+    """The micro-kernel that best hides the FMA latency and keeps its loads up
+    (gemm_blocking.kernel_efficiency), then with the most FMAs per load, that fits the registers
+    (accumulators, kb weight vectors and a broadcast, at most MAX_ACCUMULATORS accumulators) among the tiles that
     divide the row and the channel vectors; the reduction block whose weights and input rows fit half the L1d; the
     most rows per task that still leave four tasks per core."""
     st = s.state.stage(conv)
@@ -109,7 +111,10 @@ def channel_defaults(s, conv, target) -> dict:
             acc = kb * owv
             if acc > MAX_ACCUMULATORS or acc + kb + 3 > target.vector_registers:
                 continue
-            key = (round(acc / (owv + kb), 3), acc)
+            # latency hidden and loads keeping up first (the hardware's figures), then the most
+            # FMAs per load: kb weight vectors and owv input broadcasts per step
+            eff = kernel_efficiency(target.hardware, acc, kb, owv)
+            key = (round(eff, 3), round(acc / (owv + kb), 3), acc)
             if best is None or key > best[0]:
                 best = (key, dict(kb=kb, owv=owv))
     kb, owv = best[1]["kb"], best[1]["owv"]

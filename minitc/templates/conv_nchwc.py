@@ -34,6 +34,7 @@ from minitc.templates import defaults, template
 from minitc.templates.conv import _place_pad, find_pad_stage
 from minitc.templates.conv_channels import MAX_ACCUMULATORS, unroll_micro_kernel
 from minitc.templates.gemm import cache_under_epilogue, epilogue_anchor
+from minitc.templates.gemm_blocking import kernel_efficiency
 
 WINDOW_TAGS = ("depthwise_conv2d_nchwc", "max_pool2d_nchwc", "avg_pool2d_nchwc")
 
@@ -85,7 +86,8 @@ def schedule_conv2d_nchwc(s, out, target, kb=2, pixels=7, ohb=1, rcb=0, unroll_w
 
 def micro_tile(blocks: int, width: int, regs: int, target) -> tuple:
     """(kb, pixels): the micro-kernel of kb output-channel blocks (dividing `blocks`) by `pixels`
-    columns (dividing `width`) with the most FMAs per load whose accumulators, weight vectors
+    columns (dividing `width`) that best hides the FMA latency and keeps its loads up
+    (gemm_blocking.kernel_efficiency), then with the most FMAs per load, whose accumulators, weight vectors
     and a broadcast fit the registers, at most MAX_ACCUMULATORS accumulators."""
     best = None
     for kb in (d for d in range(1, min(blocks, 4) + 1) if blocks % d == 0):
@@ -93,7 +95,10 @@ def micro_tile(blocks: int, width: int, regs: int, target) -> tuple:
             acc = kb * pixels * regs
             if acc > MAX_ACCUMULATORS or acc + kb * regs + 1 > target.vector_registers - 2:
                 continue
-            key = (round(kb * pixels / (pixels + kb * regs), 3), acc)
+            # latency hidden and loads keeping up first (the hardware's figures), then the most
+            # FMAs per load: kb x regs weight vectors and `pixels` input broadcasts per step
+            eff = kernel_efficiency(target.hardware, acc, kb * regs, pixels)
+            key = (round(eff, 3), round(kb * pixels / (pixels + kb * regs), 3), acc)
             if best is None or key > best[0]:
                 best = (key, (kb, pixels))
     return best[1] if best else (1, 1)

@@ -48,13 +48,21 @@ def register_tiles(hw) -> list:
     return fits
 
 
-def efficiency(hw, rows: int, vecs: int) -> float:
-    """Fraction of the FMA peak the tile can reach from registers: latency hidden
-    (accumulators over hw.fma_chains) and loads not the bottleneck."""
-    accs = rows * vecs
+def kernel_efficiency(hw, accs: int, loads: float, broadcasts: float) -> float:
+    """Fraction of the FMA peak a micro-kernel step reaches from registers, when it does one
+    FMA into each of `accs` accumulators, `loads` vector loads and `broadcasts` broadcasts:
+    latency hidden (accumulators over hw.fma_chains) and loads not the bottleneck. Every
+    register-blocked template (GEMMs, the convolutions, Winograd's products) rates its tiles
+    with it."""
     fma_cycles = accs / hw.fma_per_cycle
-    load_cycles = vecs / hw.loads_per_cycle + rows / hw.broadcasts_per_cycle
+    load_cycles = loads / hw.loads_per_cycle + broadcasts / hw.broadcasts_per_cycle
     return min(1.0, accs / hw.fma_chains) * min(1.0, fma_cycles / max(load_cycles, 1e-9))
+
+
+def efficiency(hw, rows: int, vecs: int) -> float:
+    """kernel_efficiency of the GEMM tile: rows x vecs accumulators, vecs loads of B, rows
+    broadcasts of A."""
+    return kernel_efficiency(hw, rows * vecs, vecs, rows)
 
 
 def kc_from_l1(hw, mr: int, nr: int, esize: int) -> int:
