@@ -26,6 +26,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from minitc.benchmarks import zoo_hf, zoo_nn
+
 SEED = 0
 
 
@@ -318,6 +320,13 @@ MODELS = {
         ),
     )
 }
+
+# the zoo of issue 44: small configurations of the architectures users bring (benchmarks/zoo_hf.py,
+# benchmarks/zoo_nn.py); tests/test_zoo.py compiles each, docs/models.md keeps their table
+for _table, _needs in ((zoo_hf.ZOO, "transformers"), (zoo_nn.ZOO, None)):
+    for _name, (_description, _factory) in _table.items():
+        MODELS[_name] = ModelSpec(_name, _description, _factory, full=False, needs=_needs)
+ZOO = [*zoo_hf.ZOO, *zoo_nn.ZOO]
 DEFAULT_MODELS = [name for name, spec in MODELS.items() if spec.full]
 
 

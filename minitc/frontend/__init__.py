@@ -4,10 +4,10 @@ compiled."""
 
 from minitc.frontend.compiler import CompiledModel, UnsupportedOpsError, compile_model, extract_tasks
 from minitc.frontend.graph import Graph, Node, Value
-from minitc.frontend.importer import import_model, unsupported
+from minitc.frontend.importer import fallback_reasons, import_model, unsupported
 from minitc.frontend.saved import SavedModelError, load
 
 __all__ = [
-    "CompiledModel", "Graph", "Node", "UnsupportedOpsError", "Value", "compile_model", "extract_tasks", "import_model",
-    "load", "SavedModelError", "unsupported",
+    "CompiledModel", "Graph", "Node", "UnsupportedOpsError", "Value", "compile_model", "extract_tasks",
+    "fallback_reasons", "import_model", "load", "SavedModelError", "unsupported",
 ]  # fmt: skip

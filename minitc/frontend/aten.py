@@ -23,7 +23,7 @@ CONVERTERS: dict = {}
 
 
 class Unconvertible(Exception):  # noqa: N818 - a signal to the importer, not an error
-    """This call is run through PyTorch."""
+    """This call is run through PyTorch; the message, when there is one, says why."""
 
 
 def converts(*overloads: str, items=None):
@@ -36,15 +36,45 @@ def converts(*overloads: str, items=None):
     return register
 
 
-def _require(condition: bool) -> None:
+def _require(condition: bool, reason: str = "") -> None:
     if not condition:
-        raise Unconvertible
+        raise Unconvertible(reason)
 
 
 def _floating(im, *names) -> str:
     dtypes = {im.dtype(n) for n in names}
-    _require(len(dtypes) == 1 and next(iter(dtypes)) in ("float32", "float64"))
+    _require(
+        len(dtypes) == 1 and next(iter(dtypes)) in ("float32", "float64"),
+        f"operands of dtype {', '.join(sorted(dtypes))}: minitc's kernels take one float dtype",
+    )
     return dtypes.pop()
+
+
+def ints(value, n: int, default: int | None = None) -> tuple:
+    """An ATen size argument as `n` ints, in every form PyTorch passes it: an int, a one-element
+    list or tuple (repeated), an n-element one, or None/empty (`default` repeated). Any other
+    form is beyond the converters: the call runs through PyTorch."""
+    if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
+        _require(default is not None)
+        return (default,) * n
+    if isinstance(value, (list, tuple)):
+        items = tuple(value)
+        if len(items) == 1:
+            items = items * n
+    else:
+        items = (value,) * n
+    _require(len(items) == n and all(isinstance(v, int) and not isinstance(v, bool) for v in items))
+    return tuple(int(v) for v in items)
+
+
+def dims(value, rank: int) -> tuple:
+    """An ATen dimension argument (an int, a list or tuple of them, possibly negative; None or
+    empty for all) as sorted non-negative axes; Unconvertible when one is out of range."""
+    if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
+        return tuple(range(rank))
+    items = tuple(value) if isinstance(value, (list, tuple)) else (value,)
+    _require(all(isinstance(d, int) and -rank <= d < rank for d in items))
+    return tuple(sorted({d % rank for d in items}))
 
 
 def _flatten_leading(im, x: str) -> tuple:
@@ -101,7 +131,7 @@ def bmm(im, node, a, b):
 # --- convolution, normalisation, pooling --------------------------------------------------------
 @converts("aten.convolution.default")
 def convolution(im, node, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
-    _require(not transposed and len(im.shape(x)) == 4 and len(stride) == 2)
+    _require(not transposed and len(im.shape(x)) == 4)
     dtype = _floating(im, x, w)
     channels = im.shape(x)[1]
     if groups == 1:
@@ -109,7 +139,7 @@ def convolution(im, node, x, w, b, stride, padding, dilation, transposed, output
     else:
         _require(groups == channels and im.shape(w)[1] == 1)
         op = "depthwise_conv2d"
-    attrs = {"stride": tuple(stride), "padding": tuple(padding), "dilation": tuple(dilation)}
+    attrs = {"stride": ints(stride, 2, 1), "padding": ints(padding, 2, 0), "dilation": ints(dilation, 2, 1)}
     shape = tuple(int(d) for d in node.meta["val"].shape)
     y = im.emit(op, [x, w], attrs, shape, dtype, base=node.name)
     if b is None:
@@ -159,14 +189,14 @@ def native_layer_norm(im, node, x, normalized_shape, weight, bias, eps):
 @converts("aten._softmax.default")
 def softmax(im, node, x, dim, half_to_float):
     dtype = _floating(im, x)
-    _require(not half_to_float and dim in (-1, len(im.shape(x)) - 1))
+    _require(not half_to_float and dims(dim, len(im.shape(x))) == (len(im.shape(x)) - 1,))
     return im.emit("softmax", [x], {}, im.shape(x), dtype, base=node.name)
 
 
 @converts("aten._safe_softmax.default")
 def safe_softmax(im, node, x, dim, dtype=None):
     """The softmax of scaled_dot_product_attention: a fully masked row gives 0, not NaN."""
-    _require(dtype is None and dim in (-1, len(im.shape(x)) - 1))
+    _require(dtype is None and dims(dim, len(im.shape(x))) == (len(im.shape(x)) - 1,))
     return im.emit("softmax", [x], {"safe": True}, im.shape(x), _floating(im, x), base=node.name)
 
 
@@ -177,28 +207,25 @@ def _pool_shape(node) -> tuple:
 
 @converts("aten.max_pool2d_with_indices.default", items=(0,))
 def max_pool2d(im, node, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
-    _require(not ceil_mode and dilation in (1, [1, 1], (1, 1)) and len(im.shape(x)) == 4)
-    attrs = {"kernel": tuple(kernel), "stride": tuple(stride or kernel), "padding": _pair(padding)}
+    _require(not ceil_mode and ints(dilation, 2, 1) == (1, 1) and len(im.shape(x)) == 4)
+    kernel = ints(kernel, 2)
+    attrs = {"kernel": kernel, "stride": ints(stride, 2, None) if stride else kernel, "padding": ints(padding, 2, 0)}
     return (im.emit("max_pool2d", [x], attrs, _pool_shape(node), _floating(im, x), base=node.name), None)
 
 
 @converts("aten.avg_pool2d.default")
 def avg_pool2d(im, node, x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor=None):
     _require(not ceil_mode and count_include_pad and divisor is None and len(im.shape(x)) == 4)
-    attrs = {"kernel": tuple(kernel), "stride": tuple(stride or kernel), "padding": _pair(padding)}
+    kernel = ints(kernel, 2)
+    attrs = {"kernel": kernel, "stride": ints(stride, 2, None) if stride else kernel, "padding": ints(padding, 2, 0)}
     return im.emit("avg_pool2d", [x], attrs, _pool_shape(node), _floating(im, x), base=node.name)
-
-
-def _pair(v) -> tuple:
-    return (v, v) if isinstance(v, int) else tuple(v)
 
 
 # --- reductions ---------------------------------------------------------------------------------
 def _reduction(op: str):
     def convert(im, node, x, dim=None, keepdim=False, dtype=None):
         _require(dtype is None)
-        rank = len(im.shape(x))
-        axes = tuple(range(rank)) if not dim else tuple(sorted(d % rank for d in dim))
+        axes = dims(dim, len(im.shape(x)))
         out = tuple(int(d) for d in node.meta["val"].shape)
         return im.emit(op, [x], {"axis": axes, "keepdims": bool(keepdim)}, out, _floating(im, x), base=node.name)
 
@@ -300,18 +327,19 @@ for _name in (
 
 
 @converts("aten.permute.default")
-def permute(im, node, x, dims):
+def permute(im, node, x, order):
     rank = len(im.shape(x))
-    dims = tuple(d % rank for d in dims)
-    if dims == tuple(range(rank)):
+    _require(len(order) == rank and all(-rank <= d < rank for d in order))
+    order = tuple(d % rank for d in order)
+    if order == tuple(range(rank)):
         return x
-    shape = tuple(im.shape(x)[d] for d in dims)
-    return im.emit("permute", [x], {"dims": dims}, shape, im.dtype(x), base=node.name)
+    shape = tuple(im.shape(x)[d] for d in order)
+    return im.emit("permute", [x], {"dims": order}, shape, im.dtype(x), base=node.name)
 
 
 @converts("aten.slice.Tensor")
 def slice_(im, node, x, dim=0, start=None, end=None, step=1):
-    _require(step == 1)
+    _require(step == 1 and -len(im.shape(x)) <= dim < len(im.shape(x)))
     shape = im.shape(x)
     dim %= len(shape)
     begin = 0 if start is None else max(0, min(shape[dim], start + shape[dim] if start < 0 else start))
@@ -323,6 +351,7 @@ def slice_(im, node, x, dim=0, start=None, end=None, step=1):
 def split_with_sizes(im, node, x, sizes, dim=0):
     """The pieces (GPT-2's query, key and value out of one dense layer) as slices, which fuse
     into their readers."""
+    _require(-len(im.shape(x)) <= dim < len(im.shape(x)))
     dim %= len(im.shape(x))
     _require(sum(sizes) == im.shape(x)[dim])
     starts = [sum(sizes[:n]) for n in range(len(sizes))]

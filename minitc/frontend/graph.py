@@ -146,7 +146,8 @@ class Graph:
 
 def _node_line(n: Node, indent: str) -> str:
     operands = ", ".join(f"%{i}" for i in n.inputs)
-    attrs = ", ".join(f"{k}={_attr_text(v)}" for k, v in n.attrs.items())
+    # a PyTorch node's reason is for the compile report (importer.fallback_reasons), not for each line
+    attrs = ", ".join(f"{k}={_attr_text(v)}" for k, v in n.attrs.items() if k != "reason")
     op = f"fused[{', '.join(b.op for b in n.body)}]" if n.body else n.op
     call = f"{indent}%{n.name} = {op}({operands}{', ' if operands and attrs else ''}{attrs})"
     return f"{call:<72} {n.value}"

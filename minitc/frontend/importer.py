@@ -170,21 +170,52 @@ class Importer:
             if isinstance(parts, tuple):  # an item of a converted operator
                 self.names[fx_node] = parts[index]
             else:  # an item of a `torch` node's tuple, taken at run time
-                name = self.emit("torch", [parts], {"target": "getitem"}, *_value_meta(fx_node), base=fx_node.name)
+                name = self.emit(
+                    "torch",
+                    [parts],
+                    {"target": "getitem", "reason": "an item of a PyTorch result"},
+                    *_value_meta(fx_node),
+                    base=fx_node.name,
+                )
                 self.graph.nodes[-1].aten = (operator.getitem, (Ref(parts), index), {})
                 self.names[fx_node] = name
             return
         key = str(target)
-        converter = None if _touches_a_scalar(fx_node) else CONVERTERS.get(key)
-        if converter is not None and self._items_available(fx_node, converter):
-            args = [self._resolve(a) for a in fx_node.args]
-            kwargs = {k: self._resolve(v) for k, v in fx_node.kwargs.items()}
-            try:
-                self.names[fx_node] = converter(self, fx_node, *args, **kwargs)
+        converter = CONVERTERS.get(key)
+        if converter is None:
+            reason = "no converter for this operator"
+        elif _touches_a_scalar(fx_node):
+            reason = "it makes or reads a 0-d tensor"
+        elif not self._items_available(fx_node, converter):
+            reason = "the model reads an item of its result that minitc does not compute"
+        else:
+            reason = self._convert(fx_node, converter)
+            if reason is None:
                 return
-            except Unconvertible:
-                pass  # this call's arguments are beyond the converter: run it through torch
-        self.names[fx_node] = self._fallback(fx_node, key)
+        self.names[fx_node] = self._fallback(fx_node, key, reason)
+
+    def _convert(self, fx_node, converter) -> str | None:
+        """Convert one call; None when done, else why it runs through PyTorch. The nodes the
+        converter emitted are each built as a tensor expression here, so that an argument the
+        kernels refuse makes this call a fallback instead of an error later, inside compile."""
+        args = [self._resolve(a) for a in fx_node.args]
+        kwargs = {k: self._resolve(v) for k, v in fx_node.kwargs.items()}
+        start = len(self.graph.nodes)
+        try:
+            result = converter(self, fx_node, *args, **kwargs)
+            for node in self.graph.nodes[start:]:
+                _check_builds(node, self.values)
+        except Unconvertible as e:
+            reason = str(e) or "the converter does not take these arguments"
+        except Exception as e:  # a kernel refused the node: a fallback with its reason, never a crash
+            reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        else:
+            self.names[fx_node] = result
+            return None
+        for node in self.graph.nodes[start:]:  # what the failed converter emitted is dropped
+            self.values.pop(node.name, None)
+        del self.graph.nodes[start:]
+        return reason
 
     @staticmethod
     def _items_available(fx_node, converter) -> bool:
@@ -205,22 +236,34 @@ class Importer:
             return type(arg)(self._resolve(a) for a in arg)
         return arg
 
-    def _fallback(self, fx_node, key: str) -> str:
+    def _fallback(self, fx_node, key: str, reason: str) -> str:
         import torch.fx
 
         def ref(a):
             if isinstance(a, torch.fx.Node):
                 return Ref(self._operand(a))
-            if isinstance(a, (list, tuple)):
-                return type(a)(ref(x) for x in a)
+            if isinstance(a, (list, tuple)):  # plain lists and tuples: fx's immutable_list is neither to the passes
+                return (list if isinstance(a, list) else tuple)(ref(x) for x in a)
             return a
 
         args, kwargs = ref(tuple(fx_node.args)), {k: ref(v) for k, v in fx_node.kwargs.items()}
         inputs = list(dict.fromkeys(_refs((args, kwargs))))
         shape, dtype = _value_meta(fx_node)
-        name = self.emit("torch", inputs, {"target": key}, shape, dtype, base=fx_node.name)
+        name = self.emit("torch", inputs, {"target": key, "reason": reason}, shape, dtype, base=fx_node.name)
         self.graph.nodes[-1].aten = (fx_node.target, args, kwargs)
         return name
+
+
+def _check_builds(node, values: dict) -> None:
+    """Build `node`'s tensor expression on placeholders of its inputs' shapes (raises what the
+    operator raises: a ShapeError for arguments its kernel does not take)."""
+    from minitc.frontend.kernels import NO_KERNEL, node_tensor
+    from minitc.te import placeholder
+
+    if node.op in NO_KERNEL:
+        return
+    inputs = [placeholder(values[i].shape, values[i].dtype, name=f"in{k}") for k, i in enumerate(node.inputs)]
+    node_tensor(node, inputs)
 
 
 def _refs(tree):
@@ -245,4 +288,16 @@ def unsupported(graph: Graph) -> dict:
     for n in graph.nodes:
         if n.op == "torch":
             out[n.attrs["target"]] = out.get(n.attrs["target"], 0) + 1
+    return out
+
+
+def fallback_reasons(graph: Graph) -> dict:
+    """{ATen operator: [why, ...]} of the nodes that run through PyTorch, each reason once."""
+    out: dict = {}
+    for n in graph.nodes:
+        if n.op == "torch":
+            reasons = out.setdefault(n.attrs["target"], [])
+            reason = n.attrs.get("reason", "")
+            if reason not in reasons:
+                reasons.append(reason)
     return out
