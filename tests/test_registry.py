@@ -9,7 +9,7 @@ from minitc.autotune import registry
 from minitc.autotune.runner import LocalRunner
 from minitc.autotune.search import EvolutionarySearch, NearTemplateSearch, RandomSearch
 from minitc.autotune.space import Space
-from minitc.errors import MinitcError
+from minitc.errors import ConfigError, MinitcError
 
 
 def _space():
@@ -41,8 +41,12 @@ def test_runners_by_name_or_object():
         assert isinstance(runner, LocalRunner)
     finally:
         runner.close()
-    mine = object()
+    mine = LocalRunner()
     assert registry.make_runner(mine, "llvm") is mine
+    with pytest.raises(
+        ConfigError, match=r"the runner is a object, not a .*Runner \(it lacks prepare, run, fresh, close\)"
+    ):
+        registry.make_runner(object(), "llvm")
 
 
 def test_registered_strategy_and_record_extras_are_used(monkeypatch):

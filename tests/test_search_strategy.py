@@ -1,12 +1,15 @@
-"""The tuner's plug points (minitc/autotune/interfaces.py): every strategy is a SearchStrategy,
-works without the tuner setting anything on it, and anything else is refused by name."""
+"""The tuner's plug points (minitc/autotune/interfaces.py): every strategy is a SearchStrategy
+and works without the tuner setting anything on it; a builder and runner written against the
+base classes tune a workload; anything else is refused by name."""
 
 import numpy as np
 import pytest
 
 import minitc as tc
 from minitc.autotune import registry
-from minitc.autotune.interfaces import SearchStrategy
+from minitc.autotune.database import Database
+from minitc.autotune.interfaces import Builder, Runner, SearchStrategy
+from minitc.autotune.runner import BuildResult, MeasureResult
 from minitc.autotune.search import EvolutionarySearch, NearTemplateSearch, RandomSearch
 from minitc.autotune.space import Space
 from minitc.autotune.workload_key import workload_key
@@ -118,3 +121,32 @@ def test_tlm_search_alone_ranks_with_a_trusted_cost_model():
     assert len(set(lengths)) > 1 and lengths == sorted(lengths)  # the cost model's order
     assert scores.registered == [(workload_key(space.outputs), space.outputs)]
     assert scores.workloads == {workload_key(space.outputs)}
+
+
+class Modelled(Builder, Runner):
+    """A builder and runner that compile nothing: each candidate's "latency" is a function of
+    its trace (what a simulator or a remote service could answer)."""
+
+    def __init__(self):
+        self.built = self.ran = 0
+
+    def build_one(self, task, trace):
+        self.built += 1
+        return [BuildResult(trace)]
+
+    def run(self, task, built):
+        self.ran += len(built)
+        return [MeasureResult(b.trace, latencies_ms=(1.0 + len(b.trace) % 7,)) for b in built]
+
+
+def test_a_builder_and_runner_written_against_the_base_classes_tune_a_workload(tmp_path):
+    C, both = _matmul(), Modelled()
+    r = tc.tune(C, trials=5, strategy="random", batch=5, db=tmp_path / "r.db", runner=both)  # builds too
+    assert r.trials == 5 and r.errors == 0 and both.built == 5
+    with Database(tmp_path / "r.db") as d:
+        first = [rec.median_ms for rec in d.records(r.workload)][:5]
+    assert r.best_ms == min(first) and both.ran > 5  # the finalists measured again by fresh() == itself
+    a, b = np.ones((16, 16), "float32"), np.ones((16, 16), "float32")
+    np.testing.assert_allclose(r.kernel(a, b), a @ b)
+    with pytest.raises(ConfigError, match=r"builder is a object, not a .*Builder \(it lacks start, build, "):
+        tc.tune(C, trials=1, db=tmp_path / "r.db", builder=object(), runner=both)

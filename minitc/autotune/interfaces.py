@@ -1,6 +1,6 @@
 """The tuner's plug points as small base classes (MetaSchedule's SearchStrategy, Builder, Runner).
-A tuning session (tuner.py) talks to its strategy only through the methods below, so a class
-written against them plugs in:
+A tuning session (tuner.py) talks to its strategy, builder and runner only through the methods
+below, so a class written against them plugs in:
 
     class MySearch(SearchStrategy):
         def ask(self, n):
@@ -139,17 +139,87 @@ class SearchStrategy:
         return out
 
 
-CONTRACT = ("bind", "seed", "put_first", "ask", "tell", "decode_ahead", "stats", "finish", "close")
+class Builder:
+    """Compiles candidates, given as trace JSON, for a `runner.Task` (outputs, arguments,
+    inputs, expected outputs, target) into `runner.BuildResult`s a Runner measures:
+
+        builder.start()                          # hook: start processes now, while the strategy sets up
+        builder.build(task, traces)              # -> a BuildResult per trace, in order
+        builder.build_one(task, trace)           # -> [BuildResult]; thread-safe (overlap mode)
+        builder.close()                          # hook: release the processes
+
+    A failure is a BuildResult with `error` set, never an exception. `workers` is how many
+    candidates it builds at once (the threads overlap mode gives it). A subclass writes
+    `build_one`, and `build` where it can do better than one after another. A builder may only
+    pass the traces on (RayRunner builds where it measures); a session given as its runner an
+    object that is also a Builder, and no builder, uses it for both.
+    """
+
+    workers = 1
+
+    def start(self) -> None:
+        """Hook: start what the builds need (processes) before the first build."""
+
+    def build(self, task, traces: list) -> list:
+        """A BuildResult per trace of `traces`, in order."""
+        return [r for trace in traces for r in self.build_one(task, trace)]
+
+    def build_one(self, task, trace: str) -> list:
+        """[BuildResult] of one trace."""
+        raise NotImplementedError(f"{type(self).__name__} must define build_one(task, trace)")
+
+    def close(self) -> None:
+        """Hook: release what the builder holds; called once, when its session (or owner) ends."""
 
 
-def check_strategy(search, source: str):
-    """`search` if it is a SearchStrategy, else a ConfigError naming what it lacks; `source`
-    says where it came from (for the message)."""
-    if isinstance(search, SearchStrategy):
-        return search
-    missing = [name for name in CONTRACT if not callable(getattr(search, name, None))]
+class Runner:
+    """Measures built candidates (`runner.BuildResult`s) of a `runner.Task`, checking each
+    one's outputs against the task's expected outputs first:
+
+        runner.prepare(task)                     # hook: set up for `task` while the caller goes on
+        runner.run(task, built)                  # -> a runner.MeasureResult per built candidate, in order
+        runner.fresh(repeats)                    # -> a runner for the final re-measurement
+        runner.close()                           # hook: release the processes
+
+    Errors (a build error passed on, a crash, a timeout, a wrong result) are MeasureResults
+    with `error` set, never exceptions. `repeats` is how many timings a candidate gets. A
+    subclass writes `run`, and `fresh` to re-measure the best with `repeats` timings (the base
+    re-measures with itself).
+    """
+
+    repeats = 5
+
+    def prepare(self, task) -> None:
+        """Hook: start measuring processes and set them up for `task` before the first run."""
+
+    def run(self, task, built: list) -> list:
+        """A MeasureResult per BuildResult of `built`, in order."""
+        raise NotImplementedError(f"{type(self).__name__} must define run(task, built)")
+
+    def fresh(self, repeats: int):
+        """A runner like this one taking `repeats` timings, for the final re-measurement; the
+        caller closes it unless it is this runner."""
+        return self
+
+    def close(self) -> None:
+        """Hook: release what the runner holds; called once, when its session (or owner) ends."""
+
+
+CONTRACTS = {
+    SearchStrategy: ("bind", "seed", "put_first", "ask", "tell", "decode_ahead", "stats", "finish", "close"),
+    Builder: ("start", "build", "build_one", "close"),
+    Runner: ("prepare", "run", "fresh", "close"),
+}
+
+
+def check_plug(obj, base: type, source: str):
+    """`obj` if it is an instance of `base` (a class of CONTRACTS), else a ConfigError naming
+    the methods of the contract it lacks; `source` says where it came from (for the message)."""
+    if isinstance(obj, base):
+        return obj
+    missing = [name for name in CONTRACTS[base] if not callable(getattr(obj, name, None))]
     lacks = f"it lacks {', '.join(missing)}" if missing else "it has the methods but not the base class"
     raise ConfigError(
-        f"{source} is a {type(search).__name__}, not a minitc.autotune.interfaces.SearchStrategy ({lacks}); "
-        "subclass SearchStrategy, which provides everything but ask"
+        f"{source} is a {type(obj).__name__}, not a minitc.autotune.interfaces.{base.__name__} ({lacks}); "
+        f"subclass {base.__name__}, which provides the hooks"
     )

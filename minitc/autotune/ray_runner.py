@@ -1,5 +1,5 @@
-"""Measuring candidates on a Ray cluster: the same protocols as the local builder and runner
-(runner.py), so the tuner uses it unchanged.
+"""Measuring candidates on a Ray cluster: a Builder and Runner (interfaces.py) like the local
+ones (runner.py), so the tuner uses it unchanged.
 
     runner = RayRunner("10.0.0.1:6379")            # or None: $RAY_ADDRESS, else this machine's cluster
     tc.tune(C, trials=64, builder=runner, runner=runner)
@@ -24,6 +24,7 @@ import time
 import uuid
 from collections import deque
 
+from minitc.autotune.interfaces import Builder, Runner
 from minitc.autotune.ray_nodes import NodePool, RayRunnerError, import_ray, short
 from minitc.autotune.runner import BuildResult, MeasureResult
 
@@ -31,7 +32,7 @@ MAX_TRIES = 3  # nodes a candidate may be lost on before it is recorded as an er
 DEPTH = 2  # calls queued per actor: the next candidate is there when one finishes
 
 
-class RayRunner:
+class RayRunner(Builder, Runner):
     """Builder and runner on the Ray cluster at `address` (default: $RAY_ADDRESS, else the
     cluster started with `ray start --head` on this machine). `timeout`, `repeats` and
     `min_repeat_ms` are LocalRunner's, `build_timeout` LocalBuilder's, `threads` the kernel's
@@ -77,7 +78,7 @@ class RayRunner:
         """fn(*args) on a node of `kind` (a picklable function, e.g. one describing the node)."""
         return self.pool.call(kind, fn, *args)
 
-    # -- builder protocol: the build happens on the node that measures -----------------------
+    # -- Builder: the build happens on the node that measures --------------------------------
 
     def build(self, task, traces: list) -> list:
         return [BuildResult(trace) for trace in traces]
@@ -85,7 +86,7 @@ class RayRunner:
     def build_one(self, task, trace: str) -> list:
         return [BuildResult(trace)]
 
-    # -- runner protocol ---------------------------------------------------------------------
+    # -- Runner ------------------------------------------------------------------------------
 
     def fresh(self, repeats: int) -> RayRunner:
         """A view of this runner with more repeats, on the same actors (the final re-measurement)."""

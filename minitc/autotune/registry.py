@@ -7,7 +7,7 @@ registers the `tlm` strategy and the tensor-language sentence every record store
     register_strategy("mine", factory)   # factory(space, rng, cost_model, **options) -> SearchStrategy
     make_strategy("evolutionary", space, rng)
     make_strategy(MySearch(), space, rng)  # a SearchStrategy (or subclass) of the caller's: bound to space
-    register_runner("mine", factory)     # factory(target) -> runner (run, fresh, close)
+    register_runner("mine", factory)     # factory(target) -> Runner (interfaces.py)
     register_record_extras("sentence", factory)  # factory(space) -> fn(candidate) -> dict, or None
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 
 from minitc.autotune.gpu_runner import GpuRunner
-from minitc.autotune.interfaces import SearchStrategy, check_strategy
+from minitc.autotune.interfaces import Runner, SearchStrategy, check_plug
 from minitc.autotune.runner import LocalRunner
 from minitc.autotune.search import EvolutionarySearch, NearTemplateSearch, RandomSearch
 from minitc.autotune.workload_key import workload_key
@@ -71,7 +71,7 @@ def make_strategy(strategy, space, rng, cost_model=None, **options):
             "such as minitc.lm's tlm, register through the entry point group minitc.plugins when installed), "
             "or pass a SearchStrategy"
         )
-    return check_strategy(STRATEGIES[strategy](space, rng, cost_model, **options), f"strategy {strategy!r}")
+    return check_plug(STRATEGIES[strategy](space, rng, cost_model, **options), SearchStrategy, f"strategy {strategy!r}")
 
 
 def _own_strategy(strategy, space, rng, cost_model, options: dict):
@@ -89,7 +89,7 @@ def _own_strategy(strategy, space, rng, cost_model, options: dict):
             raise ConfigError(
                 f"strategy class {strategy.__name__} cannot be made without arguments ({e}); pass an instance instead"
             ) from e
-    search = check_strategy(strategy, "the strategy")
+    search = check_plug(strategy, SearchStrategy, "the strategy")
     if search.space is None:
         search.bind(space, rng)
     elif (search.workload, search.space.target.string) != (workload_key(space.outputs), space.target.string):
@@ -101,13 +101,14 @@ def _own_strategy(strategy, space, rng, cost_model, options: dict):
 
 
 def make_runner(runner, target):
-    """A runner object as given, or the registered runner `runner` (a name) for `target`."""
+    """A Runner object as given, or the registered runner `runner` (a name) for `target`;
+    anything else is a ConfigError naming what it lacks."""
     if not isinstance(runner, str):
-        return runner
+        return check_plug(runner, Runner, "the runner")
     _load_plugins()
     if runner not in RUNNERS:
         raise MinitcError(f"unknown runner {runner!r}; choose one of {', '.join(RUNNERS)}")
-    return RUNNERS[runner](target)
+    return check_plug(RUNNERS[runner](target), Runner, f"runner {runner!r}")
 
 
 def record_extras(space):

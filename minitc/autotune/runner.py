@@ -7,8 +7,8 @@ take the tuner down; each failure becomes a result with an error string instead.
     built = builder.build(task, [trace_json, ...])   # BuildResult per trace (object code or error)
     results = runner.run(task, built)                # MeasureResult per candidate
 
-Builder and runner are small protocols (`build(task, traces)`, `run(task, built)`) over plain
-picklable data, so they can later be spread over a cluster (e.g. Ray actors) unchanged.
+Builder and runner are small base classes (interfaces.py: `build(task, traces)`, `run(task,
+built)`) over plain picklable data, so they spread over a cluster (ray_runner.py) unchanged.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from minitc.autotune.interfaces import Builder, Runner
 from minitc.autotune.worker import Worker, WorkerCrashed, WorkerTimeout
 from minitc.autotune.workload_key import workload_key
 from minitc.backends import lower_schedule
@@ -126,7 +127,7 @@ def build_candidate(outputs, args, target: str, trace: str, key: str = "") -> Bu
     return BuildResult(trace, symbol, obj, len(kernel.params), None, time.perf_counter() - start)
 
 
-class LocalBuilder:
+class LocalBuilder(Builder):
     """Builds candidates in `workers` worker processes, overlapping with measurement."""
 
     def __init__(self, workers: int = 1, timeout: float = 60.0):
@@ -258,7 +259,7 @@ def _busy(fn, ptrs, ms: float) -> None:
         fn(*ptrs)
 
 
-class LocalRunner:
+class LocalRunner(Runner):
     """Runs built candidates one at a time in a separate process. A candidate that crashes the
     process or runs past `timeout` seconds is recorded as an error and the process restarted."""
 

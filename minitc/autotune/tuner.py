@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from minitc.autotune.database import Database, DatabaseError, Record, default_path
+from minitc.autotune.interfaces import Builder, check_plug
 from minitc.autotune.registry import make_runner, make_strategy, record_extras
 from minitc.autotune.runner import LocalBuilder, Task
 from minitc.autotune.space import Space
@@ -155,17 +156,17 @@ class TuningSession:
         self.run = run_key(self.key, self.target, self.hw, run) if run is not None else None
         self.resumed = self.db.run_trials(self.run) if self.run else 0
         self.task = Task.from_outputs(self.space.outputs, self.target)
-        if builder is None and hasattr(runner, "build") and hasattr(runner, "build_one"):
+        if builder is None and isinstance(runner, Builder):
             builder = runner  # a runner that builds on its own nodes (RayRunner): no local build
         self.own = (builder is None, runner is None)
-        self.builder = builder or LocalBuilder(workers=builder_workers(self.space.gpu))
+        self.builder = check_plug(builder or LocalBuilder(workers=builder_workers(self.space.gpu)), Builder, "builder")
         self.runner = make_runner(runner or "local", self.target)
         # the session's own processes start (and a GPU's context with them) while the strategy
         # loads its models and makes its first proposals; shared ones (tune_tasks) are set up
         # for each task when it is measured
-        if self.own[0] and hasattr(self.builder, "start"):
+        if self.own[0]:
             self.builder.start()
-        if self.own[1] and hasattr(self.runner, "prepare"):
+        if self.own[1]:
             self.runner.prepare(self.task)
         self.search = None
         try:
@@ -388,7 +389,8 @@ def remeasure_best(database, key, space, hw, task, runner, builder=None, k: int 
             try:
                 results = fresh.run(task, built)
             finally:
-                fresh.close()
+                if fresh is not runner:
+                    fresh.close()
             for rec, res in zip(records, results):
                 database.add(Record(key, target, hw, rec.trace, res.latencies_ms, res.median_ms, res.error))
                 confirmed.add(rec.trace)
