@@ -19,14 +19,15 @@ from __future__ import annotations
 from minitc.autotune.cost_model import EnsembleModel, load_cost_model
 from minitc.autotune.mtl_model import MTLModel
 from minitc.errors import MinitcError
-from minitc.lm.cost import COST_DIR, cost_records, train_cost_model
+from minitc.lm import cost
+from minitc.lm.cost import cost_records, train_cost_model
 
 MTL = "mtl"  # its file name (without .pt) among the shipped cost models
 HEAD_EPOCHS = 60  # a head learns from a few hundred programs: many short epochs
 
 
 def shipped_mtl_path():
-    return COST_DIR / f"{MTL}.pt"
+    return cost.COST_DIR / f"{MTL}.pt"
 
 
 def members_of(model) -> list:

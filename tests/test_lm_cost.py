@@ -126,7 +126,7 @@ def test_a_pretrained_cost_model_ranks_the_first_round(tmp_path):
     assert len(set(lengths)) > 1 and lengths == sorted(lengths)  # ranked by the cost model, not the likelihood
 
 
-def test_the_cost_model_command_trains_per_machine_and_for_every_cpu(tmp_path):
+def test_the_cost_model_command_trains_per_machine_for_every_cpu_and_mtl(tmp_path):
     data = tmp_path / "data"
     DatasetWriter(data).append(load(hardware=[HARDWARE], workloads=NAMES[:1]))
     result = CliRunner().invoke(
@@ -146,5 +146,5 @@ def test_the_cost_model_command_trains_per_machine_and_for_every_cpu(tmp_path):
         ],
     )
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in (tmp_path / "cost").iterdir()) == sorted([f"{HARDWARE}.pt", "cpu.pt"])
+    assert sorted(p.name for p in (tmp_path / "cost").iterdir()) == sorted([f"{HARDWARE}.pt", "cpu.pt", "mtl.pt"])
     assert all(len(load_cost_model(p).members) == 2 for p in (tmp_path / "cost").iterdir())
