@@ -1,0 +1,96 @@
+"""The model zoo of issue 44 (benchmarks/zoo_hf.py, benchmarks/zoo_nn.py): every small model
+compiles with tc.compile, matches PyTorch eager within 1e-4 of max |eager|, and what runs
+through PyTorch is reported with a reason. Also the converters' argument forms and the
+fallback of a node a kernel refuses."""
+
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import minitc as tc  # noqa: E402
+from minitc.benchmarks.models_systems import compare  # noqa: E402
+from minitc.benchmarks.models_zoo import MODELS, ZOO  # noqa: E402
+from minitc.errors import ShapeError  # noqa: E402
+from minitc.frontend import fallback_reasons, kernels, unsupported  # noqa: E402
+from minitc.frontend.aten import Unconvertible, dims, ints  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
+
+
+def compile_and_check(model, inputs):
+    """The compiled model after checking its output against eager and its fallback report."""
+    with torch.no_grad():
+        expected = model(*inputs)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled = tc.compile(model, inputs, db=False)
+    through_torch = unsupported(compiled.graph)
+    report = [str(w.message) for w in caught if "through PyTorch" in str(w.message)]
+    if through_torch:  # reported when compiled, every operator named, each with a reason
+        assert len(report) == 1 and all(op in report[0] for op in through_torch), report
+        reasons = fallback_reasons(compiled.graph)
+        assert set(reasons) == set(through_torch)
+        assert all(r for rs in reasons.values() for r in rs), reasons
+    else:
+        assert report == []
+    check, wrong = compare(compiled(*inputs), expected.detach().numpy())
+    assert wrong is None, wrong
+    return compiled
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_zoo_model_compiles_and_matches_eager(name):
+    if MODELS[name].needs:
+        pytest.importorskip(MODELS[name].needs)
+    compile_and_check(*MODELS[name].make())
+
+
+def test_zoo_names_every_architecture_of_the_issue():
+    assert len(ZOO) >= 20 and all(name in MODELS and not MODELS[name].full for name in ZOO)
+
+
+def test_size_arguments_in_every_form_pytorch_passes():
+    assert ints(3, 2) == (3, 3)
+    assert ints((0,), 2) == (0, 0) and ints([1], 2) == (1, 1)
+    assert ints([1, 2], 2) == (1, 2) and ints((2, 1), 2) == (2, 1)
+    assert ints(None, 2, 1) == (1, 1) and ints([], 2, 0) == (0, 0)
+    for bad in ((1, 2, 3), "same", (1.5, 1), None):
+        with pytest.raises(Unconvertible):
+            ints(bad, 2)
+    assert dims(-1, 3) == (2,) and dims([-1, 0], 3) == (0, 2) and dims(None, 2) == (0, 1) and dims([], 2) == (0, 1)
+    with pytest.raises(Unconvertible):
+        dims(3, 3)
+
+
+@pytest.mark.parametrize(
+    "conv",
+    [
+        dict(padding="valid"),  # exported as padding [0]: conv2d_nchwc raised ShapeError on (0,)
+        dict(padding="same", dilation=(2,)),
+        dict(padding=(0,), stride=(2,)),
+        dict(padding=[1, 2], stride=[1, 2], dilation=[2, 1]),
+    ],
+    ids=["valid", "same-dilated", "one-element", "lists"],
+)
+def test_convolution_arguments_as_the_user_writes_them_run_in_minitc(conv):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(16, 16, 3, **conv), nn.ReLU(), nn.MaxPool2d([2], stride=None)).eval()
+    compiled = compile_and_check(model, (torch.randn(1, 16, 12, 12),))
+    assert unsupported(compiled.graph) == {}
+
+
+def test_a_node_its_kernel_refuses_runs_through_pytorch_with_the_reason(monkeypatch):
+    """Whatever a template or operator raises on a node's arguments, the import makes the call a
+    fallback saying why; compile does not fail."""
+
+    def refuse(node, x):
+        raise ShapeError("tanh: refused for this test")
+
+    monkeypatch.setitem(kernels.BUILDERS, "tanh", refuse)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Tanh()).eval()
+    compiled = compile_and_check(model, (torch.randn(2, 8),))
+    assert unsupported(compiled.graph) == {"aten.tanh.default": 1}
+    assert fallback_reasons(compiled.graph)["aten.tanh.default"] == ["ShapeError: tanh: refused for this test"]
