@@ -8,7 +8,7 @@ import pytest
 import minitc as tc
 from minitc.autotune import registry
 from minitc.autotune.database import Database
-from minitc.autotune.interfaces import Builder, Runner, SearchStrategy
+from minitc.autotune.interfaces import Builder, Runner, SearchStrategy, TuneOptions
 from minitc.autotune.runner import BuildResult, MeasureResult
 from minitc.autotune.search import EvolutionarySearch, NearTemplateSearch, RandomSearch
 from minitc.autotune.space import Space
@@ -150,3 +150,15 @@ def test_a_builder_and_runner_written_against_the_base_classes_tune_a_workload(t
     np.testing.assert_allclose(r.kernel(a, b), a @ b)
     with pytest.raises(ConfigError, match=r"builder is a object, not a .*Builder \(it lacks start, build, "):
         tc.tune(C, trials=1, db=tmp_path / "r.db", builder=object(), runner=both)
+
+
+def test_tune_takes_exactly_the_tune_options_with_their_defaults():
+    import dataclasses
+    import inspect
+
+    from minitc.autotune.tuner import TuningSession, tune
+
+    params = list(inspect.signature(tune).parameters.values())[1:]  # after outputs
+    assert [(p.name, p.default) for p in params] == [(f.name, f.default) for f in dataclasses.fields(TuneOptions)]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'trails'"):
+        TuningSession(_matmul(), "random", trails=8)

@@ -9,12 +9,13 @@ below, so a class written against them plugs in:
     tc.tune(C, strategy=MySearch(), trials=8)
 
 docs/tuning.md ("Writing a strategy") has a complete one. The cost model's plug point is
-`cost_model.CostModel`.
+`cost_model.CostModel`. `TuneOptions` holds the settings of one tuning (`tc.tune`'s keywords).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -203,6 +204,29 @@ class Runner:
 
     def close(self) -> None:
         """Hook: release what the runner holds; called once, when its session (or owner) ends."""
+
+
+@dataclass
+class TuneOptions:
+    """The settings of one tuning: `tc.tune`'s keywords, with its defaults (tuner.tune says
+    what each does). A TuningSession takes them as keywords too; its `trials` may be None (a
+    session its caller advances round by round, with no total)."""
+
+    trials: int | None = 64
+    strategy: object = "tlm"  # a registered name, a SearchStrategy, or a SearchStrategy subclass
+    target: str = "llvm"
+    db: object = None  # a path or a Database; None: the user's records database
+    batch: int = 16
+    seed: int = 0
+    cost_model: object = None
+    builder: object = None  # a Builder; None: this machine's processes (or the runner, if it builds)
+    runner: object = None  # a Runner or a registered runner's name; None: "local"
+    progress: object = None  # progress(done, total, errors, best_ms) after each trial
+    overlap: bool | None = None  # None: on for GPU targets only
+    lm: object = None
+    learn: bool = False
+    template_first: bool = True
+    run: str | None = None
 
 
 CONTRACTS = {

@@ -6,7 +6,9 @@ result in the tuning database, then build the best program.
 
 Strategies come by name from the registry (registry.py): "evolutionary" (MetaSchedule's, with
 the TLP cost model), "random", and "tlm", the default, which minitc.lm registers (the shipped
-language model proposes, the cost model re-ranks; see lm/strategy.py).
+language model proposes, the cost model re-ranks; see lm/strategy.py), or as SearchStrategy
+objects. The session talks to strategy, builder and runner through their base classes
+(interfaces.py); `TuneOptions` there are tune's keywords.
 Running the same call again continues from the records: candidates already in the database
 are not measured again, and the evolutionary search starts from the best of them. With `run=`
 (what `minitc tune` passes), `trials` is the run's total and a rerun measures only the trials
@@ -28,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from minitc.autotune.database import Database, DatabaseError, Record, default_path
-from minitc.autotune.interfaces import Builder, check_plug
+from minitc.autotune.interfaces import Builder, TuneOptions, check_plug
 from minitc.autotune.registry import make_runner, make_strategy, record_extras
 from minitc.autotune.runner import LocalBuilder, Task
 from minitc.autotune.space import Space
@@ -124,43 +126,28 @@ class TuningSession:
     """Tuning of one workload, advanced a round at a time (the task scheduler interleaves
     sessions; `tune` runs one to the end)."""
 
-    def __init__(
-        self,
-        outputs,
-        strategy="tlm",
-        target="llvm",
-        db=None,
-        *,
-        batch=16,
-        seed=0,
-        cost_model=None,
-        builder=None,
-        runner=None,
-        progress=None,
-        trials=None,
-        overlap=None,
-        lm=None,
-        learn=False,
-        template_first=True,
-        run=None,
-    ):
+    def __init__(self, outputs, strategy="tlm", target="llvm", db=None, **keywords):
+        """`strategy`, `target`, `db` and `keywords` are TuneOptions (tc.tune's keywords);
+        `trials` defaults to None here (no total: the caller advances the session)."""
+        o = self.options = TuneOptions(strategy=strategy, target=target, db=db, **{"trials": None, **keywords})
         self.start = time.perf_counter()
-        if target_kind(target) == "cuda":
-            target = device_target(target)  # tune for the GPU that is here
-        self.space = Space(outputs, target)
+        if target_kind(o.target) == "cuda":
+            o.target = device_target(o.target)  # tune for the GPU that is here
+        self.space = Space(outputs, o.target)
         self.key = workload_key(self.space.outputs)
         self.hw = hardware_fingerprint(self.space.target)
         self.target = self.space.target.string
-        self.db = _open_db(db)
+        self.db = _open_db(o.db)
         self.db.add_workload(self.key, describe(self.space.outputs), canonical(self.space.outputs))
-        self.run = run_key(self.key, self.target, self.hw, run) if run is not None else None
+        self.run = run_key(self.key, self.target, self.hw, o.run) if o.run is not None else None
         self.resumed = self.db.run_trials(self.run) if self.run else 0
         self.task = Task.from_outputs(self.space.outputs, self.target)
-        if builder is None and isinstance(runner, Builder):
-            builder = runner  # a runner that builds on its own nodes (RayRunner): no local build
-        self.own = (builder is None, runner is None)
+        builder = o.builder
+        if builder is None and isinstance(o.runner, Builder):
+            builder = o.runner  # a runner that builds on its own nodes (RayRunner): no local build
+        self.own = (builder is None, o.runner is None)
         self.builder = check_plug(builder or LocalBuilder(workers=builder_workers(self.space.gpu)), Builder, "builder")
-        self.runner = make_runner(runner or "local", self.target)
+        self.runner = make_runner(o.runner or "local", self.target)
         # the session's own processes start (and a GPU's context with them) while the strategy
         # loads its models and makes its first proposals; shared ones (tune_tasks) are set up
         # for each task when it is measured
@@ -170,26 +157,27 @@ class TuningSession:
             self.runner.prepare(self.task)
         self.search = None
         try:
-            self._start_search(strategy, np.random.default_rng(seed), cost_model, lm, learn, template_first)
+            self._start_search(o)
         except BaseException:  # no process outlives a session that could not start
             self.close()
             raise
-        self.batch, self.progress, self.trials = batch, progress, trials
-        self.overlap = self.space.gpu if overlap is None else overlap  # a GPU's timings ignore the host's load
+        self.batch, self.progress, self.trials = o.batch, o.progress, o.trials
+        self.overlap = self.space.gpu if o.overlap is None else o.overlap  # a GPU's timings ignore the host's load
         self.best, self.history, self.errors, self.done, self.kernel_s = math.inf, [], 0, 0, 0.0
         self.times: list = []
         self.exhausted = False
         self.phases = {"search": 0.0, "build": 0.0, "run": 0.0, "record": 0.0, "model": 0.0}
 
-    def _start_search(self, strategy, rng, cost_model, lm, learn, template_first) -> None:
+    def _start_search(self, o: TuneOptions) -> None:
         """The strategy, told of this workload and seeded with the database's records."""
-        self.search = make_strategy(strategy, self.space, rng, cost_model, lm=lm, learn=learn)
+        rng = np.random.default_rng(o.seed)
+        self.search = make_strategy(o.strategy, self.space, rng, o.cost_model, lm=o.lm, learn=o.learn)
         self.extras_of = record_extras(self.space)
         for rec in self.db.programs(self.key, self.target, self.hw):
             values, steps = decode_trace(rec.trace)
             ckey = hashlib.sha256(steps.to_json().encode()).hexdigest()[:24]
             self.search.seed(ckey, values, rec.median_ms if rec.ok else math.inf)
-        if template_first and "template" in self.space.sketches:  # never lose to tc.build
+        if o.template_first and "template" in self.space.sketches:  # never lose to tc.build
             self.search.put_first([self.space.replay(self.space.default_values())])
 
     def round(self, n: int | None = None) -> int:
@@ -271,22 +259,20 @@ class TuningSession:
         kernel = _build_best(self.space, best_trace) if best_trace else None
         seconds = time.perf_counter() - self.start
         overhead = max(0.0, seconds - self.kernel_s) / max(self.done, 1)
-        phases = dict(self.phases, kernel=self.kernel_s, total=seconds)
-        stats = self.search.stats()
         return TuneResult(
-            kernel,
-            best_ms,
-            self.done,
-            self.errors,
-            self.history,
-            best_trace,
-            self.key,
-            seconds,
-            overhead,
-            phases,
-            self.times,
-            stats,
-            self.resumed,
+            kernel=kernel,
+            best_ms=best_ms,
+            trials=self.done,
+            errors=self.errors,
+            history=self.history,
+            best_trace=best_trace,
+            workload=self.key,
+            seconds=seconds,
+            overhead_s_per_trial=overhead,
+            phases=dict(self.phases, kernel=self.kernel_s, total=seconds),
+            times=self.times,
+            search_stats=self.search.stats(),
+            resumed=self.resumed,
         )
 
     def close(self) -> None:
@@ -301,7 +287,7 @@ class TuningSession:
 def tune(
     outputs,
     trials: int = 64,
-    strategy: str = "tlm",
+    strategy="tlm",
     target: str = "llvm",
     db=None,
     *,
@@ -318,8 +304,9 @@ def tune(
     run: str | None = None,
 ) -> TuneResult:
     """Tune the computation of `outputs` (a tensor or a list) for `target` with `trials`
-    measured candidates. `db` is a path or Database (default: the user's records database,
-    see database.py). `progress(done, total, errors, best_ms)` is called after each trial.
+    measured candidates. `strategy` is a registered name (registry.py), a SearchStrategy or a
+    SearchStrategy subclass (interfaces.py). `db` is a path or Database (default: the user's
+    records database, see database.py). `progress(done, total, errors, best_ms)` is called after each trial.
     A batch is compiled by parallel builder workers, then measured on the idle machine; with
     `overlap`, compiling goes on while measuring (faster, but on a CPU the compiles disturb the
     timings the search learns from; the final best is re-measured alone either way). By
@@ -327,31 +314,16 @@ def tune(
     `template_first` measures the hand template before anything else (so tuning never ends
     slower than `tc.build`); evaluations of the search itself turn it off. `lm` and `learn`
     configure the tlm strategy (a checkpoint path; fine-tune on this run and keep the model).
-    `runner` is a runner object or the name of a registered one (default "local": a process
-    of this machine; registry.py). `run` names the run (e.g. "tlm seed=0"): `trials` is then
+    `runner` is a Runner (interfaces.py) or the name of a registered one (default "local": a
+    process of this machine; registry.py); `builder` a Builder (default: this machine's
+    processes, or the runner if it is a Builder too). `run` names the run (e.g. "tlm seed=0"): `trials` is then
     the total of the run, and trials an earlier call of the same run recorded in `db` for this
     workload, target and machine count toward it (`result.resumed`), so rerunning an
     interrupted run measures only the rest. Raises ConfigError for `trials` or `batch` that is
     not a whole number >= 1."""
     trials, batch = check_count(trials, "tc.tune: trials"), check_count(batch, "tc.tune: batch")
-    session = TuningSession(
-        outputs,
-        strategy,
-        target,
-        db,
-        batch=batch,
-        seed=seed,
-        cost_model=cost_model,
-        builder=builder,
-        runner=runner,
-        progress=progress,
-        trials=trials,
-        overlap=overlap,
-        lm=lm,
-        learn=learn,
-        template_first=template_first,
-        run=run,
-    )
+    options = {name: value for name, value in locals().items() if name != "outputs"}  # TuneOptions' fields
+    session = TuningSession(outputs, **options)
     try:
         while session.resumed + session.done < trials and not session.exhausted:
             session.round(min(batch, trials - session.resumed - session.done))
