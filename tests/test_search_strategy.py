@@ -2,6 +2,9 @@
 and works without the tuner setting anything on it; a builder and runner written against the
 base classes tune a workload; anything else is refused by name."""
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -162,3 +165,18 @@ def test_tune_takes_exactly_the_tune_options_with_their_defaults():
     assert [(p.name, p.default) for p in params] == [(f.name, f.default) for f in dataclasses.fields(TuneOptions)]
     with pytest.raises(TypeError, match="unexpected keyword argument 'trails'"):
         TuningSession(_matmul(), "random", trails=8)
+
+
+def test_the_strategy_of_the_tuning_docs_tunes_a_workload():
+    """docs/tuning.md, "Writing a strategy": its code block, run as written."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "tuning.md").read_text()
+    section = doc.split("## Writing a strategy", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    namespace: dict = {}
+    exec(compile(code, "docs/tuning.md", "exec"), namespace)
+    r, HillClimb = namespace["r"], namespace["HillClimb"]
+    assert issubclass(HillClimb, SearchStrategy) and len(code.strip().splitlines()) <= 45
+    assert r.trials == 8 and r.errors == 0 and r.best_ms is not None
+    assert r.search_stats["edits"] >= 2  # the second round climbs from the first's best
+    a, b = np.ones((32, 32), "float32"), np.ones((32, 32), "float32")
+    np.testing.assert_allclose(r.kernel(a, b), a @ b)
