@@ -142,7 +142,8 @@ def ship_cmd(checkpoint, out):
     type=click.IntRange(min=1),
     help="Trainings (seeds) per ensemble.",
 )
-def cost_model_cmd(data_dir, out_dir, epochs, min_programs, members):
+@click.option("--mtl-only", is_flag=True, help="Train only the MTL-TLP model (mtl.pt), leaving the others.")
+def cost_model_cmd(data_dir, out_dir, epochs, min_programs, members, mtl_only):
     """Pretrain the TLP cost models the tlm strategy ranks its first rounds with: one per CPU
     hardware description with at least --min-programs programs in the dataset
     (<fingerprint>.pt), one on every CPU description (cpu.pt), and MTL-TLP (mtl.pt: one
@@ -159,7 +160,8 @@ def cost_model_cmd(data_dir, out_dir, epochs, min_programs, members):
     for e in entries:
         counts[e.fingerprint] = counts.get(e.fingerprint, 0) + 1
     jobs = [(fp, [e for e in entries if e.fingerprint == fp]) for fp, n in sorted(counts.items()) if n >= min_programs]
-    for name, chosen in jobs + [(ALL_CPUS, entries), (MTL, entries)]:
+    jobs = [] if mtl_only else jobs + [(ALL_CPUS, entries)]
+    for name, chosen in jobs + [(MTL, entries)]:
         train = train_mtl_model if name == MTL else train_cost_model
         model, used, skipped = train(chosen, epochs=epochs, members=members)
         path = folder / f"{name}.pt"

@@ -176,3 +176,6 @@ def test_the_cost_model_command_writes_the_mtl_model(tmp_path):
     assert sorted(p.name for p in (tmp_path / "cost").iterdir()) == ["cpu.pt", "mtl.pt"]
     model = load_cost_model(tmp_path / "cost" / "mtl.pt")
     assert isinstance(model, MTLModel) and model.machines == sorted([ZEN3, X86])
+    result = CliRunner().invoke(lm_cli, [*args, "--members", "1", "--out-dir", str(tmp_path / "only"), "--mtl-only"])
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in (tmp_path / "only").iterdir()] == ["mtl.pt"]
