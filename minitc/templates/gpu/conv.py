@@ -22,7 +22,8 @@ from __future__ import annotations
 import os
 
 from minitc.errors import ScheduleError
-from minitc.templates.conv import find_pad_stage
+from minitc.templates.conv import conv_producer, find_pad_stage
+from minitc.templates.gemm import cache_under_epilogue
 from minitc.templates.gpu import MAX_THREADS, SHARED_BYTES, defaults, template, unrolled_k_steps
 from minitc.templates.gpu.gemm import cooperative_fetch, vector_registers
 
@@ -32,7 +33,8 @@ def schedule_conv2d(s, out, target, kt=8, vk=4, wt=16, vw=1, bc=8, shared=True, 
     for name, v in (("kt", kt), ("vk", vk), ("wt", wt), ("vw", vw), ("bc", bc), ("oht", oht), ("ohb", ohb)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ScheduleError(f"GPU conv2d template: {name} must be a positive int, got {v!r}")
-    _, K, OH, OW = s.state.stage(out).shape
+    conv = conv_producer(s, out)  # under a fused epilogue (bias, residual, activation): applied at the store
+    _, K, OH, OW = s.state.stage(conv).shape
     # no thread without work
     kt, oht, wt = min(kt, -(-K // vk)), min(oht, -(-OH // ohb)), min(wt, -(-OW // vw))
     while kt * oht * wt > MAX_THREADS:  # every combination is a legal program: fewer, busier threads
@@ -42,10 +44,10 @@ def schedule_conv2d(s, out, target, kt=8, vk=4, wt=16, vw=1, bc=8, shared=True, 
             oht, ohb = oht // 2, ohb * 2
         else:
             wt, vw = wt // 2, vw * 2
-    bc = _fit_shared(s, out, kt * vk, oht * ohb, wt * vw, bc) if shared else bc
-    pad = find_pad_stage(s, out)
-    weight, (_, _, R, S) = _weight_stage(s, out), _weight_shape(s, out)
-    acc = s.stage_name(s.cache_write(out, "local"))
+    bc = _fit_shared(s, conv, kt * vk, oht * ohb, wt * vw, bc) if shared else bc
+    pad = find_pad_stage(s, conv)
+    weight, (_, _, R, S) = _weight_stage(s, conv), _weight_shape(s, conv)
+    acc = s.stage_name(cache_under_epilogue(s, out, conv))
     n, k, oh, ow = s.loops(out)
     ko, ki = s.split(k, factor=kt * vk)
     ty, kr = s.split(ki, factor=vk)
@@ -74,7 +76,7 @@ def schedule_conv2d(s, out, target, kt=8, vk=4, wt=16, vw=1, bc=8, shared=True, 
     if shared:
         for name in s.state.stage(acc).read_stages():
             k_last = name == weight and vk % 4 == 0 and k_last_weights()
-            layout = None if not k_last or _crsk(s, out) else (1, 2, 3, 0)  # output channels last
+            layout = None if not k_last or _crsk(s, conv) else (1, 2, 3, 0)  # output channels last
             cache = s.cache_read(name, "shared", [acc], layout)
             s.compute_at(cache, rco)
             cooperative_fetch(s, cache, (kt, oht * wt))  # k fastest: stores free of bank conflicts
@@ -139,8 +141,9 @@ def conv2d_defaults(s, out, target) -> dict:
     channels (up to 32) as stay within 512 threads: wide pixel tiles make the weight tile, the
     costlier fill, serve more outputs. On an H100 (experiments/gpu_conv_probe.py, seven ResNet
     layers, docs/gpu.md) this was the fastest of the defaults tried on each layer."""
-    _, K, OH, OW = s.state.stage(out).shape
-    C = s.state.stage(out).reduce_axes[0].extent
+    conv = conv_producer(s, out)
+    _, K, OH, OW = s.state.stage(conv).shape
+    C = s.state.stage(conv).reduce_axes[0].extent
     vk = 4 if K % 4 == 0 else 1
     wt = OW if OW <= ROW_WIDTH else max((d for d in range(8, ROW_WIDTH + 1) if OW % d == 0), default=ROW_WIDTH)
     oht = max(d for d in range(1, OH + 1) if OH % d == 0 and d * wt <= max(BLOCK_PIXELS, wt))

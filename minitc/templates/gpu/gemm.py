@@ -27,7 +27,7 @@ barrier may not sit under a thread-dependent guard, so bm/bn/bk that divide M/N/
 from __future__ import annotations
 
 from minitc.errors import ScheduleError
-from minitc.templates.gemm import gemm_operands, gemm_producer, inline_operands
+from minitc.templates.gemm import gemm_operands, gemm_producer, inline_epilogue, inline_operands
 from minitc.templates.gpu import MAX_THREADS, defaults, template, unrolled_k_steps
 
 
@@ -220,8 +220,11 @@ for _tag in ("matmul", "batch_matmul", "dense"):
 
 @template("dense_epilogue")
 def schedule_dense_epilogue(s, out, target, bm=64, bn=64, tm=4, tn=4, bk=16, shared=True):
-    """The epilogue is the output; the product under it becomes each thread's register tile."""
-    gemm_gpu(s, out, gemm_producer(s, out), target, bm=bm, bn=bn, tm=tm, tn=tn, bk=bk, shared=shared)
+    """The epilogue is the output; the product under it becomes each thread's register tile.
+    The elementwise stages between them (bias, activation, a residual add) are inlined into it."""
+    product = gemm_producer(s, out)
+    inline_epilogue(s, out, product)
+    gemm_gpu(s, out, product, target, bm=bm, bn=bn, tm=tm, tn=tn, bk=bk, shared=shared)
 
 
 @template("conv2d_gemm")
