@@ -94,3 +94,32 @@ def test_a_node_its_kernel_refuses_runs_through_pytorch_with_the_reason(monkeypa
     compiled = compile_and_check(model, (torch.randn(2, 8),))
     assert unsupported(compiled.graph) == {"aten.tanh.default": 1}
     assert fallback_reasons(compiled.graph)["aten.tanh.default"] == ["ShapeError: tanh: refused for this test"]
+
+
+class Forms(nn.Module):
+    """The operators the zoo brought to minitc's kernels: 1-D convolution (Whisper), cat, neg and
+    rsqrt (LLaMA's rotary embedding and RMSNorm), constant padding and strided slices (Swin)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(8, 8, 3, stride=(2,), padding=(1,))
+
+    def forward(self, x):  # [1, 8, 16]
+        y = self.conv(x)  # [1, 8, 8]
+        half = y.shape[-1] // 2
+        rotated = torch.cat((-y[..., half:], y[..., :half]), dim=-1)
+        norm = rotated * torch.rsqrt(rotated.pow(2).mean(-1, keepdim=True) + 1e-6)
+        padded = nn.functional.pad(norm, (1, 2, 0, 1), value=0.5)  # [1, 9, 11]
+        return padded[:, 0::2, 1::3] + 1.0
+
+
+def test_zoo_operator_forms_run_in_minitc_kernels():
+    torch.manual_seed(0)
+    model, x = Forms().eval(), torch.randn(1, 8, 16)
+    with torch.no_grad():
+        expected = model(x)
+    compiled = tc.compile(model, (x,), db=False, fallback=False)  # raises if any node ran through PyTorch
+    ops = {n.op for n in compiled.graph.nodes} | {b.op for n in compiled.graph.nodes for b in n.body}
+    assert {"conv2d_nchwc", "cat", "pad", "slice", "rsqrt"} <= ops, ops
+    check, wrong = compare(compiled(x), expected.numpy())
+    assert wrong is None, wrong

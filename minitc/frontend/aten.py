@@ -131,20 +131,37 @@ def bmm(im, node, a, b):
 # --- convolution, normalisation, pooling --------------------------------------------------------
 @converts("aten.convolution.default")
 def convolution(im, node, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
-    _require(not transposed and len(im.shape(x)) == 4)
+    _require(not transposed, "a transposed convolution: minitc has no kernel for it")
+    shape = tuple(int(d) for d in node.meta["val"].shape)
+    if len(im.shape(x)) == 3:  # 1-D: a 2-D convolution of height 1, [N, C, 1, L] by [K, C/g, 1, R]
+        (n, c, length), (k, cg, r) = im.shape(x), im.shape(w)
+        weight = im.constant_array(w)
+        w = im.constant(weight.reshape(k, cg, 1, r), f"{w}_2d") if weight is not None else im.view(w, (k, cg, 1, r))
+        args = ((1, *ints(stride, 1, 1)), (0, *ints(padding, 1, 0)), (1, *ints(dilation, 1, 1)), groups)
+        y = _conv2d(im, node.name, im.view(x, (n, c, 1, length)), w, b, *args, (n, k, 1, shape[-1]))
+        return im.view(y, shape)
+    _require(len(im.shape(x)) == 4, f"a {len(im.shape(x)) - 2}-D convolution: minitc's kernels are 1-D and 2-D")
+    args = (ints(stride, 2, 1), ints(padding, 2, 0), ints(dilation, 2, 1), groups)
+    return _conv2d(im, node.name, x, w, b, *args, shape)
+
+
+def _conv2d(im, base: str, x, w, b, stride, padding, dilation, groups, shape) -> str:
     dtype = _floating(im, x, w)
     channels = im.shape(x)[1]
     if groups == 1:
         op = "conv2d"
     else:
-        _require(groups == channels and im.shape(w)[1] == 1)
+        _require(
+            groups == channels and im.shape(w)[1] == 1,
+            f"a grouped convolution ({groups} groups of {im.shape(w)[1]} channels): minitc's kernels are dense and "
+            "depthwise (one channel per group)",
+        )
         op = "depthwise_conv2d"
-    attrs = {"stride": ints(stride, 2, 1), "padding": ints(padding, 2, 0), "dilation": ints(dilation, 2, 1)}
-    shape = tuple(int(d) for d in node.meta["val"].shape)
-    y = im.emit(op, [x, w], attrs, shape, dtype, base=node.name)
+    attrs = {"stride": stride, "padding": padding, "dilation": dilation}
+    y = im.emit(op, [x, w], attrs, shape, dtype, base=base)
     if b is None:
         return y
-    return _binary(im, node, "add", y, _channel_vector(im, b, len(shape)), base=f"{node.name}_bias")
+    return im.emit("add", [y, _channel_vector(im, b, 4)], {}, shape, dtype, base=f"{base}_bias")
 
 
 def _channel_vector(im, v: str, rank: int) -> str:
@@ -271,8 +288,28 @@ def _unary_converter(op: str):
     return convert
 
 
-for _op in ("relu", "sigmoid", "tanh", "exp"):
+for _op in ("relu", "sigmoid", "tanh", "exp", "rsqrt"):
     converts(f"aten.{_op}.default")(_unary_converter(_op))
+
+
+@converts("aten.neg.default")
+def neg(im, node, x):
+    return im.emit("mul", [x], {"scalar": -1.0}, im.shape(x), _floating(im, x), base=node.name)
+
+
+@converts("aten.cat.default")
+def cat(im, node, tensors, dim=0):
+    """Concatenation along `dim`: one kernel reading each piece where its rows are."""
+    tensors = [t for t in tensors if 0 not in im.shape(t)]  # torch skips empty pieces
+    _require(len(tensors) >= 1 and all(isinstance(t, str) for t in tensors))
+    rank = len(im.shape(tensors[0]))
+    (axis,) = dims(dim, rank)
+    if len(tensors) == 1:
+        return tensors[0]
+    dtype = {im.dtype(t) for t in tensors}
+    _require(len(dtype) == 1, f"pieces of dtypes {', '.join(sorted(dtype))}")
+    shape = tuple(int(d) for d in node.meta["val"].shape)
+    return im.emit("cat", tensors, {"axis": axis}, shape, dtype.pop(), base=node.name)
 
 
 @converts("aten.clamp.default")
@@ -339,12 +376,16 @@ def permute(im, node, x, order):
 
 @converts("aten.slice.Tensor")
 def slice_(im, node, x, dim=0, start=None, end=None, step=1):
-    _require(step == 1 and -len(im.shape(x)) <= dim < len(im.shape(x)))
+    step = 1 if step is None else step
+    _require(isinstance(step, int) and step >= 1 and -len(im.shape(x)) <= dim < len(im.shape(x)))
     shape = im.shape(x)
     dim %= len(shape)
     begin = 0 if start is None else max(0, min(shape[dim], start + shape[dim] if start < 0 else start))
     stop = shape[dim] if end is None else max(begin, min(shape[dim], end + shape[dim] if end < 0 else end))
-    return _slice(im, node.name, x, dim, begin, stop)
+    if step == 1:
+        return _slice(im, node.name, x, dim, begin, stop)
+    out = tuple(int(d) for d in node.meta["val"].shape)  # every step-th row from begin (Swin's patch merging)
+    return im.emit("slice", [x], {"axis": dim, "start": begin, "step": step}, out, im.dtype(x), base=node.name)
 
 
 @converts("aten.split_with_sizes.default")
@@ -364,6 +405,23 @@ def _slice(im, base: str, x: str, dim: int, begin: int, stop: int) -> str:
         return x
     out = shape[:dim] + (stop - begin,) + shape[dim + 1 :]
     return im.emit("slice", [x], {"axis": dim, "start": begin}, out, im.dtype(x), base=base)
+
+
+@converts("aten.constant_pad_nd.default")
+def constant_pad(im, node, x, pad, value=0):
+    """torch's pad list: (before, after) pairs from the last axis backwards; cropping (a negative
+    amount) runs through PyTorch."""
+    rank = len(im.shape(x))
+    _require(len(pad) % 2 == 0 and len(pad) // 2 <= rank and all(isinstance(p, int) and p >= 0 for p in pad))
+    _require(isinstance(value, (int, float)) and not isinstance(value, bool))
+    widths = [(0, 0)] * rank
+    for k in range(len(pad) // 2):
+        widths[rank - 1 - k] = (pad[2 * k], pad[2 * k + 1])
+    if not any(a or b for a, b in widths):
+        return x
+    shape = tuple(d + a + b for d, (a, b) in zip(im.shape(x), widths))
+    attrs = {"before": tuple(a for a, _ in widths), "value": float(value)}
+    return im.emit("pad", [x], attrs, shape, _floating(im, x), base=node.name)
 
 
 @converts("aten.expand.default")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from minitc import ops
 from minitc.errors import MinitcError
+from minitc.expr import call, select
 from minitc.ops import nchwc, winograd
 from minitc.ops.elementwise import broadcast_read
 from minitc.te import compute
@@ -136,8 +137,48 @@ def _view(n, x):
 
 
 def _slice(n, x):
-    axis, start = n.attrs["axis"], n.attrs["start"]
-    return compute(n.shape, lambda *i: x[i[:axis] + (i[axis] + start,) + i[axis + 1 :]], name=n.op, tag="elementwise")
+    axis, start, step = n.attrs["axis"], n.attrs["start"], n.attrs.get("step", 1)
+    return compute(
+        n.shape, lambda *i: x[i[:axis] + (i[axis] * step + start,) + i[axis + 1 :]], name=n.op, tag="elementwise"
+    )
+
+
+def _pad(n, x):
+    """x with `before` elements of `value` ahead of each axis (and the rest after it), select-guarded."""
+    before = n.attrs["before"]
+
+    def read(*i):
+        inside = None
+        for d, (a, extent) in enumerate(zip(before, x.shape)):
+            if a or n.shape[d] != extent:
+                cond = (i[d] >= a) & (i[d] < a + extent)
+                inside = cond if inside is None else inside & cond
+        return select(inside, x[tuple(v - a for v, a in zip(i, before))], n.attrs["value"])
+
+    return compute(n.shape, read, name=n.op, tag="elementwise")
+
+
+def _rsqrt(n, x):
+    return compute(x.shape, lambda *i: 1.0 / call("sqrt", x[i]), name=n.op, tag="elementwise")
+
+
+def _cat(n, *pieces):
+    """Each output element read from the piece that holds it: a chain of selects on the axis."""
+    axis = n.attrs["axis"]
+    starts = [0]
+    for p in pieces:
+        starts.append(starts[-1] + p.shape[axis])
+
+    def read(*i):
+        def piece(k):
+            return pieces[k][i[:axis] + (i[axis] - starts[k],) + i[axis + 1 :]]
+
+        value = piece(len(pieces) - 1)
+        for k in range(len(pieces) - 2, -1, -1):
+            value = select(i[axis] < starts[k + 1], piece(k), value)
+        return value
+
+    return compute(n.shape, read, name=n.op, tag="elementwise")
 
 
 def _expand(n, x):
@@ -166,6 +207,9 @@ BUILDERS = {
     "clamp": _clamp,
     "permute": _permute,
     "expand": _expand,
+    "rsqrt": _rsqrt,
+    "pad": _pad,
+    "cat": _cat,
     "slice": _slice,
     "view": _view,
     **{op: _binary(getattr(ops, op)) for op in ("add", "sub", "mul", "div")},

@@ -1,0 +1,118 @@
+"""The zoo's coverage table (docs/models.md): each small zoo model compiled with the templates,
+checked against eager, its PyTorch fallbacks listed, and its speed against eager.
+
+    python -m minitc.benchmarks.zoo_report [--threads 2] [--rounds 7] [--models zoo-llama,zoo-swin]
+
+Timing alternates the two in one process: each round times eager, then minitc, each the median
+of `calls` calls, and the speed is the median over rounds of eager's time over minitc's
+(above 1: minitc is faster). Prints a markdown table and the CPU it ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+import warnings
+
+import numpy as np
+
+MIN_CALL_S = 0.05  # calls per timing: enough to fill this much time, at least 5
+
+
+def _median_call_s(fn, calls: int) -> float:
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def measure(name: str, threads: int, rounds: int) -> dict:
+    """{model, fallbacks, error, rel_err, eager_ms, minitc_ms, speed, compile_s} of one model."""
+    import torch
+
+    import minitc as tc
+    from minitc.benchmarks.models_systems import compare, short
+    from minitc.benchmarks.models_zoo import MODELS
+    from minitc.benchmarks.timing import thread_limit
+    from minitc.frontend import unsupported
+
+    row = {"model": name, "fallbacks": {}, "error": None}
+    try:
+        model, inputs = MODELS[name].make()
+        with thread_limit(threads), torch.no_grad():
+            expected = model(*inputs).numpy()
+            start = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                compiled = tc.compile(model, inputs, db=False)
+            row["compile_s"] = time.perf_counter() - start
+            row["fallbacks"] = unsupported(compiled.graph)
+            check, wrong = compare(compiled(*inputs), expected)
+            row["rel_err"], row["error"] = check.get("rel_err"), wrong
+            eager, mine = (lambda: model(*inputs)), (lambda: compiled(*inputs))
+            once = max(_median_call_s(eager, 3), _median_call_s(mine, 3))
+            calls = max(5, int(MIN_CALL_S / max(once, 1e-6)))
+            e_ms, m_ms = [], []
+            for _ in range(rounds):
+                e_ms.append(1e3 * _median_call_s(eager, calls))
+                m_ms.append(1e3 * _median_call_s(mine, calls))
+            row.update(
+                eager_ms=float(np.median(e_ms)),
+                minitc_ms=float(np.median(m_ms)),
+                speed=float(np.median(np.array(e_ms) / np.array(m_ms))),
+            )
+    except Exception as e:  # noqa: BLE001 - a model that fails is a row of the table
+        row["error"] = short(e)
+    return row
+
+
+def table(rows: list) -> str:
+    lines = [
+        "| model | compiles | max rel. error | ops through PyTorch | eager ms | minitc ms | speed vs eager |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ops = ", ".join(f"{op.removeprefix('aten.')} x{n}" for op, n in sorted(r["fallbacks"].items())) or "none"
+        if "speed" not in r:
+            lines.append(f"| {r['model']} | no: {r['error']} | | | | | |")
+            continue
+        err = f"{r['rel_err']:.1e}" + (f" ({r['error']})" if r["error"] else "")
+        lines.append(
+            f"| {r['model']} | yes | {err} | {ops} | {r['eager_ms']:.3f} | {r['minitc_ms']:.3f} | {r['speed']:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    from minitc.benchmarks.models_zoo import ZOO
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--models", default=",".join(ZOO), help="comma-separated zoo names (default: all)")
+    args = p.parse_args(argv)
+    rows = []
+    for name in args.models.split(","):
+        rows.append(measure(name, args.threads, args.rounds))
+        r = rows[-1]
+        print(f"# {name}: {r.get('speed', 0):.2f}x, {r['error'] or 'ok'}", flush=True)
+    print(f"\n{cpu_name()}, {args.threads} threads, {time.strftime('%Y-%m-%d')}, medians of {args.rounds} rounds\n")
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
