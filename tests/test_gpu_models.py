@@ -86,3 +86,97 @@ def test_fused_epilogues_get_the_gpu_templates():
     for task in tasks:
         trace = template_schedule(task.outputs, "cuda-sim").trace.to_json()
         assert '"shared"' in trace, str(task)
+
+
+def _conv_block():
+    torch.manual_seed(0)
+    model = _batch_norms_not_identity(ConvBlock()).eval()
+    return model, tc.compile(model, (torch.randn(1, 3, 12, 12),), target="cuda-sim")
+
+
+def test_the_device_plan_returns_outputs_the_next_call_does_not_overwrite():
+    from minitc.frontend.device_runtime import DevicePlan
+
+    model, compiled = _conv_block()
+    assert isinstance(compiled.plan, DevicePlan) and compiled.plan.arena_bytes > 0
+    x1, x2 = torch.randn(1, 3, 12, 12), torch.randn(1, 3, 12, 12)
+    y1 = compiled(x1)
+    y2 = compiled(x2)
+    with torch.no_grad():
+        _close(y1, model(x1))
+        _close(y2, model(x2))
+    with pytest.raises(tc.DTypeError, match="expected float32, got float64"):
+        compiled(x1.double())
+    with pytest.raises(tc.ShapeError, match="takes 1 input"):
+        compiled.plan.check_inputs([x1, x2])
+
+
+def test_the_second_call_captures_the_steps_and_later_calls_replay_them(monkeypatch):
+    """On a GPU the second call captures a CUDA graph; here the capture is the plan's own steps
+    (the simulator has no graphs), to check the calls around it: inputs copied into the
+    captured buffers, the captured values read back, the outputs copied out."""
+    from minitc.frontend.device_runtime import DevicePlan
+
+    model, compiled = _conv_block()
+    plan, runs, captures = compiled.plan, [], []
+    execute = DevicePlan._execute
+
+    def counting(self, times):
+        runs.append(len(captures))
+        return execute(self, times)
+
+    def capture(self):
+        captures.append(1)
+        values = self._execute(None)
+        return (lambda: self._execute(None)), values
+
+    monkeypatch.setattr(DevicePlan, "_execute", counting)
+    monkeypatch.setattr(DevicePlan, "_capture", capture)
+    plan.capture, plan._calls, plan._replay = True, 0, None
+    inputs = [torch.randn(1, 3, 12, 12) for _ in range(4)]
+    outputs = [compiled(x) for x in inputs]
+    assert len(captures) == 1 and runs == [0, 1, 1, 1, 1]  # plain, captured + replayed, replayed x2
+    with torch.no_grad():
+        for x, y in zip(inputs, outputs):
+            _close(y, model(x))
+
+
+def test_a_gpu_model_saves_benchmarks_and_loads(tmp_path):
+    from minitc.frontend import load
+
+    model, compiled = _conv_block()
+    x = torch.randn(1, 3, 12, 12)
+    report = compiled.benchmark(repeats=2)
+    assert set(report["tasks_ms"]) == {str(t) for t in compiled.tasks} and report["total_ms"] > 0
+    compiled.save(tmp_path / "m.minitc")
+    loaded = load(tmp_path / "m.minitc")
+    assert loaded.target == "cuda-sim"
+    np.testing.assert_array_equal(loaded(x).numpy(), compiled(x).numpy())
+
+
+def _torch_cuda() -> bool:
+    from cuda_tools import cupy_usable
+
+    return cupy_usable() and torch.cuda.is_available()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not _torch_cuda(), reason="needs CuPy, a CUDA GPU and torch with CUDA")
+@pytest.mark.parametrize("name", ["conv-block", "encoder"])
+def test_on_the_gpu_a_model_runs_from_cuda_tensors_and_replays_a_cuda_graph(name):
+    torch.manual_seed(0)
+    if name == "conv-block":
+        model, inputs = _batch_norms_not_identity(ConvBlock()).eval(), (torch.randn(2, 3, 12, 12),)
+    else:
+        model, inputs = Encoder().eval(), (torch.randn(2, 8, 32),)
+    model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)
+    compiled = tc.compile(model, inputs, target="cuda")
+    with torch.no_grad():
+        expected = model(*inputs)
+        results = [compiled(*inputs) for _ in range(3)]  # plain, captured, replayed
+    assert compiled.plan._replay is not None
+    for y in results:
+        assert y.device.type == "cuda"
+        _close(y.cpu(), expected.cpu())
+    report = compiled.benchmark(repeats=3)
+    assert report["total_ms"] > 0 and all(ms > 0 for ms in report["tasks_ms"].values())

@@ -56,14 +56,15 @@ def _task_ms(steps: dict, nodes: list) -> float:
     return 1e3 * float(np.median(np.sum([steps[n] for n in nodes], axis=0)))
 
 
-def choose_programs(graph, tasks, template_kernels: dict, tuned_kernels: dict, arrays: list, rounds=ROUNDS):
+def choose_programs(graph, tasks, template_kernels: dict, tuned_kernels: dict, arrays: list, rounds=ROUNDS, plan=Plan):
     """{node: kernel} keeping, for each task with a tuned kernel, the faster of the two inside
     the model, and a Choice per such task. `tuned_kernels` holds only the nodes of tasks whose
-    records' program differs from the template's."""
+    records' program differs from the template's; `plan(graph, kernels)` makes the plans timed
+    (runtime.Plan, or device_runtime.make_plan's for a GPU)."""
     contested = [t for t in tasks if t.nodes[0] in tuned_kernels]
     if not contested:
         return dict(template_kernels), []
-    template, tuned = Plan(graph, template_kernels), Plan(graph, {**template_kernels, **tuned_kernels})
+    template, tuned = plan(graph, template_kernels), plan(graph, {**template_kernels, **tuned_kernels})
     (template_steps, _), (tuned_steps, _) = _timed_runs([template, tuned], arrays, rounds)
     kernels, choices = dict(template_kernels), []
     for task in contested:
@@ -74,7 +75,7 @@ def choose_programs(graph, tasks, template_kernels: dict, tuned_kernels: dict, a
         choices.append(Choice(str(task), before, after, kept))
     if not any(c.kept == "tuned" for c in choices):
         return kernels, choices
-    mixed = Plan(graph, kernels)
+    mixed = plan(graph, kernels)
     (_, template_totals), (_, mixed_totals) = _timed_runs([template, mixed], arrays, rounds)
     if np.median(mixed_totals) >= np.median(template_totals):  # better task by task, not as a whole
         choices = [Choice(c.task, c.template_ms, c.tuned_ms, "template") for c in choices]

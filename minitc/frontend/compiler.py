@@ -16,6 +16,7 @@ compiled (`fallback=False` makes them an error instead).
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from dataclasses import dataclass
@@ -28,10 +29,10 @@ from minitc.driver import build
 from minitc.errors import ConfigError, MinitcError, ShapeError
 from minitc.frontend import passes
 from minitc.frontend.choice import choose_programs
+from minitc.frontend.device_runtime import DevicePlan, make_plan
 from minitc.frontend.importer import import_model, unsupported
 from minitc.frontend.kernels import NO_KERNEL, node_tensor
 from minitc.frontend.passes import LAYOUTS
-from minitc.frontend.runtime import Plan
 from minitc.schedule import Schedule
 from minitc.target import is_gpu, parse_target
 from minitc.te import placeholder
@@ -179,11 +180,12 @@ class CompiledModel:
             for task in contested:
                 task.trace = tuned[task.key]
             tuned_kernels = build_kernels(contested, self.target)
-            kernels, self.choices = choose_programs(graph, tasks, kernels, tuned_kernels, _arrays(inputs))
+            plan = functools.partial(make_plan, target=self.target)
+            kernels, self.choices = choose_programs(graph, tasks, kernels, tuned_kernels, _arrays(inputs), plan=plan)
             for task in contested:
                 kept_tuned = kernels[task.nodes[0]] is tuned_kernels[task.nodes[0]]
                 task.trace = tuned[task.key] if kept_tuned else templates[task.key]
-        return graph, tasks, Plan(graph, kernels)
+        return graph, tasks, make_plan(graph, kernels, self.target)
 
     @classmethod
     def restored(cls, graph, tasks, plan, example_inputs, target, source: str) -> CompiledModel:
@@ -231,6 +233,12 @@ class CompiledModel:
     def __call__(self, *inputs):
         import torch
 
+        if isinstance(self.plan, DevicePlan):  # tensors stay where they are: copied into the plan's buffers
+            self.plan.check_inputs(inputs, shapes=False)
+            plan = self._select(inputs)
+            plan.check_inputs(inputs)
+            outs = plan.call(list(inputs))
+            return outs[0] if len(outs) == 1 else tuple(outs)
         arrays = _arrays(inputs)
         self.plan.check_inputs(arrays, shapes=False)  # another shape compiles again; another dtype is an error
         plan = self._select(inputs)
@@ -257,7 +265,9 @@ def compile_model(
     layout: str = "auto",
 ) -> CompiledModel:
     """Compile the `torch.nn.Module` `model` for inputs like `example_inputs` (a tuple of
-    tensors, or one tensor). `target`: a CPU target (`llvm`, `llvm -mcpu=...`). `db`: the
+    tensors, or one tensor). `target`: a CPU target (`llvm`, `llvm -mcpu=...`), `cuda` (an NVIDIA
+    GPU: weights on the device, one arena, the calls replayed as a CUDA graph;
+    minitc/frontend/device_runtime.py) or `cuda-sim` (the same plan with the simulator's kernels). `db`: the
     records database whose best programs to use and where tuning writes (default: the
     user's). `trials`: measurements spread over the model's tasks by expected gain
     (minitc.autotune.task_scheduler), with `strategy`; `progress(task index, session)` after

@@ -122,7 +122,9 @@ class CompiledGraph:
     def _compile(self, args):
         fixed = {i: args[i] for i in self.sizes}
         model = frozen_module(self.graph_module, args, self.weights, fixed)
-        self.models[tuple(fixed.values())] = compiled = compile_model(model, tuple(args[i] for i in self.tensors))
+        tensors = tuple(args[i] for i in self.tensors)
+        target = "cuda" if any(t.device.type == "cuda" for t in tensors) else "llvm"  # CUDA inputs: the GPU path
+        self.models[tuple(fixed.values())] = compiled = compile_model(model, tensors, target=target)
         return compiled
 
     def __call__(self, *args):

@@ -143,7 +143,7 @@ def load(path):
     import torch
 
     from minitc.frontend.compiler import CompiledModel, build_kernels, extract_tasks
-    from minitc.frontend.runtime import Plan
+    from minitc.frontend.device_runtime import make_plan
 
     path = Path(path)
     doc, arrays = _read(path)
@@ -161,5 +161,5 @@ def load(path):
         inputs = tuple(torch.from_numpy(arrays[f"i{k}"]) for k in range(len(graph.inputs)))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise SavedModelError(f"{path}: damaged saved model ({type(e).__name__}: {e})") from None
-    plan = Plan(graph, build_kernels(tasks, doc["target"]))
+    plan = make_plan(graph, build_kernels(tasks, doc["target"]), doc["target"])
     return CompiledModel.restored(graph, tasks, plan, inputs, doc["target"], source=str(path))
