@@ -161,6 +161,16 @@ def lambda_rank_loss(scores, labels):
     return (weight * torch.nn.functional.softplus(-diff))[pairs].sum()
 
 
+def _by_workload(records: list) -> dict:
+    """{workload: ([trace, ...], [latency ms, inf for a failure, ...])} of (workload, trace, ms) records."""
+    out: dict = {}
+    for workload, trace, ms in records:
+        traces, lat = out.setdefault(workload, ([], []))
+        traces.append(trace)
+        lat.append(float(ms) if ms is not None else math.inf)
+    return out
+
+
 class _Records:
     """One workload's measured candidates and their feature matrices."""
 
@@ -249,25 +259,28 @@ class TLPModel(CostModel):
         return self._scores([self.featurizer(workload, t) for t in traces], workload)
 
     # -- offline -----------------------------------------------------------------------------
-    def pretrain(self, records: list, epochs: int = 40, log=None) -> list:
+    def pretrain(self, records: list, epochs: int = 40, log=None, val_records: list | None = None) -> list:
         """Train on (workload, trace, latency_ms) records. A `val_fraction` of each workload's
         records is held out and the epoch with the lowest validation loss is kept. Returns one
-        dict per epoch (train/val loss)."""
+        dict per epoch (train/val loss). With `val_records`, those pick the epoch instead (all of
+        `records` are trained on), and the model as it was before training is a candidate too:
+        MTLModel.fit_head holds out whole workloads, so that a head is kept only as far as it
+        ranks workloads it did not learn from."""
         self._train_pending()
-        by_workload: dict = {}
-        for workload, trace, ms in records:
-            by_workload.setdefault(workload, ([], []))
-            by_workload[workload][0].append(trace)
-            by_workload[workload][1].append(float(ms) if ms is not None else math.inf)
+        by_workload = _by_workload(records)
         val: dict = {}
+        for workload, (traces, lat) in _by_workload(val_records or []).items():
+            val[workload] = [self.featurizer(workload, t) for t in traces], labels_of(lat)
         for workload, (traces, lat) in by_workload.items():
             idx = self.rng.permutation(len(traces))
-            n_val = int(len(traces) * self.config.val_fraction) if len(traces) >= 20 else 0
+            n_val = int(len(traces) * self.config.val_fraction) if len(traces) >= 20 and not val_records else 0
             keep, held = idx[n_val:], idx[:n_val]
             self._add(workload, [traces[i] for i in keep], [lat[i] for i in keep])
             if n_val:
                 val[workload] = [self.featurizer(workload, traces[i]) for i in held], labels_of([lat[i] for i in held])
         history, best, best_state = [], math.inf, None
+        if val_records:
+            best, best_state = self._val_loss(val), copy.deepcopy(self.net.state_dict())
         with torch_threads(self.config.threads):
             for epoch in range(epochs):
                 row = {"epoch": epoch + 1, "train_loss": self._epoch()}

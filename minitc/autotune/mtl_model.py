@@ -110,7 +110,10 @@ class MTLModel(TLPModel):
         with workloads named `<key>@<name>` or plain keys: the backbone and the other heads stay
         as they are, so a few hundred programs are enough. The head starts as a copy of the
         shared head (a head `name` already has is trained further). Only these records are
-        trained on; the model's earlier records are kept. Returns pretrain's history."""
+        trained on; the model's earlier records are kept. A quarter of the workloads (where there
+        are four or more) is held out to pick the epoch by, the shared head's copy included: a
+        head that learned these workloads but ranks others worse is not kept. Returns
+        pretrain's history."""
         others = {machine_of(w) for w, _, _ in records} - {None, name}
         if others:
             raise MinitcError(f"fit_head({name!r}): the records name other machines too: {', '.join(sorted(others))}")
@@ -124,8 +127,12 @@ class MTLModel(TLPModel):
         self.opt = self._optimizer(head.parameters())
         for p in self.net.body.parameters():  # no gradients for what stays
             p.requires_grad_(False)
-        try:
-            history = super().pretrain(records, epochs=epochs, log=log)  # MTLModel.pretrain adds no head
+        groups = sorted({w for w, _, _ in records})
+        held = {groups[i] for i in self.rng.permutation(len(groups))[: len(groups) // 4]}
+        train = [r for r in records if r[0] not in held]
+        val = [r for r in records if r[0] in held]
+        try:  # MTLModel.pretrain adds no head here: the records name only this machine
+            history = super().pretrain(train, epochs=epochs, log=log, val_records=val or None)
         finally:
             for p, flag in zip(self.net.body.parameters(), saved[3]):
                 p.requires_grad_(flag)
