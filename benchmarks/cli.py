@@ -24,12 +24,13 @@ DEFAULT_SUITE = "cpu-core"
 
 
 def _threads(ctx, param, value: str) -> list:
+    """Comma-separated counts (--threads, --batch), each at least 1."""
     try:
         counts = [int(x) for x in value.split(",") if x.strip()]
     except ValueError:
         raise click.BadParameter(f"expected comma-separated integers like 1,2, got {value!r}") from None
     if not counts or any(n < 1 for n in counts):
-        raise click.BadParameter(f"thread counts must be integers >= 1, got {value!r}")
+        raise click.BadParameter(f"{param.name} must be integers >= 1, got {value!r}")
     return list(dict.fromkeys(counts))
 
 
@@ -79,6 +80,9 @@ def check_output(path, flag: str) -> None:
     "tlm-eval: also 'cuda' (the GPU here).",
 )
 @click.option("--threads", default="1,2", show_default=True, callback=_threads, help="Thread counts to run.")
+@click.option(
+    "--batch", default="1", show_default=True, callback=_threads, help="Suite models: batch sizes to run, e.g. 1,8."
+)
 @click.option(
     "--repeats",
     default=10,
@@ -180,6 +184,7 @@ def bench(
     workloads,
     target,
     threads,
+    batch,
     repeats,
     budget_s,
     json_path,
@@ -224,8 +229,10 @@ def bench(
     check_output(json_path, "--json")
     check_output(plot_path, "--plot")
     given_target = ctx.get_parameter_source("target") == click.core.ParameterSource.COMMANDLINE
-    if given_target and suite not in SUITES and suite not in GPU_SUITES and suite != "tlm-eval":
-        raise click.UsageError(f"--target applies to the suites {', '.join(SUITES)} and tlm-eval, not {suite}")
+    if given_target and suite not in SUITES and suite not in GPU_SUITES and suite not in ("tlm-eval", "models"):
+        raise click.UsageError(f"--target applies to the suites {', '.join(SUITES)}, models and tlm-eval, not {suite}")
+    if ctx.get_parameter_source("batch") == click.core.ParameterSource.COMMANDLINE and suite != "models":
+        raise click.UsageError("--batch applies to the suite models")
     if leave_out_hardware and suite != "tlm-eval":
         raise click.UsageError("--leave-out-hardware applies to the suite tlm-eval")
     if suite == "tlm-eval":

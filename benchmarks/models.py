@@ -80,6 +80,7 @@ from minitc.benchmarks.models_systems import (
     export_onnx,
     failed,
     ms_key,
+    on_device,
     peak_memory,
     reset_peak_memory,
     setup_eager,
@@ -88,6 +89,7 @@ from minitc.benchmarks.models_systems import (
     setup_onnxruntime,
     short,
     sig,
+    synchronized,
 )
 from minitc.benchmarks.timing import BackgroundLoad, measure, thread_limit, wait_for_quiet
 
@@ -117,35 +119,40 @@ def compile_takes_trials() -> bool:
 
 
 # --- one model ----------------------------------------------------------------------------------
-def run_model(spec, threads, systems, repeats=10, budget_s=3.0, trials=None, db=None, say=None, wait_quiet_s=0.0):
-    """The records of one model, one per thread count."""
+def run_model(
+    spec, threads, systems, repeats=10, budget_s=3.0, trials=None, db=None, say=None, wait_quiet_s=0.0,
+    target=TARGET, batch=1,
+):  # fmt: skip
+    """The records of one model, one per thread count, at batch size `batch`, minitc built for
+    `target` (a CUDA target runs every system on the GPU)."""
     import torch
 
     say = say or (lambda msg: None)
     notes: list = []
     memory = {"start_rss_mib": reset_peak_memory()}
+    gpu = tc.target.is_gpu(target)
     try:
         say(f"{spec.name}: building the model")
-        model, inputs = spec.make()
+        model, inputs = on_device(*spec.make(), target, batch)
     except Exception as e:  # noqa: BLE001 - e.g. transformers missing
         why = f"model failed: {short(e)}" + (
             f" (needs {spec.needs}: pip install 'minitc[bench]')" if spec.needs else ""
         )
-        return [base_record(spec, n, [], {}, {}, why, []) for n in threads]
+        return [base_record(spec, n, [], {}, {}, why, [], target=target, batch=batch) for n in threads]
     shapes = [f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}" for t in inputs]
     with thread_limit(threads[0]), torch.no_grad():
         reference = as_array(model(*inputs)).astype(np.float64)
     built, facts = {}, {}
     if "minitc" in systems:
-        say(f"{spec.name}: tc.compile (templates)")
-        mine, facts = setup_minitc("minitc", model, inputs, db=False)
+        say(f"{spec.name}: tc.compile (templates) for {target}")
+        mine, facts = setup_minitc("minitc", model, inputs, target, db=False)
         built["minitc"] = mine
         say(f"{spec.name}: minitc: {mine.error or f'compiled in {mine.setup_s:.1f} s'}")
     if "minitc-tuned" in systems and trials:
         say(f"{spec.name}: tc.compile with {trials} trials")
-        built["minitc-tuned"], _ = setup_minitc("minitc-tuned", model, inputs, trials=trials, db=db)
+        built["minitc-tuned"], _ = setup_minitc("minitc-tuned", model, inputs, target, trials=trials, db=db)
     onnx_bytes = None
-    if "onnxruntime" in systems:
+    if "onnxruntime" in systems and not gpu:
         onnx_bytes = _onnx_for(model, inputs, built, notes, say, spec.name)
     rows = []
     for n in threads:
@@ -161,6 +168,8 @@ def run_model(spec, threads, systems, repeats=10, budget_s=3.0, trials=None, db=
             if onnx_bytes is not None:
                 here["onnxruntime"] = setup_onnxruntime(onnx_bytes, inputs, n)
             here = {s: here[s] for s in SYSTEMS if s in here}
+            if gpu and target == "cuda":
+                here = {name: synchronized(system) for name, system in here.items()}
             for system in here.values():
                 check(system, reference)
             fns = {s.name: s.fn for s in here.values() if s.error is None}
@@ -171,7 +180,9 @@ def run_model(spec, threads, systems, repeats=10, budget_s=3.0, trials=None, db=
         memory["peak_rss_mib"] = peak_memory(memory["start_rss_mib"])
         if error is None and "minitc" in here and "minitc_breakdown" not in facts:
             facts["minitc_breakdown"] = breakdown(here["minitc"].compiled)
-        rows.append(base_record(spec, n, shapes, here, timings, error, notes, {**facts, **memory}, trials, load.cpus))
+        facts_here = {**facts, **memory}
+        record = base_record(spec, n, shapes, here, timings, error, notes, facts_here, trials, load.cpus, target, batch)
+        rows.append(record)
         say(summary(rows[-1]))
     del model, built
     torch._dynamo.reset()  # Inductor's compiled graphs hold the model's weights
@@ -209,7 +220,9 @@ def check(system: System, reference: np.ndarray) -> None:
     system.check, system.error = compare(out, reference)
 
 
-def base_record(spec, n, shapes, systems, timings, error, notes, facts=None, trials=None, background=None) -> dict:
+def base_record(
+    spec, n, shapes, systems, timings, error, notes, facts=None, trials=None, background=None, target=TARGET, batch=1
+) -> dict:
     facts = facts or {}
     ms = {s: timings[s].median * 1e3 for s in timings}
     entries = {}
@@ -228,6 +241,7 @@ def base_record(spec, n, shapes, systems, timings, error, notes, facts=None, tri
         "suite": "models",
         "model": spec.name,
         "description": spec.description,
+        "batch": batch,
         "inputs": shapes,
         "threads": n,
         **{ms_key(s): sig(ms.get(s), 5) for s in SYSTEMS},
@@ -241,10 +255,17 @@ def base_record(spec, n, shapes, systems, timings, error, notes, facts=None, tri
         "systems": entries,
         "error": error,
         "notes": list(notes),
-        "target": TARGET,
+        "target": target,
         "host": host_cpu(),
+        **({"gpu": _gpu_name()} if target == "cuda" else {}),
         "background_cpus": round(background, 2) if background is not None else None,
     }
+
+
+def _gpu_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name()
 
 
 def summary(rec: dict) -> str:
@@ -255,13 +276,15 @@ def summary(rec: dict) -> str:
 
 
 def run_models(specs, threads, systems, repeats=10, budget_s=3.0, trials=None, db=None, progress=None,
-               context=None, wait_quiet_s=0.0) -> list:  # fmt: skip
-    """Records of every model at every thread count; `context` (machine, run) joins each."""
+               context=None, wait_quiet_s=0.0, target=TARGET, batches=(1,)) -> list:  # fmt: skip
+    """Records of every model at every batch size and thread count; `context` (machine, run)
+    joins each."""
     records = []
     for i, spec in enumerate(specs):
         say = (lambda msg, i=i: progress(f"[{i + 1}/{len(specs)}] {msg}")) if progress else None
-        for rec in run_model(spec, threads, systems, repeats, budget_s, trials, db, say, wait_quiet_s):
-            records.append({**rec, **(context or {})})
+        for batch in batches:
+            rows = run_model(spec, threads, systems, repeats, budget_s, trials, db, say, wait_quiet_s, target, batch)
+            records += [{**rec, **(context or {})} for rec in rows]
     return records
 
 
@@ -283,8 +306,9 @@ DEFAULT_THREADS = [2]
 def bench_models(ctx) -> None:
     """`python -m minitc.benchmarks --suite models ...`: benchmarks/cli.py hands over its click
     context; the options this suite reads are --workloads (model names), --threads (default 2),
-    --repeats, --budget, --trials and --db (the tuned minitc), --json, --plot, --wait-quiet,
-    --no-machine and --quiet."""
+    --target (`cuda`: every system on the GPU, float32 without TF32), --batch, --repeats,
+    --budget, --trials and --db (the tuned minitc), --json, --plot, --wait-quiet, --no-machine
+    and --quiet."""
     import click
     from click.core import ParameterSource
 
@@ -330,8 +354,9 @@ def bench_models(ctx) -> None:
         systems=systems,
     )
     records = run_models(
-        specs, threads, systems, p["repeats"], p["budget_s"], trials, p["db"], say, context, p["wait_quiet_s"]
-    )
+        specs, threads, systems, p["repeats"], p["budget_s"], trials, p["db"], say, context, p["wait_quiet_s"],
+        p["target"], p["batch"],
+    )  # fmt: skip
     say(f"suite models done in {time.perf_counter() - start:.0f} s")
     click.echo("\n".join(models_report.header(records)))
     click.echo(models_report.format_table(records))

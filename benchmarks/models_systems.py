@@ -107,13 +107,13 @@ def _status_mib(key: str) -> float:
     raise ValueError(key)
 
 
-def setup_minitc(name: str, model, inputs, **options) -> tuple:
-    """(System, facts about the compiled model) for tc.compile(model, inputs, **options)."""
+def setup_minitc(name: str, model, inputs, target: str = TARGET, **options) -> tuple:
+    """(System, facts about the compiled model) for tc.compile(model, inputs, target, **options)."""
     start = time.perf_counter()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # export's warnings; the fallbacks are reported below
-            compiled = tc.compile(model, inputs, target=TARGET, **options)
+            compiled = tc.compile(model, inputs, target=target, **options)
     except Exception as e:  # noqa: BLE001 - a model minitc cannot compile is an error row
         return failed(name, "compile failed", e), {}
     system = System(name, lambda: compiled(*inputs), time.perf_counter() - start)
@@ -150,6 +150,36 @@ def breakdown(compiled, repeats: int = 5, top: int = 8) -> dict:
         "torch_ms": sig(result["torch_ms"], 4),
         "top_tasks": [[name, sig(ms, 4)] for name, ms in tasks[:top]],
     }
+
+
+def on_device(model, inputs, target: str, batch: int = 1) -> tuple:
+    """The model and its inputs where `target` runs them, the inputs repeated to `batch` along
+    their first dimension (the zoo's factories make batch 1): a CUDA target puts both on the GPU
+    and turns TF32 off, so that every system computes in float32."""
+    import torch
+
+    if batch > 1:
+        inputs = tuple(torch.cat([x] * batch) for x in inputs)
+    if not target.startswith("cuda") or target.startswith("cuda-sim"):
+        return model, inputs
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return model.cuda(), tuple(x.cuda() for x in inputs)
+
+
+def synchronized(system: System) -> System:
+    """The system's call followed by a wait for the GPU, so that a host clock times its work."""
+    import torch
+
+    fn = system.fn
+
+    def run():
+        out = fn()
+        torch.cuda.synchronize()
+        return out
+
+    system.fn = run
+    return system
 
 
 def setup_eager(model, inputs) -> System:

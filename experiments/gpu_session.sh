@@ -17,6 +17,10 @@
 #               against cuDNN (experiments/gpu_conv_probe.py)
 #   winograd-probe  the Winograd convolution (tc.ops.conv2d_winograd) on the 3x3 stride-1
 #               layers: the direct default, Winograd's default and draws, against cuDNN
+#   models      whole models on the GPU (issue 42): tc.compile(target="cuda") against eager and
+#               Inductor, float32 without TF32, batch MODELS_BATCH (1,8) of MODELS (the suite's
+#               four); outputs checked against eager first. Not in the default list: name it
+#               (it needs most of one device call)
 #   gpu-core    the gpu-core suite, templates only: matmul, conv (direct and Winograd), dense +
 #               GELU, softmax against torch and Triton (GPU_CORE_ARGS adds options, e.g.
 #               "--workloads conv-resnet50-l3-winograd --tune 64")
@@ -70,6 +74,9 @@ want conv-probe && step 120 conv-probe python3 experiments/gpu_conv_probe.py --s
 want winograd-probe && step 100 winograd-probe python3 experiments/gpu_conv_probe.py --winograd \
     --seconds "${WINOGRAD_S:-12}" --json "$R/winograd-probe.json"
 # shellcheck disable=SC2086  # GPU_CORE_ARGS: more options (--workloads W --tune N)
+want models && MINITC_MODELS_SYSTEMS=${MODELS_SYSTEMS:-minitc,eager,inductor} step 420 models python3 -m \
+    minitc.benchmarks --suite models --target cuda --batch "${MODELS_BATCH:-1,8}" --threads 16 --no-machine \
+    --workloads "${MODELS:-resnet50,mobilenet_v2,bert-base,gpt2}" --json "$R/models-gpu.json"
 want gpu-core && step 140 gpu-core python3 -m minitc.benchmarks --suite gpu-core --json "$R/gpu-core.json" ${GPU_CORE_ARGS:-}
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 want profile && [ -n "$NCU" ] && step 90 profile "$NCU" --clock-control none --section SpeedOfLight \

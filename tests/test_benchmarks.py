@@ -181,18 +181,16 @@ def test_plot_without_matplotlib_names_the_extra(monkeypatch, tmp_path):
     [
         (["--suite", "nope"], "unknown suite 'nope'; available: cpu-core, smoke"),
         (["--suite", "smoke", "--workloads", "matmul-64,nope"], "unknown workload(s) 'nope' in suite 'smoke'"),
-        (["--threads", "0"], "thread counts must be integers >= 1"),
+        (["--threads", "0"], "threads must be integers >= 1"),
         (["--threads", "a,b"], "expected comma-separated integers"),
         (["--suite", "smoke", "--target", "llvm -mcpu=pentium9000"], "unknown cpu 'pentium9000'"),
         (["--suite", "smoke", "--target", "cuda"], "is a GPU target; the CPU suites take 'llvm ...' targets"),
         (
             ["--suite", "smoke-tune", "--target", AVX2],
-            "--target applies to the suites cpu-core, smoke and tlm-eval, not smoke-tune",
+            "--target applies to the suites cpu-core, smoke, models and tlm-eval, not smoke-tune",
         ),
-        (
-            ["--suite", "models", "--target", AVX2],
-            "--target applies to the suites cpu-core, smoke and tlm-eval, not models",
-        ),
+        (["--suite", "smoke", "--batch", "2"], "--batch applies to the suite models"),
+        (["--suite", "models", "--batch", "0"], "batch must be integers >= 1"),
         (["--suite", "gpu-smoke", "--target", AVX2], "--target: not used by the GPU suites"),
     ],
 )

@@ -165,7 +165,7 @@ def test_tlm_eval_runs_on_a_gpu_target(tmp_path, tiny_gpu_checkpoint):
     assert all(ms > 0 for ms in row["retimed_ms"].values()) and row["template_ms"] > 0
     for run in ("tlm_phases", "evo_phases"):  # where each search's seconds went
         assert row[run]["total"] >= row[run]["search"] + row[run]["run"] > 0
-    bad = CliRunner().invoke(main, ["bench", "--suite", "models", "--target", "cuda"])
+    bad = CliRunner().invoke(main, ["bench", "--suite", "smoke-tune", "--target", "cuda"])
     assert bad.exit_code != 0 and "--target applies to" in bad.output
     unknown = CliRunner().invoke(main, ["bench", "--suite", "tlm-eval", "--target", "tpu", "--workloads", "bmm-bert"])
     assert unknown.exit_code == 1 and unknown.output.startswith("Error: unknown target 'tpu'")

@@ -99,5 +99,21 @@ def test_suite_runs_a_small_model_end_to_end(tmp_path, monkeypatch):
     assert "slowest tasks" in result.output
 
 
+def test_the_suite_runs_a_model_for_the_gpu_at_two_batch_sizes(tmp_path, monkeypatch):
+    """--target cuda-sim: minitc's kernels on the simulator, the same records as on a GPU."""
+    pytest.importorskip("transformers", reason="tiny-bert is a transformers BertModel: pip install transformers")
+    monkeypatch.setenv("MINITC_MODELS_SYSTEMS", "minitc,eager")
+    path = tmp_path / "models.json"
+    args = ["--suite", "models", "--workloads", "tiny-bert", "--target", "cuda-sim", "--batch", "1,2"]
+    args += ["--repeats", "1", "--budget", "0", "--no-machine", "-q", "--json", str(path)]
+    result = CliRunner().invoke(main, ["bench", *args])
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    records = json.loads(path.read_text())
+    assert [r["batch"] for r in records] == [1, 2] and {r["target"] for r in records} == {"cuda-sim"}
+    assert records[1]["inputs"] == ["int64[2, 16]", "int64[2, 16]"]
+    for rec in records:
+        assert rec["error"] is None and rec["rel_err"] <= RTOL and rec["minitc_ms"] > 0
+
+
 def test_the_suite_knows_that_tc_compile_tunes():
     assert compile_takes_trials()
