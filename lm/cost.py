@@ -33,6 +33,7 @@ from minitc.target import hardware_fingerprint, is_gpu
 
 COST_DIR = Path(__file__).with_name("checkpoints") / "cost"
 ALL_CPUS = "cpu"  # the file name (without .pt) of the model trained on every CPU description
+MTL = "mtl"  # ... and of MTL-TLP's, a head per CPU description (lm/mtl.py)
 MEMBERS = 4  # trainings per shipped (and adapted) ensemble
 
 
@@ -86,17 +87,20 @@ def adapted_cost_model_path(fingerprint: str) -> Path:
 
 
 def shipped_cost_model_path(target) -> Path | None:
-    """MINITC_COST_MODEL if set; else the one `minitc lm adapt` trained on this machine (it
-    saw all of the dataset's programs of this machine and its own), else the shipped model of
-    this machine's hardware description, else the one trained on every CPU; none for a GPU
-    target."""
+    """MINITC_COST_MODEL if set; else the one `minitc lm adapt` made on this machine (the MTL
+    model with a head learned from all of the dataset's programs of this machine and its own),
+    else the shipped model of this machine's hardware description, else the shipped MTL model
+    (its head for this description, or its shared head: on a CPU left out of its training it
+    ranked better than the all-CPU model, docs/evaluation.md), else the one trained on every
+    CPU; none for a GPU target."""
     env = os.environ.get("MINITC_COST_MODEL")
     if env:
         return Path(env)
     if is_gpu(target):
         return None
     fingerprint = hardware_fingerprint(target)
-    for path in (adapted_cost_model_path(fingerprint), COST_DIR / f"{fingerprint}.pt", COST_DIR / f"{ALL_CPUS}.pt"):
+    candidates = [adapted_cost_model_path(fingerprint), COST_DIR / f"{fingerprint}.pt", COST_DIR / f"{MTL}.pt"]
+    for path in candidates + [COST_DIR / f"{ALL_CPUS}.pt"]:
         if path.exists():
             return path
     return None

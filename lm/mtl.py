@@ -20,9 +20,8 @@ from minitc.autotune.cost_model import EnsembleModel, load_cost_model
 from minitc.autotune.mtl_model import MTLModel
 from minitc.errors import MinitcError
 from minitc.lm import cost
-from minitc.lm.cost import cost_records, train_cost_model
+from minitc.lm.cost import MTL, cost_records, train_cost_model
 
-MTL = "mtl"  # its file name (without .pt) among the shipped cost models
 HEAD_EPOCHS = 60  # a head learns from a few hundred programs: many short epochs
 
 

@@ -81,6 +81,8 @@ def test_which_cost_model_the_tlm_strategy_loads(tmp_path, monkeypatch):
     assert cost.shipped_cost_model_path(host) is None  # none shipped: a fresh model
     (tmp_path / "cpu.pt").write_bytes(b"")
     assert cost.shipped_cost_model_path(host) == tmp_path / "cpu.pt"
+    (tmp_path / "mtl.pt").write_bytes(b"")
+    assert cost.shipped_cost_model_path(host) == tmp_path / "mtl.pt"  # MTL-TLP's head or shared head first
     mine = tmp_path / f"{hardware_fingerprint(host)}.pt"
     mine.write_bytes(b"")
     assert cost.shipped_cost_model_path(host) == mine  # this machine's own, before every CPU's
