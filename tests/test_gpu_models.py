@@ -180,3 +180,20 @@ def test_on_the_gpu_a_model_runs_from_cuda_tensors_and_replays_a_cuda_graph(name
         _close(y.cpu(), expected.cpu())
     report = compiled.benchmark(repeats=3)
     assert report["total_ms"] > 0 and all(ms > 0 for ms in report["tasks_ms"].values())
+
+
+def test_tuning_a_model_for_the_gpu_measures_its_tasks_with_the_gpu_runner(tmp_path):
+    """tc.compile(..., trials=) on a GPU target tunes each task with the GPU runner (here the
+    simulator's), writes records for the GPU, and a compile from them stays correct."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8)).eval()
+    x = torch.randn(4, 16)
+    db = str(tmp_path / "gpu.db")
+    tuned = tc.compile(model, (x,), target="cuda-sim", db=db, trials=4, strategy="random")
+    assert len(tuned.tune_results) == len(tuned.tasks) and all(r.best_ms is not None for r in tuned.tune_results)
+    from minitc.autotune.database import Database
+
+    with Database(db) as records:
+        assert len(records) >= 4
+    with torch.no_grad():
+        _close(tc.compile(model, (x,), target="cuda-sim", db=db)(x), model(x))

@@ -18,7 +18,8 @@ import warnings
 
 import numpy as np
 
-from minitc.autotune.runner import LocalBuilder, LocalRunner
+from minitc.autotune.registry import make_runner
+from minitc.autotune.runner import LocalBuilder
 from minitc.autotune.tuner import TuningSession, check_count
 from minitc.errors import MinitcError
 
@@ -59,7 +60,7 @@ def tune_tasks(
     trials, batch = check_count(trials, "tune_tasks: trials"), check_count(batch, "tune_tasks: batch")
 
     rng = np.random.default_rng(seed)
-    builder, runner = LocalBuilder(workers=1), LocalRunner()
+    builder, runner = LocalBuilder(workers=1), make_runner("local", target)  # a GpuRunner for a GPU target
     sessions, bests = [], []
     try:
         for n, (outputs, _) in enumerate(tasks):
