@@ -22,40 +22,25 @@ from minitc.autotune.runner import mismatch, random_array
 from minitc.backends import build_schedule, lower_schedule
 from minitc.errors import MinitcError
 from minitc.schedule import Schedule
+from minitc.schedule.kinds import STEP_TABLE
 from minitc.schedule.trace import Step, step_call
 from minitc.target import parse_target
 from minitc.te_eval import evaluate
 
 RTOL = 1e-3  # each step's output against numpy, as the tuner checks its candidates
 
-_WHY = {
-    "split": "tiles the loop: the inner {decision} iterations are a block of work that can stay in "
-    "registers or cache, be vectorised or unrolled",
-    "reorder": "changes the loop order, and with it which data is reused while it is still in registers or cache",
-    "fuse": "merges loops into one longer loop: more iterations to share among threads or vector lanes",
-    "unroll": "copies the body {extent} times: no loop overhead, and independent operations the CPU overlaps",
-    "vectorize": "runs {extent} iterations as SIMD instructions{lanes} instead of one at a time",
-    "parallel": "spreads the {extent} iterations over the CPU's threads",
-    "compute_at": "computes {stage} inside its consumer's loop {loop}, a tile at a time, while the tile is in cache",
-    "reverse_compute_at": "computes the consumer {stage} inside loop {loop}, right after each tile of its producer",
-    "compute_inline": "substitutes {stage} into its readers: no intermediate buffer and no second pass over memory",
-    "cache_write": "accumulates {stage} in a {scope} buffer (registers, for a small tile) and stores each result once",
-    "cache_read": "copies {stage} into a {scope} buffer for its readers: contiguous, packed data that is reused",
-    "bind": "maps the loop onto the GPU's {scope}",
-    "rfactor": "splits the reduction over {loop} into partial results that can run in parallel or in vector lanes",
-}
-
 
 def why(step: Step, extent: int | None = None, lanes: int | None = None) -> str:
-    """One line on what a step does to the program and why that can make it faster; `lanes`:
-    the target's vector lanes for the stage's dtype."""
-    text = _WHY.get(step.kind, "a schedule step")
+    """One line on what a step does to the program and why that can make it faster (the step
+    table's `why`, filled in); `lanes`: the target's vector lanes for the stage's dtype."""
+    kind = STEP_TABLE.get(step.kind)
+    text = kind.why if kind is not None else "a schedule step"
     return text.format(
         lanes=f" ({lanes} lanes per vector on this target)" if lanes else "",
         decision=step.decisions[0] if step.decisions else "",
         extent=extent if extent is not None else "its",
         stage=step.stage,
-        loop=f"{step.args[0]}.{step.loops[0]}" if step.kind.endswith("compute_at") else ",".join(step.loops),
+        loop=f"{step.args[0]}.{step.loops[0]}" if kind is not None and kind.attaches else ",".join(step.loops),
         scope=step.args[0] if step.args else "",
     )
 

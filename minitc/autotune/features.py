@@ -24,9 +24,9 @@ from collections import OrderedDict
 import numpy as np
 
 from minitc.errors import ScheduleError
-from minitc.schedule.recorder import apply_step
+from minitc.schedule.kinds import BUILTIN_KINDS, STEP_TABLE, apply_step
 from minitc.schedule.state import State, from_tensors
-from minitc.schedule.trace import STEP_KINDS, Step
+from minitc.schedule.trace import Step
 
 STEP_FEATURES = (
     "role_output",
@@ -67,10 +67,12 @@ SUMMARY_FEATURES = (
     "sum_inlined",
     "sum_steps",
 )
-FEATURES = tuple(f"kind_{k}" for k in STEP_KINDS) + STEP_FEATURES + SUMMARY_FEATURES
+# One kind column per built-in step kind: trained models fix the width, so a kind registered
+# later (schedule/kinds.py) has no column of its own; its row shows it by its `features`.
+FEATURES = tuple(f"kind_{k}" for k in BUILTIN_KINDS) + STEP_FEATURES + SUMMARY_FEATURES
 NUM_FEATURES = len(FEATURES)
 COLUMN = {name: n for n, name in enumerate(FEATURES)}
-KIND_INDEX = {k: n for n, k in enumerate(STEP_KINDS)}
+KIND_INDEX = {k: n for n, k in enumerate(BUILTIN_KINDS)}
 
 
 def slog(x: float) -> float:
@@ -111,25 +113,29 @@ def _role(state: State, name: str) -> str:
 
 
 def step_row(step: Step, before: State | None, after: State | None) -> np.ndarray:
-    """The feature row of one step, given the states before and after it (None: not replayed)."""
+    """The feature row of one step, given the states before and after it (None: not replayed).
+    What is particular to the step's kind comes from the step table's `features`."""
     row = np.zeros(NUM_FEATURES, np.float32)
 
     def put(name, value):
         row[COLUMN[name]] = value
 
-    put(f"kind_{step.kind}", 1.0)
+    kind = STEP_TABLE.get(step.kind)
+    if step.kind in KIND_INDEX:
+        put(f"kind_{step.kind}", 1.0)
     put("n_loops", slog(len(step.loops)))
-    if step.kind == "split" and step.decisions:
-        put("factor", slog(step.decisions[0]))
-        put("nparts", float("nparts" in step.args))
-    if step.kind in ("cache_read", "cache_write"):
-        put("scope_local", float(bool(step.args) and step.args[0] == "local"))
-    if step.kind == "cache_read":
-        put("layout", float(len(step.args) > 2))
-        put("readers", slog(len(step.args[1]) if len(step.args) > 1 else 0))
+    loops = _replay_features(step, kind, before, after, put)
+    if kind is not None:
+        for name, value in kind.features(step, [lp.extent for lp in loops]).items():
+            put(name, float(value) if isinstance(value, (bool, np.bool_)) else slog(value))
+    return row
+
+
+def _replay_features(step: Step, kind, before: State | None, after: State | None, put) -> list:
+    """Put the features read from the states around the step; returns the loops it names."""
     if before is None or after is None or not before.has(step.stage):
         put(f"role_{_role(before, step.stage) if before is not None else 'other'}", 1.0)
-        return row
+        return []
     put("replayed", 1.0)
     put(f"role_{_role(before, step.stage)}", 1.0)
     st = before.stage(step.stage)
@@ -138,8 +144,9 @@ def step_row(step: Step, before: State | None, after: State | None) -> np.ndarra
     put("stage_loops", slog(len(st_after.loops)))
     put("stage_iters", slog(_product(lp.extent for lp in st_after.loops)))
     # the loops the step names live in the stage itself, or (compute_at) in the target stage
+    attaches = kind is not None and kind.attaches
     owner = st
-    if step.kind in ("compute_at", "reverse_compute_at") and step.args and before.has(step.args[0]):
+    if attaches and step.args and before.has(step.args[0]):
         owner = before.stage(step.args[0])
         put("target_output", float(owner.output))
     names = [lp.name for lp in owner.loops]
@@ -153,16 +160,9 @@ def step_row(step: Step, before: State | None, after: State | None) -> np.ndarra
         first = names.index(loops[0].name)
         put("position", first / max(len(names) - 1, 1))
         put("innermost", float(names.index(loops[-1].name) == len(names) - 1))
-        if step.kind in ("compute_at", "reverse_compute_at"):
+        if attaches:
             put("attach_outer", slog(_product(lp.extent for lp in owner.loops[: first + 1])))
-    if step.kind == "split" and loops and step.decisions:
-        extent, f = loops[0].extent, int(step.decisions[0])
-        other = -(-extent // max(f, 1))
-        outer, inner = (f, other) if "nparts" in step.args else (other, f)
-        put("outer_extent", slog(outer))
-        put("inner_extent", slog(inner))
-        put("imperfect", float(extent % max(f, 1) != 0))
-    return row
+    return loops
 
 
 def summary_row(state: State | None, num_steps: int) -> np.ndarray:

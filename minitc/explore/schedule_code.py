@@ -16,6 +16,8 @@ import keyword
 
 import minitc as tc
 from minitc.errors import ScheduleError
+from minitc.schedule.kinds import STEP_TABLE, LoopArg, StageArg, StageList
+from minitc.schedule.state import LoopRef
 
 
 def _ident(name: str) -> str:
@@ -127,57 +129,47 @@ class _Writer:
         return next(r for r in self.s.loops(stage) if r.name == name)
 
     def step(self, st) -> None:
-        k, stage = st.kind, st.stage
-        if k in ("compute_at", "reverse_compute_at"):
-            target, loop = st.args[0], st.loops[0]
-            v = self.loop(target, loop)
-            self.lines.append(f"s.{k}({self.stage(stage)}, {v})")
-            getattr(self.s, k)(stage, self.ref(target, loop))
-            return
-        loops = [self.loop(stage, n) for n in st.loops]
-        refs = [self.ref(stage, n) for n in st.loops]
-        if k == "split":
-            key = "nparts" if "nparts" in st.args else "factor"
-            o, i = self.s.split(refs[0], **{key: st.decisions[0]})
-            names = self._bind_loops(stage, [o.name, i.name])
-            self.lines.append(f"{names[0]}, {names[1]} = s.split({loops[0]}, {key}={st.decisions[0]})")
-        elif k == "fuse":
-            f = self.s.fuse(*refs)
-            (name,) = self._bind_loops(stage, [f.name])
-            self.lines.append(f"{name} = s.fuse({', '.join(loops)})")
-        elif k in ("reorder", "unroll", "parallel", "vectorize"):
-            getattr(self.s, k)(*refs)
-            self.lines.append(f"s.{k}({', '.join(loops)})")
-        elif k == "bind":
-            self.s.bind(refs[0], st.args[0])
-            self.lines.append(f"s.bind({loops[0]}, {_q(st.args[0])})")
-        elif k == "compute_inline":
-            self.s.compute_inline(stage)
-            self.lines.append(f"s.compute_inline({self.stage(stage)})")
-        elif k in ("cache_write", "cache_read", "rfactor"):
-            self._new_stage(st, refs, loops)
-        else:
-            raise ScheduleError(f"the explorer cannot write a {k} step as code")
+        """Write one step as its `Schedule` call (the step table's `call`), and make that call."""
+        kind = STEP_TABLE.get(st.kind)
+        if kind is None:
+            raise ScheduleError(f"the explorer cannot write a {st.kind} step as code")
+        call = kind.call(st)
+        # variables are found last argument first: a reader list, then the cached stage, as
+        # the explorer has always written them
+        keywords = {k: self._arg(v) for k, v in reversed(call.keywords)}
+        args = [self._arg(a) for a in reversed(call.args)][::-1]
+        result = getattr(self.s, call.method)(*(value for value, _ in args), **{k: v for k, (v, _) in keywords.items()})
+        words = [code for _, code in args] + [f"{k}={keywords[k][1]}" for k, _ in call.keywords]
+        text = f"s.{call.method}({', '.join(words)})"
+        if isinstance(result, tuple | LoopRef):  # new loops: split, fuse
+            refs = result if isinstance(result, tuple) else (result,)
+            names = self._bind_loops(refs[0].stage, [r.name for r in refs])
+            text = f"{', '.join(names)} = {text}"
+        elif isinstance(result, tc.Tensor):  # a new stage: cache_write, cache_read, rfactor
+            name = self.s.stage_name(result)
+            var = self._new_var(_ident(name), _ident(name) + "_t")
+            self.stage_vars[name] = var
+            text = f"{var} = {text}"
+        self.lines.append(text)
 
-    def _new_stage(self, st, refs, loops) -> None:
-        k, stage = st.kind, st.stage
-        if k == "cache_write":
-            layout = tuple(st.args[1]) if len(st.args) > 1 else None
-            extra = f", layout={list(layout)}" if layout else ""
-            t = self.s.cache_write(stage, st.args[0], layout)
-            call = f"cache_write({self.stage(stage)}, {_q(st.args[0])}{extra})"
-        elif k == "rfactor":
-            t, call = self.s.rfactor(refs[0]), f"rfactor({loops[0]})"
-        else:
-            layout = tuple(st.args[2]) if len(st.args) > 2 else None
-            readers = [self.stage(r) for r in st.args[1]]
-            t = self.s.cache_read(stage, st.args[0], list(st.args[1]), layout)
-            extra = f", layout={list(layout)}" if layout else ""
-            call = f"cache_read({self.stage(stage)}, {_q(st.args[0])}, readers=[{', '.join(readers)}]{extra})"
-        name = self.s.stage_name(t)
-        var = self._new_var(_ident(name), _ident(name) + "_t")
-        self.stage_vars[name] = var
-        self.lines.append(f"{var} = s.{call}")
+    def _arg(self, arg) -> tuple:
+        """(the value the Schedule method takes, the code that names it) of a call argument."""
+        if isinstance(arg, LoopArg):
+            return self.ref(arg.stage, arg.loop), self.loop(arg.stage, arg.loop)
+        if isinstance(arg, StageArg):
+            return arg.name, self.stage(arg.name)
+        if isinstance(arg, StageList):
+            return list(arg.names), f"[{', '.join(self.stage(r) for r in arg.names)}]"
+        return arg, _value(arg)
+
+
+def _value(v) -> str:
+    """A plain argument as Python: strings in double quotes, tuples as lists."""
+    if isinstance(v, str):
+        return _q(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    return str(v)
 
 
 def trace_code(schedule, var: str, namespace: dict) -> str:

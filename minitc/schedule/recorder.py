@@ -1,19 +1,17 @@
 """`Schedule`: the user-facing recorder. Each method builds a trace step and applies it with
-`apply_step`, the same function replay uses, so a trace always replays to the same program."""
+`apply_step` (the step table's `apply`, schedule/kinds.py), the same function replay uses, so a
+trace always replays to the same program."""
 
 from __future__ import annotations
 
 import itertools
 
 from minitc.errors import ScheduleError
-from minitc.schedule import loops as loop_prims
-from minitc.schedule import stages as stage_prims
-from minitc.schedule.rfactor import rfactor
-from minitc.schedule.state import LoopRef, State, from_tensors, stage_tensor
+from minitc.schedule.kinds import STEP_TABLE, apply_step
+from minitc.schedule.state import LoopRef, from_tensors, stage_tensor
 from minitc.schedule.trace import Step, Trace
 from minitc.te import ComputeOp, Tensor
 
-_KIND_OF_STEP = {"unroll": "unrolled", "parallel": "parallel", "vectorize": "vectorized"}
 _SCHEDULE_IDS = itertools.count(1)
 
 
@@ -32,52 +30,6 @@ def output_tensors(outputs) -> list:
         if any(t is u for u in outs[:n]):
             raise ScheduleError(f"output {t.name} is listed twice; list each output tensor once")
     return outs
-
-
-def apply_step(state: State, step: Step) -> tuple[State, tuple]:
-    """Apply one trace step; return the new state and the names of loops/stages it created."""
-    kind, stage = step.kind, step.stage
-    if kind == "split":
-        if len(step.loops) != 1 or len(step.decisions) != 1:
-            raise ScheduleError(f"malformed split step {step}")
-        if "nparts" in step.args:
-            state, o, i = loop_prims.split(state, stage, step.loops[0], nparts=step.decisions[0])
-        else:
-            state, o, i = loop_prims.split(state, stage, step.loops[0], factor=step.decisions[0])
-        return state, (o, i)
-    if kind == "fuse":
-        state, f = loop_prims.fuse(state, stage, step.loops)
-        return state, (f,)
-    if kind == "reorder":
-        return loop_prims.reorder(state, stage, step.loops), ()
-    if kind in _KIND_OF_STEP:
-        if len(step.loops) != 1:
-            raise ScheduleError(f"malformed {kind} step {step}")
-        return loop_prims.annotate(state, stage, step.loops[0], _KIND_OF_STEP[kind]), ()
-    if kind == "bind":
-        if len(step.loops) != 1 or len(step.args) != 1:
-            raise ScheduleError(f"malformed bind step {step}")
-        return loop_prims.bind(state, stage, step.loops[0], step.args[0]), ()
-    if kind in ("compute_at", "reverse_compute_at"):
-        fn = stage_prims.compute_at if kind == "compute_at" else stage_prims.reverse_compute_at
-        if len(step.loops) != 1 or len(step.args) != 1:
-            raise ScheduleError(f"malformed {kind} step {step}")
-        return fn(state, stage, step.args[0], step.loops[0]), ()
-    if kind == "compute_inline":
-        return stage_prims.compute_inline(state, stage), ()
-    if kind == "cache_write":
-        state, name = stage_prims.cache_write(state, stage, *step.args)
-        return state, (name,)
-    if kind == "cache_read":
-        layout = tuple(step.args[2]) if len(step.args) > 2 else None
-        state, name = stage_prims.cache_read(state, stage, step.args[0], tuple(step.args[1]), layout)
-        return state, (name,)
-    if kind == "rfactor":
-        if len(step.loops) != 1:
-            raise ScheduleError(f"malformed rfactor step {step}")
-        state, name = rfactor(state, stage, step.loops[0])
-        return state, (name,)
-    raise ScheduleError(f"unknown trace step kind {kind!r}")
 
 
 class Schedule:
@@ -170,10 +122,19 @@ class Schedule:
             )
         return loop
 
-    def _apply(self, step: Step) -> tuple:
+    def apply(self, step: Step) -> tuple:
+        """Apply one step and append it to the trace; returns the names of the loops or stages
+        it created (the methods below and a registered kind's `record` go through here)."""
         self.state, created = apply_step(self.state, step)
         self.trace = self.trace.append(step)
         return created
+
+    def __getattr__(self, name: str):
+        # a step kind registered after the built-in ones: `s.<kind>(...)` runs its `record`
+        kind = STEP_TABLE.get(name)
+        if kind is None or kind.record is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return lambda *args, **kwargs: kind.record(self, *args, **kwargs)
 
     def _same_stage(self, loops, primitive: str) -> str:
         refs = [self._loop(lp) for lp in loops]
@@ -189,54 +150,54 @@ class Schedule:
         args, value = (("nparts",), nparts) if nparts is not None and factor is None else ((), factor)
         if factor is not None and nparts is not None:
             raise ScheduleError(f"split of loop {ref.name}: give exactly one of factor= or nparts=")
-        o, i = self._apply(Step("split", ref.stage, (ref.name,), args, (value,)))
+        o, i = self.apply(Step("split", ref.stage, (ref.name,), args, (value,)))
         return self._ref(ref.stage, o), self._ref(ref.stage, i)
 
     def fuse(self, *loops) -> LoopRef:
         """Fuse adjacent loops (outermost first) into one."""
         stage = self._same_stage(loops, "fuse")
-        (f,) = self._apply(Step("fuse", stage, tuple(lp.name for lp in loops)))
+        (f,) = self.apply(Step("fuse", stage, tuple(lp.name for lp in loops)))
         return self._ref(stage, f)
 
     def reorder(self, *loops) -> None:
         """Reorder the given loops of one stage into the given order."""
         stage = self._same_stage(loops, "reorder")
-        self._apply(Step("reorder", stage, tuple(lp.name for lp in loops)))
+        self.apply(Step("reorder", stage, tuple(lp.name for lp in loops)))
 
     def unroll(self, loop) -> None:
         ref = self._loop(loop)
-        self._apply(Step("unroll", ref.stage, (ref.name,)))
+        self.apply(Step("unroll", ref.stage, (ref.name,)))
 
     def parallel(self, loop) -> None:
         ref = self._loop(loop)
-        self._apply(Step("parallel", ref.stage, (ref.name,)))
+        self.apply(Step("parallel", ref.stage, (ref.name,)))
 
     def vectorize(self, loop) -> None:
         ref = self._loop(loop)
-        self._apply(Step("vectorize", ref.stage, (ref.name,)))
+        self.apply(Step("vectorize", ref.stage, (ref.name,)))
 
     def bind(self, loop, tag: str) -> None:
         """Bind a loop to a GPU index: "blockIdx.x/y/z", "threadIdx.x/y/z" or "vthread"."""
         ref = self._loop(loop)
-        self._apply(Step("bind", ref.stage, (ref.name,), (tag,)))
+        self.apply(Step("bind", ref.stage, (ref.name,), (tag,)))
 
     # -- stage primitives ----------------------------------------------------------------
     def compute_at(self, tensor, loop) -> None:
         ref = self._loop(loop)
-        self._apply(Step("compute_at", self.stage_name(tensor), (ref.name,), (ref.stage,)))
+        self.apply(Step("compute_at", self.stage_name(tensor), (ref.name,), (ref.stage,)))
 
     def reverse_compute_at(self, tensor, loop) -> None:
         ref = self._loop(loop)
-        self._apply(Step("reverse_compute_at", self.stage_name(tensor), (ref.name,), (ref.stage,)))
+        self.apply(Step("reverse_compute_at", self.stage_name(tensor), (ref.name,), (ref.stage,)))
 
     def compute_inline(self, tensor) -> None:
-        self._apply(Step("compute_inline", self.stage_name(tensor)))
+        self.apply(Step("compute_inline", self.stage_name(tensor)))
 
     def cache_write(self, tensor, scope: str = "local", layout=None) -> Tensor:
         """Compute `tensor` into a new cache stage (returned) and copy it out; `layout`, a
         permutation of the dimensions, stores the cache transposed."""
         args = (scope,) if layout is None else (scope, tuple(layout))
-        (name,) = self._apply(Step("cache_write", self.stage_name(tensor), (), args))
+        (name,) = self.apply(Step("cache_write", self.stage_name(tensor), (), args))
         return self._register(name)
 
     def cache_read(self, tensor, scope: str, readers, layout=None) -> Tensor:
@@ -245,7 +206,7 @@ class Schedule:
         readers = readers if isinstance(readers, (list, tuple)) else [readers]
         names = tuple(self.stage_name(r) for r in readers)
         args = (scope, names) if layout is None else (scope, names, tuple(layout))
-        (name,) = self._apply(Step("cache_read", self.stage_name(tensor), (), args))
+        (name,) = self.apply(Step("cache_read", self.stage_name(tensor), (), args))
         return self._register(name)
 
     def rfactor(self, loop) -> Tensor:
@@ -253,7 +214,7 @@ class Schedule:
         `loop` (a new stage `<stage>_rf`, returned, whose last axis is `loop` and can be
         vectorized), then reduce them over `loop` in the stage itself."""
         ref = self._loop(loop)
-        (name,) = self._apply(Step("rfactor", ref.stage, (ref.name,)))
+        (name,) = self.apply(Step("rfactor", ref.stage, (ref.name,)))
         return self._register(name)
 
     def _register(self, name: str) -> Tensor:
@@ -265,8 +226,8 @@ class Schedule:
     def replay(self, trace: Trace) -> Schedule:
         """Apply every step of `trace` to this schedule (normally a fresh one); returns self."""
         for step in trace:
-            created = self._apply(step)
-            if step.kind in ("cache_write", "cache_read", "rfactor"):
+            created = self.apply(step)
+            if STEP_TABLE[step.kind].makes_stage:
                 self._register(created[0])
         return self
 

@@ -11,22 +11,9 @@ import json
 from dataclasses import dataclass, replace
 
 from minitc.errors import ScheduleError
+from minitc.schedule.kinds import BUILTIN_KINDS, STEP_TABLE, Call, LoopArg, StageArg, StageList
 
-STEP_KINDS = (
-    "split",
-    "fuse",
-    "reorder",
-    "unroll",
-    "parallel",
-    "vectorize",
-    "compute_at",
-    "reverse_compute_at",
-    "compute_inline",
-    "cache_write",
-    "cache_read",
-    "bind",
-    "rfactor",
-)
+STEP_KINDS = BUILTIN_KINDS  # the built-in kinds, in table order; kinds.STEP_TABLE has them all
 
 
 @dataclass(frozen=True)
@@ -46,9 +33,9 @@ class Step:
 
     @staticmethod
     def from_json(d: dict) -> Step:
-        if not isinstance(d, dict) or d.get("kind") not in STEP_KINDS or not isinstance(d.get("stage"), str):
+        if not isinstance(d, dict) or d.get("kind") not in STEP_TABLE or not isinstance(d.get("stage"), str):
             raise ScheduleError(
-                f"malformed trace step {d!r}: needs 'kind' (one of {', '.join(STEP_KINDS)}) and 'stage'"
+                f"malformed trace step {d!r}: needs 'kind' (one of {', '.join(STEP_TABLE)}) and 'stage'"
             )
         args = tuple(tuple(a) if isinstance(a, list) else a for a in d.get("args", ()))
         return Step(d["kind"], d["stage"], tuple(d.get("loops", ())), args, tuple(d.get("decisions", ())))
@@ -98,22 +85,26 @@ def json_arg(v) -> str:
 
 def step_call(step: Step) -> str:
     """One trace step as the Schedule call that made it, e.g. `split(C.i, factor=32)`."""
-    loops = [f"{step.stage}.{lp}" for lp in step.loops]
-    k, a, d = step.kind, step.args, step.decisions
-    if k == "split":
-        return f"split({loops[0]}, {'nparts' if 'nparts' in a else 'factor'}={d[0]})"
-    if k in ("fuse", "reorder", "unroll", "parallel", "vectorize", "rfactor"):
-        return f"{k}({', '.join(loops)})"
-    if k == "bind":
-        return f"bind({loops[0]}, {json_arg(a[0])})"
-    if k in ("compute_at", "reverse_compute_at"):
-        return f"{k}({step.stage}, {a[0]}.{step.loops[0]})"
-    if k == "compute_inline":
-        return f"compute_inline({step.stage})"
-    if k == "cache_write":
-        layout = f", layout={json_arg(a[1])}" if len(a) > 1 else ""
-        return f"cache_write({step.stage}, {json_arg(a[0])}{layout})"
-    if k == "cache_read":
-        layout = f", layout={json_arg(a[2])}" if len(a) > 2 else ""
-        return f"cache_read({step.stage}, {json_arg(a[0])}, readers={json_arg(a[1])}{layout})"
-    return f"{k}({', '.join([step.stage, *loops])}; args={list(a)}, decisions={list(d)})"
+    kind = STEP_TABLE.get(step.kind)
+    if kind is None:
+        loops = [f"{step.stage}.{lp}" for lp in step.loops]
+        return (
+            f"{step.kind}({', '.join([step.stage, *loops])}; args={list(step.args)}, decisions={list(step.decisions)})"
+        )
+    return call_text(kind.call(step))
+
+
+def call_text(call: Call) -> str:
+    """A call of the step table as one line: loops as `C.i`, stages bare, values as in JSON."""
+    words = [_arg_text(a) for a in call.args] + [f"{k}={_arg_text(v)}" for k, v in call.keywords]
+    return f"{call.method}({', '.join(words)})"
+
+
+def _arg_text(arg) -> str:
+    if isinstance(arg, LoopArg):
+        return f"{arg.stage}.{arg.loop}"
+    if isinstance(arg, StageArg):
+        return arg.name
+    if isinstance(arg, StageList):
+        return json_arg(list(arg.names))
+    return json_arg(arg)
