@@ -1,7 +1,7 @@
 """The zoo's coverage table (docs/models.md): each small zoo model compiled with the templates,
 checked against eager, its PyTorch fallbacks listed, and its speed against eager.
 
-    python -m minitc.benchmarks.zoo_report [--threads 2] [--rounds 7] [--models zoo-llama,zoo-swin]
+    python -m minitc.benchmarks.zoo_report [--threads 2,1] [--rounds 7] [--models zoo-llama,zoo-swin]
 
 Timing alternates the two in one process: each round times eager, then minitc, each the median
 of `calls` calls, and the speed is the median over rounds of eager's time over minitc's
@@ -11,6 +11,7 @@ of `calls` calls, and the speed is the median over rounds of eager's time over m
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import time
 import warnings
@@ -18,6 +19,7 @@ import warnings
 import numpy as np
 
 MIN_CALL_S = 0.05  # calls per timing: enough to fill this much time, at least 5
+WARMUP_S = 1.0  # calls of each before the rounds
 
 
 def _median_call_s(fn, calls: int) -> float:
@@ -40,8 +42,8 @@ def cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def measure(name: str, threads: int, rounds: int) -> dict:
-    """{model, fallbacks, error, rel_err, eager_ms, minitc_ms, speed, compile_s} of one model."""
+def measure(name: str, threads: list, rounds: int) -> dict:
+    """{model, fallbacks, error, rel_err, compile_s, timing: {threads: {eager_ms, minitc_ms, speed}}}."""
     import torch
 
     import minitc as tc
@@ -50,10 +52,10 @@ def measure(name: str, threads: int, rounds: int) -> dict:
     from minitc.benchmarks.timing import thread_limit
     from minitc.frontend import unsupported
 
-    row = {"model": name, "fallbacks": {}, "error": None}
+    row = {"model": name, "fallbacks": {}, "error": None, "timing": {}}
     try:
         model, inputs = MODELS[name].make()
-        with thread_limit(threads), torch.no_grad():
+        with thread_limit(threads[0]), torch.no_grad():
             expected = model(*inputs).numpy()
             start = time.perf_counter()
             with warnings.catch_warnings():
@@ -63,37 +65,47 @@ def measure(name: str, threads: int, rounds: int) -> dict:
             row["fallbacks"] = unsupported(compiled.graph)
             check, wrong = compare(compiled(*inputs), expected)
             row["rel_err"], row["error"] = check.get("rel_err"), wrong
-            eager, mine = (lambda: model(*inputs)), (lambda: compiled(*inputs))
-            once = max(_median_call_s(eager, 3), _median_call_s(mine, 3))
-            calls = max(5, int(MIN_CALL_S / max(once, 1e-6)))
-            e_ms, m_ms = [], []
-            for _ in range(rounds):
-                e_ms.append(1e3 * _median_call_s(eager, calls))
-                m_ms.append(1e3 * _median_call_s(mine, calls))
-            row.update(
-                eager_ms=float(np.median(e_ms)),
-                minitc_ms=float(np.median(m_ms)),
-                speed=float(np.median(np.array(e_ms) / np.array(m_ms))),
-            )
+        for n in threads:
+            with thread_limit(n), torch.no_grad():
+                row["timing"][n] = _alternate(lambda: model(*inputs), lambda: compiled(*inputs), rounds)
     except Exception as e:  # noqa: BLE001 - a model that fails is a row of the table
         row["error"] = short(e)
     return row
 
 
-def table(rows: list) -> str:
+def _alternate(eager, mine, rounds: int) -> dict:
+    """Eager, then minitc, `rounds` times; each the median of enough calls to fill MIN_CALL_S."""
+    for fn in (eager, mine):  # warm up: eager's first calls at 2 threads here ran up to 1000x slower
+        start = time.perf_counter()
+        while time.perf_counter() - start < WARMUP_S:
+            fn()
+    once = max(_median_call_s(eager, 3), _median_call_s(mine, 3))
+    calls = max(5, int(MIN_CALL_S / max(once, 1e-6)))
+    e_ms, m_ms = [], []
+    for _ in range(rounds):
+        e_ms.append(1e3 * _median_call_s(eager, calls))
+        m_ms.append(1e3 * _median_call_s(mine, calls))
+    speed = float(np.median(np.array(e_ms) / np.array(m_ms)))
+    return {"eager_ms": float(np.median(e_ms)), "minitc_ms": float(np.median(m_ms)), "speed": speed}
+
+
+def table(rows: list, threads: list) -> str:
+    timed = " | ".join(f"eager ms, {n}T | minitc ms, {n}T | speed, {n}T" for n in threads)
     lines = [
-        "| model | compiles | max rel. error | ops through PyTorch | eager ms | minitc ms | speed vs eager |",
-        "|---|---|---|---|---|---|---|",
+        f"| model | compiles | max rel. error | ops through PyTorch | {timed} |",
+        "|---|---|---|---|" + "---|" * (3 * len(threads)),
     ]
     for r in rows:
         ops = ", ".join(f"{op.removeprefix('aten.')} x{n}" for op, n in sorted(r["fallbacks"].items())) or "none"
-        if "speed" not in r:
-            lines.append(f"| {r['model']} | no: {r['error']} | | | | | |")
+        if "rel_err" not in r:
+            lines.append(f"| {r['model']} | no: {r['error']} | | |" + " |" * (3 * len(threads)))
             continue
         err = f"{r['rel_err']:.1e}" + (f" ({r['error']})" if r["error"] else "")
-        lines.append(
-            f"| {r['model']} | yes | {err} | {ops} | {r['eager_ms']:.3f} | {r['minitc_ms']:.3f} | {r['speed']:.2f}x |"
-        )
+        cells = []
+        for n in threads:
+            t = r["timing"].get(n)
+            cells += [f"{t['eager_ms']:.3f}", f"{t['minitc_ms']:.3f}", f"{t['speed']:.2f}x"] if t else ["", "", ""]
+        lines.append(f"| {r['model']} | yes | {err} | {ops} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 
@@ -101,17 +113,20 @@ def main(argv=None) -> None:
     from minitc.benchmarks.models_zoo import ZOO
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", default="2", help="comma-separated thread counts, each timed (default: 2)")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--models", default=",".join(ZOO), help="comma-separated zoo names (default: all)")
     args = p.parse_args(argv)
-    rows = []
+    threads = [int(n) for n in args.threads.split(",")]
+    rows, load_before = [], os.getloadavg()[0]
     for name in args.models.split(","):
-        rows.append(measure(name, args.threads, args.rounds))
-        r = rows[-1]
-        print(f"# {name}: {r.get('speed', 0):.2f}x, {r['error'] or 'ok'}", flush=True)
-    print(f"\n{cpu_name()}, {args.threads} threads, {time.strftime('%Y-%m-%d')}, medians of {args.rounds} rounds\n")
-    print(table(rows))
+        rows.append(measure(name, threads, args.rounds))
+        speeds = ", ".join(f"{n}T {t['speed']:.2f}x" for n, t in rows[-1]["timing"].items())
+        print(f"# {name}: {speeds}, {rows[-1]['error'] or 'ok'}", flush=True)
+    load = f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
+    when = time.strftime("%Y-%m-%d")
+    print(f"\n{cpu_name()}, {args.threads} threads, {when}, medians of {args.rounds} rounds, {load}\n")
+    print(table(rows, threads))
 
 
 if __name__ == "__main__":

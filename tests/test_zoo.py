@@ -123,3 +123,31 @@ def test_zoo_operator_forms_run_in_minitc_kernels():
     assert {"conv2d_nchwc", "cat", "pad", "slice", "rsqrt"} <= ops, ops
     check, wrong = compare(compiled(x), expected.numpy())
     assert wrong is None, wrong
+
+
+@pytest.mark.parametrize(
+    "layer",
+    [
+        nn.ConvTranspose2d(8, 4, 4, stride=2, padding=1),
+        nn.ConvTranspose2d(8, 4, 3, stride=(2, 1), padding=(1, 0), output_padding=(1, 0), dilation=(1, 2)),
+        nn.ConvTranspose2d(8, 4, 2, stride=2, bias=False),
+        nn.Conv2d(8, 8, 3, padding=1, groups=2),
+        nn.Conv2d(8, 16, 3, stride=2, padding=1, groups=8, bias=False),  # 8 groups of one channel, 2 outputs each
+    ],
+    ids=["transposed", "transposed-output-padding-dilated", "transposed-no-bias", "grouped", "grouped-multiplier"],
+)
+def test_transposed_and_grouped_convolutions_run_as_dense_ones(layer):
+    torch.manual_seed(0)
+    model, x = nn.Sequential(layer, nn.ReLU()).eval(), torch.randn(1, 8, 7, 9)
+    with torch.no_grad():
+        expected = model(x)
+    compiled = tc.compile(model, (x,), db=False, fallback=False)
+    check, wrong = compare(compiled(x), expected.numpy())
+    assert wrong is None, wrong
+
+
+def test_a_grouped_convolution_of_many_groups_says_why_it_runs_through_pytorch():
+    model, x = nn.Conv2d(32, 32, 3, groups=16).eval(), torch.randn(1, 32, 6, 6)
+    compiled = compile_and_check(model, (x,))
+    (reason,) = fallback_reasons(compiled.graph)["aten.convolution.default"]
+    assert "16 groups of 2 channels, more than 8" in reason

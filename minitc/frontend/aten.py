@@ -131,8 +131,9 @@ def bmm(im, node, a, b):
 # --- convolution, normalisation, pooling --------------------------------------------------------
 @converts("aten.convolution.default")
 def convolution(im, node, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
-    _require(not transposed, "a transposed convolution: minitc has no kernel for it")
     shape = tuple(int(d) for d in node.meta["val"].shape)
+    if transposed:
+        return _transposed_conv2d(im, node, x, w, b, stride, padding, dilation, output_padding, groups, shape)
     if len(im.shape(x)) == 3:  # 1-D: a 2-D convolution of height 1, [N, C, 1, L] by [K, C/g, 1, R]
         (n, c, length), (k, cg, r) = im.shape(x), im.shape(w)
         weight = im.constant_array(w)
@@ -145,23 +146,63 @@ def convolution(im, node, x, w, b, stride, padding, dilation, transposed, output
     return _conv2d(im, node.name, x, w, b, *args, shape)
 
 
+GROUPS_AS_DENSE = 8  # a grouped convolution of up to this many groups runs as a dense one
+
+
 def _conv2d(im, base: str, x, w, b, stride, padding, dilation, groups, shape) -> str:
     dtype = _floating(im, x, w)
     channels = im.shape(x)[1]
     if groups == 1:
         op = "conv2d"
-    else:
-        _require(
-            groups == channels and im.shape(w)[1] == 1,
-            f"a grouped convolution ({groups} groups of {im.shape(w)[1]} channels): minitc's kernels are dense and "
-            "depthwise (one channel per group)",
-        )
+    elif groups == channels and im.shape(w)[1] == 1:
         op = "depthwise_conv2d"
+    else:
+        w, op = _block_diagonal(im, w, groups), "conv2d"
     attrs = {"stride": stride, "padding": padding, "dilation": dilation}
     y = im.emit(op, [x, w], attrs, shape, dtype, base=base)
     if b is None:
         return y
     return im.emit("add", [y, _channel_vector(im, b, 4)], {}, shape, dtype, base=f"{base}_bias")
+
+
+def _block_diagonal(im, w: str, groups: int) -> str:
+    """A grouped convolution's constant weight [K, C/g, R, S] as a dense [K, C, R, S] one, zero
+    outside each group's block: `groups` times the work, but the dense templates (NCHW[c],
+    Winograd, batch-norm folding) instead of a PyTorch call; up to GROUPS_AS_DENSE groups."""
+    weight = im.constant_array(w)
+    k, cg = im.shape(w)[:2]
+    _require(
+        weight is not None and groups <= GROUPS_AS_DENSE,
+        f"a grouped convolution ({groups} groups of {cg} channels"
+        + (f", more than {GROUPS_AS_DENSE}" if weight is not None else ", weights computed at run time")
+        + "): minitc's kernels are dense and depthwise (one channel per group)",
+    )
+    dense = np.zeros((k, cg * groups, *weight.shape[2:]), weight.dtype)
+    kg = k // groups
+    for g in range(groups):
+        dense[g * kg : (g + 1) * kg, g * cg : (g + 1) * cg] = weight[g * kg : (g + 1) * kg]
+    return im.constant(dense, f"{w}_dense")
+
+
+def _transposed_conv2d(im, node, x, w, b, stride, padding, dilation, output_padding, groups, shape) -> str:
+    """A transposed convolution as a plain one: x with stride-1 zeros between its elements and
+    dilation*(kernel-1)-padding around them, by the flipped weight with its channel axes swapped."""
+    weight = im.constant_array(w)
+    _require(
+        len(im.shape(x)) == 4 and groups == 1 and weight is not None,
+        "a transposed convolution that is not 2-D, has groups or weights computed at run time",
+    )
+    stride, padding = ints(stride, 2, 1), ints(padding, 2, 0)
+    dilation, extra = ints(dilation, 2, 1), ints(output_padding, 2, 0)
+    kernel = weight.shape[2:]
+    before = tuple(d * (r - 1) - p for d, r, p in zip(dilation, kernel, padding))
+    _require(min(before) >= 0, "a transposed convolution with padding beyond its kernel (a crop)")
+    n, c, h, wd = im.shape(x)
+    spread = tuple((e - 1) * s + 1 + 2 * a + o for e, s, a, o in zip((h, wd), stride, before, extra))
+    attrs = {"before": (0, 0, *before), "step": (1, 1, *stride), "value": 0.0}
+    xs = im.emit("pad", [x], attrs, (n, c, *spread), _floating(im, x, w), base=f"{node.name}_spread")
+    flipped = im.constant(np.ascontiguousarray(weight[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)), f"{w}_flipped")
+    return _conv2d(im, node.name, xs, flipped, b, (1, 1), (0, 0), dilation, 1, shape)
 
 
 def _channel_vector(im, v: str, rank: int) -> str:

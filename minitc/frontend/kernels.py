@@ -144,16 +144,21 @@ def _slice(n, x):
 
 
 def _pad(n, x):
-    """x with `before` elements of `value` ahead of each axis (and the rest after it), select-guarded."""
-    before = n.attrs["before"]
+    """x with `before` elements of `value` ahead of each axis (and the rest after it), and with
+    `step - 1` of them between its elements along an axis of step > 1 (a transposed convolution's
+    input); select-guarded reads."""
+    before, steps = n.attrs["before"], n.attrs.get("step", (1,) * len(x.shape))
 
     def read(*i):
-        inside = None
-        for d, (a, extent) in enumerate(zip(before, x.shape)):
-            if a or n.shape[d] != extent:
-                cond = (i[d] >= a) & (i[d] < a + extent)
+        inside, index = None, []
+        for d, (a, step, extent) in enumerate(zip(before, steps, x.shape)):
+            if a or step > 1 or n.shape[d] != extent:
+                cond = (i[d] >= a) & (i[d] < a + (extent - 1) * step + 1)
+                if step > 1:
+                    cond = cond & ((i[d] - a) % step == 0)
                 inside = cond if inside is None else inside & cond
-        return select(inside, x[tuple(v - a for v, a in zip(i, before))], n.attrs["value"])
+            index.append(i[d] - a if step == 1 else (i[d] - a) // step)
+        return select(inside, x[tuple(index)], n.attrs["value"])
 
     return compute(n.shape, read, name=n.op, tag="elementwise")
 
