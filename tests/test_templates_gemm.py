@@ -39,6 +39,10 @@ def _scheduled(out, **params):
     return s
 
 
+def _ceil(a, b):
+    return -(-a // b)
+
+
 def _roundtrip(s):
     again = tc.Schedule(s.outputs).replay(tc.Trace.from_json(s.trace.to_json()))
     assert str(tc.lower(again)) == str(tc.lower(s))
@@ -343,3 +347,14 @@ def test_the_design_space_candidates_from_the_hardware_build_correct_kernels():
             np.testing.assert_allclose(f(*args), args[0] @ args[1], rtol=1e-4, atol=1e-4)
             tried += 1
     assert tried >= 3  # at least the hardware's tiles and k blocks beyond the fixed lists
+
+
+def test_k_blocks_divide_k_where_a_few_more_blocks_do():
+    assert gemm._equal_blocks(1024, 170, 4) == 128  # 8 blocks of 128, not 7 of 148 (a guarded tail)
+    assert gemm._equal_blocks(1000, 500, 4) == 500
+    assert gemm._equal_blocks(777, 389, 1) == 259  # 3 x 259
+    assert gemm._equal_blocks(1021, 300, 4) == 256  # a prime: 4 blocks as equal as whole unrolls allow
+    assert gemm._equal_blocks(512, 600, 4) == 0 and gemm._equal_blocks(512, 0, 4) == 0
+    for K, kc, ku in ((1024, 170, 4), (3000, 700, 4), (777, 389, 1), (96, 50, 2)):
+        got = gemm._equal_blocks(K, kc, ku)
+        assert 0 < got <= kc and got % ku == 0 and _ceil(K, got) * got - K < got
