@@ -15,12 +15,12 @@ import os
 import tempfile
 import time
 
-from minitc.autotune.runner import BuildResult, LocalRunner, mismatch, tolerances
-from minitc.autotune.worker import WorkerCrashed
+from minitc.autotune.runner import TARGET_BUILDERS, BuildResult, LocalRunner, mismatch, tolerances
+from minitc.autotune.worker import WorkerCrashed, register_handler
 from minitc.backends import build_schedule, lower_gpu
 from minitc.errors import MinitcError
 from minitc.schedule import Schedule, Trace
-from minitc.target import target_kind
+from minitc.target import is_gpu, target_kind
 
 
 def build_gpu_candidate(outputs, args, target: str, trace: str) -> BuildResult:
@@ -91,6 +91,11 @@ def gpu_runner_run(outputs, args, trace: str, repeats: int, min_repeat_ms: float
     number = max(1, int(min_repeat_ms / 1e3 / max(once, 1e-6)))
     latencies = tuple(f.time_ms(*inputs, number=number, repeat=repeats))
     return ("ok", (latencies, once + sum(latencies) * number / 1e3))
+
+
+TARGET_BUILDERS.append((is_gpu, build_gpu_candidate))
+register_handler("gpu_setup", gpu_runner_setup)
+register_handler("gpu_run", gpu_runner_run)
 
 
 def _preload(symbol: str, cubin: bytes) -> None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from minitc.autotune.interfaces import Builder, Runner
-from minitc.autotune.worker import Worker, WorkerCrashed, WorkerTimeout
+from minitc.autotune.worker import Worker, WorkerCrashed, WorkerTimeout, register_handler
 from minitc.autotune.workload_key import workload_key
 from minitc.backends import lower_schedule
 from minitc.backends.cuda.nvrtc import CACHE_ENV
@@ -103,14 +103,20 @@ def random_array(t, rng):
 # building
 
 
+# builders for other kinds of target: (accepts(target), build(outputs, args, target, trace));
+# gpu_runner.py adds the GPU's, so that this module need not import it
+TARGET_BUILDERS: list = []
+
+
 def build_candidate(outputs, args, target: str, trace: str, key: str = "") -> BuildResult:
     """Replay a trace and compile it to object code (runs in a builder process)."""
     start = time.perf_counter()
     try:
+        build = next((build for accepts, build in TARGET_BUILDERS if accepts(target)), None)
+        if build is not None:
+            return build(outputs, args, target, trace)
         if is_gpu(target):
-            from minitc.autotune.gpu_runner import build_gpu_candidate
-
-            return build_gpu_candidate(outputs, args, target, trace)
+            raise MinitcError(f"no builder for {target}: the GPU builder registers when gpu_runner is imported")
         s = Schedule(outputs).replay(Trace.from_json(trace))
         kernel = lower_schedule(s, args=args)
         # the runner caches loaded code by symbol: name it after workload, target and trace
@@ -249,6 +255,11 @@ def runner_run(symbol, obj, num_params, repeats, min_repeat_ms):
             fn(*ptrs)
         latencies.append((time.perf_counter() - t) * 1e3 / number)
     return ("ok", (tuple(latencies), once + sum(latencies) * number / 1e3))
+
+
+register_handler("build", build_candidate)
+register_handler("setup", runner_setup)
+register_handler("run", runner_run)
 
 
 def _busy(fn, ptrs, ms: float) -> None:

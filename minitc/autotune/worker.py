@@ -5,10 +5,16 @@ that the package imported the module first) that answers pickled requests
 framed on its stdin/stdout. Unlike multiprocessing's spawn, it never re-imports the user's main
 script, so `tc.tune(...)` works from any script or notebook. Whatever the kernel or a library
 prints goes to stderr, never into the protocol stream.
+
+What a worker can do is what its clients register: `register_handler("build", build_candidate)`
+at the top of runner.py, gpu_runner.py. A worker process imports the modules of the handlers
+registered in its parent when it starts (and a handler's module when a request names a handler
+registered later), so this module imports none of its clients.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import pickle
 import select
@@ -17,11 +23,23 @@ import struct
 import subprocess
 import sys
 
-from minitc.autotune import gpu_runner, runner
 from minitc.errors import MinitcError
 
 _HEADER = struct.Struct("<Q")
 POSTED_TIMEOUT = 120.0
+HANDLERS: dict = {}  # request name -> function, filled by the worker's clients
+
+
+def register_handler(name: str, fn):
+    """Let worker processes answer requests named `name` with `fn(*args)` (a module-level
+    function, registered when its module is imported); returns `fn`."""
+    HANDLERS[name] = fn
+    return fn
+
+
+def _request(name: str, args: tuple) -> tuple:
+    fn = HANDLERS.get(name)
+    return (fn.__module__ if fn is not None else None, name, args)
 
 
 class WorkerCrashed(MinitcError):
@@ -56,7 +74,8 @@ def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
 
 
 class Worker:
-    """One worker subprocess; `call(name, *args, timeout=...)` runs `HANDLERS[name](*args)` in it."""
+    """One worker subprocess; `call(name, *args, timeout=...)` runs `HANDLERS[name](*args)` in it
+    (the handler registered under `name`)."""
 
     def __init__(self, env: dict | None = None):
         self.env = env
@@ -69,13 +88,14 @@ class Worker:
         if self.proc is None or self.proc.poll() is not None:
             self.start()
             self._posted = 0
-        _write(self.proc.stdin, (name, args))
+        _write(self.proc.stdin, _request(name, args))
         self._posted += 1
 
     def start(self) -> None:
         env = dict(os.environ, **(self.env or {}))
+        modules = sorted({fn.__module__ for fn in HANDLERS.values()})  # imported as it starts
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from minitc.autotune.worker import main; main()"],
+            [sys.executable, "-c", "from minitc.autotune.worker import main; main()", *modules],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
@@ -94,7 +114,7 @@ class Worker:
                 if status == "error":
                     raise MinitcError(value)
             deadline = None if timeout is None else time.monotonic() + timeout
-            _write(self.proc.stdin, (name, args))
+            _write(self.proc.stdin, _request(name, args))
             status, value = self._read(deadline)
         except (BrokenPipeError, WorkerCrashed):
             code = self.proc.wait()
@@ -122,32 +142,26 @@ class Worker:
     close = kill
 
 
-def _handlers() -> dict:
-
-    return {
-        "build": runner.build_candidate,
-        "setup": runner.runner_setup,
-        "run": runner.runner_run,
-        "gpu_setup": gpu_runner.gpu_runner_setup,
-        "gpu_run": gpu_runner.gpu_runner_run,
-    }
-
-
 def main() -> None:
     # Ctrl-C reaches the whole process group: the parent handles it and ends its workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     proto_in = os.fdopen(os.dup(0), "rb")
     proto_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints (Python or C) go to stderr, not into the protocol
-    handlers = _handlers()
+    for module in sys.argv[1:]:  # the parent's handlers register themselves as they load
+        importlib.import_module(module)
     while True:
         header = proto_in.read(_HEADER.size)
         if len(header) < _HEADER.size:
             return
         (size,) = _HEADER.unpack(header)
-        name, args = pickle.loads(proto_in.read(size))
+        module, name, args = pickle.loads(proto_in.read(size))
         try:
-            _write(proto_out, ("ok", handlers[name](*args)))
+            if name not in HANDLERS and module is not None:
+                importlib.import_module(module)
+            if name not in HANDLERS:
+                raise MinitcError(f"no worker handler named {name!r} is registered")
+            _write(proto_out, ("ok", HANDLERS[name](*args)))
         except Exception as e:  # report, keep serving
             _write(proto_out, ("error", f"{type(e).__name__}: {e}"))
 
