@@ -1,8 +1,11 @@
 #!/bin/bash
-# Issue 41's measurements on a second CPU (the GPU machine's Intel Emerald Rapids host), in one
-# run of under ten minutes on 2 pinned cores:
+# Issue 41's measurements on a second CPU (the GPU machine's Intel Emerald Rapids host), on 2
+# pinned cores:
 #
 #     bash experiments/cpu_host_session.sh [STEPS]     # default: all of them, in this order
+#
+# The steps' limits add up to about 13 minutes, over one device call's 10: run them in two calls,
+# `describe,cpu-core,cpu-core-avx2,gemm-sweep` then `models,lm-measure`.
 #
 # Steps (comma-separated):
 #   describe    python -m minitc.target (the measured description) and --record: the host's
@@ -11,6 +14,9 @@
 #   cpu-core-avx2  the same with AVX2 code ("llvm -mcpu=x86-64-v3")
 #   models      the models suite at 2 threads, templates only (ResNet-50, MobileNet-V2, BERT-base,
 #               GPT-2 against eager, Inductor and ONNX Runtime where installed)
+#   gemm-sweep  one parameter at a time around the GEMM template's analytical point on
+#               matmul-1024, dense-bert-ffn and bmm-bert (experiments/gemm_sweep.py): where the
+#               model and the measurement disagree on this CPU
 #   lm-measure  measurements for lm/data (minitc lm measure, LM_PER_WORKLOAD programs a workload),
 #               as a new shard in $OUT/lm-data
 # Results: each step writes $OUT/NAME.log (and its JSON); $OUT/summary.log has each step's last
@@ -18,7 +24,7 @@
 set -u
 OUT=${OUT:-/tmp/cpu-session}
 CPUS=${CPUS:-0,1}
-STEPS=",${1:-describe,cpu-core,cpu-core-avx2,models,lm-measure},"
+STEPS=",${1:-describe,cpu-core,cpu-core-avx2,models,gemm-sweep,lm-measure},"
 mkdir -p "$OUT"
 : >"$OUT/summary.log"
 export PYTHONUNBUFFERED=1 XDG_CACHE_HOME=$OUT/cache
@@ -39,6 +45,7 @@ want describe && step 60 describe bash -c "python3 -m minitc.target && python3 -
 want cpu-core && step 90 cpu-core $B --suite cpu-core --json "$OUT/cpu-core-native.json"
 want cpu-core-avx2 && step 90 cpu-core-avx2 $B --suite cpu-core --target "llvm -mcpu=x86-64-v3" --json "$OUT/cpu-core-avx2.json"
 want models && step 300 models $B --suite models --json "$OUT/models.json"
+want gemm-sweep && step 150 gemm-sweep python3 experiments/gemm_sweep.py --json "$OUT/gemm-sweep.json"
 want lm-measure && step 120 lm-measure python3 -m minitc lm measure --target "llvm -num-cores=2" \
     --per-workload "${LM_PER_WORKLOAD:-4}" --db "$OUT/lm.db" --dataset "$OUT/lm-data"
 echo "results in $OUT"
