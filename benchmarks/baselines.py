@@ -1,5 +1,5 @@
 """numpy and torch baselines for any `tc.ops` call, so that `minitc tune <op> --shape ...` can be
-benchmarked like a suite workload: `workload_for(call)` turns a `minitc.commands.spec.OpCall`
+benchmarked like a suite workload: `workload_for(call)` turns a `minitc.ops.calls.OpCall`
 into a `workloads.Workload`.
 
 The numpy baselines compute in float32, the way a user would write them (BLAS for products,

@@ -13,7 +13,8 @@ from minitc.benchmarks import suites as wl
 from minitc.benchmarks.progress import TuneProgress
 from minitc.cli import main
 from minitc.commands.recover import recover
-from minitc.commands.spec import command_args, flops, parse_call
+from minitc.commands.spec import parse_call
+from minitc.ops.calls import command_args, flops
 from minitc.schedule.trace import step_call
 
 TUNE_FIELDS = {"workload", "best_ms", "trials", "errors", "history", "seconds", "overhead_s_per_trial"}

@@ -15,8 +15,8 @@ import itertools
 import re
 
 from minitc.autotune.workload_key import workload_key
-from minitc.commands.spec import ACTIVATIONS, OpCall
 from minitc.ops import window_output_size
+from minitc.ops.calls import ACTIVATIONS, OpCall
 
 _SHAPE = re.compile(r"\[([^\]]*)\]")
 _MAX_CANDIDATES = 2000

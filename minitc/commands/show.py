@@ -19,7 +19,8 @@ from minitc.autotune.space import Space
 from minitc.autotune.tuner import decode_trace
 from minitc.autotune.workload_key import describe, workload_key
 from minitc.commands.recover import recover
-from minitc.commands.spec import FAMILY_OF, command_args, op_options, parse_call, pop_op_options, shape_help
+from minitc.commands.spec import op_options, parse_call, pop_op_options, shape_help
+from minitc.ops.calls import FAMILY_OF, command_args
 from minitc.schedule.recorder import Schedule
 from minitc.schedule.trace import json_arg, step_call
 from minitc.target import hardware_fingerprint, parse_target

@@ -26,8 +26,9 @@ from minitc.benchmarks.provenance import command_line, run_stamp
 from minitc.benchmarks.tuning import resume_note, tune_workload
 from minitc.benchmarks.tuning_report import impl_rate, plot_curves
 from minitc.commands import checks
-from minitc.commands.spec import command_args, op_options, parse_call, pop_op_options, shape_help
+from minitc.commands.spec import op_options, parse_call, pop_op_options, shape_help
 from minitc.errors import MinitcError
+from minitc.ops.calls import command_args
 from minitc.target import is_gpu, parse_target, target_kind
 
 HELP = f"""Tune an operator: search for a fast schedule of `tc.ops.OP` with SHAPE.

@@ -1,4 +1,4 @@
-"""The operators the explorer offers (those `minitc tune` accepts, minitc/commands/spec.py) with
+"""The operators the explorer offers (those `minitc tune` accepts, minitc/ops/calls.py) with
 a default shape small enough to run and check in a second, and the tensor-expression code of
 an operator call, which the page shows in its expression pane.
 
@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import inspect
 
-import click
-
 import minitc as tc
-from minitc.commands.spec import FAMILIES, FAMILY_OF, OPTION_FLAGS, OpCall, parse_call
 from minitc.errors import MinitcError
+from minitc.ops.calls import FAMILIES, FAMILY_OF, OPTION_FLAGS, OpCall, OpCallError, parse_call
 
 OUTPUT_VAR = "out"  # the variable the generated expression code assigns the output to
 
@@ -98,8 +96,8 @@ def op_call(op: str, shape: str, options: str = "") -> OpCall:
         raise OpError(f"unknown operator {op!r}; operators: {', '.join(FAMILY_OF)}")
     try:
         return parse_call(op, shape, parse_options(options))
-    except click.BadParameter as e:
-        hint = str(e.param_hint or "").lstrip("-")  # the page's fields, not command-line flags
+    except OpCallError as e:
+        hint = e.hint.lstrip("-")  # the page's fields, not command-line flags
         raise OpError(f"{hint}: {e.message}" if hint else e.message) from None
 
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 
 import minitc as tc
-from minitc.commands.spec import OpCall
 from minitc.explore import ops
 from minitc.explore.schedule_code import naive_code, trace_code
+from minitc.ops.calls import OpCall
 from minitc.te import ComputeOp
 from minitc.templates import template_schedule
 
