@@ -4,7 +4,13 @@
 This module is the API facade: it re-exports the public names of the layers below it (the
 map is in the README); code inside minitc imports the modules themselves."""
 
-from minitc import dtypes, ops, target
+from minitc import (
+    dtypes,
+    ops,
+    printer,  # noqa: F401 - str(kernel): the printer lends Kernel its __str__
+    target,
+)
+from minitc.autotune.interfaces import TuneOptions
 from minitc.autotune.tuner import tune
 from minitc.backends.llvm.runtime import get_num_threads, set_num_threads
 from minitc.driver import build, codegen, lower
@@ -66,7 +72,8 @@ sigmoid = _intrinsic("sigmoid")
 __all__ = [
     "BuildError", "ConfigError", "DTypeError", "IRError", "LayoutError", "MinitcError", "RaceError", "ScheduleError",
     "RayRunner", "ShapeError",
-    "Schedule", "Step", "Tensor", "Trace", "abs", "build", "cast", "ceil", "codegen", "compile", "compute", "dtypes",
+    "Schedule", "Step", "Tensor", "Trace", "TuneOptions",
+    "abs", "build", "cast", "ceil", "codegen", "compile", "compute", "dtypes",
     "erf", "exp", "explain", "floor", "get_num_threads", "if_then_else", "log", "lower", "max", "maximum", "min",
     "minimum", "ops",
     "placeholder", "reduce_axis", "select", "set_num_threads", "sigmoid", "sqrt", "sum", "tanh", "target", "tune",

@@ -201,12 +201,3 @@ def map_stmt(s: Stmt, fn) -> Stmt:
         s = IfThenElse(s.cond, map_stmt(s.then, fn), None if s.orelse is None else map_stmt(s.orelse, fn))
     replaced = fn(s)
     return s if replaced is None else replaced
-
-
-def _kernel_str(self) -> str:
-    from minitc.printer import format_kernel
-
-    return format_kernel(self)
-
-
-Kernel.__str__ = _kernel_str

@@ -75,6 +75,11 @@ def format_kernel(kernel: Kernel) -> str:
     return _Printer(strict=True).kernel(kernel)
 
 
+# `str(kernel)` prints the loop nest: the printer lends Kernel its __str__, so that ir.py need
+# not import the printer it sits below (importing minitc imports the printer)
+Kernel.__str__ = format_kernel
+
+
 def format_stmt(stmt: Stmt, indent: int = 0) -> str:
     """One statement tree, indented by `indent` levels. Variables bound outside it print by
     their names (no `?` marker), deduplicated as in `format_kernel`."""
