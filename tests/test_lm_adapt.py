@@ -16,11 +16,12 @@ from minitc.autotune.space import Space
 from minitc.autotune.workload_key import workload_key
 from minitc.cli import main
 from minitc.lm.adapt import adapt
-from minitc.lm.cost import MEMBERS, adapted_cost_model_path, shipped_cost_model_path
+from minitc.lm.cost import adapted_cost_model_path, shipped_cost_model_path
 from minitc.lm.dataset import DatasetWriter, check_entry, load
 from minitc.lm.hardware import closest_machine, differences, hardware, trained_hardware
 from minitc.lm.language import Hardware, SentenceWriter, parse
 from minitc.lm.model import LMError, ModelConfig, TensorLM, load_checkpoint, save_checkpoint
+from minitc.lm.mtl import is_mtl, members_of, shipped_mtl_path
 from minitc.lm.pipeline import SHIPPED, adapted_model_path
 from minitc.lm.strategy import hardware_warning
 from minitc.lm.tokenizer import Tokenizer
@@ -87,11 +88,13 @@ def test_adapt_measures_here_keeps_the_programs_and_fine_tunes_a_copy(tmp_path, 
     assert path.parent == cache and path.exists() and SHIPPED.read_bytes() == shipped
     assert f"wrote {path}" in result.output and f"--lm {path}" in result.output and f"MINITC_LM={path}" in result.output
     assert f"[pass 1] {WORKLOAD}: 3 measured" in result.output
-    # a cost model trained on the same 9 programs, which the tlm strategy then ranks with here
+    # the shipped MTL-TLP cost model with this machine's head learned from its 3 programs, which
+    # the tlm strategy then ranks with here
     cost_path = adapted_cost_model_path(here_fp)
     assert cost_path.parent == cache and f"wrote the cost model {cost_path}" in result.output
-    ensemble = load_cost_model(cost_path)
-    assert len(ensemble.members) == MEMBERS and ensemble.trained == 9
+    adapted = load_cost_model(cost_path)
+    assert is_mtl(adapted) and len(members_of(adapted)) == len(members_of(load_cost_model(shipped_mtl_path())))
+    assert all(here_fp in m.machines and m.hardware == here_fp and m.trained == 3 for m in members_of(adapted))
     assert shipped_cost_model_path(parse_target("llvm")) == cost_path
 
     # the 3 programs (the template's, the model's, one near the template's) are kept in the records and dataset
