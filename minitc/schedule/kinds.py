@@ -28,16 +28,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from minitc.errors import ScheduleError
 from minitc.schedule import loops as loop_prims
 from minitc.schedule import stages as stage_prims
 from minitc.schedule.rfactor import rfactor
 from minitc.schedule.state import State
-
-if TYPE_CHECKING:
-    from minitc.schedule.trace import Step
 
 
 # -- the arguments of a Schedule call ----------------------------------------------------------
@@ -66,14 +63,17 @@ class StageList:
 @dataclass(frozen=True)
 class Call:
     """A `Schedule` method call: its name, positional arguments and keyword arguments (pairs);
-    an argument is a LoopArg, a StageArg, a StageList or a plain value."""
+    an argument is a LoopArg, a StageArg, a StageList or a plain value.
+
+    (A `step` below is a trace.Step; trace.py reads this table, so this module does not
+    import it.)"""
 
     method: str
     args: tuple = ()
     keywords: tuple = ()
 
 
-def _no_features(step: Step, extents: list) -> dict:
+def _no_features(step, extents: list) -> dict:
     return {}
 
 
@@ -114,12 +114,12 @@ def step_kind(name: str) -> StepKind:
     return kind
 
 
-def apply_step(state: State, step: Step) -> tuple[State, tuple]:
+def apply_step(state: State, step) -> tuple[State, tuple]:
     """Apply one trace step; return the new state and the names of loops/stages it created."""
     return step_kind(step.kind).apply(state, step)
 
 
-def _malformed(step: Step, *, loops: int | None = None, args: int | None = None, decisions: int | None = None):
+def _malformed(step, *, loops: int | None = None, args: int | None = None, decisions: int | None = None):
     """Raise when `step` does not name exactly the given numbers of loops, args, decisions."""
     for what, want in (("loops", loops), ("args", args), ("decisions", decisions)):
         if want is not None and len(getattr(step, what)) != want:
@@ -129,19 +129,19 @@ def _malformed(step: Step, *, loops: int | None = None, args: int | None = None,
 
 
 # -- loop primitives ---------------------------------------------------------------------------
-def _apply_split(state: State, step: Step):
+def _apply_split(state: State, step):
     _malformed(step, loops=1, decisions=1)
     how = "nparts" if "nparts" in step.args else "factor"
     state, o, i = loop_prims.split(state, step.stage, step.loops[0], **{how: step.decisions[0]})
     return state, (o, i)
 
 
-def _split_call(step: Step) -> Call:
+def _split_call(step) -> Call:
     how = "nparts" if "nparts" in step.args else "factor"
     return Call("split", (LoopArg(step.stage, step.loops[0]),), ((how, step.decisions[0]),))
 
 
-def _split_features(step: Step, extents: list) -> dict:
+def _split_features(step, extents: list) -> dict:
     if not step.decisions:
         return {}
     nparts = "nparts" in step.args
@@ -154,82 +154,82 @@ def _split_features(step: Step, extents: list) -> dict:
     return out
 
 
-def _apply_fuse(state: State, step: Step):
+def _apply_fuse(state: State, step):
     state, f = loop_prims.fuse(state, step.stage, step.loops)
     return state, (f,)
 
 
-def _apply_reorder(state: State, step: Step):
+def _apply_reorder(state: State, step):
     return loop_prims.reorder(state, step.stage, step.loops), ()
 
 
-def _loops_call(step: Step) -> Call:
+def _loops_call(step) -> Call:
     """`kind(C.i, C.j, ...)`: a call on the step's loops alone."""
     return Call(step.kind, tuple(LoopArg(step.stage, n) for n in step.loops))
 
 
 def _annotation(loop_kind: str) -> Callable:
-    def apply(state: State, step: Step):
+    def apply(state: State, step):
         _malformed(step, loops=1)
         return loop_prims.annotate(state, step.stage, step.loops[0], loop_kind), ()
 
     return apply
 
 
-def _apply_bind(state: State, step: Step):
+def _apply_bind(state: State, step):
     _malformed(step, loops=1, args=1)
     return loop_prims.bind(state, step.stage, step.loops[0], step.args[0]), ()
 
 
-def _bind_call(step: Step) -> Call:
+def _bind_call(step) -> Call:
     return Call("bind", (LoopArg(step.stage, step.loops[0]), step.args[0]))
 
 
 # -- stage primitives --------------------------------------------------------------------------
 def _attach(primitive: Callable) -> Callable:
-    def apply(state: State, step: Step):
+    def apply(state: State, step):
         _malformed(step, loops=1, args=1)
         return primitive(state, step.stage, step.args[0], step.loops[0]), ()
 
     return apply
 
 
-def _attach_call(step: Step) -> Call:
+def _attach_call(step) -> Call:
     return Call(step.kind, (StageArg(step.stage), LoopArg(step.args[0], step.loops[0])))
 
 
-def _apply_inline(state: State, step: Step):
+def _apply_inline(state: State, step):
     return stage_prims.compute_inline(state, step.stage), ()
 
 
-def _inline_call(step: Step) -> Call:
+def _inline_call(step) -> Call:
     return Call("compute_inline", (StageArg(step.stage),))
 
 
-def _apply_cache_write(state: State, step: Step):
+def _apply_cache_write(state: State, step):
     state, name = stage_prims.cache_write(state, step.stage, *step.args)
     return state, (name,)
 
 
-def _cache_write_call(step: Step) -> Call:
+def _cache_write_call(step) -> Call:
     layout = (("layout", step.args[1]),) if len(step.args) > 1 else ()
     return Call("cache_write", (StageArg(step.stage), step.args[0]), layout)
 
 
-def _apply_cache_read(state: State, step: Step):
+def _apply_cache_read(state: State, step):
     layout = tuple(step.args[2]) if len(step.args) > 2 else None
     state, name = stage_prims.cache_read(state, step.stage, step.args[0], tuple(step.args[1]), layout)
     return state, (name,)
 
 
-def _cache_read_call(step: Step) -> Call:
+def _cache_read_call(step) -> Call:
     keywords = (("readers", StageList(tuple(step.args[1]))),)
     if len(step.args) > 2:
         keywords += (("layout", step.args[2]),)
     return Call("cache_read", (StageArg(step.stage), step.args[0]), keywords)
 
 
-def _cache_features(step: Step, extents: list) -> dict:
+def _cache_features(step, extents: list) -> dict:
     out = {"scope_local": bool(step.args) and step.args[0] == "local"}
     if step.kind == "cache_read":
         out["layout"] = len(step.args) > 2
@@ -237,7 +237,7 @@ def _cache_features(step: Step, extents: list) -> dict:
     return out
 
 
-def _apply_rfactor(state: State, step: Step):
+def _apply_rfactor(state: State, step):
     _malformed(step, loops=1)
     state, name = rfactor(state, step.stage, step.loops[0])
     return state, (name,)
