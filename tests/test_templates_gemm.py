@@ -358,3 +358,35 @@ def test_k_blocks_divide_k_where_a_few_more_blocks_do():
     for K, kc, ku in ((1024, 170, 4), (3000, 700, 4), (777, 389, 1), (96, 50, 2)):
         got = gemm._equal_blocks(K, kc, ku)
         assert 0 < got <= kc and got % ku == 0 and _ceil(K, got) * got - K < got
+
+
+@pytest.mark.parametrize("layout", ["a-transposed", "b-transposed-batched"])
+def test_a_contraction_written_with_tc_compute_gets_the_gemm_template(layout):
+    """A matrix product written by hand runs as the matmul template (packed panels, register
+    tiles, threads), not the naive loop nest, and the tuner's space holds that template."""
+    from minitc.autotune.space import Space
+    from minitc.templates import template_tag
+
+    k = tc.reduce_axis(40, "k")
+    if layout == "a-transposed":
+        A, B = tc.placeholder((40, 37), name="A"), tc.placeholder((40, 53), name="B")
+        C = tc.compute((37, 53), lambda i, j: tc.sum(A[k, i] * B[k, j], axis=k), name="C")
+        ref = lambda a, b: a.T @ b  # noqa: E731
+    else:
+        A, B = tc.placeholder((3, 37, 40), name="A"), tc.placeholder((3, 53, 40), name="B")
+        C = tc.compute((3, 37, 53), lambda n, i, j: tc.sum(A[n, i, k] * B[n, j, k], axis=k), name="C")
+        ref = lambda a, b: a @ b.transpose(0, 2, 1)  # noqa: E731
+    s = template_schedule(C)
+    assert template_tag(tc.Schedule(C), "C") == "matmul" and "B_local" in str(tc.lower(s))
+    _check(C, [A, B], ref)
+    assert "template" in Space([C], "llvm").sketches
+
+
+def test_other_reductions_keep_the_naive_loop_nest():
+    from minitc.templates import template_tag
+
+    k = tc.reduce_axis(40, "k")
+    A, B = tc.placeholder((37, 40), name="A"), tc.placeholder((40, 53), name="B")
+    for body in (lambda i, j: tc.sum(A[i, k] + B[k, j], axis=k), lambda i, j: tc.max(A[i, k] * B[k, j], axis=k)):
+        C = tc.compute((37, 53), body, name="C")
+        assert template_tag(tc.Schedule(C), "C") != "matmul"

@@ -27,7 +27,7 @@ from minitc.autotune.space_rules import generic_sketch
 from minitc.errors import ScheduleError
 from minitc.schedule.recorder import Schedule
 from minitc.target import is_gpu, parse_target
-from minitc.templates import CHOICES, DEFAULTS, TEMPLATES, load_templates
+from minitc.templates import CHOICES, DEFAULTS, TEMPLATES, load_templates, template_tag
 
 
 def _divisors(n: int) -> list:
@@ -153,7 +153,7 @@ class Space:
         if len(probe.state.outputs) != 1:
             raise ScheduleError("design spaces cover single-output computations")
         self.out = probe.state.outputs[0]
-        self.tag = probe.state.stage(self.out).tag
+        self.tag = probe.state.stage(self.out).tag if self.gpu else template_tag(probe, self.out)
         self.sketches = (("template",) if self.tag in self.templates else ()) + ("generic",)
 
     def _apply(self, sampler: Sampler) -> Candidate:

@@ -14,8 +14,9 @@ A template is registered for an operator tag (`tc.compute(..., tag=...)`, set by
     def matmul_choices(s, out, target) -> dict: ...    # {param: values}: more of the tuner's candidates
 
 `template_schedule(outputs, target)` looks up the template of the (single) output's tag and
-applies it with its defaults; `tc.build(tensor)` uses it. Outputs without a template keep the
-naive loop nest.
+applies it with its defaults; `tc.build(tensor)` uses it. A hand-written matrix product
+(`tc.compute` of a sum of products, gemm.is_contraction) takes the matmul template; other
+outputs without a template keep the naive loop nest.
 """
 
 from __future__ import annotations
@@ -75,6 +76,18 @@ def load_templates() -> None:
     _LOADED = True
 
 
+def template_tag(s, out: str) -> str:
+    """The tag whose CPU template schedules stage `out`: its own, or "matmul" for a matrix
+    product written by hand with tc.compute (gemm.is_contraction), which would otherwise run
+    as the naive loop nest."""
+    tag = s.state.stage(out).tag
+    if tag in TEMPLATES:
+        return tag
+    from minitc.templates.gemm import is_contraction
+
+    return "matmul" if is_contraction(s, out) else tag
+
+
 def template_schedule(outputs, target="llvm", **params) -> Schedule:
     """The schedule `tc.build(tensor)` uses: the operator's template with default tile sizes
     for `target`, or the naive loop nest when the operator has no template. Keyword arguments
@@ -91,7 +104,7 @@ def template_schedule(outputs, target="llvm", **params) -> Schedule:
     if len(s.state.outputs) != 1:
         return s
     out = s.state.outputs[0]
-    tag = s.state.stage(out).tag
+    tag = template_tag(s, out)
     if tag not in TEMPLATES:
         if params:
             raise ScheduleError(f"{out} ({tag}) has no template to take parameters {', '.join(params)}")

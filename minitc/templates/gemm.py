@@ -70,6 +70,27 @@ def gemm_operands(s, acc: str) -> tuple:
     return roles["a"], roles["b"]
 
 
+def is_contraction(s, stage: str) -> bool:
+    """Whether `stage` is a matrix product written by hand: a sum over one reduction axis of the
+    product of two reads, indexed like a GEMM's A ([.., M, K] or [.., K, M]) and B ([.., K, N]
+    or [.., N, K]) with at least two output axes. Such a `tc.compute` gets the matmul template
+    (`template_tag`): its steps only reorganise the loops, so they are correct on any stage
+    that gemm_operands can read."""
+    from minitc.te import Reduce
+
+    st = s.state.stage(stage)
+    body = st.body
+    if not isinstance(body, Reduce) or body.combiner != "sum" or len(body.axes) != 1 or len(st.axes) < 2:
+        return False
+    if not (isinstance(body.source, Binary) and body.source.op == "mul") or len(st.reads()) != 2:
+        return False
+    try:
+        gemm_operands(s, stage)
+    except ScheduleError:
+        return False
+    return True
+
+
 def _block_of(index, axis, op: str) -> int:
     """B when `index` is `axis // B` or `axis % B` (as `op` says), else 0."""
     if isinstance(index, Binary) and index.op == op and index.a is axis and isinstance(index.b, Const):
