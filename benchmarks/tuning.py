@@ -138,11 +138,7 @@ def tune_one(
     "warning", "db"}. With db=None the run gets a fresh temporary database. A failure of `tune`
     becomes the "error" entry, or with `strict` propagates (the command line stops at once)."""
 
-    model, label, warning = cost_model_for(strategy, cost_model, seed, target)
-    if hasattr(model, "register"):  # the optional part of the protocol: tensors enable replay features
-        from minitc.autotune.workload_key import workload_key
-
-        model.register(workload_key(out), out)
+    model, label, warning = cost_model_for(strategy, cost_model, seed, target)  # registered by the strategy's bind
     tmp = tempfile.TemporaryDirectory(prefix="minitc-tune-") if db is None else None
     path = os.path.join(tmp.name, "records.db") if tmp else db
     info = {"result": None, "error": None, "cost_model": label, "warning": warning, "db": None if tmp else str(db)}
