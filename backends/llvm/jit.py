@@ -89,12 +89,6 @@ def compile_kernel(kernel, target="llvm") -> CompiledKernel:
         return compiled
 
 
-def clear_cache():
-    """Forget cached kernels (their code stays loaded; addresses handed out remain valid)."""
-    with _LOCK:
-        _CACHE.clear()
-
-
 def _target_machine(target: LLVMTarget):
     tm = _MACHINES.get(target.string)
     if tm is None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from minitc.arith import bounds, simplify
 from minitc.errors import ScheduleError
-from minitc.expr import Const, Expr, Var, binary, compare, const, substitute, walk
+from minitc.expr import Const, Expr, Var, binary, compare, const, substitute
 from minitc.ir import THREAD_TAGS
 from minitc.lowering.intervals import exact_box, interval, union
 from minitc.schedule.stages import axis_map
@@ -254,7 +254,3 @@ class BoundInference:
                 info.guards.append(compare("ge", v, const(0)))
             if b is None or b[1] + ext > st.shape[d]:
                 info.guards.append(compare("lt", v, const(st.shape[d])))
-
-
-def guard_vars(guard: Expr) -> set:
-    return {n for n in walk(guard) if isinstance(n, Var)}

@@ -80,12 +80,6 @@ def default_vector(target, dtype: str) -> int:
     return min(MAX_LANES, 4 * target.preferred_lanes(dtype))
 
 
-def chunk_bytes(target, share: int = 2) -> int:
-    """Bytes of a block that should stay in L1 while it is reused: 1 / `share` of the
-    target's L1d (the rest holds the data streaming past it)."""
-    return target.cache_bytes("l1d") // share
-
-
 def parallelize(s, outer: list, parallel: bool) -> None:
     """Fuse the outer loops (adjacent, outermost first) into one parallel loop."""
     if not parallel or not outer:
