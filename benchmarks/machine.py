@@ -22,6 +22,7 @@ from minitc.backends.llvm import runtime
 from minitc.backends.llvm.probe import check_kernels, measure_fma, measure_triad, triad_arrays
 from minitc.backends.llvm.runtime import get_num_threads, set_num_threads
 from minitc.benchmarks.timing import BackgroundLoad
+from minitc.target.host import read_host_facts
 
 
 @dataclass
@@ -79,15 +80,8 @@ def host_cpu() -> dict:
 
 
 def cpu_name() -> str:
-    """The CPU model (Linux /proc/cpuinfo), else platform.processor()."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    """The CPU model (Linux /proc/cpuinfo, read once per process), else platform.processor()."""
+    return read_host_facts().model_name or platform.processor() or platform.machine()
 
 
 def measure_machine(threads=(1, 2), progress=None) -> Machine:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from minitc.autotune.runner import LocalBuilder, LocalRunner
 from minitc.errors import MinitcError
 from minitc.target import hardware_fingerprint, is_gpu, parse_target
+from minitc.target.host import read_host_facts
 
 log = logging.getLogger("minitc.ray")
 
@@ -56,14 +57,7 @@ def minitc_version() -> str:
 
 def cpu_model() -> str:
     """The CPU's model name as /proc/cpuinfo gives it (empty where there is none)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
+    return read_host_facts().model_name
 
 
 def explicit_target(t) -> str:
