@@ -40,6 +40,7 @@ from minitc.autotune.mtl_model import MTLModel, machine_of  # noqa: E402
 from minitc.lm.cost import cost_records  # noqa: E402
 from minitc.lm.dataset import load  # noqa: E402
 from minitc.lm.hardware import is_gpu_line  # noqa: E402
+from minitc.target import hardware_fingerprint, parse_target  # noqa: E402
 
 
 class _Workloads:
@@ -159,6 +160,7 @@ def main(argv=None) -> dict:
     result = {
         "command": " ".join(["python", "experiments/mtl_eval.py"] + (argv if argv is not None else sys.argv[1:])),
         "cpu": cpu_name(),
+        "host": hardware_fingerprint(parse_target("llvm")),  # the machine that trained and ranked
         "leave_out": args.leave_out,
         "programs_other_cpus": len(others),
         "programs_left_out": len(left),
