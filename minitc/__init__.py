@@ -10,6 +10,7 @@ from minitc import (
     printer,  # noqa: F401 - str(kernel): the printer lends Kernel its __str__
     target,
 )
+from minitc.autotune.database import records
 from minitc.autotune.interfaces import TuneOptions
 from minitc.autotune.tuner import tune
 from minitc.backends.llvm.runtime import get_num_threads, set_num_threads
@@ -76,5 +77,6 @@ __all__ = [
     "abs", "build", "cast", "ceil", "codegen", "compile", "compute", "dtypes",
     "erf", "exp", "explain", "floor", "get_num_threads", "if_then_else", "log", "lower", "max", "maximum", "min",
     "minimum", "ops",
-    "placeholder", "reduce_axis", "select", "set_num_threads", "sigmoid", "sqrt", "sum", "tanh", "target", "tune",
+    "placeholder", "records", "reduce_axis", "select", "set_num_threads", "sigmoid", "sqrt", "sum", "tanh", "target",
+    "tune",
 ]  # fmt: skip

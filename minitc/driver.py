@@ -1,10 +1,11 @@
 """`tc.lower`, `tc.codegen` and `tc.build`: from a schedule, or from output tensors, to IR, to
 source and to a callable.
 
-Given output tensors rather than a Schedule, the schedule is the best tuning record for the
-workload on this machine if the records database has one, else the operator's template for the
-target (minitc/templates/); without a target, the naive loop nest. The backends
-(minitc.backends) do the rest.
+Given output tensors rather than a Schedule, the schedule is the operator's template for the
+target (minitc/templates/), or the best tuning record for the workload on this machine where
+records are asked for (`db=` or a `with tc.records(DB):` block) and have one; without a
+target, the naive loop nest. The same call builds the same code on every machine unless records
+are asked for. The backends (minitc.backends) do the rest.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from minitc.templates import template_schedule
 
 
 def _as_schedule(what, target: str | None = None, db=None) -> Schedule:
-    """A Schedule as given; for output tensors the tuned schedule (unless `db=False`), else the
-    template for `target`; the naive nest when target is None."""
+    """A Schedule as given; for output tensors the tuned schedule of the records asked for
+    (`db`, else a tc.records block's; database.applied_records), else the template for
+    `target`; the naive nest when target is None."""
     if isinstance(what, Schedule):
         return what
     if isinstance(what, Tensor) or (
@@ -31,7 +33,7 @@ def _as_schedule(what, target: str | None = None, db=None) -> Schedule:
         outputs = output_tensors(what)  # a placeholder or a repeated output is refused here
         if target is None:
             return Schedule(outputs)
-        tuned = tuned_schedule(outputs, target, db) if db is not False else None
+        tuned = tuned_schedule(outputs, target, db)
         return tuned if tuned is not None else template_schedule(outputs, target)
     raise ScheduleError(f"expected a Schedule, an output tensor or a list of them, got {type(what).__name__}")
 
@@ -60,6 +62,8 @@ def build(schedule, target: str = "llvm", args=None, name: str | None = None, db
     `target` is `"llvm"` for the host CPU (or e.g. `"llvm -mcpu=znver1"`), `"cuda"` for an NVIDIA
     GPU through CuPy, or `"cuda-sim"` for the numpy GPU simulator (slow, exact, checks races).
     Given output tensors instead of a Schedule, the operator's default schedule (its template)
-    for the target is used; `tc.build(tc.Schedule(C))` builds the naive loop nest.
+    for the target is used, or the best program of the records database `db` (or of an
+    enclosing `with tc.records(DB):` block) for this workload and machine where it has one;
+    `tc.build(tc.Schedule(C))` builds the naive loop nest.
     """
     return build_schedule(_as_schedule(schedule, target, db), target, args, name)

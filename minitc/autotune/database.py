@@ -11,6 +11,8 @@ Location: `Database(path)`, else the `MINITC_DB` environment variable, else
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import os
 import sqlite3
@@ -78,11 +80,40 @@ class Record:
 
 
 def default_path() -> Path:
+    """The user's records database: $MINITC_DB, else ~/.cache/minitc/records.db. `tc.tune` and
+    the command line write there by default; builds read it only when asked (`records`)."""
     env = os.environ.get("MINITC_DB")
     if env:
         return Path(env)
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return cache / "minitc" / "records.db"
+
+
+_APPLIED: contextvars.ContextVar = contextvars.ContextVar("minitc_records", default=None)
+
+
+@contextlib.contextmanager
+def records(db=None):
+    """`with tc.records(DB):` builds of output tensors inside the block (tc.build, tc.lower,
+    tc.codegen, tc.compile) use the best program of the records database `db` (default: the
+    user's, default_path()) where it has one for the workload on this machine. Outside such a
+    block, and without `db=`, a build is the template's: the same code on every machine,
+    whatever was tuned there (TVM's ApplyHistoryBest)."""
+    token = _APPLIED.set(Path(db) if db is not None else default_path())
+    try:
+        yield _APPLIED.get()
+    finally:
+        _APPLIED.reset(token)
+
+
+def applied_records(db=None) -> Path | None:
+    """The records database a build reads: `db` when given (False: none), else that of the
+    innermost `records` block, else None."""
+    if db is False:
+        return None
+    if db is not None:
+        return Path(db)
+    return _APPLIED.get()
 
 
 class Database:

@@ -25,11 +25,10 @@ import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from minitc.autotune.database import Database, DatabaseError, Record, default_path
+from minitc.autotune.database import Database, DatabaseError, Record, applied_records
 from minitc.autotune.interfaces import Builder, TuneOptions, check_plug
 from minitc.autotune.registry import make_runner, make_strategy, record_extras
 from minitc.autotune.runner import LocalBuilder, Task
@@ -379,9 +378,11 @@ def _build_best(space: Space, trace_text: str):
 
 
 def tuned_schedule(outputs, target, db=None) -> Schedule | None:
-    """The schedule of the best record for this workload on this machine, if any."""
-    path = Path(db) if db is not None else default_path()
-    if not path.exists():
+    """The schedule of the best record for this workload on this machine in the records
+    database a build reads (database.applied_records: `db`, else a `tc.records` block's), if
+    any."""
+    path = applied_records(db)
+    if path is None or not path.exists():
         return None
     space_key = workload_key(outputs)
     hw = hardware_fingerprint(target)

@@ -8,8 +8,9 @@
     tc.compile(model, (x,), trials=256)       # tune the tasks first (records database)
 
 Import (minitc/frontend/importer.py) -> graph passes (passes.py) -> tasks: one kernel per
-distinct (op, attributes, input shapes), built from the records database's best program when
-it has one, else the operator's template -> a static plan (runtime.py). ATen operators minitc
+distinct (op, attributes, input shapes), built from the operator's template, or from the best
+program of the records database asked for (`db=`, `tc.records`, or the one tuning wrote) where
+that is faster inside the model -> a static plan (runtime.py; device_runtime.py on a GPU). ATen operators minitc
 has no kernel for run through PyTorch; they are reported together, once, when the model is
 compiled (`fallback=False` makes them an error instead).
 """
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from minitc.autotune.database import applied_records, default_path
 from minitc.autotune.task_scheduler import tune_tasks
 from minitc.autotune.tuner import tuned_schedule
 from minitc.driver import build
@@ -168,10 +170,14 @@ class CompiledModel:
             batch = max(1, min(16, self.tuning["trials"] // len(tasks)))
             work = [(t.outputs, t.weight) for t in tasks]
             self.tune_results = tune_tasks(work, target=self.target, db=self.db, batch=batch, **self.tuning)
+        # the records read: db=, a tc.records block's, or after tuning the database it wrote
+        source = applied_records(self.db)
+        if source is None and self.tuning.get("trials") and self.db is not False:
+            source = default_path()
         templates, tuned = {}, {}
         for task in tasks:
             task.trace = templates[task.key] = template_schedule(task.outputs, self.target).trace
-            chosen = tuned_schedule([task.outputs], self.target, self.db) if self.db is not False else None
+            chosen = tuned_schedule([task.outputs], self.target, source) if source is not None else None
             if chosen is not None and chosen.trace.to_json() != task.trace.to_json():
                 tuned[task.key] = chosen.trace
         kernels = build_kernels(tasks, self.target)
@@ -267,9 +273,11 @@ def compile_model(
     """Compile the `torch.nn.Module` `model` for inputs like `example_inputs` (a tuple of
     tensors, or one tensor). `target`: a CPU target (`llvm`, `llvm -mcpu=...`), `cuda` (an NVIDIA
     GPU: weights on the device, one arena, the calls replayed as a CUDA graph;
-    minitc/frontend/device_runtime.py) or `cuda-sim` (the same plan with the simulator's kernels). `db`: the
-    records database whose best programs to use and where tuning writes (default: the
-    user's). `trials`: measurements spread over the model's tasks by expected gain
+    minitc/frontend/device_runtime.py) or `cuda-sim` (the same plan with the simulator's kernels).
+    `db`: the records database whose best programs are candidates (each kept only where it is
+    faster inside the model than the template's: choice.py) and where tuning writes. Without
+    `db`, the templates, unless inside a `tc.records(...)` block or after tuning (which writes
+    to the user's database, default_path). `trials`: measurements spread over the model's tasks by expected gain
     (minitc.autotune.task_scheduler), with `strategy`; `progress(task index, session)` after
     each round. `fallback=False` raises UnsupportedOpsError, listing every operator minitc
     cannot compile, instead of running them through PyTorch. `layout`: "auto" keeps a CNN's

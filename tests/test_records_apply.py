@@ -1,0 +1,43 @@
+"""Tuning records apply when asked (issue 43, item 5): `tc.build(C)` is the template on every
+machine; `db=` or a `with tc.records(...)` block asks for a database's best program."""
+
+import numpy as np
+import pytest
+
+import minitc as tc
+from minitc.autotune.tuner import tuned_schedule
+from minitc.templates import template_schedule
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """A matmul and a database whose best program is not the template (the template is not
+    measured: every candidate is a random draw)."""
+    db = str(tmp_path_factory.mktemp("records") / "r.db")
+    A, B = tc.placeholder((24, 40), name="A"), tc.placeholder((40, 32), name="B")
+    C = tc.ops.matmul(A, B)
+    tc.tune(C, trials=4, strategy="random", db=db, template_first=False)
+    best = tuned_schedule([C], "llvm", db)
+    assert best is not None and best.trace.to_json() != template_schedule(C).trace.to_json()
+    return C, db, str(tc.lower(best)), str(tc.lower(template_schedule(C)))
+
+
+def test_a_build_without_records_is_the_template_even_where_the_users_database_has_some(tuned, monkeypatch):
+    C, db, best, template = tuned
+    monkeypatch.setenv("MINITC_DB", db)  # the user's database holds a tuned program
+    assert str(tc.lower(C, target="llvm")) == template
+
+
+def test_db_or_a_records_block_asks_for_the_best_program(tuned, monkeypatch):
+    C, db, best, template = tuned
+    assert str(tc.lower(C, target="llvm", db=db)) == best
+    with tc.records(db):
+        assert str(tc.lower(C, target="llvm")) == best
+        assert str(tc.lower(C, target="llvm", db=False)) == template  # off, even in a block
+    assert str(tc.lower(C, target="llvm")) == template  # the block is over
+    monkeypatch.setenv("MINITC_DB", db)
+    with tc.records():  # the user's database
+        f = tc.build(C)
+        assert str(f.kernel) == best
+    a, b = np.ones((24, 40), "float32"), np.ones((40, 32), "float32")
+    np.testing.assert_allclose(f(a, b), a @ b)
