@@ -125,7 +125,7 @@ def main(argv=None) -> None:
         print(f"# {name}: {speeds}, {rows[-1]['error'] or 'ok'}", flush=True)
     load = f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
     when = time.strftime("%Y-%m-%d")
-    print(f"\n{cpu_name()}, {args.threads} threads, {when}, medians of {args.rounds} rounds, {load}\n")
+    print(f"\n{cpu_name()}, threads {args.threads}, {when}, medians of {args.rounds} rounds, {load}\n")
     print(table(rows, threads))
 
 
