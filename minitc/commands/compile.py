@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 import minitc as tc
+from minitc.autotune.database import default_path
 from minitc.autotune.registry import strategy_names
 from minitc.commands import checks
 from minitc.errors import MinitcError
@@ -79,7 +80,9 @@ class ModelProgress:
 @click.option("--trials", default=0, show_default=True, type=click.IntRange(min=0), help="Tuning budget for the model.")
 @click.option("--strategy", default="tlm", show_default=True, help="Search strategy for tuning.")
 @click.option("--target", default="llvm", show_default=True, help="CPU target, e.g. 'llvm -mcpu=haswell'.")
-@click.option("--db", type=click.Path(dir_okay=False), help="Records database (default: the user's).")
+@click.option(
+    "--db", type=click.Path(dir_okay=False), help="Records database (default: the user's, ~/.cache/minitc/records.db)."
+)
 @click.option("--threads", type=click.IntRange(min=1), help="Threads for minitc and torch (default: all CPUs).")
 @click.option("--graph", "show_graph", is_flag=True, help="Print the graph after the passes.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the results here.")
@@ -103,9 +106,11 @@ def compile_cmd(model_spec, trials, strategy, target, db, threads, show_graph, j
     checks.check_output(json_path, "--json")
     model, inputs, name = load_model(model_spec)
     threads = threads or tc.get_num_threads()
+    db = str(db or default_path())  # the command line's default database, said so below
+    click.echo(f"tuning records: {db} (each task keeps a record's program only where it is faster in the model)")
     with thread_limit(threads), torch.no_grad():
         start = time.perf_counter()
-        compiled = tc.compile(model, inputs, target=target, db=db)  # templates: what tuning starts from
+        compiled = tc.compile(model, inputs, target=target, db=db)
         compile_s = time.perf_counter() - start
         _summary(compiled, name, compile_s, unsupported(compiled.graph))
         tune_s = 0.0
