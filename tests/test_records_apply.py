@@ -41,3 +41,21 @@ def test_db_or_a_records_block_asks_for_the_best_program(tuned, monkeypatch):
         assert str(f.kernel) == best
     a, b = np.ones((24, 40), "float32"), np.ones((40, 32), "float32")
     np.testing.assert_allclose(f(a, b), a @ b)
+
+
+def test_a_gpu_probe_switch_turned_off_keys_records_apart(monkeypatch):
+    """MINITC_GPU_* switches change the generated code, so the records they make are another
+    machine's as far as lookups go; each switch is in one table and documented."""
+    from pathlib import Path
+
+    from minitc.lowering.probes import PROBE_SWITCHES, switch_on, switches_off
+    from minitc.target import hardware_fingerprint
+
+    plain = hardware_fingerprint("cuda-sim")
+    monkeypatch.setenv("MINITC_GPU_UNROLL_K", "0")
+    assert switches_off() == ["MINITC_GPU_UNROLL_K"] and not switch_on("MINITC_GPU_UNROLL_K")
+    assert hardware_fingerprint("cuda-sim") == plain + "-unroll_k-off"
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "architecture.md").read_text()
+    assert all(f"`{name}" in docs for name in PROBE_SWITCHES)
+    with pytest.raises(KeyError, match="unknown probe switch"):
+        switch_on("MINITC_GPU_TYPO")

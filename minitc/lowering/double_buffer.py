@@ -31,17 +31,16 @@ turns double buffering off (for probing what it is worth; experiments/gpu_gemm_p
 
 from __future__ import annotations
 
-import os
-
 from minitc import arith, ir
 from minitc.expr import Var, binary, compare, const, transform, walk
 from minitc.lowering.gpu import GpuLimits, map_launches
+from minitc.lowering.probes import switch_on
 
 MAX_STAGED_WORDS = 64  # registers per thread a staged fill may take
 
 
 def enabled() -> bool:
-    return os.environ.get("MINITC_GPU_DOUBLE_BUFFER", "1") != "0"
+    return switch_on("MINITC_GPU_DOUBLE_BUFFER")
 
 
 def double_buffer(body: ir.Stmt, max_shared_bytes: int = GpuLimits().max_shared_bytes) -> ir.Stmt:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 
 from minitc.errors import BuildError
+from minitc.lowering.probes import switches_off
 from minitc.target.cpu import CPU_FEATURES, LLVMTarget, enabled_features, parse_cpu_target, simd_width
 from minitc.target.gpu import CudaTarget, GpuLimits, parse_cuda_target
 
@@ -69,7 +70,8 @@ def hardware_fingerprint(target) -> str:
     t = parse_target(target)
     if isinstance(t, CudaTarget):
         name = t.device_name or ("simulator" if t.kind == "cuda-sim" else t.arch)
-        return f"{'-'.join(name.split())}-{t.sm_count}sm"
+        probes = "".join(f"-{s.removeprefix('MINITC_GPU_').lower()}-off" for s in switches_off())
+        return f"{'-'.join(name.split())}-{t.sm_count}sm{probes}"
     digest = hashlib.sha256(t.features.encode()).hexdigest()[:8]
     return f"{t.cpu}-{t.num_cores}c-{digest}"
 

@@ -10,11 +10,10 @@ stay serial inside each thread.
 
 from __future__ import annotations
 
-import os
-
 from minitc.errors import ScheduleError
 from minitc.ir import GPU_TAGS
 from minitc.lowering.gpu import GpuLimits
+from minitc.lowering.probes import switch_on
 from minitc.schedule.recorder import Schedule
 from minitc.templates.elementwise import inline_producers
 
@@ -29,7 +28,7 @@ def unrolled_k_steps() -> bool:
     """Whether the templates unroll the loop over one shared tile's k (so that the compiler
     issues the next k's shared loads while this k's FMAs run); MINITC_GPU_UNROLL_K=0 keeps it
     a loop, for probing."""
-    return os.environ.get("MINITC_GPU_UNROLL_K", "1") != "0"
+    return switch_on("MINITC_GPU_UNROLL_K")
 
 
 def template(tag: str):

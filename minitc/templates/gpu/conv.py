@@ -19,9 +19,8 @@ memory, so each staged input value serves every channel of the block and every w
 
 from __future__ import annotations
 
-import os
-
 from minitc.errors import ScheduleError
+from minitc.lowering.probes import switch_on
 from minitc.templates.conv import conv_producer, find_pad_stage
 from minitc.templates.gemm import cache_under_epilogue
 from minitc.templates.gpu import MAX_THREADS, SHARED_BYTES, defaults, template, unrolled_k_steps
@@ -104,7 +103,7 @@ UNROLLED_WINDOW = 9  # windows up to 3x3 are unrolled (a 7x7 stem is not: 49 cop
 def k_last_weights() -> bool:
     """Whether the shared weight tile is stored [C, R, S, K] and read as float4 rows of vk
     channels; MINITC_GPU_CONV_K_LAST=0 keeps it [K, C, R, S] (scalar reads), for probing."""
-    return os.environ.get("MINITC_GPU_CONV_K_LAST", "1") != "0"
+    return switch_on("MINITC_GPU_CONV_K_LAST")
 
 
 def _crsk(s, out: str) -> bool:
