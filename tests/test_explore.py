@@ -23,7 +23,7 @@ from minitc.cli import main
 from minitc.explore.measure import check
 from minitc.explore.ops import CUSTOM_EXPRESSION, catalog, expression_code, op_call
 from minitc.explore.schedule_code import naive_code, trace_code
-from minitc.explore.server import ExploreServer, Limits
+from minitc.explore.server import TOKEN_HEADER, ExploreServer, Limits
 from minitc.templates import template_schedule
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -40,10 +40,14 @@ def server():
     srv.server_close()
 
 
-def post(server, route: str, body, headers: dict | None = None) -> tuple:
+def post(server, route: str, body, headers: dict | None = None, token: str | None = "server's") -> tuple:
+    """POST to the API with the server's token, another one, or none (token=None)."""
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    conn.request("POST", f"/api/{route}", data, {"Content-Type": "application/json", **(headers or {})})
+    sent = {"Content-Type": "application/json"}
+    if token is not None:
+        sent[TOKEN_HEADER] = server.token if token == "server's" else token
+    conn.request("POST", f"/api/{route}", data, {**sent, **(headers or {})})
     r = conn.getresponse()
     answer = json.loads(r.read())
     conn.close()
@@ -135,10 +139,43 @@ def test_requests_from_elsewhere_are_refused(server):
     status, answer = post(server, "ops", {}, {"Origin": "http://attacker.example"})
     assert status == 403
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-    conn.request("POST", "/api/ops", b"op=matmul", {"Content-Type": "application/x-www-form-urlencoded"})
+    form = {"Content-Type": "application/x-www-form-urlencoded", TOKEN_HEADER: server.token}
+    conn.request("POST", "/api/ops", b"op=matmul", form)
     assert conn.getresponse().status == 415
     conn.close()
     assert post(server, "ops", {})[1]["ok"]
+
+
+def test_an_api_call_needs_the_servers_token(server, matmul):
+    status, answer = post(server, "ops", {}, token=None)
+    assert status == 403 and not answer["ok"]
+    assert answer["error"]["kind"] == "Forbidden" and "has no token" in answer["error"]["message"]
+    assert "#token=" in answer["error"]["message"] and server.token not in answer["error"]["message"]
+    assert "has no token" in post(server, "ops", {}, token="")[1]["error"]["message"]
+    for wrong in ("x", server.token[:-1], server.token + "x", "\u00e9" + server.token[1:]):
+        status, answer = post(server, "view", {**matmul, "view": "loops"}, token=wrong)
+        assert status == 403 and "has a wrong token" in answer["error"]["message"], wrong
+    status, answer = post(server, "view", {**matmul, "view": "loops"})
+    assert status == 200 and answer["ok"]
+    # the page loads without the token; a refusal closes the connection, its body left unread
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    conn.request("GET", "/")
+    assert conn.getresponse().read() and conn.sock is not None
+    conn.request("POST", "/api/ops", b"{}", {"Content-Type": "application/json"})
+    refused = conn.getresponse()
+    assert refused.status == 403 and refused.getheader("Connection") == "close"
+    conn.close()
+    # the token is in the URL to open, and new at each start
+    assert server.token_url == f"{server.url}#token={server.token}" and len(server.token) >= 32
+    other = ExploreServer(port=0)
+    fixed = ExploreServer(port=0, token="a fixed/token")
+    try:
+        assert other.token != server.token and fixed.token_url.endswith("#token=a%20fixed%2Ftoken")
+    finally:
+        other.server_close()
+        fixed.server_close()
+    with pytest.raises(ValueError, match="must not be empty"):
+        ExploreServer(port=0, token=" ")
 
 
 def test_the_check_catches_a_wrong_output():
@@ -174,6 +211,7 @@ def test_template_code_replays_the_template(op):
 def test_help():
     result = CliRunner().invoke(main, ["explore", "--help"])
     assert result.exit_code == 0 and "--no-browser" in result.output and "127.0.0.1" in result.output
+    assert "--token" in result.output
     assert "explore" in CliRunner().invoke(main, ["--help"]).output
 
 
@@ -219,7 +257,10 @@ def test_browser(server, browser):
     def output():
         return d.find_element(By.ID, "output").text
 
-    d.get(server.url)
+    d.get(server.url)  # without the token the page loads but every call is refused
+    wait.until(lambda _: "has no token" in d.find_element(By.ID, "error").text)
+    d.get(server.token_url)
+    d.refresh()  # a new fragment alone does not reload the page
     wait.until(lambda _: "def matmul_kernel" in output())
     Select(d.find_element(By.ID, "op")).select_by_value("relu")
     wait.until(lambda _: "def relu_kernel" in output())

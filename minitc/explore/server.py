@@ -1,8 +1,9 @@
 """The explorer's web server: the page (static/) and a small JSON API, on 127.0.0.1 only.
 
-    server = ExploreServer(port=0)          # 0: any free port
+    server = ExploreServer(port=0)          # 0: any free port; token=None: a new random one
     threading.Thread(target=server.serve_forever, daemon=True).start()
     server.url                              # http://127.0.0.1:PORT/
+    server.token_url                        # http://127.0.0.1:PORT/#token=...  (what to open)
     server.shutdown(); server.close()
 
 API (POST, JSON body, JSON answer; an error in the user's code is {"ok": false, "error": ...}):
@@ -16,21 +17,31 @@ Code from the page runs only in the sandbox (sandbox.py), never in this process.
 answered only from a loopback peer with a Host header naming 127.0.0.1 or localhost (a web
 page elsewhere cannot reach the server through DNS rebinding), and the API takes only POST
 with a JSON body and no foreign Origin (a form on another site cannot post to it).
+
+Every API call must also carry the server's token in the X-Minitc-Token header, as Jupyter
+does: a random secret made at each start (or the one passed in), part of token_url, which the
+page reads from its URL fragment (a fragment never reaches the server, logs or a Referer).
+Without it another local process, another user's on a shared machine, could post code to the
+port. The page itself loads without the token, but every call it makes is refused.
 """
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 import json
+import secrets
 import threading
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
+from urllib.parse import quote
 
 from minitc.explore import ops
 from minitc.explore.sandbox import DEFAULT_MEMORY, Sandbox
 
 MAX_BODY = 1 << 20
+TOKEN_HEADER = "X-Minitc-Token"
 LOCAL_NAMES = ("127.0.0.1", "localhost")
 STATIC = {  # path -> (file in static/, content type)
     "/": ("index.html", "text/html"),
@@ -56,7 +67,10 @@ class Limits:
 class ExploreServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, port: int = 0, limits: Limits = Limits(), peak: dict | None = None):
+    def __init__(self, port: int = 0, limits: Limits = Limits(), peak: dict | None = None, token: str | None = None):
+        if token is not None and not token.strip():
+            raise ValueError("the explorer's token must not be empty")
+        self.token = token if token is not None else secrets.token_urlsafe(32)
         super().__init__(("127.0.0.1", port), Handler)
         self.limits = limits
         self.sandbox = Sandbox(memory_bytes=limits.memory_bytes)
@@ -70,6 +84,15 @@ class ExploreServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/"
+
+    @property
+    def token_url(self) -> str:
+        """The URL to open: the page with the token in its fragment."""
+        return f"{self.url}#token={quote(self.token, safe='')}"
+
+    def token_ok(self, given: str | None) -> bool:
+        """Whether a request's token is the server's, compared in constant time."""
+        return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
 
     def peak(self) -> dict | None:
         """The machine's FMA and triad peaks, measured (in the sandbox) on first use."""
@@ -138,21 +161,27 @@ class Handler(BaseHTTPRequestHandler):
             return f"Origin {origin!r} refused"
         return None
 
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
+    def _send(self, status: int, body: bytes, content_type: str, close: bool = False) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         for k, v in HEADERS.items():
             self.send_header(k, v)
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _json(self, status: int, obj: dict) -> None:
-        self._send(status, json.dumps(obj).encode(), "application/json")
+    def _json(self, status: int, obj: dict, close: bool = False) -> None:
+        self._send(status, json.dumps(obj).encode(), "application/json", close)
 
     def _fail(self, status: int, kind: str, message: str) -> None:
-        self._json(status, {"ok": False, "error": {"kind": kind, "message": message, "part": None, "line": None}})
+        """An error answer; it closes the connection, since a refused request's body is left unread
+        and would otherwise be taken for the start of the next request on a kept-alive one."""
+        error = {"kind": kind, "message": message, "part": None, "line": None}
+        self._json(status, {"ok": False, "error": error}, close=True)
 
     # -- methods ---------------------------------------------------------------------------
     def do_GET(self):  # noqa: N802 - http.server's name
@@ -172,6 +201,15 @@ class Handler(BaseHTTPRequestHandler):
             return self._fail(403, "Forbidden", why)
         if not self.path.startswith("/api/"):
             return self._fail(404, "NotFound", f"no API {self.path}")
+        given = self.headers.get(TOKEN_HEADER)
+        if not self.server.token_ok(given):
+            why = "has a wrong token" if given else "has no token"
+            return self._fail(
+                403,
+                "Forbidden",
+                f"this request {why} ({TOKEN_HEADER} header): open the explorer with the URL that "
+                "minitc explore printed, which ends in #token=...",
+            )
         if (self.headers.get("Content-Type") or "").split(";")[0].strip().lower() != "application/json":
             return self._fail(415, "BadRequest", "the API takes a JSON body (Content-Type: application/json)")
         try:

@@ -7,6 +7,14 @@ const DEBOUNCE_MS = 300;
 const CUSTOM = "custom";
 const VIEW_NAMES = { loops: "loop nest", llvm: "LLVM IR", asm: "assembly", cuda: "CUDA C" };
 
+// The server's secret: the URL minitc explore prints ends in #token=... (or ?token=...); every
+// API call sends it, and the server refuses a call without it.
+function readToken() {
+  const fromFragment = new URLSearchParams(window.location.hash.slice(1)).get("token");
+  return fromFragment || new URLSearchParams(window.location.search).get("token") || "";
+}
+const TOKEN = readToken();
+
 const state = {
   view: "loops",
   ops: {},           // op -> catalog entry
@@ -21,7 +29,7 @@ async function api(route, body) {
   try {
     const r = await fetch("/api/" + route, {
       method: "POST",
-      headers: { "Content-Type": "application/json" },
+      headers: { "Content-Type": "application/json", "X-Minitc-Token": TOKEN },
       body: JSON.stringify(body),
     });
     try {
