@@ -235,7 +235,10 @@ def batch_norm(im, node, x, weight, bias, mean, var, momentum, eps):
 @converts("aten.layer_norm.default")
 def layer_norm(im, node, x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
     dtype = _floating(im, x)
-    _require(len(normalized_shape) == 1 and weight is not None and bias is not None)
+    _require(
+        len(normalized_shape) == 1 and weight is not None and bias is not None,
+        "a layer norm over more than the last axis or without weight and bias",
+    )
     return im.emit("layer_norm", [x, weight, bias], {"eps": float(eps)}, im.shape(x), dtype, base=node.name)
 
 
@@ -247,14 +250,20 @@ def native_layer_norm(im, node, x, normalized_shape, weight, bias, eps):
 @converts("aten._softmax.default")
 def softmax(im, node, x, dim, half_to_float):
     dtype = _floating(im, x)
-    _require(not half_to_float and dims(dim, len(im.shape(x))) == (len(im.shape(x)) - 1,))
+    _require(
+        not half_to_float and dims(dim, len(im.shape(x))) == (len(im.shape(x)) - 1,),
+        f"a softmax over axis {dim} of a {len(im.shape(x))}-D value: minitc's is over the last axis",
+    )
     return im.emit("softmax", [x], {}, im.shape(x), dtype, base=node.name)
 
 
 @converts("aten._safe_softmax.default")
 def safe_softmax(im, node, x, dim, dtype=None):
     """The softmax of scaled_dot_product_attention: a fully masked row gives 0, not NaN."""
-    _require(dtype is None and dims(dim, len(im.shape(x))) == (len(im.shape(x)) - 1,))
+    _require(
+        dtype is None and dims(dim, len(im.shape(x))) == (len(im.shape(x)) - 1,),
+        f"a softmax over axis {dim} of a {len(im.shape(x))}-D value: minitc's is over the last axis",
+    )
     return im.emit("softmax", [x], {"safe": True}, im.shape(x), _floating(im, x), base=node.name)
 
 
@@ -265,7 +274,10 @@ def _pool_shape(node) -> tuple:
 
 @converts("aten.max_pool2d_with_indices.default", items=(0,))
 def max_pool2d(im, node, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
-    _require(not ceil_mode and ints(dilation, 2, 1) == (1, 1) and len(im.shape(x)) == 4)
+    _require(
+        not ceil_mode and ints(dilation, 2, 1) == (1, 1) and len(im.shape(x)) == 4,
+        "a max pool in ceil mode, dilated or not 2-D",
+    )
     kernel = ints(kernel, 2)
     attrs = {"kernel": kernel, "stride": ints(stride, 2, None) if stride else kernel, "padding": ints(padding, 2, 0)}
     return (im.emit("max_pool2d", [x], attrs, _pool_shape(node), _floating(im, x), base=node.name), None)
@@ -273,7 +285,10 @@ def max_pool2d(im, node, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=
 
 @converts("aten.avg_pool2d.default")
 def avg_pool2d(im, node, x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor=None):
-    _require(not ceil_mode and count_include_pad and divisor is None and len(im.shape(x)) == 4)
+    _require(
+        not ceil_mode and count_include_pad and divisor is None and len(im.shape(x)) == 4,
+        "an average pool in ceil mode, without the padding in its count, with a divisor or not 2-D",
+    )
     kernel = ints(kernel, 2)
     attrs = {"kernel": kernel, "stride": ints(stride, 2, None) if stride else kernel, "padding": ints(padding, 2, 0)}
     return im.emit("avg_pool2d", [x], attrs, _pool_shape(node), _floating(im, x), base=node.name)
@@ -370,7 +385,7 @@ def hardtanh(im, node, x, low=-1.0, high=1.0):
 @converts("aten.pow.Tensor_Scalar")
 def power(im, node, x, exponent):
     """x ** 2 and x ** 3 (GPT-2's tanh GELU cubes) as products; other exponents run in torch."""
-    _require(exponent in (2, 3) and not isinstance(exponent, bool))
+    _require(exponent in (2, 3) and not isinstance(exponent, bool), f"x ** {exponent}: minitc takes squares and cubes")
     dtype = _floating(im, x)
     square = im.emit("mul", [x, x], {}, im.shape(x), dtype, base=f"{node.name}_sq" if exponent == 3 else node.name)
     if exponent == 2:
@@ -380,7 +395,7 @@ def power(im, node, x, exponent):
 
 @converts("aten.gelu.default")
 def gelu(im, node, x, approximate="none"):
-    _require(approximate == "none")  # minitc's gelu is the exact erf form
+    _require(approximate == "none", f"gelu(approximate={approximate!r}): minitc's gelu is the exact erf form")
     return im.emit("gelu", [x], {}, im.shape(x), _floating(im, x), base=node.name)
 
 
@@ -453,7 +468,10 @@ def constant_pad(im, node, x, pad, value=0):
     """torch's pad list: (before, after) pairs from the last axis backwards; cropping (a negative
     amount) runs through PyTorch."""
     rank = len(im.shape(x))
-    _require(len(pad) % 2 == 0 and len(pad) // 2 <= rank and all(isinstance(p, int) and p >= 0 for p in pad))
+    _require(
+        len(pad) % 2 == 0 and len(pad) // 2 <= rank and all(isinstance(p, int) and p >= 0 for p in pad),
+        f"padding {list(pad)}: a negative amount crops",
+    )
     _require(isinstance(value, (int, float)) and not isinstance(value, bool))
     widths = [(0, 0)] * rank
     for k in range(len(pad) // 2):
