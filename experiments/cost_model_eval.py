@@ -105,7 +105,7 @@ def generate(db: Database, workloads: dict, n: int, seed: int, log=print) -> Non
         for w, (name, make) in enumerate(workloads.items()):
             out = make()
             key = workload_key(out)
-            db.add_workload(key, describe(out), canonical(out))
+            db.add_workload(key, describe(out), canonical(out, attrs=True))
             have = {r.trace for r in db.records(key, TARGET, hw)}
             traces = sample_traces(out, n - len(have), np.random.default_rng([seed, w, len(have)]), set(have))
             if not traces:

@@ -247,6 +247,18 @@ class Database:
     def workloads(self) -> list:
         return [(k, d) for k, d in self.conn.execute("SELECT key, description FROM workloads ORDER BY created")]
 
+    def canonical(self, workload: str):
+        """The canonical form stored for a workload key (workload_key.canonical, with attrs since
+        workloads were stored with them), or None for a key the database does not hold;
+        workload_decode.decode turns it back into tensors."""
+        row = self.conn.execute("SELECT canonical FROM workloads WHERE key = ?", (workload,)).fetchone()
+        if row is None:
+            return None
+        try:
+            return json.loads(row[0])
+        except ValueError as e:
+            raise DatabaseError(f"{self.path}: the canonical form of workload {workload} is not JSON: {e}") from None
+
     def __len__(self) -> int:
         return self.conn.execute("SELECT COUNT(*) FROM records").fetchone()[0]
 

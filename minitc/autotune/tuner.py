@@ -137,7 +137,7 @@ class TuningSession:
         self.hw = hardware_fingerprint(self.space.target)
         self.target = self.space.target.string
         self.db = _open_db(o.db)
-        self.db.add_workload(self.key, describe(self.space.outputs), canonical(self.space.outputs))
+        self.db.add_workload(self.key, describe(self.space.outputs), canonical(self.space.outputs, attrs=True))
         self.run = run_key(self.key, self.target, self.hw, o.run) if o.run is not None else None
         self.resumed = self.db.run_trials(self.run) if self.run else 0
         self.task = Task.from_outputs(self.space.outputs, self.target)

@@ -117,17 +117,17 @@ def _script_schedule(source: str) -> Schedule:
 def _best_record(path: Path, source: str, shape, options, target: str) -> tuple:
     """(schedule of the best record, FLOPs or None, its differences from the template)."""
     tstring, hw = machine_key(target)
-    call, key, _ = resolve_workload(path, source, shape, options, "--workload")
-    if call is None:
-        raise click.ClickException(f"workload {key[:12]} was not made by an op this command knows; give OP --shape")
+    out, call, key, desc, problem = resolve_workload(path, source, shape, options, "--workload")
+    if out is None:
+        raise click.ClickException(problem)
     if not path.exists():
         raise click.ClickException(f"no tuning records: {path} does not exist")
+    label = call.label() if call else desc
     with open_records(path) as db:
         best = db.best(key, tstring, hw) or db.best(key, tstring)
     if not best:
-        raise click.ClickException(f"no successful record of {call.label()} in {path} for {tstring}")
-    out = call.build()
+        raise click.ClickException(f"no successful record of {label} in {path} for {tstring}")
     _, trace = decode_trace(best[0].trace)
-    click.echo(f"the best record of {call.label()} in {path}: {best[0].median_ms:.4g} ms (#{best[0].id})")
+    click.echo(f"the best record of {label} in {path}: {best[0].median_ms:.4g} ms (#{best[0].id})")
     schedule = Schedule(out).replay(trace)
-    return schedule, call.flops(), trace_differences(trace, template_schedule(out, target).trace)
+    return schedule, call.flops() if call else None, trace_differences(trace, template_schedule(out, target).trace)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 from pathlib import Path
+from typing import NamedTuple
 
 import click
 
@@ -17,13 +18,14 @@ import minitc as tc
 from minitc.autotune.database import Database, DatabaseError, default_path
 from minitc.autotune.space import Space
 from minitc.autotune.tuner import decode_trace
+from minitc.autotune.workload_decode import DecodeError, decode
 from minitc.autotune.workload_key import describe, workload_key
-from minitc.commands.recover import recover
 from minitc.commands.spec import op_options, parse_call, pop_op_options, shape_help
-from minitc.ops.calls import FAMILY_OF, command_args
+from minitc.ops.calls import FAMILY_OF, OpCall, command_args
 from minitc.schedule.recorder import Schedule
 from minitc.schedule.trace import json_arg, step_call
 from minitc.target import hardware_fingerprint, parse_target
+from minitc.te import ComputeOp, graph
 
 HELP = f"""Show tuning records.
 
@@ -157,23 +159,86 @@ def show(workload, db, target, show_llvm, show_asm, **kwargs):
     show_workload(path, workload, shape, options, target, show_llvm, show_asm)
 
 
-def resolve_workload(path: Path, workload: str, shape, options, hint: str) -> tuple:
-    """(OpCall or None, key, description) of a workload given as an op with --shape and
-    options, or as a key prefix of the records database (the call then recovered from its
-    description; None when no op this command knows made it)."""
+class Resolved(NamedTuple):
+    """A workload named on the command line: its output tensor (None where the database's form
+    could not be decoded, `problem` says why), the `tc.ops` call that makes it where there is
+    one, its key and description."""
+
+    out: object
+    call: OpCall | None
+    key: str
+    description: str
+    problem: str | None = None
+
+
+def resolve_workload(path: Path, workload: str, shape, options, hint: str) -> Resolved:
+    """The workload given as an op with --shape and options, or as a key prefix of the records
+    database (its tensors then decoded from the canonical form the database stores)."""
     if shape or options:
         call = parse_call(workload, shape, options, hint=hint)
         out = call.build()
-        return call, workload_key(out), describe(out)
+        return Resolved(out, call, workload_key(out), describe(out))
     key, desc = resolve_key(path, workload)
-    return recover(key, desc), key, desc
+    with open_records(path) as db:
+        form = db.canonical(key)
+    try:
+        outs = decode(form)
+    except DecodeError as e:
+        return Resolved(None, None, key, desc, f"the stored form of workload {key[:12]} does not decode: {e}")
+    out = outs[0] if len(outs) == 1 else outs
+    return Resolved(out, call_of(out, key), key, desc)
+
+
+def _pair(v):
+    """An attrs pair as the command line writes it: one int where both are equal."""
+    return v[0] if isinstance(v, tuple) and len(v) == 2 and v[0] == v[1] else v
+
+
+def _call_params(tag: str, attrs: dict, ndim: int):
+    """(op, params) of the `tc.ops` call a compute's tag and attrs name, or None."""
+    if tag in ("matmul", "batch_matmul"):
+        return tag, (("transpose_a", attrs.get("transpose_a")), ("transpose_b", attrs.get("transpose_b")))
+    if tag in ("dense", "dense_epilogue"):
+        return "dense", (("activation", attrs.get("activation")),)
+    if tag in ("conv2d", "depthwise_conv2d"):
+        return tag, tuple((p, _pair(attrs.get(p))) for p in ("stride", "padding", "dilation"))
+    if tag in ("max_pool2d", "avg_pool2d"):
+        return tag, tuple((p, _pair(attrs.get(p))) for p in ("kernel", "stride", "padding"))
+    if tag == "softmax" and "axis" in attrs:
+        return tag, (("axis", attrs["axis"] - ndim),)
+    if tag == "layer_norm":
+        return tag, (("eps", attrs.get("eps")),)
+    if tag == "elementwise" and attrs.get("op") == "bias_add":
+        return "bias_add", (("axis", attrs.get("axis")),)
+    if tag == "elementwise" and FAMILY_OF.get(attrs.get("op")) in ("unary", "binary"):
+        return attrs["op"], ()
+    if tag == "reduce" and "axis" in attrs:
+        axes = tuple(attrs["axis"])
+        axis = None if len(axes) == ndim else axes[0] if len(axes) == 1 else axes
+        return attrs.get("op"), (("axis", axis), ("keepdims", bool(attrs.get("keepdims"))))
+    return None
+
+
+def call_of(out, key: str) -> OpCall | None:
+    """The `minitc tune OP --shape ...` call that makes a decoded workload, read from its output's
+    tag and attrs (not searched for) and kept only where it makes the workload `key`."""
+    if isinstance(out, list) or not isinstance(out.op, ComputeOp):
+        return None
+    inputs = [t for t in graph([out]) if not isinstance(t.op, ComputeOp)]
+    named = _call_params(out.op.tag, out.op.attrs, len(inputs[0].shape) if inputs else 0)
+    if named is None or named[0] not in FAMILY_OF:
+        return None
+    call = OpCall(named[0], tuple(t.shape for t in inputs), named[1])
+    try:
+        return call if workload_key(call.build()) == key else None
+    except Exception:  # noqa: BLE001 - attrs tc.ops does not take: not made by this call
+        return None
 
 
 def show_workload(path, workload, shape, options, target, show_llvm, show_asm) -> None:
 
     tstring, hw = machine_key(target)
-    call, key, desc = resolve_workload(path, workload, shape, options, "WORKLOAD")
-    out = call.build() if call else None
+    out, call, key, desc, problem = resolve_workload(path, workload, shape, options, "WORKLOAD")
     click.echo(f"workload {key}: {desc}")
     if call:
         click.echo(f"  op: {' '.join(command_args(call))}")
@@ -213,10 +278,7 @@ def show_workload(path, workload, shape, options, target, show_llvm, show_asm) -
     elif path.exists() and not total:
         click.echo("no records for this workload yet")
     if out is None:
-        click.echo(
-            "loop nest: unavailable: the workload was not made by a `minitc tune OP --shape ...` call this "
-            "command recognises; run `minitc show OP --shape ...` with its op and shape"
-        )
+        click.echo(f"loop nest: unavailable: {problem}")
         return
     if schedule is None:
         click.echo("loop nest of the hand template (tc.build(out, db=False)):")
