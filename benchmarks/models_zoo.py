@@ -27,8 +27,7 @@ import torch
 from torch import nn
 
 from minitc.benchmarks import zoo_hf, zoo_nn
-
-SEED = 0
+from minitc.benchmarks.zoo_common import ATTENTION, SEED, LastHiddenState, calibrate_batch_norm, image, token_ids
 
 
 @dataclass(frozen=True)
@@ -216,24 +215,6 @@ class MobileNetV2(nn.Module):
         return self.classifier(torch.flatten(x, 1))
 
 
-def calibrate_batch_norm(model: nn.Module, shape: tuple, seed: int = SEED) -> nn.Module:
-    """Batch-norm statistics of one random batch of `shape` (a cumulative average, so one pass
-    sets them), as if the model had been trained on such data; returns it in eval mode."""
-    norms = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
-    for m in norms:
-        m.momentum = None
-    model.train()
-    with torch.no_grad():
-        model(torch.randn(*shape, generator=torch.Generator().manual_seed(seed + 1)))
-    for m in norms:
-        m.momentum = 0.1
-    return model.eval()
-
-
-def image(shape: tuple, seed: int = SEED) -> tuple:
-    return (torch.randn(*shape, generator=torch.Generator().manual_seed(seed)),)
-
-
 def resnet50() -> tuple:
     torch.manual_seed(SEED)
     model = ResNet(Bottleneck, [3, 4, 6, 3])
@@ -252,24 +233,6 @@ def mobilenet_v2() -> tuple:
 
 
 # --- transformers -------------------------------------------------------------------------------
-ATTENTION = "sdpa"  # PyTorch's scaled_dot_product_attention: it exports, and it is what eager runs
-
-
-class LastHiddenState(nn.Module):
-    """A transformers model returning its last hidden state only (one tensor)."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, *inputs):
-        return self.model(*inputs).last_hidden_state
-
-
-def token_ids(vocab: int, seq: int, seed: int = SEED) -> torch.Tensor:
-    return torch.randint(0, vocab, (1, seq), generator=torch.Generator().manual_seed(seed))
-
-
 def bert(seq: int = 128, **sizes) -> tuple:
     """BERT (batch 1): inputs are token ids and an attention mask of ones."""
     from transformers import BertConfig, BertModel

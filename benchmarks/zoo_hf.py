@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from minitc.benchmarks.zoo_common import ATTENTION, SEED, LastHiddenState, calibrate_batch_norm, image, token_ids
+
 SEQ = 16
 VOCAB = 1000
 
@@ -23,8 +25,6 @@ def _built(config_cls: str, model_cls: str, inputs, attention: bool = True, part
     """`model_cls(config_cls(**config))` seeded, in eval mode, returning its last hidden state;
     `part` picks a submodule (Whisper's encoder)."""
     import transformers
-
-    from minitc.benchmarks.models_zoo import ATTENTION, SEED, LastHiddenState, calibrate_batch_norm
 
     torch.manual_seed(SEED)
     if attention:
@@ -39,14 +39,10 @@ def _built(config_cls: str, model_cls: str, inputs, attention: bool = True, part
 
 
 def _image(size: int) -> tuple:
-    from minitc.benchmarks.models_zoo import image
-
     return image((1, 3, size, size))
 
 
 def _text(mask: bool = True) -> tuple:
-    from minitc.benchmarks.models_zoo import token_ids
-
     ids = token_ids(VOCAB, SEQ)
     return (ids, torch.ones_like(ids)) if mask else (ids,)
 

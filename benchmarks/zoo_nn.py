@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from minitc.benchmarks.zoo_common import SEED, calibrate_batch_norm, image, token_ids
+
 
 class ResNeXtBlock(nn.Module):
     """ResNeXt's bottleneck: 1x1 down, a grouped 3x3, 1x1 up, residual."""
@@ -129,36 +131,32 @@ class ConvMixer(nn.Module):
 
 
 def _cnn(model: nn.Module, shape: tuple) -> tuple:
-    from minitc.benchmarks.models_zoo import calibrate_batch_norm, image
-
     return calibrate_batch_norm(model, (4, *shape[1:])), image(shape)
 
 
 def resnext():
-    torch.manual_seed(0)
+    torch.manual_seed(SEED)
     return _cnn(ResNeXt(), (1, 3, 16, 16))
 
 
 def dilated():
-    torch.manual_seed(0)
+    torch.manual_seed(SEED)
     return _cnn(DilatedContext(), (1, 3, 32, 32))
 
 
 def transposed():
-    torch.manual_seed(0)
+    torch.manual_seed(SEED)
     return _cnn(EncoderDecoder(), (1, 3, 32, 32))
 
 
 def conv1d():
-    torch.manual_seed(0)
+    torch.manual_seed(SEED)
     x = torch.randn(1, 8, 64, generator=torch.Generator().manual_seed(0))
     return TemporalConvNet().eval(), (x,)
 
 
 def mixer():
-    from minitc.benchmarks.models_zoo import token_ids
-
-    torch.manual_seed(0)
+    torch.manual_seed(SEED)
     return ConvMixer().eval(), (token_ids(1000, 32),)
 
 

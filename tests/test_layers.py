@@ -133,7 +133,6 @@ KNOWN_CIRCLES = (
     ("minitc.lm.adapt", "minitc.lm.strategy"),
     ("minitc.target.calibrate", "minitc.target.cpu"),
     ("minitc.benchmarks.gpu_core", "minitc.benchmarks.gpu_report"),
-    ("minitc.benchmarks.models_zoo", "minitc.benchmarks.zoo_hf", "minitc.benchmarks.zoo_nn"),
     # the package imports its templates and they import its registry
     ("minitc.templates", "minitc.templates.conv", "minitc.templates.conv_channels", "minitc.templates.conv_nchwc",
      "minitc.templates.elementwise", "minitc.templates.gemm", "minitc.templates.gpu", "minitc.templates.gpu.conv",
