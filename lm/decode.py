@@ -12,23 +12,27 @@ one batched forward with a key-value cache (the prompt is computed once and shar
 
 Within a value the mask is a prefix trie over the legal values' token sequences, so a tile's
 later factors can only complete a divisor tiling of what the earlier ones left.
+
+A space the model was not trained on (a user's schedule program, tc.tune(space=...)) may ask
+for values the vocabulary cannot write (its sketch's name, a string or float categorical): such
+a slot is drawn at random, uniformly, without the model, and its label and value are not fed
+(`Decoder.unwritable` counts them; an `UnwritableWarning` names the slots once).
 """
 
 from __future__ import annotations
 
 import threading
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from minitc.autotune.sampler import Decision, Sampler
-from minitc.errors import ScheduleError
+from minitc.errors import ScheduleError, warn_user
 from minitc.lm.describe import decision_label
 from minitc.lm.language import Loc, SentenceWriter
 from minitc.lm.model import LMError, expand_cache
-from minitc.lm.tokenizer import gpu_tokens
+from minitc.lm.tokenizer import TokenizerError, gpu_tokens
 
 
 @dataclass
@@ -68,6 +72,7 @@ class _Sample:
         self.logprob = 0.0
         self.candidate = None
         self.error = None
+        self.rng = None  # for slots the model cannot write (Decoder.draw_unwritable)
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
@@ -82,7 +87,11 @@ class _Sample:
         d = self.decoder
         values = tuple(Loc(n) for n in range(len(domain))) if kind == "location" else domain
         label = decision_label(name, d.write.names)
-        self.slot = _Slot(d.tok.label_ids(label), domain, [d.tok.value_ids(v) for v in values])
+        try:
+            sequences = [d.tok.value_ids(v) for v in values]
+        except (TokenizerError, ValueError, TypeError):  # a value the vocabulary has no tokens for
+            return d.draw_unwritable(self, label, domain)
+        self.slot = _Slot(d.tok.label_ids(label), domain, sequences)
         self.answered.clear()
         self.posted.set()
         self.answered.wait()
@@ -95,6 +104,10 @@ class _Sample:
         self.posted.clear()
         if not self.finished:
             self.pending += self.slot.label_ids
+
+
+class UnwritableWarning(UserWarning):
+    """Decisions of a space whose values the language model cannot write were drawn at random."""
 
 
 class ContextWarning(UserWarning):
@@ -122,6 +135,21 @@ class Decoder:
         self.prompt = tok.prompt_ids(prompt)
         self.temperature, self.top_k = temperature, top_k
         self.warned_context = False
+        self.unwritable = 0  # decisions drawn at random: the vocabulary cannot write their values
+        self.unwritable_labels: dict = {}  # their slot labels (in order of first sight)
+        self.calls = 0  # generate calls (seeds the samples' random fallbacks)
+        self.warned_unwritable = False
+
+    def draw_unwritable(self, sample, label: str, domain: tuple):
+        """A uniform random value for a slot the vocabulary cannot write (called from the
+        sample's thread; its own generator keeps the draws reproducible)."""
+        if len(domain) == 1:  # nothing to choose (a user space's one sketch): not counted
+            return domain[0]
+        if sample.rng is None:
+            sample.rng = np.random.default_rng((self.calls, sample.index))
+        self.unwritable += 1
+        self.unwritable_labels.setdefault(label, None)
+        return domain[int(sample.rng.integers(len(domain)))]
 
     def generate(self, n: int, rng=None) -> tuple:
         """(candidates, failures): up to n programs (tune.space.Candidate, each with `logprob`,
@@ -130,6 +158,7 @@ class Decoder:
         would not fit the model's context (max_len tokens), which are dropped."""
         rng = rng if rng is not None else np.random.default_rng()
         self.aborted = False
+        self.calls += 1
         if len(self.prompt) >= self.model.cfg.max_len:
             self._too_long(n, n)
             return [], n
@@ -174,6 +203,14 @@ class Decoder:
             s.thread.join()
             if s.error is not None and not isinstance(s.error, ScheduleError):
                 raise s.error
+        if self.unwritable and not self.warned_unwritable:
+            self.warned_unwritable = True
+            warn_user(
+                f"the language model's vocabulary cannot write the values of the slots "
+                f"{', '.join(self.unwritable_labels)} of this design space: they are drawn at random, the "
+                "model writes the rest",
+                UnwritableWarning,
+            )
         done = []
         for s in samples:
             if s.candidate is not None:
@@ -184,12 +221,11 @@ class Decoder:
     def _too_long(self, dropped: int, n: int) -> None:
         if not self.warned_context:
             self.warned_context = True
-            warnings.warn(
+            warn_user(
                 f"{dropped} of {n} programs of this workload did not fit the language model's context "
                 f"({self.model.cfg.max_len} tokens, of which the prompt takes {len(self.prompt)}): they are "
                 "dropped, and the search fills its rounds with the programs that fit and random ones",
                 ContextWarning,
-                stacklevel=4,
             )
 
     def _next_token(self, s: _Sample, logits, rng) -> tuple:

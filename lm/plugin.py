@@ -12,10 +12,9 @@ The factories import torch and measure the machine only when called.
 
 from __future__ import annotations
 
-import warnings
-
 from minitc.autotune.cost_model import default_cost_model
 from minitc.autotune.registry import make_strategy, register_record_extras, register_strategy
+from minitc.errors import warn_user
 from minitc.lm.hardware import hardware
 from minitc.lm.language import SentenceWriter
 
@@ -24,10 +23,7 @@ def tlm_strategy(space, rng, cost_model=None, lm=None, learn: bool = False, **_)
     from minitc.lm.strategy import tlm_search
 
     if space.gpu and lm is None and not _gpu_model_ready():
-        warnings.warn(
-            "no language model trained on GPU sentences is installed; tuning the GPU with evolutionary search",
-            stacklevel=4,
-        )
+        warn_user("no language model trained on GPU sentences is installed; tuning the GPU with evolutionary search")
         return make_strategy("evolutionary", space, rng, cost_model)
 
     from minitc.lm.cost import shipped_cost_model

@@ -42,7 +42,7 @@ import numpy as np
 from minitc.autotune.cost_model import torch_threads
 from minitc.autotune.interfaces import SearchStrategy
 from minitc.autotune.mutators import edit, switch_flips
-from minitc.errors import ScheduleError
+from minitc.errors import ScheduleError, warn_user
 from minitc.lm.decode import Decoder
 from minitc.lm.hardware import closest_machine, differences, hardware, is_gpu_line, same_machine, trained_hardware
 
@@ -235,6 +235,7 @@ class TLMSearch(SearchStrategy):
             "random_top_ups": self.fallback,
             "edits": self.edits,
             "decoded_ahead": self.decoded_ahead,
+            "unwritable": self.decoder.unwritable,  # decisions drawn at random (decode.UnwritableWarning)
         }
 
     def finish(self) -> None:
@@ -341,7 +342,6 @@ def trained_on_gpu(meta: dict) -> bool:
 def tlm_search(space, rng, cost_model=None, lm=None, learn: bool = False) -> TLMSearch:
     """The strategy `tc.tune(..., strategy="tlm")` uses: the model at `lm` (a checkpoint path)
     or the default one (pipeline.load_model), this machine's hardware tokens, the cost model."""
-    import warnings
 
     from minitc.lm.pipeline import load_model
 
@@ -358,5 +358,5 @@ def tlm_search(space, rng, cost_model=None, lm=None, learn: bool = False) -> TLM
         )
     message = hardware_warning(meta, hw, space.target)
     if message:
-        warnings.warn(message, HardwareWarning, stacklevel=3)
+        warn_user(message, HardwareWarning)
     return TLMSearch(space, model, tok, hw, rng, cost_model=cost_model, learn=learn, meta=meta)

@@ -181,3 +181,21 @@ def test_a_sentence_for_another_shape_is_refused():
     assert space_values(big, parse(text)) == program.values
     with pytest.raises(SentenceError, match=r"stage s0 is `stage input float32 \[256 256\]`.*\[128 128\]"):
         space_values(small, parse(text))
+
+
+def test_warnings_point_at_the_users_call_not_at_minitc():
+    """A warning raised deep inside minitc (here the fallback report of tc.compile) names the
+    line of the caller's code (errors.warn_user), so `python -W error` and IDEs point there."""
+    import warnings
+
+    torch = pytest.importorskip("torch")
+
+    class Cumulative(torch.nn.Module):
+        def forward(self, x):
+            return torch.cumsum(x, 0) * 2
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tc.compile(Cumulative(), (torch.randn(3, 5),))
+    fallbacks = [w for w in caught if "through PyTorch" in str(w.message)]
+    assert fallbacks and fallbacks[0].filename == __file__

@@ -14,14 +14,13 @@ optimistic term for tasks that have had few rounds); ties are broken at random.
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 
 from minitc.autotune.registry import make_runner
 from minitc.autotune.runner import LocalBuilder
 from minitc.autotune.tuner import TuningSession, check_count
-from minitc.errors import MinitcError
+from minitc.errors import MinitcError, warn_user
 
 ALPHA, WINDOW = 0.2, 3
 
@@ -86,7 +85,7 @@ def tune_tasks(
                 used += sessions[i].round(min(batch, trials - used))
             except MinitcError as e:  # the task keeps what it measured (or its template)
                 sessions[i].exhausted = True
-                warnings.warn(f"tuning stopped for task {i} ({sessions[i].key[:12]}): {e}", TuningWarning, stacklevel=3)
+                warn_user(f"tuning stopped for task {i} ({sessions[i].key[:12]}): {e}", TuningWarning)
             bests[i].append(sessions[i].best)
             if progress is not None:
                 progress(i, sessions[i])

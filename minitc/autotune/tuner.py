@@ -22,7 +22,6 @@ import json
 import math
 import os
 import time
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -36,7 +35,7 @@ from minitc.autotune.space import Space
 from minitc.autotune.workload_key import canonical, describe, workload_key
 from minitc.backends import build_schedule
 from minitc.backends.cuda.device import device_target
-from minitc.errors import ConfigError, ScheduleError
+from minitc.errors import ConfigError, ScheduleError, warn_user
 from minitc.schedule import Schedule, Trace
 from minitc.target import hardware_fingerprint, parse_target, target_kind
 
@@ -132,7 +131,7 @@ class TuningSession:
         self.start = time.perf_counter()
         if target_kind(o.target) == "cuda":
             o.target = device_target(o.target)  # tune for the GPU that is here
-        self.space = Space(outputs, o.target)
+        self.space = Space(outputs, o.target, o.space)
         self.key = workload_key(self.space.outputs)
         self.hw = hardware_fingerprint(self.space.target)
         self.target = self.space.target.string
@@ -175,9 +174,12 @@ class TuningSession:
         for rec in self.db.programs(self.key, self.target, self.hw):
             values, steps = decode_trace(rec.trace)
             ckey = hashlib.sha256(steps.to_json().encode()).hexdigest()[:24]
+            if values and values[0] not in self.space.sketches:
+                values = None  # another space's decisions: the program counts as measured, nothing replays
             self.search.seed(ckey, values, rec.median_ms if rec.ok else math.inf)
-        if o.template_first and "template" in self.space.sketches:  # never lose to tc.build
-            self.search.put_first([self.space.replay(self.space.default_values())])
+        first = self.space.first_program() if o.template_first else None
+        if first is not None:  # never lose to tc.build
+            self.search.put_first([first])
 
     def round(self, n: int | None = None) -> int:
         """Measure up to n (default: the batch size) new candidates; returns how many."""
@@ -301,6 +303,7 @@ def tune(
     learn: bool = False,
     template_first: bool = True,
     run: str | None = None,
+    space=None,
 ) -> TuneResult:
     """Tune the computation of `outputs` (a tensor or a list) for `target` with `trials`
     measured candidates. `strategy` is a registered name (registry.py), a SearchStrategy or a
@@ -318,7 +321,11 @@ def tune(
     processes, or the runner if it is a Builder too). `run` names the run (e.g. "tlm seed=0"): `trials` is then
     the total of the run, and trials an earlier call of the same run recorded in `db` for this
     workload, target and machine count toward it (`result.resumed`), so rerunning an
-    interrupted run measures only the rest. Raises ConfigError for `trials` or `batch` that is
+    interrupted run measures only the rest. `space` replaces the design space
+    (docs/tuning.md, *Design spaces of your own*): a function `fn(s)` of a Schedule whose
+    sampling instructions (`s.sample_perfect_tile`, `s.sample_categorical`,
+    `s.sample_compute_location`) are the decisions, a SpaceGenerator, "template", "generic", or a
+    list of them; its records are the workload's like any other. Raises ConfigError for `trials` or `batch` that is
     not a whole number >= 1."""
     trials, batch = check_count(trials, "tc.tune: trials"), check_count(batch, "tc.tune: batch")
     options = {name: value for name, value in locals().items() if name != "outputs"}  # TuneOptions' fields
@@ -390,7 +397,7 @@ def tuned_schedule(outputs, target, db=None) -> Schedule | None:
         with Database(path) as database:
             recs = database.best(space_key, parse_target(target).string, hw)
     except DatabaseError as e:  # building must not fail because of a bad records file
-        warnings.warn(f"ignoring tuning records: {e}", stacklevel=3)
+        warn_user(f"ignoring tuning records: {e}")
         return None
     if not recs:
         return None

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import time
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +27,7 @@ from minitc.autotune.database import applied_records, default_path
 from minitc.autotune.task_scheduler import tune_tasks
 from minitc.autotune.tuner import tuned_schedule
 from minitc.driver import build
-from minitc.errors import ConfigError, MinitcError, ShapeError
+from minitc.errors import ConfigError, MinitcError, ShapeError, warn_user
 from minitc.frontend import passes
 from minitc.frontend.choice import choose_programs
 from minitc.frontend.device_runtime import DevicePlan, make_plan
@@ -127,7 +126,7 @@ def _report_fallbacks(graph, fallback: bool) -> None:
     listing = ", ".join(f"{op} x{n}" for op, n in sorted(ops.items()))
     if not fallback:
         raise UnsupportedOpsError(f"minitc has no kernel for {len(ops)} operator(s) of this model: {listing}")
-    warnings.warn(f"minitc runs {sum(ops.values())} node(s) through PyTorch: {listing}", stacklevel=3)
+    warn_user(f"minitc runs {sum(ops.values())} node(s) through PyTorch: {listing}")
 
 
 class CompiledModel:
@@ -155,7 +154,7 @@ class CompiledModel:
                     f"{[list(shape) for shape in signature]}; compile the PyTorch model (tc.compile) for other shapes"
                 )
             if not first:
-                warnings.warn(f"minitc: new input shapes {list(signature)}: compiling the model again", stacklevel=3)
+                warn_user(f"minitc: new input shapes {list(signature)}: compiling the model again")
             self._variants[signature] = self._compile(inputs)
         self.graph, self.tasks, self.plan = self._variants[signature]
         return self.plan
