@@ -7,6 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 import minitc as tc
+from minitc.autotune.workload_key import workload_key
 from minitc.cli import main
 from minitc.explanation import estimate_flops, trace_differences
 from minitc.templates import template_schedule
@@ -142,6 +143,10 @@ def test_cli_explains_the_best_record_and_its_differences(tmp_path):
     assert "the best record of matmul 32x32 32x32" in r.output
     assert "how the best record differs from the template" in r.output
     assert any(line.startswith(("  + ", "  - ")) for line in r.output.splitlines()) or "(the same steps)" in r.output
+    # by its key: the workload decoded from the database, the op read from its tag and attrs
+    by_key = run("explain", "--db", str(db), "--workload", workload_key(C)[:10])
+    assert by_key.exit_code == 0, by_key.output
+    assert by_key.output.splitlines()[0] == r.output.splitlines()[0]
 
 
 def test_cli_errors_are_specific(tmp_path):
