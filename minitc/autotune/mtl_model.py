@@ -119,6 +119,7 @@ class MTLModel(TLPModel):
             raise MinitcError(f"fit_head({name!r}): the records name other machines too: {', '.join(sorted(others))}")
         if not records:
             raise MinitcError(f"fit_head({name!r}): no records of the machine")
+        self._train_pending()  # fits queued before this belong to the whole model, not to this head
         if name not in self.net.names:
             self.add_head(name)
         head = self.net.head(name)
