@@ -92,7 +92,7 @@ class Worker:
         self._posted += 1
 
     def start(self) -> None:
-        env = dict(os.environ, **(self.env or {}))
+        env = dict(os.environ, **(self.env or {}), MINITC_WORKER_PARENT=str(os.getpid()))
         modules = sorted({fn.__module__ for fn in HANDLERS.values()})  # imported as it starts
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from minitc.autotune.worker import main; main()", *modules],
@@ -142,9 +142,26 @@ class Worker:
     close = kill
 
 
+def exit_with_parent(parent: int, every_s: float = 0.5) -> None:
+    """End this process within `every_s` of its parent's death, even in the middle of a job: a
+    killed tuner's worker would otherwise finish its measurement first (it kept a core busy
+    for over 100 s after a SIGTERM to `minitc lm adapt`). Kernels run through ctypes, which
+    releases the GIL, so the watching thread runs while they do."""
+    import threading
+    import time
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="minitc-parent-watch", daemon=True).start()
+
+
 def main() -> None:
     # Ctrl-C reaches the whole process group: the parent handles it and ends its workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    exit_with_parent(int(os.environ.get("MINITC_WORKER_PARENT", os.getppid())))  # dead already: ends at once
     proto_in = os.fdopen(os.dup(0), "rb")
     proto_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints (Python or C) go to stderr, not into the protocol
