@@ -227,6 +227,7 @@ class TuneOptions:
     learn: bool = False
     template_first: bool = True
     run: str | None = None
+    space: object = None  # the design space's sketches (space.Space's `generators`); None: template + generic
 
 
 CONTRACTS = {

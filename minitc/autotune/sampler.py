@@ -9,16 +9,23 @@ and the language model can be constrained to legal values slot by slot.
 
     sampler = Sampler(rng)                    # fresh random decisions
     sampler = Sampler(forced=[...])           # replay recorded decisions
+    sampler = DefaultSampler()                # every slot's default (what tc.build runs)
+
+A user's schedule program asks the same questions through the schedule's sampling
+instructions (`s.sample_perfect_tile`, ...: minitc/schedule/sampling.py), which call the
+sampler the space sets on the schedule.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
 from minitc.errors import ScheduleError
+from minitc.schedule.sampling import default_choice, factorizations
+
+__all__ = ["Decision", "DefaultSampler", "Sampler", "factorizations"]
 
 
 @dataclass(frozen=True)
@@ -31,19 +38,6 @@ class Decision:
     @property
     def index(self) -> int:
         return self.domain.index(self.value)
-
-
-@lru_cache(maxsize=4096)
-def factorizations(extent: int, parts: int, max_innermost: int | None = None) -> tuple:
-    """Every ordered tuple of `parts` positive ints whose product is `extent` (outermost
-    first), optionally with the innermost factor at most `max_innermost`."""
-    if parts == 1:
-        return ((extent,),) if max_innermost is None or extent <= max_innermost else ()
-    out = []
-    for d in range(1, extent + 1):
-        if extent % d == 0:
-            out.extend((d,) + rest for rest in factorizations(extent // d, parts - 1, max_innermost))
-    return tuple(out)
 
 
 def _plain(value):
@@ -65,6 +59,13 @@ class Sampler:
         self.forced = [_plain(v) for v in forced] if forced is not None else None
         self.on_invalid = on_invalid
         self.decisions: list = []
+        self._probs = None  # the weights of the categorical being drawn (None: uniform)
+
+    def _draw(self, kind: str, domain: tuple):
+        """A random value of the slot (weighted by `probs` for a categorical that has them)."""
+        if self._probs is not None:
+            return domain[int(self.rng.choice(len(domain), p=np.asarray(self._probs) / sum(self._probs)))]
+        return domain[int(self.rng.integers(len(domain)))]
 
     def _take(self, kind: str, name: str, domain: tuple):
         if not domain:
@@ -75,13 +76,13 @@ class Sampler:
             if value not in domain:
                 if self.on_invalid != "random":
                     raise ScheduleError(f"decision {n} ({name}): {value!r} is not one of its legal values")
-                value = domain[int(self.rng.integers(len(domain)))]
+                value = self._draw(kind, domain)
         elif self.forced is not None and self.on_invalid != "random":
             raise ScheduleError(
                 f"decision {n} ({name}) was not recorded: the trace has only {len(self.forced)} decisions"
             )
         else:
-            value = domain[int(self.rng.integers(len(domain)))]
+            value = self._draw(kind, domain)
         self.decisions.append(Decision(kind, name, domain, value))
         return value
 
@@ -89,8 +90,13 @@ class Sampler:
         """Factors (outermost first) that multiply to exactly `extent`."""
         return self._take("tile", name, factorizations(int(extent), int(parts), max_innermost))
 
-    def categorical(self, name: str, candidates) -> object:
-        return self._take("categorical", name, tuple(_plain(c) for c in candidates))
+    def categorical(self, name: str, candidates, probs=None) -> object:
+        """One of `candidates`, drawn with weights `probs` (default uniform)."""
+        self._probs = tuple(probs) if probs is not None else None
+        try:
+            return self._take("categorical", name, tuple(_plain(c) for c in candidates))
+        finally:
+            self._probs = None
 
     def compute_location(self, name: str, candidates) -> object:
         """One of `candidates`: loop names, or "root" / "inline"."""
@@ -99,3 +105,25 @@ class Sampler:
     @property
     def values(self) -> list:
         return [d.value for d in self.decisions]
+
+
+class DefaultSampler(Sampler):
+    """Answers every slot with its default (sampling.default_choice: the most balanced tiling,
+    the most probable categorical, the root location), as a schedule program gets outside
+    tuning; its decisions are the program `tc.build` of the user's schedule runs."""
+
+    def __init__(self, first=None):
+        super().__init__(forced=None)
+        self.first = first  # the value of the first slot (a space's sketch), if given
+
+    def _take(self, kind: str, name: str, domain: tuple):
+        if not domain:
+            raise ScheduleError(f"decision {name}: no legal value")
+        if self.first is not None and not self.decisions:
+            value = self.first
+            if value not in domain:
+                raise ScheduleError(f"decision 0 ({name}): {value!r} is not one of its legal values {domain}")
+        else:
+            value = default_choice(kind, domain, self._probs)
+        self.decisions.append(Decision(kind, name, domain, value))
+        return value

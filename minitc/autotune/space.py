@@ -10,9 +10,11 @@ A workload's space has up to two sketches:
 - `generic`: the MetaSchedule-style rules of space_rules.py (gpu_space_rules.py on a GPU), for any
   computation.
 
-The first decision picks the sketch. `Space.sample(rng)` draws a random candidate;
-`Space.replay(decisions)` rebuilds one from its decisions (what mutation, the database and the
-language model use).
+`Space(outputs, target, generators)` takes other sketches instead (generators.py: a user's
+schedule program with sampling instructions, the generic rules with rules of one's own, or a
+list of sketches; `tc.tune`'s `space=`). The first decision picks the sketch.
+`Space.sample(rng)` draws a random candidate; `Space.replay(decisions)` rebuilds one from its
+decisions (what mutation, the database and the language model use).
 """
 
 from __future__ import annotations
@@ -21,10 +23,9 @@ import hashlib
 import inspect
 from dataclasses import dataclass
 
-from minitc.autotune.gpu_space_rules import gpu_generic_sketch
-from minitc.autotune.sampler import Sampler
-from minitc.autotune.space_rules import generic_sketch
-from minitc.errors import ScheduleError
+from minitc.autotune.generators import ScheduleFn, SpaceGenerator, generators_of
+from minitc.autotune.sampler import DefaultSampler, Sampler
+from minitc.errors import ConfigError, ScheduleError
 from minitc.schedule.recorder import Schedule
 from minitc.target import is_gpu, parse_target
 from minitc.templates import CHOICES, DEFAULTS, TEMPLATES, load_templates, template_tag
@@ -143,8 +144,25 @@ class Candidate:
         return hashlib.sha256(self.trace.encode()).hexdigest()[:24]
 
 
+class TemplateSketch(SpaceGenerator):
+    """The operator's hand template with each keyword parameter a categorical decision."""
+
+    name = "template"
+
+    def applies(self, space) -> bool:
+        return space.tag in space.templates
+
+    def apply(self, s, space, sampler: Sampler) -> None:
+        params = template_params(space.tag, s, space.out, space.target, sampler)
+        space.templates[space.tag](s, space.out, space.target, **params)
+
+
 class Space:
-    def __init__(self, outputs, target):
+    """Every program the tuner may try for one workload on one target. `generators`: the
+    sketches (generators.generators_of: None for the template and the generic rules; a
+    SpaceGenerator, a user's schedule function, "template", "generic", or a list of them)."""
+
+    def __init__(self, outputs, target, generators=None):
         self.outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
         self.target = parse_target(target)
         self.gpu = is_gpu(self.target)
@@ -154,18 +172,23 @@ class Space:
             raise ScheduleError("design spaces cover single-output computations")
         self.out = probe.state.outputs[0]
         self.tag = probe.state.stage(self.out).tag if self.gpu else template_tag(probe, self.out)
-        self.sketches = (("template",) if self.tag in self.templates else ()) + ("generic",)
+        given = generators_of(generators, TemplateSketch())
+        self.generators = [g for g in given if g.applies(self)]
+        if not self.generators:
+            names = ", ".join(g.name for g in given)
+            raise ConfigError(f"no sketch of the space ({names}) applies to {self.out} (no template for {self.tag})")
+        self.sketches = tuple(g.name for g in self.generators)
+        for g in self.generators:
+            g.check(self)
 
     def _apply(self, sampler: Sampler) -> Candidate:
         s = Schedule(self.outputs)
         sketch = sampler.categorical("sketch", self.sketches)
-        if sketch == "template":
-            params = template_params(self.tag, s, self.out, self.target, sampler)
-            self.templates[self.tag](s, self.out, self.target, **params)
-        elif self.gpu:
-            gpu_generic_sketch(s, self.out, self.target, sampler)
-        else:
-            generic_sketch(s, self.out, self.target, sampler)
+        s.sampler = sampler  # the schedule's sampling instructions ask it too
+        try:
+            self.generators[self.sketches.index(sketch)].apply(s, self, sampler)
+        finally:
+            s.sampler = None
         return Candidate(sketch, list(sampler.decisions), s)
 
     def sample(self, rng, sketch: str | None = None) -> Candidate:
@@ -186,3 +209,12 @@ class Space:
         s = Schedule(self.outputs)
         params = template_defaults(self.tag, s, self.out, self.target)
         return ["template"] + list(params.values())
+
+    def first_program(self) -> Candidate | None:
+        """What `tc.build` runs, as a program of this space: the hand template with its
+        defaults, else the first user schedule program with its instructions' defaults, else
+        None (tc.tune's `template_first` measures it first)."""
+        if "template" in self.sketches:
+            return self.replay(self.default_values())
+        fns = [g for g in self.generators if isinstance(g, ScheduleFn)]
+        return self._apply(DefaultSampler(first=fns[0].name)) if fns else None

@@ -11,11 +11,17 @@ Leading S0 loops are fused into the parallel loop, S3 of the last axis is vector
 innermost loops are unrolled up to the sampled unroll step. With the write cache, the stage is
 computed into a local tile attached under S1 (the register tile: loops R0 S2 R1 S3), and the
 copy-out carries the elementwise epilogue.
+
+Each rule is a `ScheduleRule`, and the generic space applies the registered rules in order
+(`RULES`: auto-inline, multi-level tiling, compute location). A user adds one for every
+workload of the generic space (e.g. for a new operator family) with `register_rule`, or
+passes a list of rules to one space (`GenericSketch(rules=...)`, generators.py).
 """
 
 from __future__ import annotations
 
 from minitc.autotune.sampler import Sampler
+from minitc.errors import ConfigError
 
 UNROLL_STEPS = (0, 16, 64, 512)
 MAX_LANES = 64
@@ -139,8 +145,91 @@ def compute_locations(s, anchor: str, sampler: Sampler) -> None:
             vectorize_and_unroll(s, st.name, sampler, st.name)
 
 
+class ScheduleRule:
+    """One rule of the generic design space (MetaSchedule's ScheduleRule). A rule schedules the
+    workload further and takes every number it needs from the sampler, so its choices become
+    decisions that search, mutation and the language model work on:
+
+        class MyRule(ScheduleRule):
+            name = "my-rule"
+            def applies(self, s, out, target):      # optional: default True
+                return s.state.stage(out).tag == "softmax"
+            def apply(self, s, out, target, sampler):
+                ...  # primitives on `s`; numbers from sampler.perfect_tile / categorical / compute_location
+
+    `s` is the Schedule being built (the earlier rules have run), `out` the output stage's name,
+    `target` the parsed Target. A rule's slot names (`f"{out}.my_choice"`) should be unique and
+    stable: they label its decisions. An illegal combination raises ScheduleError (the search
+    draws again). `name` identifies the rule in the registry."""
+
+    name = ""
+
+    def applies(self, s, out: str, target) -> bool:
+        """Whether the rule has anything to do for this workload (default: always)."""
+        return True
+
+    def apply(self, s, out: str, target, sampler: Sampler) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must define apply(s, out, target, sampler)")
+
+
+class AutoInline(ScheduleRule):
+    name = "auto-inline"
+
+    def apply(self, s, out, target, sampler):
+        auto_inline(s, sampler)
+
+
+class MultiLevelTiling(ScheduleRule):
+    name = "multi-level-tiling"
+
+    def apply(self, s, out, target, sampler):
+        multi_level_tiling(s, out, sampler)
+
+
+class ComputeLocation(ScheduleRule):
+    name = "compute-location"
+
+    def apply(self, s, out, target, sampler):
+        compute_locations(s, out, sampler)
+
+
+RULES: dict = {}  # name -> ScheduleRule, in the order the generic space applies them
+
+
+def register_rule(rule: ScheduleRule, before: str | None = None) -> None:
+    """Add `rule` to the generic space of every workload (last, or before the rule named
+    `before`); a rule of the same name is replaced in place."""
+    if not isinstance(rule, ScheduleRule) or not rule.name:
+        raise ConfigError(f"register_rule takes a ScheduleRule with a name, got {rule!r}")
+    if before is not None and before not in RULES:
+        raise ConfigError(f"register_rule: no rule named {before!r}; the rules are {', '.join(RULES)}")
+    if rule.name in RULES or before is None:
+        RULES[rule.name] = rule
+        return
+    items = list(RULES.items())
+    at = [name for name, _ in items].index(before)
+    RULES.clear()
+    RULES.update(items[:at] + [(rule.name, rule)] + items[at:])
+
+
+def unregister_rule(name: str) -> None:
+    """Remove the rule `name` from the generic space (a ConfigError if there is none)."""
+    if name not in RULES:
+        raise ConfigError(f"unregister_rule: no rule named {name!r}; the rules are {', '.join(RULES)}")
+    del RULES[name]
+
+
+def apply_rules(s, out: str, target, sampler: Sampler, rules) -> None:
+    """Apply each of `rules` that applies, in order."""
+    for rule in rules:
+        if rule.applies(s, out, target):
+            rule.apply(s, out, target, sampler)
+
+
 def generic_sketch(s, out: str, target, sampler: Sampler) -> None:
-    """The rule-based design space for any single-output computation."""
-    auto_inline(s, sampler)
-    multi_level_tiling(s, out, sampler)
-    compute_locations(s, out, sampler)
+    """The rule-based design space for any single-output computation: the registered rules."""
+    apply_rules(s, out, target, sampler, list(RULES.values()))
+
+
+for _rule in (AutoInline(), MultiLevelTiling(), ComputeLocation()):
+    register_rule(_rule)

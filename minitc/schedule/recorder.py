@@ -8,6 +8,7 @@ import itertools
 
 from minitc.errors import ScheduleError
 from minitc.schedule.kinds import STEP_TABLE, apply_step
+from minitc.schedule.sampling import SamplingInstructions
 from minitc.schedule.state import LoopRef, from_tensors, stage_tensor
 from minitc.schedule.trace import Step, Trace
 from minitc.te import ComputeOp, Tensor
@@ -32,9 +33,11 @@ def output_tensors(outputs) -> list:
     return outs
 
 
-class Schedule:
+class Schedule(SamplingInstructions):
     """How to compute one or more output tensors. Starts as the naive loop nest; primitives
-    transform it and are recorded in `self.trace`."""
+    transform it and are recorded in `self.trace`. The sampling instructions
+    (`sample_perfect_tile`, `sample_categorical`, `sample_compute_location`: sampling.py) make
+    a schedule program a design space."""
 
     def __init__(self, outputs):
         outs = output_tensors(outputs)
