@@ -165,3 +165,16 @@ def test_a_bad_form_says_what_is_wrong(form, message):
     with pytest.raises(DecodeError) as e:
         decode(form)
     assert message in str(e.value), str(e.value)
+
+
+def test_show_a_form_stored_without_attrs(tmp_path):
+    """A database written before forms kept attrs: the workload decodes, but the convolution
+    template cannot read its stride, and show says so instead of failing."""
+    out = OPS["conv2d"].instantiate("tiny").output
+    key, path = workload_key(out), tmp_path / "r.db"
+    with Database(path) as db:
+        db.add_workload(key, describe(out), canonical(out))
+    result = CliRunner().invoke(main, ["show", key[:10], "--db", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "  op: " not in result.output
+    assert "loop nest: unavailable: the template does not take the decoded workload (KeyError" in result.output

@@ -281,8 +281,15 @@ def show_workload(path, workload, shape, options, target, show_llvm, show_asm) -
         click.echo(f"loop nest: unavailable: {problem}")
         return
     if schedule is None:
+        try:
+            schedule = tc.lower(out, target=target, db=False)
+        except Exception as e:  # noqa: BLE001 - a workload decoded without the attrs its template reads
+            if call is not None:
+                raise
+            why = f"{type(e).__name__}: {e}"
+            click.echo(f"loop nest: unavailable: the template does not take the decoded workload ({why})")
+            return
         click.echo("loop nest of the hand template (tc.build(out, db=False)):")
-        schedule = tc.lower(out, target=target, db=False)
         kernel_of = lambda: tc.build(out, target=target, db=False)  # noqa: E731
     else:
         click.echo("loop nest of the best record:")
