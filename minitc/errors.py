@@ -53,20 +53,12 @@ def warn_user(message: str, category: type = UserWarning) -> None:
 
 
 def _package_dirs() -> tuple:
-    """The directories of minitc's packages (lm/, backends/ and benchmarks/ are minitc.lm,
-    minitc.backends and minitc.benchmarks, but live beside minitc/ in the source tree)."""
-    global _DIRS
-    if _DIRS is None:
-        import importlib.util
-        import os
+    """The directories of minitc's code: the package, and beside it in a source tree the
+    directories installed as its subpackages lm, backends and benchmarks (in a wheel they lie
+    inside the package)."""
+    import os
 
-        found = []
-        for name in ("minitc", "minitc.lm", "minitc.backends", "minitc.benchmarks"):
-            spec = importlib.util.find_spec(name)
-            if spec is not None and spec.origin:
-                found.append(os.path.dirname(spec.origin) + os.sep)
-        _DIRS = tuple(found)
-    return _DIRS
-
-
-_DIRS = None
+    package = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(package)
+    beside = [os.path.join(root, name) for name in ("lm", "backends", "benchmarks")]
+    return tuple(os.path.join(d, "") for d in (package, *beside))
