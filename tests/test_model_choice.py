@@ -91,3 +91,25 @@ def test_a_compile_from_records_chooses_each_contested_task_and_stays_correct(tm
             assert (task.trace.to_json() == template[choice.task]) == (choice.kept == "template")
         with torch.no_grad():
             np.testing.assert_allclose(compiled(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_task_its_template_refuses_runs_as_the_naive_loop_nest(monkeypatch):
+    """A template error on an unusual but valid task does not stop the model from compiling:
+    the task runs its naive loop nest, correct, and a warning names it and the reason."""
+    from minitc.frontend import compiler
+
+    real = compiler.template_schedule
+
+    def refusing(outputs, target="llvm", **params):
+        if "dense" in str(outputs):
+            raise tc.ScheduleError("planted: this template refuses")
+        return real(outputs, target, **params)
+
+    monkeypatch.setattr(compiler, "template_schedule", refusing)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8)).eval()
+    x = torch.randn(4, 16)
+    with pytest.warns(UserWarning, match="no template schedule for task .*planted: this template refuses"):
+        compiled = tc.compile(model, (x,), db=False)
+    with torch.no_grad():
+        np.testing.assert_allclose(compiled(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-5)

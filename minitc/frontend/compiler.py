@@ -27,11 +27,11 @@ from minitc.autotune.database import applied_records, default_path
 from minitc.autotune.task_scheduler import tune_tasks
 from minitc.autotune.tuner import tuned_schedule
 from minitc.driver import build
-from minitc.errors import ConfigError, MinitcError, ShapeError, warn_user
+from minitc.errors import ConfigError, MinitcError, ScheduleError, ShapeError, warn_user
 from minitc.frontend import passes
 from minitc.frontend.choice import choose_programs
 from minitc.frontend.device_runtime import DevicePlan, make_plan
-from minitc.frontend.importer import import_model, unsupported
+from minitc.frontend.importer import fallback_reasons, import_model, unsupported
 from minitc.frontend.kernels import NO_KERNEL, node_tensor
 from minitc.frontend.passes import LAYOUTS
 from minitc.schedule import Schedule
@@ -123,10 +123,32 @@ def _report_fallbacks(graph, fallback: bool) -> None:
     ops = unsupported(graph)
     if not ops:
         return
-    listing = ", ".join(f"{op} x{n}" for op, n in sorted(ops.items()))
+    reasons = fallback_reasons(graph)
+
+    def why(op: str) -> str:
+        said = [r for r in reasons.get(op, []) if r]
+        return f" ({'; '.join(said)})" if said else ""
+
+    listing = ", ".join(f"{op} x{n}{why(op)}" for op, n in sorted(ops.items()))
     if not fallback:
         raise UnsupportedOpsError(f"minitc has no kernel for {len(ops)} operator(s) of this model: {listing}")
     warn_user(f"minitc runs {sum(ops.values())} node(s) through PyTorch: {listing}")
+
+
+def _template_trace(task, target: str):
+    """The trace of the task's template; where the template refuses the task (an unusual but
+    valid shape), its naive loop nest, with a warning naming the task and the reason: a model
+    compiles slower, never not at all."""
+    try:
+        return template_schedule(task.outputs, target).trace
+    except ScheduleError as e:
+        warn_user(f"minitc: no template schedule for task {task}: {e}; it runs as the naive loop nest")
+        s = Schedule(task.outputs)
+        if is_gpu(target):  # one thread per output element, not one thread for all
+            from minitc.templates.gpu import bind_unbound
+
+            bind_unbound(s)
+        return s.trace
 
 
 class CompiledModel:
@@ -175,7 +197,7 @@ class CompiledModel:
             source = default_path()
         templates, tuned = {}, {}
         for task in tasks:
-            task.trace = templates[task.key] = template_schedule(task.outputs, self.target).trace
+            task.trace = templates[task.key] = _template_trace(task, self.target)
             chosen = tuned_schedule([task.outputs], self.target, source) if source is not None else None
             if chosen is not None and chosen.trace.to_json() != task.trace.to_json():
                 tuned[task.key] = chosen.trace
