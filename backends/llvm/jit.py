@@ -22,7 +22,8 @@ import llvmlite.binding as llvm
 from minitc.backends.llvm.codegen import render, sanitize
 from minitc.errors import BuildError
 from minitc.target import parse_target
-from minitc.target.cpu import LLVM_LOCK, LLVMTarget, ensure_llvm_initialized
+from minitc.target.cpu import LLVMTarget
+from minitc.target.llvm_state import LLVM_LOCK, ensure_llvm_initialized
 
 _LOCK = LLVM_LOCK
 _CACHE: dict = {}

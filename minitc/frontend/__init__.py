@@ -2,10 +2,10 @@
 and compiled programs that run them (`tc.compile`). torch is imported only when a model is
 compiled."""
 
-from minitc.frontend.compiler import CompiledModel, UnsupportedOpsError, compile_model, extract_tasks
+from minitc.frontend.compiler import CompiledModel, UnsupportedOpsError, compile_model, extract_tasks, load
 from minitc.frontend.graph import Graph, Node, Value
 from minitc.frontend.importer import fallback_reasons, import_model, unsupported
-from minitc.frontend.saved import SavedModelError, load
+from minitc.frontend.saved import SavedModelError
 
 __all__ = [
     "CompiledModel", "Graph", "Node", "UnsupportedOpsError", "Value", "compile_model", "extract_tasks",

@@ -28,7 +28,7 @@ from minitc.autotune.task_scheduler import tune_tasks
 from minitc.autotune.tuner import tuned_schedule
 from minitc.driver import build
 from minitc.errors import ConfigError, MinitcError, ScheduleError, ShapeError, warn_user
-from minitc.frontend import passes
+from minitc.frontend import passes, saved
 from minitc.frontend.choice import choose_programs
 from minitc.frontend.device_runtime import DevicePlan, make_plan
 from minitc.frontend.importer import fallback_reasons, import_model, unsupported
@@ -216,7 +216,7 @@ class CompiledModel:
 
     @classmethod
     def restored(cls, graph, tasks, plan, example_inputs, target, source: str) -> CompiledModel:
-        """A compiled model rebuilt from a saved file (minitc.frontend.saved.load)."""
+        """A compiled model rebuilt from a saved file (compiler.load)."""
         self = cls.__new__(cls)
         self.model, self.target, self.db, self.fallback, self.tuning = None, target, False, True, {}
         self.layout = "auto"
@@ -228,9 +228,7 @@ class CompiledModel:
 
     def save(self, path) -> None:
         """Write the graph, its constants and each task's trace to one file (minitc.frontend.saved)."""
-        from minitc.frontend.saved import save
-
-        save(self, path)
+        saved.save(self, path)
 
     def benchmark(self, repeats: int = 20) -> dict:
         """Median milliseconds of the whole model on its example inputs (`total_ms`) and of
@@ -272,6 +270,20 @@ class CompiledModel:
         plan.check_inputs(arrays)
         outs = [torch.from_numpy(a) for a in plan.run(arrays)]
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def load(path) -> CompiledModel:
+    """The compiled model saved in `path` (CompiledModel.save), its kernels built from the saved
+    traces for the target it was compiled for. A damaged file raises SavedModelError."""
+    graph, traces, inputs, target = saved.read(path)
+    tasks = extract_tasks(graph, target)
+    try:
+        for task in tasks:
+            task.trace = traces[tuple(task.nodes)]
+    except KeyError as e:
+        raise saved.SavedModelError(f"{path}: damaged saved model (no trace for the task of nodes {e})") from None
+    plan = make_plan(graph, build_kernels(tasks, target), target)
+    return CompiledModel.restored(graph, tasks, plan, inputs, target, source=str(path))
 
 
 def _arrays(inputs) -> list:

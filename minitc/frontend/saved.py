@@ -137,13 +137,10 @@ def _read(path: Path):
     return doc, arrays
 
 
-def load(path):
-    """The compiled model saved in `path`, its kernels built from the saved traces for the
-    target it was compiled for."""
+def read(path) -> tuple:
+    """(graph, {a task's node names: its trace}, the example inputs, the target) of the model
+    saved in `path`; compiler.load rebuilds the compiled model from them."""
     import torch
-
-    from minitc.frontend.compiler import CompiledModel, build_kernels, extract_tasks
-    from minitc.frontend.device_runtime import make_plan
 
     path = Path(path)
     doc, arrays = _read(path)
@@ -154,12 +151,8 @@ def load(path):
             [_node(d) for d in doc["nodes"]],
             list(doc["outputs"]),
         )
-        tasks = extract_tasks(graph, doc["target"])
         traces = {tuple(t["nodes"]): Trace.from_json(t["trace"]) for t in doc["tasks"]}
-        for task in tasks:
-            task.trace = traces[tuple(task.nodes)]
         inputs = tuple(torch.from_numpy(arrays[f"i{k}"]) for k in range(len(graph.inputs)))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise SavedModelError(f"{path}: damaged saved model ({type(e).__name__}: {e})") from None
-    plan = make_plan(graph, build_kernels(tasks, doc["target"]), doc["target"])
-    return CompiledModel.restored(graph, tasks, plan, inputs, doc["target"], source=str(path))
+    return graph, traces, inputs, doc["target"]

@@ -213,7 +213,7 @@ def _aligned(n: int) -> np.ndarray:
 
 
 def _engine(cpu: str, features: str, ir: str):
-    from minitc.target.cpu import LLVM_LOCK, ensure_llvm_initialized
+    from minitc.target.llvm_state import LLVM_LOCK, ensure_llvm_initialized
 
     ensure_llvm_initialized()
     with LLVM_LOCK:

@@ -38,7 +38,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import threading
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -50,10 +49,10 @@ from minitc.target.cpus import CPU_FEATURES, LEVELS
 from minitc.target.hardware import Hardware
 from minitc.target.host import read_host_facts as host_facts
 from minitc.target.host import trusted_cpu_name
+from minitc.target.llvm_state import ensure_llvm_initialized
 
 _OPTIONS = ("-mcpu", "-mattr", "-mtriple", "-num-cores")
 SPLIT_512_BITS = 256  # the widest vector a core with split 512-bit units runs at full rate
-LLVM_LOCK = threading.RLock()  # LLVM's global context is not thread-safe: hold it to parse or compile
 
 
 @dataclass(frozen=True)
@@ -183,23 +182,9 @@ class LLVMTarget:
         return self.string
 
 
-def ensure_llvm_initialized():
-    """Initialise LLVM's native target and asm printer once (llvmlite 0.50 no longer has
-    `llvm.initialize()`)."""
-    _init()
-
-
-@functools.lru_cache(maxsize=None)
-def _init():
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    llvm.initialize_native_asmparser()
-    return True
-
-
 @functools.lru_cache(maxsize=None)
 def _host() -> dict:
-    _init()
+    ensure_llvm_initialized()
     return {
         "cpu": trusted_cpu_name(llvm.get_host_cpu_name(), host_facts()),
         "features": llvm.get_host_cpu_features().flatten(),
