@@ -406,11 +406,10 @@ print("the last record of the user space, rebuilt with tc.build(Y, db=...), matc
 # | space | best ms, seeds 0 / 1 / 2 | median | GFLOP/s |
 # |---|---|---|---|
 # | generic (9 decisions or more) | 0.587 / 0.338 / 0.715 | 0.587 | 114 |
-# | `dense_relu` (6 decisions) | 0.381 / 0.320 / 0.407 | 0.381 | 176 |
+# | `dense_relu` (5 decisions) | 0.381 / 0.320 / 0.407 | 0.381 | 176 |
 #
 # With 32 trials the user space's best is ahead in each seed, by 1.5x at the median. The
-# generic space can reach the same region (seed 1: 0.338 ms, a write cache under a tile with a
-# good shape), but few of its programs are there, so 32 random draws find it once in three;
+# generic space can reach the same region (seed 1: 0.338 ms), but few of its programs are there, so 32 random draws find it once in three;
 # nearly every program of `dense_relu` has the fast shape, and the search only picks sizes.
 # More trials or the evolutionary search narrow the gap: a space of your own buys a budget,
 # not a ceiling.
