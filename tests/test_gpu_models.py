@@ -197,3 +197,34 @@ def test_tuning_a_model_for_the_gpu_measures_its_tasks_with_the_gpu_runner(tmp_p
         assert len(records) >= 4
     with torch.no_grad():
         _close(tc.compile(model, (x,), target="cuda-sim", db=db)(x), model(x))
+
+
+class WinogradBlock(nn.Module):
+    """A ResNet basic block's two 3x3 stride-1 convolutions, wide enough for Winograd on a GPU."""
+
+    def __init__(self, c=32):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.BatchNorm2d(c)
+        self.conv2, self.bn2 = nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.BatchNorm2d(c)
+        self.strided = nn.Conv2d(c, c, 3, 2, 1)  # stride 2: the direct template
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = torch.relu(self.bn2(self.conv2(y)) + x)
+        return self.strided(y)
+
+
+def test_3x3_convolutions_run_by_winograd_on_the_gpu_with_their_epilogues():
+    torch.manual_seed(0)
+    model = _batch_norms_not_identity(WinogradBlock()).eval()
+    x = torch.randn(1, 32, 8, 8)
+    compiled = tc.compile(model, (x,), target="cuda-sim")
+    anchors = [next(m.op for m in n.body if "conv" in m.op) for n in compiled.graph.nodes if n.body]
+    anchors += [n.op for n in compiled.graph.nodes if "conv" in n.op]
+    assert sorted(anchors) == ["conv2d", "conv2d_winograd", "conv2d_winograd"]
+    with torch.no_grad():
+        _close(compiled(x), model(x))
+    cpu = tc.compile(model, (x,), db=False)  # the CPU keeps its own (channel-blocked) layouts
+    assert not any(
+        n.op == "conv2d_winograd" or any(m.op == "conv2d_winograd" for m in n.body or []) for n in cpu.graph.nodes
+    )

@@ -43,6 +43,10 @@ def _winograd(n, x, u):
     return winograd.conv2d_winograd_nchwc(x, u, padding=n.attrs["padding"])
 
 
+def _winograd_nchw(n, x, u):
+    return winograd.conv2d_winograd(x, u, padding=n.attrs["padding"])
+
+
 def _pool(op):
     def build(n, x):
         return op(x, n.attrs["kernel"], n.attrs["stride"], n.attrs["padding"])
@@ -198,6 +202,7 @@ BUILDERS = {
     "depthwise_conv2d": _conv(ops.depthwise_conv2d),
     "conv2d_nchwc": _conv(nchwc.conv2d_nchwc),
     "conv2d_winograd_nchwc": _winograd,
+    "conv2d_winograd": _winograd_nchw,
     "depthwise_conv2d_nchwc": _conv(nchwc.depthwise_conv2d_nchwc),
     "max_pool2d": _pool(ops.max_pool2d),
     "max_pool2d_nchwc": _pool(nchwc.max_pool2d_nchwc),
@@ -229,6 +234,7 @@ EPILOGUE_TAGS = {
     "conv2d": "conv2d",
     "conv2d_nchwc": "conv2d_nchwc",
     "conv2d_winograd_nchwc": "conv2d_winograd_nchwc",
+    "conv2d_winograd": "conv2d_winograd",
     "depthwise_conv2d_nchwc": "depthwise_conv2d_nchwc",
 }
 

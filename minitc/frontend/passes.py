@@ -12,6 +12,8 @@
   [C, R, S, K] (`weight_layout="CRSK"`).
 - `pack_dense_weights` (weights.py, needs the target): a dense layer's constant weight is packed once into
   blocks of a vector's worth of output features (`weight_block`), read in place by the template.
+- `winograd_convolutions` (weights.py, GPU targets): a 3x3 stride-1 convolution with a constant weight
+  and enough channels becomes `conv2d_winograd`, its weight transformed once.
 - `fuse_dense_activation`: an activation applied to a dense layer's output, and read by nothing
   else, becomes the dense kernel's epilogue (`dense(..., activation=gelu)`), looking through
   the views that put a [batch * tokens, features] product back into [batch, tokens, features].
@@ -35,7 +37,7 @@ from minitc.frontend.fusion import PROLOGUE_TAKERS, fuse_elementwise, fuse_eleme
 from minitc.frontend.graph import ELEMENTWISE, Graph, Node, is_pure, single_use
 from minitc.frontend.importer import Ref
 from minitc.frontend.layout import block_channels
-from minitc.frontend.weights import pack_conv_weights, pack_dense_weights
+from minitc.frontend.weights import pack_conv_weights, pack_dense_weights, winograd_convolutions
 
 ACTIVATIONS = ("relu", "gelu", "sigmoid", "tanh")
 CONVOLUTIONS = ("conv2d", "depthwise_conv2d")
@@ -267,6 +269,7 @@ PASSES = (
     block_channels,
     pack_conv_weights,
     pack_dense_weights,
+    winograd_convolutions,
     fuse_dense_activation,
     simplify_views,
     hoist_operand_scales,
@@ -285,5 +288,6 @@ def run_all(graph: Graph, target="llvm", layout: str = "auto") -> Graph:
     for p in PASSES:
         if p is block_channels and layout == "nchw":
             continue
-        graph = p(graph, target) if p in (block_channels, pack_conv_weights, pack_dense_weights) else p(graph)
+        takes_target = p in (block_channels, pack_conv_weights, pack_dense_weights, winograd_convolutions)
+        graph = p(graph, target) if takes_target else p(graph)
     return graph

@@ -35,8 +35,9 @@ def _read_tagged(s, stage: str, tag: str, op: str = TAG) -> str:
 
 
 def nchw_stages(s, out: str) -> tuple:
-    """(patch, input, gemm) stages of tc.ops.conv2d_winograd under `out` (CPU and GPU templates)."""
-    gemm = _read_tagged(s, out, "winograd_gemm", NCHW_TAG)
+    """(patch, input, gemm) stages of tc.ops.conv2d_winograd under `out`, its output transform
+    or an elementwise epilogue of it (CPU and GPU templates)."""
+    gemm = epilogue_anchor(s, out, "winograd_gemm", NCHW_TAG)
     data = _read_tagged(s, gemm, "winograd_input", NCHW_TAG)
     return _read_tagged(s, data, "winograd_patch", NCHW_TAG), data, gemm
 

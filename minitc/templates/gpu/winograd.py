@@ -15,6 +15,7 @@ GEMM template's tiling. V and M are global temporaries, about 4x the input and t
 
 from __future__ import annotations
 
+from minitc.templates.gemm import inline_epilogue
 from minitc.templates.gpu import defaults, template
 from minitc.templates.gpu.gemm import _gemm_shape, gemm_gpu, pick_gpu_tiles
 from minitc.templates.winograd import NCHW_TAG as TAG
@@ -36,6 +37,7 @@ def _thread_per(s, outer: list, inner: list, threads: int = 256):
 @template(TAG)
 def schedule_conv2d_winograd(s, out, target, bm=64, bn=64, tm=4, tn=4, bk=16, shared=True):
     patch, data, gemm = nchw_stages(s, out)
+    inline_epilogue(s, out, gemm)  # the output transform and a fused epilogue: one stage, a thread per 2x2 tile
     acc = s.stage_name(s.cache_write(gemm, "local"))
     gemm_gpu(s, gemm, acc, target, bm=bm, bn=bn, tm=tm, tn=tn, bk=bk, shared=shared)
     xi, nu, c, p = s.loops(data)
