@@ -228,3 +228,17 @@ def test_3x3_convolutions_run_by_winograd_on_the_gpu_with_their_epilogues():
     assert not any(
         n.op == "conv2d_winograd" or any(m.op == "conv2d_winograd" for m in n.body or []) for n in cpu.graph.nodes
     )
+
+
+def test_dense_weights_are_stored_in_out_once_for_the_gpu():
+    """On a GPU the model compiler hands the dense template its weight as [IN, OUT] (the layout
+    its shared tile of B fills with float4 copies), transposed once at compile time."""
+    torch.manual_seed(0)
+    model, x = Encoder().eval(), torch.randn(2, 8, 32)
+    compiled = tc.compile(model, (x,), target="cuda-sim")
+    dense = [m for n in compiled.graph.nodes for m in (n.body or [n]) if m.op == "dense"]
+    assert dense and all(m.attrs.get("weight_in_out") for m in dense)
+    for m in dense:  # [IN, OUT]: 32 features in (the model's width), the layer's outputs out
+        assert compiled.graph.constants[m.inputs[1]].shape in ((32, m.shape[-1]), (64, m.shape[-1]))
+    with torch.no_grad():
+        _close(compiled(x), model(x))
