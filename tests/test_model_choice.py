@@ -113,3 +113,17 @@ def test_a_task_its_template_refuses_runs_as_the_naive_loop_nest(monkeypatch):
         compiled = tc.compile(model, (x,), db=False)
     with torch.no_grad():
         np.testing.assert_allclose(compiled(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_compiled_model_takes_numpy_arrays_too():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 8), nn.ReLU()).eval()
+    x = torch.randn(4, 16)
+    for target in ("llvm", "cuda-sim"):
+        compiled = tc.compile(model, (x,), target=target, db=False)
+        with torch.no_grad():
+            np.testing.assert_allclose(compiled(x.numpy()).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-6)
+            other = np.random.default_rng(0).standard_normal((2, 16)).astype("float32")
+            with pytest.warns(UserWarning, match="new input shapes"):  # another shape compiles again, from numpy
+                got = compiled(other)
+            np.testing.assert_allclose(got.numpy(), model(torch.from_numpy(other)).numpy(), rtol=1e-5, atol=1e-6)

@@ -167,7 +167,8 @@ class CompiledModel:
     def _select(self, inputs, first=False):
         import torch
 
-        signature = tuple(tuple(t.shape) for t in inputs if isinstance(t, torch.Tensor))
+        # numpy and CuPy arrays are inputs too (compiled as torch tensors of the same data)
+        signature = tuple(tuple(t.shape) for t in inputs if isinstance(t, torch.Tensor) or hasattr(t, "__array__"))
         if signature not in self._variants:
             if self.model is None:
                 known = ", ".join(str([list(shape) for shape in k]) for k in self._variants)
@@ -177,7 +178,7 @@ class CompiledModel:
                 )
             if not first:
                 warn_user(f"minitc: new input shapes {list(signature)}: compiling the model again")
-            self._variants[signature] = self._compile(inputs)
+            self._variants[signature] = self._compile([_tensor(t) for t in inputs])
         self.graph, self.tasks, self.plan = self._variants[signature]
         return self.plan
 
@@ -284,6 +285,16 @@ def load(path) -> CompiledModel:
         raise saved.SavedModelError(f"{path}: damaged saved model (no trace for the task of nodes {e})") from None
     plan = make_plan(graph, build_kernels(tasks, target), target)
     return CompiledModel.restored(graph, tasks, plan, inputs, target, source=str(path))
+
+
+def _tensor(x):
+    """A torch tensor of the input `x` (numpy arrays shared, CuPy arrays through the CUDA array
+    interface), for torch.export."""
+    import torch
+
+    if isinstance(x, torch.Tensor) or not hasattr(x, "__array__"):
+        return x
+    return torch.as_tensor(x, device="cuda") if hasattr(x, "__cuda_array_interface__") else torch.from_numpy(x)
 
 
 def _arrays(inputs) -> list:

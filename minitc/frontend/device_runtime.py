@@ -128,7 +128,11 @@ class DevicePlan:
         import torch
 
         for buffer, x in zip(self._inputs, inputs):
-            buffer.copy_(torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x)
+            if isinstance(x, np.ndarray):
+                x = torch.from_numpy(np.ascontiguousarray(x))
+            elif not isinstance(x, torch.Tensor):  # a CuPy array: shared through the CUDA array interface
+                x = torch.as_tensor(x, device=self.device)
+            buffer.copy_(x)
 
     def _execute(self, times: dict | None) -> dict:
         """Run the steps; returns every value by name (the static buffers, and what the views
