@@ -1,4 +1,5 @@
-"""Lowering: schedule -> loop-nest IR, as a named, ordered list of passes.
+"""Lowering: schedule -> loop-nest IR: stages inlined, the loop nest built, then the named,
+ordered passes of STMT_PASSES (and gpu_passes() for a GPU) over it.
 
 Set MINITC_DEBUG=2 to print the IR after every pass (MINITC_DEBUG=1 prints the final IR).
 """
@@ -80,37 +81,43 @@ def _build(state: State, params: dict, gpu: bool):
     return body
 
 
+def _simplify(body):
+    check_parallel_nesting(body)
+    return simplify_stmt(body) or ir.Seq(())
+
+
+# The passes over the built loop nest, in order: (name MINITC_DEBUG=2 prints, function of the body)
+STMT_PASSES = (("simplify", _simplify),)
+
+
+def gpu_passes() -> tuple:
+    """The passes a GPU kernel's loop nest takes after STMT_PASSES (imported on first use)."""
+    from minitc.lowering.allreduce import lower_allreduce
+    from minitc.lowering.double_buffer import double_buffer
+    from minitc.lowering.gpu import sink_guards
+
+    return (
+        ("cross-thread reductions", lower_allreduce),
+        ("sink guards below barriers", sink_guards),
+        ("double buffer shared tiles", double_buffer),
+    )
+
+
 def lower_state(state: State, inputs: list, outputs: list, name: str = "kernel", gpu: bool = False) -> ir.Kernel:
     """Lower a schedule state. `inputs` and `outputs` are stage names in argument order. `gpu`
     lowers for a GPU (shared-memory tiles and barriers); otherwise GPU bindings are an error."""
     if not gpu:
         check_no_bindings(state)
-    passes = [
-        ("inline", inline_stages),
-    ]
-    for pass_name, fn in passes:
-        state = fn(state)
+    state = inline_stages(state)
     params = {}
     for n in list(inputs) + list(outputs):
         st = state.stage(n)
         params[n] = ir.Buffer(n, st.shape, st.dtype, "global")
     body = _build(state, params, gpu)
     _dump("build", body)
-    check_parallel_nesting(body)
-    body = simplify_stmt(body) or ir.Seq(())
-    _dump("simplify", body)
-    if gpu:
-        from minitc.lowering.allreduce import lower_allreduce
-        from minitc.lowering.gpu import sink_guards
-
-        body = lower_allreduce(body)
-        _dump("cross-thread reductions", body)
-        body = sink_guards(body)
-        _dump("sink guards below barriers", body)
-        from minitc.lowering.double_buffer import double_buffer
-
-        body = double_buffer(body)
-        _dump("double buffer shared tiles", body)
+    for pass_name, fn in STMT_PASSES + (gpu_passes() if gpu else ()):
+        body = fn(body)
+        _dump(pass_name, body)
     kernel = ir.Kernel(name, [params[n] for n in list(inputs) + list(outputs)], len(inputs), body)
 
     try:
