@@ -24,6 +24,8 @@ PAGE = ROOT / "docs" / "results.md"
 
 # cpu-core: (host label, target label, files whose 2-thread ratios are combined by median)
 CPU_CORE = [
+    ("AMD EPYC Zen 5", "native", ["cpu-core-znver5-native-20261128.json"]),
+    ("AMD EPYC Zen 5", "AVX2", [f"cpu-core-znver5-target-x86-64-v3-20261128{s}.json" for s in ("", "b")]),
     ("AMD EPYC Zen 5", "native", ["cpu-core-znver5-native-20261127.json", "cpu-core-znver5-native-20261127b.json"]),
     ("AMD EPYC Zen 5", "AVX2", ["cpu-core-znver5-target-x86-64-v3-20261127.json"]),
     ("AMD EPYC Zen 4", "native", [f"cpu-core-znver4-native-20261127{s}.json" for s in ("", "b", "c")]),
@@ -45,6 +47,9 @@ GPU_CORE = [
     ("NVIDIA H200", "gpu-core-h200-templates-20261127.json"),
     ("NVIDIA H100", "gpu-core-h100-templates-20261127.json"),
 ]
+TUNED = [  # (host, file of `minitc tune --json`): a workload no table names, tuned
+    ("AMD EPYC Zen 5", "tune-evo256-matmul-1000-znver5-20261128.json"),
+]
 TVM_PEER = [("AMD EPYC Zen 2", "tvm-peer-znver2.json")]
 COST_MODEL = ["mtl-eval-rocketlake-2c-43bb2171-on-znver5.json", "mtl-eval-znver4-2c-31f64895-on-znver5.json"]
 
@@ -65,7 +70,7 @@ def geomean(values: list) -> float | None:
 def command(data) -> str:
     """A run's command without its output paths (--json, --plot, where --evo-from came from)."""
     run = data[0]["run"] if isinstance(data, list) else data.get("run", data)
-    text = re.sub(r" --(json|plot|evo-from|tvm-work) \S+", "", run["command"])
+    text = re.sub(r" --(json|plot|evo-from|tvm-work|db) \S+", "", run["command"])
     return text.replace("python -m benchmarks", "python -m minitc.benchmarks")
 
 
@@ -179,6 +184,25 @@ def cost_model_section() -> list:
     return out
 
 
+def tuned_section() -> list:
+    out = [
+        "## Tuned kernels (`minitc tune`, 2 threads)",
+        "",
+        "The tuned kernel, the template and the libraries timed together after tuning; speed",
+        "against the faster of numpy and torch (> 1: minitc is faster).",
+        "",
+        "| host | workload | strategy | trials | tuned ms | template ms | numpy ms | torch ms | tuned vs library |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for host, f in TUNED:
+        d = load(f)
+        ms = [d["tuned_ms"], d["default_ms"], d["numpy_ms"], d["torch_ms"]]
+        cells = [fmt(v, 3) for v in ms] + [fmt(min(ms[2:]) / ms[0])]
+        out.append(f"| {host} | {d['description']} | {d['strategy']} | {d['trials']} | " + " | ".join(cells) + " |")
+    out += ["", "Commands: " + commands([f for _, f in TUNED]), ""]
+    return out
+
+
 def tvm_section() -> list:
     out = [
         "## Against Apache TVM 0.27 MetaSchedule",
@@ -213,7 +237,8 @@ def page() -> str:
         "[evaluation.md](evaluation.md), [gpu.md](gpu.md), [hardware.md](hardware.md).",
         "",
     ]
-    for section in (cpu_core_section, models_section, tlm_section, cost_model_section, gpu_section, tvm_section):
+    sections = (cpu_core_section, tuned_section, models_section, tlm_section, cost_model_section, gpu_section)
+    for section in (*sections, tvm_section):
         lines += section()
     return "\n".join(lines).rstrip() + "\n"
 
