@@ -15,7 +15,7 @@ MAX_READS = 8  # reads written per stage; every stage of the dataset has at most
 
 
 def describe_stages(outputs) -> list:
-    """One dict per stage (keyword arguments of language.Stage), producers first."""
+    """One dict per stage (keyword arguments of language.WrittenStage), producers first."""
     state, _ = from_tensors(list(outputs))
     number = {st.name: n for n, st in enumerate(state.stages)}
     out = []

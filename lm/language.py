@@ -42,7 +42,9 @@ class Loc:
 
 
 @dataclass(frozen=True)
-class Stage:
+class WrittenStage:
+    """A stage of the workload as a sentence writes it (not minitc.schedule's Stage)."""
+
     kind: str  # "input", an operator tag, or "compute"
     dtype: str
     shape: tuple
@@ -104,7 +106,7 @@ class GpuHardware:
 
 @dataclass(frozen=True)
 class Sentence:
-    stages: tuple  # Stage, producers first
+    stages: tuple  # WrittenStage, producers first
     hardware: Hardware | GpuHardware
     sketches: tuple  # (sketch name, (its slot names, ...)) per sketch of the space
     decisions: tuple = ()  # (label, value) per decision, in the order the space takes them
@@ -159,10 +161,10 @@ class SentenceWriter:
                 f"a {'GPU' if gpu else 'CPU'} design space ({space.target}) needs a "
                 f"{'GPU' if gpu else 'CPU'} hardware line, got `{hardware}` (lm.hardware.hardware(space.target))"
             )
-        self.stages = tuple(Stage(**d) for d in describe_stages(space.outputs))
+        self.stages = tuple(WrittenStage(**d) for d in describe_stages(space.outputs))
         self.names = space_names(space)
         self.skeleton = space_skeleton(space)
-        self.defaults = template_program(space, self.names)
+        self.defaults = template_decisions(space, self.names)
         self.hardware = hardware
 
     def __call__(self, decisions=()) -> Sentence:
@@ -185,7 +187,7 @@ def space_names(space) -> dict:
     }
 
 
-def template_program(space, names: dict) -> tuple:
+def template_decisions(space, names: dict) -> tuple:
     """The decisions of the hand template's program with its shape-derived defaults (what
     `tc.build` runs), as (label, value) pairs; () for a space without a template. The model
     sees them in the prompt, so it can learn what to change relative to the hand heuristics
@@ -237,7 +239,7 @@ class _SentenceSampler(Sampler):
 def check_workload(space, s: Sentence) -> None:
     """Raise SentenceError unless sentence `s` was written for this space's workload and
     sketches: decisions that are legal in two spaces mean different programs in each."""
-    stages = tuple(Stage(**d) for d in describe_stages(space.outputs))
+    stages = tuple(WrittenStage(**d) for d in describe_stages(space.outputs))
     if len(s.stages) != len(stages):
         raise SentenceError(
             f"the sentence describes a workload of {len(s.stages)} stages; this space's has {len(stages)}. "
@@ -305,14 +307,14 @@ class _ToSentence(Transformer):
         return c[0]
 
     def input(self, c):
-        return Stage("input", str(c[0]), c[1])
+        return WrittenStage("input", str(c[0]), c[1])
 
     def compute(self, c):
         tag, dtype, shape, *rest = c
         reduce = next((r for r in rest if isinstance(r, tuple) and r and r[0] == "reduce"), None)
         reads = tuple(r[1:] for r in rest if isinstance(r, tuple) and r and r[0] == "read")
         ops = next((r[1] for r in rest if isinstance(r, tuple) and r and r[0] == "ops"), ())
-        return Stage(str(tag), str(dtype), shape, reduce[1:] if reduce else None, reads, ops)
+        return WrittenStage(str(tag), str(dtype), shape, reduce[1:] if reduce else None, reads, ops)
 
     def reduction(self, c):
         return ("reduce", str(c[0]), c[1])

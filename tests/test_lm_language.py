@@ -13,7 +13,7 @@ from minitc.autotune.workload_key import workload_key
 from minitc.errors import ScheduleError
 from minitc.lm.decode import Decoder
 from minitc.lm.hardware import hardware
-from minitc.lm.language import Hardware, Loc, Sentence, SentenceError, Stage, parse, sentence, space_values
+from minitc.lm.language import Hardware, Loc, Sentence, SentenceError, WrittenStage, parse, sentence, space_values
 from minitc.lm.model import ModelConfig, TensorLM
 from minitc.lm.tokenizer import Tokenizer
 from minitc.lm.training_set import HELD_OUT, TRAINING
@@ -161,7 +161,7 @@ def test_sentences_do_not_depend_on_user_names(hw):
 @pytest.mark.parametrize("cpu", ["znver2", "skylake-avx512", "x86-64-v3", "icelake-server"])
 def test_hardware_line_round_trips_for_llvm_cpu_names(cpu):
     hw = Hardware("llvm", cpu, 16, 16, 48, 2048, 32768, 3300, 120)
-    s = Sentence((Stage("input", "float32", (4, 8)),), hw, (("generic", ()),), (("sketch", "generic"),))
+    s = Sentence((WrittenStage("input", "float32", (4, 8)),), hw, (("generic", ()),), (("sketch", "generic"),))
     assert parse(str(s)) == s
     assert str(parse(str(s))) == str(s)
 

@@ -45,7 +45,7 @@ class UnsupportedOpsError(MinitcError):
 
 
 @dataclass
-class Task:
+class ModelTask:
     """One distinct kernel of the model: its output tensor, how many nodes run it, which, and
     the schedule's trace it is built with (the records database's best, else the template)."""
 
@@ -105,7 +105,7 @@ def extract_tasks(graph, target: str = "llvm") -> list:
                 placeholder(values[i].shape, values[i].dtype, name=f"in{k}", constant=cold and i in graph.constants)
                 for k, i in enumerate(node.inputs)
             ]
-            tasks[key] = Task(key, node_tensor(node, inputs), [])
+            tasks[key] = ModelTask(key, node_tensor(node, inputs), [])
         tasks[key].nodes.append(node.name)
     return list(tasks.values())
 
