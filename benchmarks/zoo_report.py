@@ -32,18 +32,14 @@ def _median_call_s(fn, calls: int) -> float:
 
 
 def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+    from minitc.target.host import read_host_facts
+
+    return read_host_facts().model_name or platform.processor() or "unknown CPU"
 
 
-def measure(name: str, threads: list, rounds: int) -> dict:
-    """{model, fallbacks, error, rel_err, compile_s, timing: {threads: {eager_ms, minitc_ms, speed}}}."""
+def measure(name: str, threads: list, rounds: int, inductor: bool = False) -> dict:
+    """{model, fallbacks, error, rel_err, compile_s, timing: {threads: {eager_ms, minitc_ms, speed}}}
+    (with `inductor`, also inductor_ms and vs_inductor: Inductor's time over minitc's)."""
     import torch
 
     import minitc as tc
@@ -67,46 +63,70 @@ def measure(name: str, threads: list, rounds: int) -> dict:
             row["rel_err"], row["error"] = check.get("rel_err"), wrong
         for n in threads:
             with thread_limit(n), torch.no_grad():
-                row["timing"][n] = _alternate(lambda: model(*inputs), lambda: compiled(*inputs), rounds)
+                fns = {"eager": lambda: model(*inputs), "minitc": lambda: compiled(*inputs)}
+                if inductor:  # compiled at this thread count, by its first call
+                    from minitc.benchmarks.models_systems import setup_inductor
+
+                    system = setup_inductor(model, inputs)
+                    if system.error is None:
+                        fns["inductor"] = system.fn
+                row["timing"][n] = _alternate(fns, rounds)
     except Exception as e:  # noqa: BLE001 - a model that fails is a row of the table
         row["error"] = short(e)
     return row
 
 
-def _alternate(eager, mine, rounds: int) -> dict:
-    """Eager, then minitc, `rounds` times; each the median of enough calls to fill MIN_CALL_S."""
-    for fn in (eager, mine):  # warm up: eager's first calls at 2 threads here ran up to 1000x slower
+def _alternate(fns: dict, rounds: int) -> dict:
+    """Each system in turn, `rounds` times; each the median of enough calls to fill MIN_CALL_S.
+    {name_ms: median, speed: eager over minitc, vs_inductor: Inductor over minitc}."""
+    for fn in fns.values():  # warm up: eager's first calls at 2 threads here ran up to 1000x slower
         start = time.perf_counter()
         while time.perf_counter() - start < WARMUP_S:
             fn()
-    once = max(_median_call_s(eager, 3), _median_call_s(mine, 3))
+    once = max(_median_call_s(fn, 3) for fn in fns.values())
     calls = max(5, int(MIN_CALL_S / max(once, 1e-6)))
-    e_ms, m_ms = [], []
+    ms = {name: [] for name in fns}
     for _ in range(rounds):
-        e_ms.append(1e3 * _median_call_s(eager, calls))
-        m_ms.append(1e3 * _median_call_s(mine, calls))
-    speed = float(np.median(np.array(e_ms) / np.array(m_ms)))
-    return {"eager_ms": float(np.median(e_ms)), "minitc_ms": float(np.median(m_ms)), "speed": speed}
+        for name, fn in fns.items():
+            ms[name].append(1e3 * _median_call_s(fn, calls))
+    mine = np.array(ms["minitc"])
+    out = {f"{name}_ms": float(np.median(v)) for name, v in ms.items()}
+    out["speed"] = float(np.median(np.array(ms["eager"]) / mine))
+    if "inductor" in ms:
+        out["vs_inductor"] = float(np.median(np.array(ms["inductor"]) / mine))
+    return out
 
 
-def table(rows: list, threads: list) -> str:
-    timed = " | ".join(f"eager ms, {n}T | minitc ms, {n}T | speed, {n}T" for n in threads)
+def table(rows: list, threads: list, inductor: bool = False) -> str:
+    per = 5 if inductor else 3
+    extra = " | Inductor ms, {n}T | vs Inductor, {n}T" if inductor else ""
+    timed = " | ".join(f"eager ms, {n}T | minitc ms, {n}T | speed, {n}T" + extra.format(n=n) for n in threads)
     lines = [
         f"| model | compiles | max rel. error | ops through PyTorch | {timed} |",
-        "|---|---|---|---|" + "---|" * (3 * len(threads)),
+        "|---|---|---|---|" + "---|" * (per * len(threads)),
     ]
     for r in rows:
         ops = ", ".join(f"{op.removeprefix('aten.')} x{n}" for op, n in sorted(r["fallbacks"].items())) or "none"
         if "rel_err" not in r:
-            lines.append(f"| {r['model']} | no: {r['error']} | | |" + " |" * (3 * len(threads)))
+            lines.append(f"| {r['model']} | no: {r['error']} | | |" + " |" * (per * len(threads)))
             continue
         err = f"{r['rel_err']:.1e}" + (f" ({r['error']})" if r["error"] else "")
         cells = []
         for n in threads:
-            t = r["timing"].get(n)
-            cells += [f"{t['eager_ms']:.3f}", f"{t['minitc_ms']:.3f}", f"{t['speed']:.2f}x"] if t else ["", "", ""]
+            t = r["timing"].get(n) or {}
+            cells += [_ms(t, "eager_ms"), _ms(t, "minitc_ms"), _ratio(t, "speed")]
+            if inductor:
+                cells += [_ms(t, "inductor_ms"), _ratio(t, "vs_inductor")]
         lines.append(f"| {r['model']} | yes | {err} | {ops} | {' | '.join(cells)} |")
     return "\n".join(lines)
+
+
+def _ms(t: dict, key: str) -> str:
+    return f"{t[key]:.3f}" if key in t else ""
+
+
+def _ratio(t: dict, key: str) -> str:
+    return f"{t[key]:.2f}x" if key in t else ""
 
 
 def main(argv=None) -> None:
@@ -116,17 +136,21 @@ def main(argv=None) -> None:
     p.add_argument("--threads", default="2", help="comma-separated thread counts, each timed (default: 2)")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--models", default=",".join(ZOO), help="comma-separated zoo names (default: all)")
+    p.add_argument("--inductor", action="store_true", help="time torch.compile (Inductor, freezing) too")
     args = p.parse_args(argv)
     threads = [int(n) for n in args.threads.split(",")]
     rows, load_before = [], os.getloadavg()[0]
     for name in args.models.split(","):
-        rows.append(measure(name, threads, args.rounds))
-        speeds = ", ".join(f"{n}T {t['speed']:.2f}x" for n, t in rows[-1]["timing"].items())
+        rows.append(measure(name, threads, args.rounds, args.inductor))
+        speeds = ", ".join(
+            f"{n}T {t['speed']:.2f}x eager" + (f", {t['vs_inductor']:.2f}x Inductor" if "vs_inductor" in t else "")
+            for n, t in rows[-1]["timing"].items()
+        )
         print(f"# {name}: {speeds}, {rows[-1]['error'] or 'ok'}", flush=True)
     load = f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
     when = time.strftime("%Y-%m-%d")
     print(f"\n{cpu_name()}, threads {args.threads}, {when}, medians of {args.rounds} rounds, {load}\n")
-    print(table(rows, threads))
+    print(table(rows, threads, args.inductor))
 
 
 if __name__ == "__main__":
