@@ -36,7 +36,7 @@ CPU_CORE = [
 ]
 CPU_WORKLOADS = ("matmul-512", "matmul-1024", "bmm-bert", "conv-resnet", "dense-bert-ffn", "softmax-bert",
                  "eltwise-4m", "rowsum-4k")  # fmt: skip
-MODELS = [("AMD EPYC Zen 5", "models-znver5-all-winograd.json")]
+MODELS = [("AMD EPYC Zen 5", "models-znver5-20261128.json"), ("AMD EPYC Zen 5", "models-znver5-all-winograd.json")]
 TLM_EVAL = [  # (machine, what was evaluated, file)
     ("AMD EPYC Zen 5", "the shipped model and cost model", "tlm-eval-znver5-shipped-default-cost-model.json"),
     ("AMD EPYC Zen 4 (never seen)", "the shipped model", "tlm-eval-znver4-shipped.json"),
@@ -108,8 +108,8 @@ def models_section() -> list:
         "Milliseconds per call; the last column is minitc against the faster of ONNX Runtime and",
         "Inductor (> 1: minitc is faster).",
         "",
-        "| host | model | minitc | ONNX Runtime | Inductor | eager | vs best peer |",
-        "|---|---|---|---|---|---|---|",
+        "| host | date | model | minitc | ONNX Runtime | Inductor | eager | vs best peer |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for host, f in MODELS:
         for r in load(f):
@@ -117,7 +117,8 @@ def models_section() -> list:
             best = min((p for p in peers if p), default=None)
             ratio = best / r["minitc_ms"] if best and r.get("minitc_ms") else None
             cells = [fmt(r.get(k), 1) for k in ("minitc_ms", "onnxruntime_ms", "inductor_ms", "eager_ms")]
-            out.append(f"| {host} | {r['model']} | " + " | ".join(cells) + f" | {fmt(ratio)} |")
+            date = r["run"]["date"][:10]
+            out.append(f"| {host} | {date} | {r['model']} | " + " | ".join(cells) + f" | {fmt(ratio)} |")
     out += ["", "Command: " + commands([f for _, f in MODELS]), ""]
     return out
 
