@@ -179,3 +179,13 @@ def test_the_cost_model_command_writes_the_mtl_model(tmp_path):
     result = CliRunner().invoke(lm_cli, [*args, "--members", "1", "--out-dir", str(tmp_path / "only"), "--mtl-only"])
     assert result.exit_code == 0, result.output
     assert [p.name for p in (tmp_path / "only").iterdir()] == ["mtl.pt"]
+
+
+def test_a_saved_cost_model_of_a_kind_this_minitc_does_not_know_is_refused(tmp_path):
+    """Saved models name their class's kind (cost_model.BLOB_KINDS, which mtl_model fills)."""
+    blob = TLPModel().to_blob()
+    blob["meta"]["kind"] = "from-the-future"
+    path = tmp_path / "future.pt"
+    torch.save(blob, str(path))
+    with pytest.raises(MinitcError, match="of kind 'from-the-future', which this minitc cannot read"):
+        load_cost_model(path)

@@ -463,13 +463,19 @@ class EnsembleModel(CostModel):
         _torch().save({"ensemble": [m.to_blob() for m in self.members]}, str(path))
 
 
-def _from_blob(blob: dict, source, device: str):
-    """A TLPModel, or an MTLModel (minitc.autotune.mtl_model) where the blob says so."""
-    if blob["meta"].get("kind") == "mtl":
-        from minitc.autotune.mtl_model import MTLModel  # it subclasses TLPModel: imported here
+# blob kind -> the class that rebuilds it; subclasses in other modules register themselves
+# (mtl_model.py: "mtl"; minitc/autotune/__init__.py imports it, so it is always registered)
+BLOB_KINDS: dict = {}
 
-        return MTLModel.from_blob(blob, source, device)
-    return TLPModel.from_blob(blob, source, device)
+
+def _from_blob(blob: dict, source, device: str):
+    """A TLPModel, or the registered subclass the blob's kind names (MTLModel for "mtl")."""
+    kind = blob["meta"].get("kind")
+    if kind is None:
+        return TLPModel.from_blob(blob, source, device)
+    if kind not in BLOB_KINDS:
+        raise MinitcError(f"{source}: a cost model of kind {kind!r}, which this minitc cannot read")
+    return BLOB_KINDS[kind].from_blob(blob, source, device)
 
 
 def load_cost_model(path, device: str = "cpu") -> TLPModel | EnsembleModel:

@@ -26,7 +26,7 @@ import copy
 
 import numpy as np
 
-from minitc.autotune.cost_model import TLPModel, _torch
+from minitc.autotune.cost_model import BLOB_KINDS, TLPModel, _torch
 from minitc.autotune.features import pad_batch
 from minitc.errors import MinitcError
 
@@ -173,3 +173,6 @@ class MTLModel(TLPModel):
         if blob["meta"].get("kind") != "mtl":
             raise MinitcError(f"{source} holds a TLPModel without heads, not an MTLModel")
         return super().from_blob(blob, source, device)
+
+
+BLOB_KINDS["mtl"] = MTLModel  # load_cost_model reads saved MTL models through this
