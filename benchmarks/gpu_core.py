@@ -49,11 +49,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import minitc as tc
+from minitc.benchmarks.gpu_report import IMPLS
 from minitc.benchmarks.gpu_suites import GpuWorkload, select
 from minitc.benchmarks.gpu_timing import FLUSH_MIB, Timer
 from minitc.benchmarks.runner import _r, _short, _sig
 
-IMPLS = ("minitc", "minitc_template", "torch", "triton")
 TARGET = "cuda"  # minitc's target; DEVICE: torch's (the tests run the suite on "cuda-sim" and "cpu")
 DEVICE = "cuda"
 LAUNCH_BOUND = 0.8  # host enqueue time / flush time above which a sample may include launch gaps

@@ -190,7 +190,7 @@ def _measure_workload(name, db, checkpoint, target, count, seed, workers, export
     from minitc.autotune.database import Database
     from minitc.autotune.tuner import TuningSession
     from minitc.autotune.workload_key import workload_key
-    from minitc.lm.strategy import HardwareWarning
+    from minitc.lm.hardware import HardwareWarning
     from minitc.lm.training_set import workload
 
     out = workload(name)

@@ -24,6 +24,7 @@ import os
 from pathlib import Path
 
 from minitc.autotune.cost_model import EnsembleModel, TLPModel, load_cost_model
+from minitc.autotune.mtl_model import MTLModel
 from minitc.autotune.space import Space
 from minitc.autotune.workload_key import workload_key
 from minitc.errors import ScheduleError
@@ -106,10 +107,21 @@ def shipped_cost_model_path(target) -> Path | None:
     return None
 
 
+def members_of(model) -> list:
+    return list(model.members) if isinstance(model, EnsembleModel) else [model]
+
+
+def use_hardware(model, fingerprint: str | None):
+    """Make every MTL member of `model` score plain workload keys with the head of
+    `fingerprint` (the shared head where it has none); other models are left as they are."""
+    for m in members_of(model):
+        if isinstance(m, MTLModel):
+            m.hardware = fingerprint
+    return model
+
+
 def shipped_cost_model(target) -> TLPModel | EnsembleModel | None:
     """The model at shipped_cost_model_path; an MTL-TLP model (lm/mtl.py) scores with the
     head of this machine's hardware description, or its shared head where it has none."""
-    from minitc.lm.mtl import use_hardware
-
     path = shipped_cost_model_path(target)
     return use_hardware(load_cost_model(path), hardware_fingerprint(target)) if path is not None else None

@@ -176,3 +176,7 @@ def trained_hardware(meta: dict, measured: bool = False) -> dict:
             # each fine-tuning round counts the programs of the rounds before it again
             into[line] = max(into.get(line, 0), int(programs or 0))
     return found if found or measured else pretrained
+
+
+class HardwareWarning(UserWarning):
+    """The language model never learned from measurements of a machine like this one."""

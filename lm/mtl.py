@@ -16,21 +16,17 @@ the all-CPU model on a machine left out (docs/evaluation.md).
 
 from __future__ import annotations
 
-from minitc.autotune.cost_model import EnsembleModel, load_cost_model
+from minitc.autotune.cost_model import load_cost_model
 from minitc.autotune.mtl_model import MTLModel
 from minitc.errors import MinitcError
 from minitc.lm import cost
-from minitc.lm.cost import MTL, cost_records, train_cost_model
+from minitc.lm.cost import MTL, cost_records, members_of, train_cost_model, use_hardware
 
 HEAD_EPOCHS = 60  # a head learns from a few hundred programs: many short epochs
 
 
 def shipped_mtl_path():
     return cost.COST_DIR / f"{MTL}.pt"
-
-
-def members_of(model) -> list:
-    return list(model.members) if isinstance(model, EnsembleModel) else [model]
 
 
 def is_mtl(model) -> bool:
@@ -41,15 +37,6 @@ def train_mtl_model(entries: list, epochs: int = 30, seed: int = 0, members: int
     """(MTL-TLP model pretrained on the entries, records used, programs skipped): a head per
     hardware description among them; see cost.train_cost_model."""
     return train_cost_model(entries, epochs=epochs, seed=seed, members=members, log=log, model_class=MTLModel)
-
-
-def use_hardware(model, fingerprint: str | None):
-    """Make every MTL member of `model` score plain workload keys with the head of
-    `fingerprint` (the shared head where it has none); other models are left as they are."""
-    for m in members_of(model):
-        if isinstance(m, MTLModel):
-            m.hardware = fingerprint
-    return model
 
 
 def fit_machine_head(model, entries: list, fingerprint: str, epochs: int = HEAD_EPOCHS) -> int:

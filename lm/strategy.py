@@ -44,7 +44,15 @@ from minitc.autotune.interfaces import SearchStrategy
 from minitc.autotune.mutators import edit, switch_flips
 from minitc.errors import ScheduleError, warn_user
 from minitc.lm.decode import Decoder
-from minitc.lm.hardware import closest_machine, differences, hardware, is_gpu_line, same_machine, trained_hardware
+from minitc.lm.hardware import (
+    HardwareWarning,
+    closest_machine,
+    differences,
+    hardware,
+    is_gpu_line,
+    same_machine,
+    trained_hardware,
+)
 
 DECODING_THREADS = 1  # decoding is latency-bound: a second torch thread mostly waits
 
@@ -289,10 +297,6 @@ class _Background:
         if self._error is not None:
             raise self._error
         return self._value
-
-
-class HardwareWarning(UserWarning):
-    """The language model never learned from measurements of a machine like this one."""
 
 
 def hardware_warning(meta: dict, hw, target="llvm") -> str | None:
