@@ -21,7 +21,7 @@ from minitc.lm.language import (
     Sentence,
     SentenceError,
     SentenceWriter,
-    Stage,
+    WrittenStage,
     parse,
     sentence,
     space_values,
@@ -130,7 +130,7 @@ def test_gpu_hardware_line_without_a_gpu(monkeypatch):
 @pytest.mark.parametrize("arch", ["sm_90", "sm_80", "sm_90a", "sm_37", "sm_999a"])
 def test_gpu_hardware_line_round_trips_and_tokenizes(tok, arch):
     line = GpuHardware("cuda", arch, 132, 32, 48, 64, 1024, 67000, 3300)
-    s = Sentence((Stage("input", "float32", (4, 8)),), line, (("generic", ()),), (("sketch", "generic"),))
+    s = Sentence((WrittenStage("input", "float32", (4, 8)),), line, (("generic", ()),), (("sketch", "generic"),))
     assert parse(str(s)) == s and isinstance(parse(str(s)).hardware, GpuHardware)
     assert str(parse(str(s))) == str(s)
     tokens = tok.text_tokens(str(line))

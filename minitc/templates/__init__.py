@@ -24,39 +24,12 @@ from __future__ import annotations
 from minitc.errors import ScheduleError
 from minitc.schedule.recorder import Schedule
 from minitc.target import is_gpu, parse_target
+from minitc.templates.registry import CHOICES, DEFAULTS, TEMPLATES, choices, defaults, template
 
-TEMPLATES: dict = {}  # tag -> fn(s, out_stage_name, target, **params)
-DEFAULTS: dict = {}  # tag -> fn(s, out_stage_name, target) -> params
-CHOICES: dict = {}  # tag -> fn(s, out_stage_name, target) -> {param: candidate values for this target}
-
-
-def template(tag: str):
-    def register(fn):
-        TEMPLATES[tag] = fn
-        return fn
-
-    return register
-
-
-def defaults(tag: str):
-    def register(fn):
-        DEFAULTS[tag] = fn
-        return fn
-
-    return register
-
-
-def choices(tag: str):
-    """Register the candidate values a tag's parameters take in the tuner's design space beyond
-    the shape-independent ones (minitc/autotune/space.py): values derived from the shape and
-    the target's hardware, so the space holds what the analytical model would also pick."""
-
-    def register(fn):
-        CHOICES[tag] = fn
-        return fn
-
-    return register
-
+__all__ = [
+    "CHOICES", "DEFAULTS", "TEMPLATES", "choices", "defaults", "template", "load_templates", "template_schedule",
+    "template_tag",
+]  # fmt: skip
 
 _LOADED = False
 

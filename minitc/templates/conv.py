@@ -35,10 +35,10 @@ from __future__ import annotations
 from minitc import dtypes
 from minitc.errors import ScheduleError
 from minitc.target.cpu import SPLIT_512_BITS
-from minitc.templates import defaults, template
 from minitc.templates.conv_channels import channel_defaults, schedule_conv2d_channels, unroll_micro_kernel
 from minitc.templates.gemm import cache_under_epilogue, epilogue_anchor
 from minitc.templates.gemm_blocking import kernel_efficiency
+from minitc.templates.registry import defaults, template
 
 SPARE_REGISTERS = 4  # vector registers left to the weight broadcast and the input vectors
 

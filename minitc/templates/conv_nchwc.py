@@ -30,11 +30,11 @@ The window template: a task per (image, channel block, `oht` output rows), an ac
 from __future__ import annotations
 
 from minitc import dtypes
-from minitc.templates import defaults, template
 from minitc.templates.conv import _place_pad, find_pad_stage
 from minitc.templates.conv_channels import MAX_ACCUMULATORS, unroll_micro_kernel
 from minitc.templates.gemm import cache_under_epilogue, epilogue_anchor
 from minitc.templates.gemm_blocking import kernel_efficiency
+from minitc.templates.registry import defaults, template
 
 WINDOW_TAGS = ("depthwise_conv2d_nchwc", "max_pool2d_nchwc", "avg_pool2d_nchwc")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from minitc import dtypes
 from minitc.errors import ScheduleError
-from minitc.templates import defaults, template
+from minitc.templates.registry import defaults, template
 
 MAX_LANES = 64
 PARALLEL_MIN_BYTES = 256 * 1024  # below this a thread-pool launch costs more than it saves

@@ -32,10 +32,10 @@ peels off the hot loops, minitc/lowering/partition.py).
 
 from __future__ import annotations
 
+import minitc.templates.gemm_blocking as blocking
 from minitc.errors import ScheduleError
 from minitc.expr import Binary, Const
-from minitc.templates import choices, defaults, template
-from minitc.templates import gemm_blocking as blocking
+from minitc.templates.registry import choices, defaults, template
 
 PARALLEL = ("auto", "n", "m", "batch", "none")
 

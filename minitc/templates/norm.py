@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from minitc import dtypes
 from minitc.errors import ScheduleError
-from minitc.templates import defaults, template
 from minitc.templates.elementwise import (
     check_int,
     default_vector,
@@ -37,6 +36,7 @@ from minitc.templates.elementwise import (
     worth_parallel,
 )
 from minitc.templates.reduce import check_lanes, default_lanes, input_bytes, pick_chunk, schedule_reduction
+from minitc.templates.registry import defaults, template
 
 ROWS = 8
 SOFTMAX_ROWS = 32  # a tile of short rows (attention's 128) is mostly per-tile overhead at 8 rows

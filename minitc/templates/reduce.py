@@ -63,7 +63,6 @@ from __future__ import annotations
 from minitc import dtypes
 from minitc.errors import ScheduleError
 from minitc.expr import IterVar, walk
-from minitc.templates import defaults, template
 from minitc.templates.elementwise import (
     check_int,
     default_vector,
@@ -74,6 +73,7 @@ from minitc.templates.elementwise import (
     pick_tile,
     worth_parallel,
 )
+from minitc.templates.registry import defaults, template
 
 CHUNK_BYTES = 16 * 1024  # accumulators per column chunk: a whole 16 KiB row segment per pass
 # (long contiguous runs keep the prefetchers streaming; the chunk of accumulators stays in L1)

@@ -18,10 +18,10 @@ the transforms are additions over data that stays in L2.
 from __future__ import annotations
 
 from minitc.errors import ScheduleError
-from minitc.templates import defaults, template
 from minitc.templates.conv import _place_pad
 from minitc.templates.conv_nchwc import _registers_per_vector, micro_tile
 from minitc.templates.gemm import epilogue_anchor, inline_epilogue
+from minitc.templates.registry import defaults, template
 
 TAG = "conv2d_winograd_nchwc"
 NCHW_TAG = "conv2d_winograd"

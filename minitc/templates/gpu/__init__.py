@@ -12,39 +12,18 @@ from __future__ import annotations
 
 from minitc.errors import ScheduleError
 from minitc.ir import GPU_TAGS
-from minitc.lowering.gpu import GpuLimits
-from minitc.lowering.probes import switch_on
 from minitc.schedule.recorder import Schedule
 from minitc.templates.elementwise import inline_producers
-
-GPU_TEMPLATES: dict = {}  # tag -> fn(s, out_stage_name, target, **params)
-GPU_DEFAULTS: dict = {}  # tag -> fn(s, out_stage_name, target) -> params
-MAX_THREADS = GpuLimits().max_threads_per_block  # the limits every NVIDIA GPU since Volta has
-SHARED_BYTES = GpuLimits().max_shared_bytes
-THREADS = 256  # threads per block of the flat binding: enough warps to hide latency, many blocks
-
-
-def unrolled_k_steps() -> bool:
-    """Whether the templates unroll the loop over one shared tile's k (so that the compiler
-    issues the next k's shared loads while this k's FMAs run); MINITC_GPU_UNROLL_K=0 keeps it
-    a loop, for probing."""
-    return switch_on("MINITC_GPU_UNROLL_K")
-
-
-def template(tag: str):
-    def register(fn):
-        GPU_TEMPLATES[tag] = fn
-        return fn
-
-    return register
-
-
-def defaults(tag: str):
-    def register(fn):
-        GPU_DEFAULTS[tag] = fn
-        return fn
-
-    return register
+from minitc.templates.gpu.registry import (  # noqa: F401  (the registry, read here and re-exported)
+    GPU_DEFAULTS,
+    GPU_TEMPLATES,
+    MAX_THREADS,
+    SHARED_BYTES,
+    THREADS,
+    defaults,
+    template,
+    unrolled_k_steps,
+)
 
 
 def load_gpu_templates() -> None:

@@ -23,8 +23,8 @@ from minitc.errors import ScheduleError
 from minitc.lowering.probes import switch_on
 from minitc.templates.conv import conv_producer, find_pad_stage
 from minitc.templates.gemm import cache_under_epilogue
-from minitc.templates.gpu import MAX_THREADS, SHARED_BYTES, defaults, template, unrolled_k_steps
 from minitc.templates.gpu.gemm import cooperative_fetch, vector_registers
+from minitc.templates.gpu.registry import MAX_THREADS, SHARED_BYTES, defaults, template, unrolled_k_steps
 
 
 @template("conv2d")

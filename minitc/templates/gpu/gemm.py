@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from minitc.errors import ScheduleError
 from minitc.templates.gemm import gemm_operands, gemm_producer, inline_epilogue, inline_operands
-from minitc.templates.gpu import MAX_THREADS, defaults, template, unrolled_k_steps
+from minitc.templates.gpu.registry import MAX_THREADS, defaults, template, unrolled_k_steps
 
 
 def gemm_gpu(s, out: str, acc: str, target, *, bm, bn, tm, tn, bk, shared=True, gathered=()):

@@ -27,7 +27,7 @@ from __future__ import annotations
 from minitc.errors import ScheduleError
 from minitc.lowering.allreduce import WARP
 from minitc.templates.elementwise import inline_producers
-from minitc.templates.gpu import MAX_THREADS, defaults, template
+from minitc.templates.gpu.registry import MAX_THREADS, defaults, template
 from minitc.templates.norm import producer, softmax_axis
 from minitc.templates.reduce import contiguous_axis, contiguous_reduce_loop
 

@@ -16,8 +16,8 @@ GEMM template's tiling. V and M are global temporaries, about 4x the input and t
 from __future__ import annotations
 
 from minitc.templates.gemm import inline_epilogue
-from minitc.templates.gpu import defaults, template
 from minitc.templates.gpu.gemm import _gemm_shape, gemm_gpu, pick_gpu_tiles
+from minitc.templates.gpu.registry import defaults, template
 from minitc.templates.winograd import NCHW_TAG as TAG
 from minitc.templates.winograd import nchw_stages
 
