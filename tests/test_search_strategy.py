@@ -180,3 +180,25 @@ def test_the_strategy_of_the_tuning_docs_tunes_a_workload():
     assert r.search_stats["edits"] >= 2  # the second round climbs from the first's best
     a, b = np.ones((32, 32), "float32"), np.ones((32, 32), "float32")
     np.testing.assert_allclose(r.kernel(a, b), a @ b)
+
+
+def test_a_session_describes_its_workload_once():
+    """The space, the records' key and form, and the measuring task all read one Workload."""
+    from minitc.autotune.runner import Task
+    from minitc.autotune.tuner import TuningSession
+    from minitc.autotune.workload import Workload
+    from minitc.autotune.workload_key import canonical, describe, workload_key
+
+    A, B = tc.placeholder((8, 12), name="A"), tc.placeholder((12, 16), name="B")
+    C = tc.ops.matmul(A, B)
+    w = Workload(C)
+    assert w.key == workload_key([C]) and w.form == canonical([C], attrs=True) and w.description == describe([C])
+    assert [t.shape for t in w.arguments] == [(8, 12), (12, 16), (8, 16)] and w.num_inputs == 2
+    task = Task.from_workload(w)
+    assert task.key == w.key and [a.shape for a in task.inputs] == [(8, 12), (12, 16)]
+    session = TuningSession(C, "random", "llvm", db=":memory:")
+    try:
+        assert session.workload.key == session.key == session.task.key == w.key
+        assert session.space.outputs is session.workload.outputs
+    finally:
+        session.close()

@@ -28,7 +28,7 @@ import numpy as np
 
 from minitc.autotune.interfaces import Builder, Runner
 from minitc.autotune.worker import Worker, WorkerCrashed, WorkerTimeout, register_handler
-from minitc.autotune.workload_key import workload_key
+from minitc.autotune.workload import Workload
 from minitc.backends import lower_schedule
 from minitc.backends.cuda.nvrtc import CACHE_ENV
 from minitc.backends.llvm.aot import compile_object, load_object
@@ -81,15 +81,17 @@ class Task:
     @staticmethod
     def from_outputs(outputs, target: str = "llvm", seed: int = 0) -> Task:
         """Random inputs (standard normal) and expected outputs from the numpy evaluator."""
-        outs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
-        s = Schedule(outs)
-        in_names, out_names = s.arguments()
-        args = [s.tensor(n) for n in in_names] + [s.tensor(n) for n in out_names]
+        return Task.from_workload(Workload(outputs), target, seed)
+
+    @staticmethod
+    def from_workload(workload, target: str = "llvm", seed: int = 0) -> Task:
+        """from_outputs for a Workload (workload.py) whose arguments and key are known."""
+        args, n = workload.arguments, workload.num_inputs
         rng = np.random.default_rng(seed)
-        inputs = [random_array(t, rng) for t in args[: len(in_names)]]
-        expected = evaluate(outs, dict(zip(args, inputs)))
-        cold = tuple(k for k, t in enumerate(args[: len(in_names)]) if getattr(t.op, "constant", False))
-        return Task(outs, args, inputs, expected, target, key=workload_key(outs), cold=cold)
+        inputs = [random_array(t, rng) for t in args[:n]]
+        expected = evaluate(workload.outputs, dict(zip(args, inputs)))
+        cold = tuple(k for k, t in enumerate(args[:n]) if getattr(t.op, "constant", False))
+        return Task(workload.outputs, args, inputs, expected, target, key=workload.key, cold=cold)
 
 
 def random_array(t, rng):

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from minitc.autotune.generators import ScheduleFn, SpaceGenerator, generators_of
 from minitc.autotune.sampler import DefaultSampler, Sampler
+from minitc.autotune.workload import Workload
 from minitc.errors import ConfigError, ScheduleError
 from minitc.schedule.recorder import Schedule
 from minitc.target import is_gpu, parse_target
@@ -163,11 +164,13 @@ class Space:
     SpaceGenerator, a user's schedule function, "template", "generic", or a list of them)."""
 
     def __init__(self, outputs, target, generators=None):
-        self.outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+        """`outputs`: the output tensors, or a Workload (workload.py) describing them."""
+        workload = outputs if isinstance(outputs, Workload) else Workload(outputs)
+        self.outputs = workload.outputs
         self.target = parse_target(target)
         self.gpu = is_gpu(self.target)
         self.templates = _registry(self.target)[0]
-        probe = Schedule(self.outputs)
+        probe = workload.schedule
         if len(probe.state.outputs) != 1:
             raise ScheduleError("design spaces cover single-output computations")
         self.out = probe.state.outputs[0]

@@ -32,7 +32,8 @@ from minitc.autotune.interfaces import Builder, TuneOptions, check_plug
 from minitc.autotune.registry import make_runner, make_strategy, record_extras
 from minitc.autotune.runner import LocalBuilder, Task
 from minitc.autotune.space import Space
-from minitc.autotune.workload_key import canonical, describe, workload_key
+from minitc.autotune.workload import Workload
+from minitc.autotune.workload_key import workload_key
 from minitc.backends import build_schedule
 from minitc.backends.cuda.device import device_target
 from minitc.errors import ConfigError, ScheduleError, warn_user
@@ -131,15 +132,16 @@ class TuningSession:
         self.start = time.perf_counter()
         if target_kind(o.target) == "cuda":
             o.target = device_target(o.target)  # tune for the GPU that is here
-        self.space = Space(outputs, o.target, o.space)
-        self.key = workload_key(self.space.outputs)
+        self.workload = Workload(outputs)  # described once: the space, the key, the records and the task read it
+        self.space = Space(self.workload, o.target, o.space)
+        self.key = self.workload.key
         self.hw = hardware_fingerprint(self.space.target)
         self.target = self.space.target.string
         self.db = _open_db(o.db)
-        self.db.add_workload(self.key, describe(self.space.outputs), canonical(self.space.outputs, attrs=True))
+        self.db.add_workload(self.key, self.workload.description, self.workload.form)
         self.run = run_key(self.key, self.target, self.hw, o.run) if o.run is not None else None
         self.resumed = self.db.run_trials(self.run) if self.run else 0
-        self.task = Task.from_outputs(self.space.outputs, self.target)
+        self.task = Task.from_workload(self.workload, self.target)
         builder = o.builder
         if builder is None and isinstance(o.runner, Builder):
             builder = o.runner  # a runner that builds on its own nodes (RayRunner): no local build
