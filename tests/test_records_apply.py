@@ -59,3 +59,30 @@ def test_a_gpu_probe_switch_turned_off_keys_records_apart(monkeypatch):
     assert all(f"`{name}" in docs for name in PROBE_SWITCHES)
     with pytest.raises(KeyError, match="unknown probe switch"):
         switch_on("MINITC_GPU_TYPO")
+
+
+def test_a_database_of_ones_own_plugs_into_tuning_and_building():
+    """Any RecordsDatabase subclass serves tc.tune and tc.build; MemoryDatabase keeps records in
+    the process and agrees with the SQLite Database on the best program."""
+    from minitc.autotune.database import Database, MemoryDatabase, Record, RecordsDatabase
+
+    A, B = tc.placeholder((16, 24), name="A"), tc.placeholder((24, 32), name="B")
+    C = tc.ops.matmul(A, B)
+    memory = MemoryDatabase()
+    result = tc.tune(C, trials=4, strategy="random", db=memory, template_first=False)
+    assert isinstance(memory, RecordsDatabase) and len(memory) >= 4 and memory.workloads()
+    built = tc.build(C, db=memory)
+    with tc.records(memory):
+        assert str(tc.lower(C, target="llvm")) == str(built.kernel)
+    a, b = np.ones((16, 24), "float32"), np.ones((24, 32), "float32")
+    np.testing.assert_allclose(built(a, b), a @ b)
+    assert result.best_trace is not None
+    key = next(iter(k for k, _ in memory.workloads()))
+    rows = [Record(key, "t", "h", "x", (1.0,), 2.0), Record(key, "t", "h", "y", (1.0,), 1.0)]
+    rows.append(Record(key, "t", "h", "x", (0.5,), 0.5))  # re-measured: its latest counts
+    with Database(":memory:") as sql:
+        for store in (MemoryDatabase(), sql):
+            for r in rows:
+                store.add(r)
+            assert [r.trace for r in store.best(key, "t", "h", k=2)] == ["x", "y"]
+            assert [r.median_ms for r in store.programs(key, "t", "h")] == [1.0, 0.5]

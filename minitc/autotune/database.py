@@ -17,7 +17,7 @@ import json
 import os
 import sqlite3
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from minitc.errors import MinitcError
@@ -99,25 +99,121 @@ def records(db=None):
     user's, default_path()) where it has one for the workload on this machine. Outside such a
     block, and without `db=`, a build is the template's: the same code on every machine,
     whatever was tuned there (TVM's ApplyHistoryBest)."""
-    token = _APPLIED.set(Path(db) if db is not None else default_path())
+    token = _APPLIED.set(db if isinstance(db, RecordsDatabase) else Path(db) if db is not None else default_path())
     try:
         yield _APPLIED.get()
     finally:
         _APPLIED.reset(token)
 
 
-def applied_records(db=None) -> Path | None:
-    """The records database a build reads: `db` when given (False: none), else that of the
-    innermost `records` block, else None."""
+def applied_records(db=None):
+    """The records database a build reads: `db` when given (a path or a RecordsDatabase;
+    False: none), else that of the innermost `records` block, else None."""
     if db is False:
         return None
     if db is not None:
-        return Path(db)
+        return db if isinstance(db, RecordsDatabase) else Path(db)
     return _APPLIED.get()
 
 
-class Database:
-    """A tuning-records database; safe to use from several processes at once."""
+class RecordsDatabase:
+    """Where tuning records live: the tuner's plug point for storage (MetaSchedule's Database).
+
+    The contract: `add_workload(key, description, form)` once per workload; `add(record,
+    run=None)` appends a Record (with `run`, it also counts one trial of that run, atomically)
+    and returns its id; `records(workload, target=None, hardware=None)` lists a workload's
+    records oldest first; `run_trials(run)`, `workloads()` [(key, description)], `canonical(key)`
+    (the stored form, or None) and `len()`. From these the base class derives `programs` (each
+    distinct trace's latest record) and `best` (the k fastest that succeeded); a subclass may
+    answer them faster. `close()` ends it; it is a context manager. `Database` keeps records in
+    an SQLite file, `MemoryDatabase` in the process. `tc.tune(C, db=...)` and
+    `tc.build(C, db=...)` take any subclass."""
+
+    def add_workload(self, key: str, description: str, canonical) -> None:
+        raise NotImplementedError
+
+    def add(self, record: Record, run: str | None = None) -> int:
+        raise NotImplementedError
+
+    def records(self, workload: str, target: str | None = None, hardware: str | None = None) -> list:
+        raise NotImplementedError
+
+    def run_trials(self, run: str) -> int:
+        raise NotImplementedError
+
+    def workloads(self) -> list:
+        raise NotImplementedError
+
+    def canonical(self, workload: str):
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def programs(self, workload: str, target: str | None = None, hardware: str | None = None) -> list:
+        """The latest record of every distinct program (trace) of a workload, oldest first: a
+        trace measured again (the tuner re-measures its finalists) counts with its latest."""
+        latest = {}
+        for r in self.records(workload, target, hardware):
+            latest[(r.target, r.hardware, r.trace)] = r
+        return sorted(latest.values(), key=lambda r: r.id if r.id is not None else r.created)
+
+    def best(self, workload: str, target: str, hardware: str | None = None, k: int = 1) -> list:
+        """The k fastest programs whose latest measurement succeeded, fastest first."""
+        ok = [r for r in self.programs(workload, target, hardware) if r.median_ms is not None and r.error is None]
+        return sorted(ok, key=lambda r: r.median_ms)[:k]
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class MemoryDatabase(RecordsDatabase):
+    """Records kept in this process only: for experiments and tests that should leave no file."""
+
+    def __init__(self):
+        self._records: list = []
+        self._workloads: dict = {}
+        self._runs: dict = {}
+
+    def add_workload(self, key: str, description: str, canonical) -> None:
+        self._workloads.setdefault(key, (description, canonical))
+
+    def add(self, record: Record, run: str | None = None) -> int:
+        rid = len(self._records) + 1
+        self._records.append(replace(record, id=rid))
+        if run is not None:
+            self._runs[run] = self._runs.get(run, 0) + 1
+        return rid
+
+    def records(self, workload: str, target: str | None = None, hardware: str | None = None) -> list:
+        return [
+            r
+            for r in self._records
+            if r.workload == workload and target in (None, r.target) and hardware in (None, r.hardware)
+        ]
+
+    def run_trials(self, run: str) -> int:
+        return self._runs.get(run, 0)
+
+    def workloads(self) -> list:
+        return [(k, d) for k, (d, _) in self._workloads.items()]
+
+    def canonical(self, workload: str):
+        entry = self._workloads.get(workload)
+        return entry[1] if entry else None
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+
+class Database(RecordsDatabase):
+    """A tuning-records database in an SQLite file; safe to use from several processes at once."""
 
     def __init__(self, path=None):
         self.path = Path(path) if path is not None else default_path()
@@ -269,9 +365,3 @@ class Database:
 
     def close(self) -> None:
         self.conn.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

@@ -24,10 +24,11 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from minitc.autotune.database import Database, DatabaseError, Record, applied_records
+from minitc.autotune.database import Database, DatabaseError, Record, RecordsDatabase, applied_records
 from minitc.autotune.interfaces import Builder, TuneOptions, check_plug
 from minitc.autotune.registry import make_runner, make_strategy, record_extras
 from minitc.autotune.runner import LocalBuilder, Task
@@ -89,8 +90,9 @@ class TuneResult:
         }
 
 
-def _open_db(db) -> Database:
-    if isinstance(db, Database):
+def _open_db(db) -> RecordsDatabase:
+    """`db` if it is a RecordsDatabase (any subclass), else the SQLite file at the path `db`."""
+    if isinstance(db, RecordsDatabase):
         return db
     return Database(db)
 
@@ -115,7 +117,7 @@ def recorded_trials(outputs, target, db, run: str) -> int:
         target = device_target(target)
     t = parse_target(target)
     key = run_key(workload_key(outputs), t.string, hardware_fingerprint(t), run)
-    if isinstance(db, Database):
+    if isinstance(db, RecordsDatabase):
         return db.run_trials(key)
     with Database(db) as database:
         return database.run_trials(key)
@@ -390,14 +392,17 @@ def tuned_schedule(outputs, target, db=None) -> Schedule | None:
     """The schedule of the best record for this workload on this machine in the records
     database a build reads (database.applied_records: `db`, else a `tc.records` block's), if
     any."""
-    path = applied_records(db)
-    if path is None or not path.exists():
+    source = applied_records(db)
+    if source is None or (isinstance(source, Path) and not source.exists()):
         return None
     space_key = workload_key(outputs)
     hw = hardware_fingerprint(target)
     try:
-        with Database(path) as database:
-            recs = database.best(space_key, parse_target(target).string, hw)
+        if isinstance(source, RecordsDatabase):
+            recs = source.best(space_key, parse_target(target).string, hw)
+        else:
+            with Database(source) as database:
+                recs = database.best(space_key, parse_target(target).string, hw)
     except DatabaseError as e:  # building must not fail because of a bad records file
         warn_user(f"ignoring tuning records: {e}")
         return None
