@@ -24,9 +24,8 @@ import numpy as np
 
 from minitc.backends.cuda.runtime import ALIGNMENT
 from minitc.backends.function import torch_dtype
-from minitc.errors import DTypeError, ShapeError
 from minitc.frontend.memory import nbytes, plan_arena
-from minitc.frontend.runtime import Plan, _describe, _torch_args
+from minitc.frontend.runtime import Plan, _torch_args, check_inputs
 
 
 def make_plan(graph, kernels: dict, target):
@@ -76,15 +75,7 @@ class DevicePlan:
         return {node.name for kind, node, _ in self.steps if kind == "torch"}
 
     def check_inputs(self, inputs: list, shapes: bool = True) -> None:
-        expected = self.graph.inputs
-        if len(inputs) != len(expected):
-            raise ShapeError(f"the model takes {len(expected)} input(s) ({_describe(expected)}), got {len(inputs)}")
-        for x, v in zip(inputs, expected):
-            if shapes and tuple(x.shape) != tuple(v.shape):
-                raise ShapeError(f"input {v.name}: expected shape {list(v.shape)}, got {list(x.shape)}")
-            dtype = str(x.dtype).removeprefix("torch.")
-            if dtype != v.dtype:
-                raise DTypeError(f"input {v.name}: expected {v.dtype}, got {dtype}")
+        check_inputs(self.graph.inputs, inputs, shapes)
 
     def call(self, inputs: list) -> list:
         """The outputs (new tensors on the device) for `inputs` (torch tensors or numpy arrays,

@@ -79,14 +79,7 @@ class Plan:
                 self.steps.append(("kernel", node, kernels[node.name]))
 
     def check_inputs(self, arrays: list, shapes: bool = True) -> None:
-        expected = self.graph.inputs
-        if len(arrays) != len(expected):
-            raise ShapeError(f"the model takes {len(expected)} input(s) ({_describe(expected)}), got {len(arrays)}")
-        for a, v in zip(arrays, expected):
-            if shapes and tuple(a.shape) != tuple(v.shape):
-                raise ShapeError(f"input {v.name}: expected shape {list(v.shape)}, got {list(a.shape)}")
-            if str(a.dtype) != v.dtype:
-                raise DTypeError(f"input {v.name}: expected {v.dtype}, got {a.dtype}")
+        check_inputs(self.graph.inputs, arrays, shapes)
 
     def _buffer(self, node) -> np.ndarray:
         view = self._views.get(node.name)
@@ -163,6 +156,19 @@ class Plan:
                 changing.add(node.name)
             steps.append((kind, node, what))
         return steps, static
+
+
+def check_inputs(expected: list, inputs: list, shapes: bool = True) -> None:
+    """ShapeError or DTypeError unless `inputs` (numpy arrays or torch tensors) match the graph's
+    input values `expected` in number, shape (when `shapes`) and dtype."""
+    if len(inputs) != len(expected):
+        raise ShapeError(f"the model takes {len(expected)} input(s) ({_describe(expected)}), got {len(inputs)}")
+    for x, v in zip(inputs, expected):
+        if shapes and tuple(x.shape) != tuple(v.shape):
+            raise ShapeError(f"input {v.name}: expected shape {list(v.shape)}, got {list(x.shape)}")
+        dtype = str(x.dtype).removeprefix("torch.")
+        if dtype != v.dtype:
+            raise DTypeError(f"input {v.name}: expected {v.dtype}, got {dtype}")
 
 
 def _describe(values) -> str:
