@@ -57,3 +57,12 @@ def test_compile_tunes_checks_and_times_a_model_from_a_file(factory, tmp_path):
 def test_bad_model_specs_get_one_clear_line(factory, spec, message):
     result = CliRunner().invoke(main, ["compile", spec.format(factory=factory)])
     assert result.exit_code == 1 and message in result.output and "Traceback" not in result.output
+
+
+def test_compile_for_the_simulated_gpu_checks_and_times_it(factory, tmp_path):
+    out = tmp_path / "o.json"
+    args = ["compile", f"{factory}:make", "--target", "cuda-sim", "--db", str(tmp_path / "r.db"), "--json", str(out)]
+    result = CliRunner().invoke(main, args + ["--threads", "1"])
+    assert result.exit_code == 0, result.output
+    record = json.loads(out.read_text())
+    assert record["target"] == "cuda-sim" and record["max_abs_error"] < 1e-4 and record["ms"]["minitc"] > 0

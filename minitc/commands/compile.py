@@ -79,7 +79,12 @@ class ModelProgress:
 @click.argument("model_spec", metavar="MODEL")
 @click.option("--trials", default=0, show_default=True, type=click.IntRange(min=0), help="Tuning budget for the model.")
 @click.option("--strategy", default="tlm", show_default=True, help="Search strategy for tuning.")
-@click.option("--target", default="llvm", show_default=True, help="CPU target, e.g. 'llvm -mcpu=haswell'.")
+@click.option(
+    "--target",
+    default="llvm",
+    show_default=True,
+    help="'llvm' (this CPU), 'llvm -mcpu=haswell', 'cuda' (this GPU: model and inputs move there) or 'cuda-sim'.",
+)
 @click.option(
     "--db", type=click.Path(dir_okay=False), help="Records database (default: the user's, ~/.cache/minitc/records.db)."
 )
@@ -105,6 +110,11 @@ def compile_cmd(model_spec, trials, strategy, target, db, threads, show_graph, j
         raise click.BadParameter(f"choose one of {', '.join(strategy_names())}", param_hint="--strategy")
     checks.check_output(json_path, "--json")
     model, inputs, name = load_model(model_spec)
+    if target.split()[0] == "cuda":  # eager and minitc both on the GPU, in float32 without TF32
+        if not torch.cuda.is_available():
+            raise click.BadParameter("torch sees no CUDA GPU here; 'cuda-sim' simulates one", param_hint="--target")
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)
     threads = threads or tc.get_num_threads()
     db = str(db or default_path())  # the command line's default database, said so below
     click.echo(f"tuning records: {db} (each task keeps a record's program only where it is faster in the model)")
@@ -128,11 +138,13 @@ def compile_cmd(model_spec, trials, strategy, target, db, threads, show_graph, j
             )
         if show_graph:
             click.echo(str(compiled.graph))
-        expected = model(*inputs)
-        got = compiled(*inputs)
+        expected = model(*inputs).cpu()
+        got = compiled(*inputs).cpu()
         error = float((got - expected).abs().max())
         scale = float(expected.abs().max()) or 1.0
-        timings = measure({"minitc": lambda: compiled(*inputs), "torch eager": lambda: model(*inputs)}, repeats=10)
+        sync = torch.cuda.synchronize if target.split()[0] == "cuda" else (lambda: None)  # time the GPU's work
+        fns = {"minitc": lambda: (compiled(*inputs), sync()), "torch eager": lambda: (model(*inputs), sync())}
+        timings = measure(fns, repeats=10)
     ms = {k: 1e3 * v.median for k, v in timings.items()}
     click.echo(f"max abs error against torch eager: {error:.3g} (relative to the largest output {error / scale:.3g})")
     click.echo(
