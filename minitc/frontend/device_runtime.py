@@ -20,6 +20,8 @@ On the simulator (`cuda-sim`) the same plan runs on CPU tensors, without a graph
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from minitc.backends.cuda.runtime import ALIGNMENT
@@ -129,6 +131,12 @@ class DevicePlan:
         """Run the steps; returns every value by name (the static buffers, and what the views
         and fallback operators of this run made)."""
         values, clock = dict(self._values), _Clock(self.device, times)
+        with _cupy_on_torch_stream(self.device):
+            self._steps(values, clock)
+        clock.finish()
+        return values
+
+    def _steps(self, values: dict, clock) -> None:
         for kind, node, what in self.steps:
             clock.start()
             if kind == "kernel":
@@ -139,8 +147,18 @@ class DevicePlan:
                 target, args, kwargs = what
                 values[node.name] = _contiguous(target(*_torch_args(args, values), **_torch_args(kwargs, values)))
             clock.stop(node.name)
-        clock.finish()
-        return values
+
+
+def _cupy_on_torch_stream(device):
+    """On a GPU, CuPy's current stream made torch's current one for the steps: the kernels then
+    take their torch tensors through DLPack without a cross-stream wait (which a CUDA graph
+    being captured would refuse) and launch where torch's fallback operators run."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    import cupy
+    import torch
+
+    return cupy.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream)
 
 
 def _contiguous(value):
