@@ -3,6 +3,8 @@ of speed relative to torch, both from the JSON records."""
 
 from __future__ import annotations
 
+from minitc.benchmarks.tables import aligned
+
 IMPLS = ("minitc", "minitc_template", "torch", "triton")  # the implementations a gpu-core record times
 
 
@@ -38,11 +40,6 @@ def format_table(records: list) -> str:
                 cell(r.get("compile_s"), ".2f"),
             ]
         )
-    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
-
-    def line(cells):
-        return "  ".join(c.ljust(wd) if i == 0 else c.rjust(wd) for i, (c, wd) in enumerate(zip(cells, widths)))
-
     out = []
     if records:
         d, run = records[0]["device"], records[0]["run"]
@@ -53,7 +50,7 @@ def format_table(records: list) -> str:
         )
         out.append(f"precision: {run['precision']}")
         out.append(f"timing: {run['timing']} ({run['flush_mib']} MiB flush = {run['flush_ms']} ms)")
-    out += [line(head), "  ".join("-" * wd for wd in widths)] + [line(row) for row in rows]
+    out += aligned(head, rows)
     out.append(
         "vs torch / vs triton = library ms / minitc ms (> 1: minitc is faster); ms = median ± half the IQR; "
         "%peak: minitc vs the nominal FP32 peak (compute) or DRAM bandwidth (memory)"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from minitc.benchmarks.machine import host_cpu
 from minitc.benchmarks.models_systems import SYSTEMS, ms_key
 from minitc.benchmarks.report import NOISY_CPUS, machine_lines, require_matplotlib
+from minitc.benchmarks.tables import aligned
 
 
 def systems_in(records: list) -> list:
@@ -48,12 +49,7 @@ def format_table(records: list) -> str:
         ]
         for r in records
     ]
-    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
-
-    def line(cells):
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-
-    out = [line(head), "  ".join("-" * w for w in widths)] + [line(row) for row in rows]
+    out = aligned(head, rows)
     out.append(
         "ms = median ± half the IQR; vs eager = eager ms / minitc ms (> 1: minitc is faster); "
         "rel err = minitc's max abs error / max |eager output|; peak MiB: the process's resident peak while "

@@ -6,6 +6,7 @@ import json
 
 from minitc.benchmarks.machine import host_cpu
 from minitc.benchmarks.runner import IMPLS
+from minitc.benchmarks.tables import aligned
 
 NOISY_CPUS = 0.25  # other processes' CPU use that makes a row's timings suspect
 PLOT_EXTRA = "pip install 'minitc[plot]'  (or: pip install matplotlib)"
@@ -119,12 +120,7 @@ def format_table(records: list) -> str:
                 _num(r.get("compile_s"), ".2f"),
             ]
         )
-    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
-
-    def line(cells):
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-
-    out = [line(head), "  ".join("-" * w for w in widths)] + [line(row) for row in rows]
+    out = aligned(head, rows)
     out.append("vs best = best library ms / minitc ms (> 1: minitc is faster); ms = median ± half the IQR")
     out.append(
         "%peak: compute vs peak FMA, memory vs STREAM triad (read-mostly kernels can pass 100%: "

@@ -15,6 +15,8 @@ import math
 import statistics
 from pathlib import Path
 
+from minitc.benchmarks.tables import aligned
+
 # "Reached Evo@1000's quality" means timed side by side within this of its winner: one
 # program's side-by-side timings in different runs spread by about 1% on the shared machine.
 MATCH_TOLERANCE = 0.01
@@ -62,14 +64,7 @@ def _ratios(rows: list, ks, evo_trials, ms) -> list:
     lines.append(
         ["geomean"] + [f"{geomean(ratios[(k, t)]):.2f}" if ratios[(k, t)] else "-" for k in ks for t in evo_trials]
     )
-    return _aligned(head, lines)
-
-
-def _aligned(head: list, lines: list) -> list:
-    """A text table: the first column left-aligned, the others right-aligned."""
-    widths = [max(len(h), *(len(c[i]) for c in lines)) for i, h in enumerate(head)]
-    fmt = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
-    return [fmt(head), "  ".join("-" * w for w in widths)] + [fmt(c) for c in lines]
+    return aligned(head, lines)
 
 
 def _as_measured(row: dict, label: str):
@@ -249,7 +244,7 @@ def seeds_table(by_seed: dict, ks, evo_trials) -> str:
     medians = [_median([r[i] for r in ratios]) for i in range(len(columns))]
     lines.append(["median"] + [_fmt(m, ".2f") for m in medians] + [_fmt(_median(walls), ".0f"), ""])
     head = ["geomean over workloads"] + [name for name, _, _ in columns] + ["Evo s / TLM s", "matched"]
-    return "\n".join(_aligned(head, lines))
+    return "\n".join(aligned(head, lines))
 
 
 def _median(values: list):

@@ -9,6 +9,7 @@ import math
 from minitc.benchmarks import report
 from minitc.benchmarks.runner import _r, _sig
 from minitc.benchmarks.suites import Workload
+from minitc.benchmarks.tables import aligned
 
 LIBRARIES = ("numpy", "torch")
 
@@ -58,12 +59,7 @@ def format_table(records: list) -> str:
                 report._num(r.get("overhead_s_per_trial"), ".2f"),
             ]
         )
-    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
-
-    def line(cells):
-        return "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-
-    out = [line(head), "  ".join("-" * w for w in widths)] + [line(row) for row in rows]
+    out = aligned(head, rows, left=3)
     out.append(
         "kernel ms / tpl kernel: the tuned and the template kernel timed bare by the tuner's runner; the other "
         "ms: in-process calls, interleaved (median ± half the IQR)"
