@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -196,23 +196,21 @@ class CompiledModel:
         source = applied_records(self.db)
         if source is None and self.tuning.get("trials") and self.db is not False:
             source = default_path()
-        templates, tuned = {}, {}
+        contested = []  # copies of the tasks whose records hold another program, on that program
         for task in tasks:
-            task.trace = templates[task.key] = _template_trace(task, self.target)
+            task.trace = _template_trace(task, self.target)
             chosen = tuned_schedule([task.outputs], self.target, source) if source is not None else None
             if chosen is not None and chosen.trace.to_json() != task.trace.to_json():
-                tuned[task.key] = chosen.trace
+                contested.append(replace(task, trace=chosen.trace))
         kernels = build_kernels(tasks, self.target)
-        if tuned:
-            contested = [t for t in tasks if t.key in tuned]
-            for task in contested:
-                task.trace = tuned[task.key]
+        if contested:
             tuned_kernels = build_kernels(contested, self.target)
             plan = functools.partial(make_plan, target=self.target)
             kernels, self.choices = choose_programs(graph, tasks, kernels, tuned_kernels, _arrays(inputs), plan=plan)
-            for task in contested:
-                kept_tuned = kernels[task.nodes[0]] is tuned_kernels[task.nodes[0]]
-                task.trace = tuned[task.key] if kept_tuned else templates[task.key]
+            by_key = {task.key: task for task in tasks}
+            for tuned in contested:
+                if kernels[tuned.nodes[0]] is tuned_kernels[tuned.nodes[0]]:  # kept inside the model
+                    by_key[tuned.key].trace = tuned.trace
         return graph, tasks, make_plan(graph, kernels, self.target)
 
     @classmethod
