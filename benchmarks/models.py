@@ -130,7 +130,7 @@ def run_model(
     say = say or (lambda msg: None)
     notes: list = []
     memory = {"start_rss_mib": reset_peak_memory()}
-    gpu = tc.target.is_gpu(target)
+    gpu, on_gpu = tc.target.is_gpu(target), tc.target.target_kind(target) == "cuda"  # on_gpu: not the simulator
     try:
         say(f"{spec.name}: building the model")
         model, inputs = on_device(*spec.make(), target, batch)
@@ -168,7 +168,7 @@ def run_model(
             if onnx_bytes is not None:
                 here["onnxruntime"] = setup_onnxruntime(onnx_bytes, inputs, n)
             here = {s: here[s] for s in SYSTEMS if s in here}
-            if gpu and target == "cuda":
+            if on_gpu:
                 here = {name: synchronized(system) for name, system in here.items()}
             for system in here.values():
                 check(system, reference)
@@ -257,7 +257,7 @@ def base_record(
         "notes": list(notes),
         "target": target,
         "host": host_cpu(),
-        **({"gpu": _gpu_name()} if target == "cuda" else {}),
+        **({"gpu": _gpu_name()} if tc.target.target_kind(target) == "cuda" else {}),
         "background_cpus": round(background, 2) if background is not None else None,
     }
 

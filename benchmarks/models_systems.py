@@ -160,7 +160,7 @@ def on_device(model, inputs, target: str, batch: int = 1) -> tuple:
 
     if batch > 1:
         inputs = tuple(torch.cat([x] * batch) for x in inputs)
-    if not target.startswith("cuda") or target.startswith("cuda-sim"):
+    if tc.target.target_kind(target) != "cuda":  # the CPU, or the simulator's CPU tensors
         return model, inputs
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

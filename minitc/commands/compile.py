@@ -110,7 +110,8 @@ def compile_cmd(model_spec, trials, strategy, target, db, threads, show_graph, j
         raise click.BadParameter(f"choose one of {', '.join(strategy_names())}", param_hint="--strategy")
     checks.check_output(json_path, "--json")
     model, inputs, name = load_model(model_spec)
-    if target.split()[0] == "cuda":  # eager and minitc both on the GPU, in float32 without TF32
+    on_gpu = tc.target.target_kind(target) == "cuda"  # not the simulator, which runs on CPU tensors
+    if on_gpu:  # eager and minitc both on the GPU, in float32 without TF32
         if not torch.cuda.is_available():
             raise click.BadParameter("torch sees no CUDA GPU here; 'cuda-sim' simulates one", param_hint="--target")
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
@@ -142,7 +143,7 @@ def compile_cmd(model_spec, trials, strategy, target, db, threads, show_graph, j
         got = compiled(*inputs).cpu()
         error = float((got - expected).abs().max())
         scale = float(expected.abs().max()) or 1.0
-        sync = torch.cuda.synchronize if target.split()[0] == "cuda" else (lambda: None)  # time the GPU's work
+        sync = torch.cuda.synchronize if on_gpu else (lambda: None)  # time the GPU's work
         fns = {"minitc": lambda: (compiled(*inputs), sync()), "torch eager": lambda: (model(*inputs), sync())}
         timings = measure(fns, repeats=10)
     ms = {k: 1e3 * v.median for k, v in timings.items()}
