@@ -9,29 +9,22 @@ DEFAULTS: dict = {}  # tag -> fn(s, out_stage_name, target) -> params
 CHOICES: dict = {}  # tag -> fn(s, out_stage_name, target) -> {param: candidate values for this target}
 
 
-def template(tag: str):
-    def register(fn):
-        TEMPLATES[tag] = fn
-        return fn
+def registrar(table: dict):
+    """A decorator factory: `@registrar(TABLE)(tag)` puts the function in TABLE under `tag`."""
 
-    return register
+    def by_tag(tag: str):
+        def register(fn):
+            table[tag] = fn
+            return fn
 
+        return register
 
-def defaults(tag: str):
-    def register(fn):
-        DEFAULTS[tag] = fn
-        return fn
-
-    return register
+    return by_tag
 
 
-def choices(tag: str):
-    """Register the candidate values a tag's parameters take in the tuner's design space beyond
-    the shape-independent ones (minitc/autotune/space.py): values derived from the shape and
-    the target's hardware, so the space holds what the analytical model would also pick."""
-
-    def register(fn):
-        CHOICES[tag] = fn
-        return fn
-
-    return register
+template = registrar(TEMPLATES)  # @template("matmul"): the schedule function of a tag
+defaults = registrar(DEFAULTS)  # @defaults("matmul"): its tile sizes for a shape and target
+# @choices("matmul"): the candidate values a tag's parameters take in the tuner's design space
+# beyond the shape-independent ones (minitc/autotune/space.py), derived from the shape and the
+# target's hardware, so the space holds what the analytical model would also pick
+choices = registrar(CHOICES)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from minitc.lowering.gpu import GpuLimits
 from minitc.lowering.probes import switch_on
+from minitc.templates.registry import registrar
 
 GPU_TEMPLATES: dict = {}  # tag -> fn(s, out_stage_name, target, **params)
 GPU_DEFAULTS: dict = {}  # tag -> fn(s, out_stage_name, target) -> params
@@ -21,17 +22,5 @@ def unrolled_k_steps() -> bool:
     return switch_on("MINITC_GPU_UNROLL_K")
 
 
-def template(tag: str):
-    def register(fn):
-        GPU_TEMPLATES[tag] = fn
-        return fn
-
-    return register
-
-
-def defaults(tag: str):
-    def register(fn):
-        GPU_DEFAULTS[tag] = fn
-        return fn
-
-    return register
+template = registrar(GPU_TEMPLATES)
+defaults = registrar(GPU_DEFAULTS)
