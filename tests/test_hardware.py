@@ -83,7 +83,7 @@ class _Target:
 
 @pytest.mark.parametrize("name", DENSE_TILES)
 def test_analytical_tiles_of_each_recorded_machine(name):
-    from minitc.templates.gemm import pick_tiles
+    from minitc.templates.gemm_blocking import pick_tiles
 
     hw = _described(name)
     lanes = hw.vector_bits // 32

@@ -15,7 +15,7 @@ from minitc.backends.llvm.codegen import render
 from minitc.errors import BuildError
 from minitc.schedule.recorder import Schedule
 from minitc.target import cpus, host, parse_target, simd_width
-from minitc.templates import DEFAULTS, conv, gemm, gemm_blocking, load_templates, template_schedule
+from minitc.templates import DEFAULTS, conv, gemm_blocking, load_templates, template_schedule
 from minitc.templates.elementwise import default_vector
 
 load_templates()
@@ -231,7 +231,7 @@ def test_gemm_tiles_follow_registers_lanes_and_l2(cpu, mr, nr):
     Haswell tile). Without k blocks the packed panel takes at most a quarter of the L2, as wide
     as that allows while every core still gets two panels."""
     t = _target(cpu)
-    p = gemm.pick_tiles(512, 512, 512, t)
+    p = gemm_blocking.pick_tiles(512, 512, 512, t)
     assert (p["mr"], p["nr"]) == (mr, nr)
     for rows, vecs in gemm_blocking.register_tiles(t.hardware):
         assert rows * vecs + vecs + 1 <= t.vector_registers
@@ -246,7 +246,7 @@ def test_gemm_tiles_follow_registers_lanes_and_l2(cpu, mr, nr):
 def test_gemm_tiles_that_tie_take_the_most_accumulators(cpu, mr, nr):
     """BERT's dense product, 128 x 3072 x 768: 4 x 3 and 8 x 3 vectors both divide it; a
     32-register target takes 8 x 3 (24 accumulators, 11 loads per 24 FMAs)."""
-    p = gemm.pick_tiles(128, 3072, 768, _target(cpu))
+    p = gemm_blocking.pick_tiles(128, 3072, 768, _target(cpu))
     assert (p["mr"], p["nr"]) == (mr, nr)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 import minitc as tc
 from minitc.target import parse_target
-from minitc.templates import DEFAULTS, TEMPLATES, gemm, template_schedule
+from minitc.templates import DEFAULTS, TEMPLATES, gemm_blocking, template_schedule
 
 SHAPES = [(1, 1, 1), (37, 53, 29), (130, 70, 90)]  # M, N, K
 TARGET = parse_target("llvm")
@@ -289,14 +289,14 @@ def test_dense_epilogue_per_panel_with_k_blocks():
 
 
 def test_defaults_prefer_dividing_tiles():
-    p = gemm.pick_tiles(512, 512, 512, AVX2)
+    p = gemm_blocking.pick_tiles(512, 512, 512, AVX2)
     assert p["nr"] == 16 and p["mr"] in (5, 6) and p["ku"] == 4  # 10-12 accumulators, columns divide
-    assert p["nc"] % p["nr"] == 0 and 512 % p["nc"] == 0 and 512 * p["nc"] * 4 <= gemm.panel_bytes(AVX2)
-    assert gemm.pick_tiles(128, 3072, 768, AVX2) == dict(mr=4, nr=24, nc=24, ku=4, kc=0)
-    long_k = gemm.pick_tiles(240, 256, 8192, AVX2)  # long k: blocks whose A sliver fits half the L1
+    assert p["nc"] % p["nr"] == 0 and 512 % p["nc"] == 0 and 512 * p["nc"] * 4 <= gemm_blocking.panel_bytes(AVX2)
+    assert gemm_blocking.pick_tiles(128, 3072, 768, AVX2) == dict(mr=4, nr=24, nc=24, ku=4, kc=0)
+    long_k = gemm_blocking.pick_tiles(240, 256, 8192, AVX2)  # long k: blocks whose A sliver fits half the L1
     assert 0 < long_k["kc"] < 8192 and long_k["mr"] * long_k["kc"] * 4 <= AVX2.cache_bytes("l1d") // 2
-    assert gemm.pick_tiles(128, 128, 64, AVX2, batch=12)["nc"] == 128  # batches keep the cores busy
-    small = gemm.pick_tiles(3, 5, 7, AVX2)
+    assert gemm_blocking.pick_tiles(128, 128, 64, AVX2, batch=12)["nc"] == 128  # batches keep the cores busy
+    small = gemm_blocking.pick_tiles(3, 5, 7, AVX2)
     assert small["mr"] <= 3 and small["nr"] == 8 and small["ku"] == 1 and small["kc"] == 0
 
 
@@ -313,7 +313,6 @@ def test_the_design_space_holds_every_tile_and_k_block_the_model_considers(cpu):
     """The tuner's candidates (minitc/autotune/space.py) include the hardware's register tiles
     and both orders' k blocks, not only the shape-independent lists, and every one builds."""
     from minitc.autotune.space import Space
-    from minitc.templates import gemm_blocking
 
     target = parse_target(f"llvm -mcpu={cpu} -num-cores=2")
     C, ins = _matmul(200, 1000, 1000, False, False)
@@ -322,7 +321,7 @@ def test_the_design_space_holds_every_tile_and_k_block_the_model_considers(cpu):
     hw, lanes = target.hardware, target.lanes("float32")
     for rows, vecs in gemm_blocking.register_tiles(hw):
         assert rows in domains["mr"] and vecs * lanes in domains["nr"]
-    p = gemm.pick_tiles(200, 1000, 1000, target)
+    p = gemm_blocking.pick_tiles(200, 1000, 1000, target)
     assert gemm_blocking.kc_from_l1(hw, p["mr"], p["nr"], 4) // 4 * 4 in domains["kc"]
     assert {p["mr"], p["nr"], p["nc"], p["kc"]} <= set(domains["mr"] + domains["nr"] + domains["nc"] + domains["kc"])
 
@@ -350,13 +349,13 @@ def test_the_design_space_candidates_from_the_hardware_build_correct_kernels():
 
 
 def test_k_blocks_divide_k_where_a_few_more_blocks_do():
-    assert gemm._equal_blocks(1024, 170, 4) == 128  # 8 blocks of 128, not 7 of 148 (a guarded tail)
-    assert gemm._equal_blocks(1000, 500, 4) == 500
-    assert gemm._equal_blocks(777, 389, 1) == 259  # 3 x 259
-    assert gemm._equal_blocks(1021, 300, 4) == 256  # a prime: 4 blocks as equal as whole unrolls allow
-    assert gemm._equal_blocks(512, 600, 4) == 0 and gemm._equal_blocks(512, 0, 4) == 0
+    assert gemm_blocking._equal_blocks(1024, 170, 4) == 128  # 8 blocks of 128, not 7 of 148 (a guarded tail)
+    assert gemm_blocking._equal_blocks(1000, 500, 4) == 500
+    assert gemm_blocking._equal_blocks(777, 389, 1) == 259  # 3 x 259
+    assert gemm_blocking._equal_blocks(1021, 300, 4) == 256  # a prime: 4 blocks as equal as whole unrolls allow
+    assert gemm_blocking._equal_blocks(512, 600, 4) == 0 and gemm_blocking._equal_blocks(512, 0, 4) == 0
     for K, kc, ku in ((1024, 170, 4), (3000, 700, 4), (777, 389, 1), (96, 50, 2)):
-        got = gemm._equal_blocks(K, kc, ku)
+        got = gemm_blocking._equal_blocks(K, kc, ku)
         assert 0 < got <= kc and got % ku == 0 and _ceil(K, got) * got - K < got
 
 

@@ -24,7 +24,7 @@ L is the target's vector lanes (`target.lanes`: 8 float32 on AVX2, 16 on AVX-512
 compute-bound, so it uses the full width even where 512-bit ops are split).
 
 Every tile size is a keyword argument, so each call is one point of the tuner's design space;
-the `@defaults` functions pick them for the shape and the target description (`pick_tiles`:
+the `@defaults` functions pick them for the shape and the target description (`gemm_blocking.pick_tiles`:
 the register tile from the target's vector registers and lanes, the panel from its L2; factors
 that divide the extents where possible; other shapes get guarded tails, which the LLVM backend
 peels off the hot loops, minitc/lowering/partition.py).
@@ -298,80 +298,7 @@ def _auto_parallel(s, batch, jo, io, target) -> str:
     return "m" if _extent(s, io) >= 2 * cores else "n"
 
 
-# -- tile sizes ----------------------------------------------------------------------------------
-
-TILE_COST_SLACK = 0.01  # padded work this close to the least counts as a tie (a guarded tail row)
-L2_SHARE = 4  # a packed B panel [K, nc] takes at most this fraction of the L2
-
-
-def panel_bytes(target) -> int:
-    """Bytes a packed B panel may take: a share of the target's L2, so it stays there while
-    the row tiles stream past it."""
-    return target.cache_bytes("l2") // L2_SHARE
-
-
-def pick_tiles(M: int, N: int, K: int, target, dtype: str = "float32", batch: int = 1) -> dict:
-    """Register tile, panel width, k unroll and k blocks for an M x N x K product, from the
-    target's hardware description (gemm_blocking.py has the analytical model).
-
-    The register tile (mr rows x nr columns, nr a multiple of the target's vector lanes) is the
-    one of `gemm_blocking.register_tiles` with the least padded work (rows and columns rounded
-    up to the tile) per unit of efficiency (FMA latency hidden, loads keeping up); of tiles
-    within 1% of the least cost, the one with the most accumulators (fewer loads per FMA:
-    AVX-512's 8 x 3 over 4 x 3 where both divide the product, AVX2's 6 x 2 over 5 x 2 where
-    both leave a tail of rows).
-    Without k blocks, the B panel is as wide as fits `panel_bytes(target)` (its A rows are then
-    reused from L1 by nc / nr micro-kernels), preferring widths that divide N, keeping at least
-    two panels per core. Where the model says B's stream from L2 would starve the FMAs (or the
-    micro-panel would not fit the L2), k is cut into blocks of kc from L1: the BLIS order."""
-    hw = target.hardware
-    vec = target.lanes(dtype)
-    esize = 8 if dtype in ("float64", "int64") else 4
-    panel = panel_bytes(target)
-
-    def cost(t):
-        rows, vecs = t
-        nr = vecs * vec
-        padded = (-(-M // min(rows, M)) * min(rows, M)) * (-(-N // nr) * nr)
-        return padded / (M * N) / blocking.efficiency(hw, rows, vecs)
-
-    # among tiles within TILE_COST_SLACK of the least cost, the one with the most accumulators
-    # (fewer loads of A and B per FMA), then the cheaper
-    tiles = blocking.register_tiles(hw)
-    least = min(cost(t) for t in tiles)
-    near = [t for t in tiles if cost(t) <= least * (1 + TILE_COST_SLACK)]
-    rows, vecs = min(near, key=lambda t: (-t[0] * t[1], cost(t)))
-    mr, nr = min(rows, M), vecs * vec
-    ku = 4 if K % 4 == 0 else (2 if K % 2 == 0 else 1)
-    kc = _equal_blocks(K, blocking.k_block(hw, K, mr, nr, vec, esize, panel), ku)
-    tiles = _ceil_div(N, nr)
-    if kc:  # the kc x nc block of B lives in the L3
-        fit = max(1, blocking.nc_from_l3(hw, kc, nr, esize, target.num_cores) // nr)
-    else:  # the K x nc panel in a share of the L2
-        fit = max(1, panel // (K * nr * esize))
-    cores = max(1, target.num_cores)
-    keep = max(1, batch * tiles // (2 * cores))  # panels enough for every core, when there are
-    m = max(1, min(fit, keep, tiles))
-    while m > 1 and tiles % m:
-        m -= 1
-    return {"mr": mr, "nr": nr, "nc": nr * m, "ku": ku, "kc": kc}
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _equal_blocks(K: int, kc: int, ku: int) -> int:
-    """kc blocks of equal length, each whole unrolls of ku, at most `kc` long (0: no blocks).
-    Where a few more blocks divide K exactly (1024 in 8 blocks of 128, not 7 of 148), those:
-    a block that runs past K puts a guard on every k step of the micro-kernel."""
-    if not kc or kc >= K:
-        return 0
-    least = _ceil_div(K, kc)
-    for blocks in range(least, least + max(1, least // 4) + 1):
-        if K % blocks == 0 and (K // blocks) % ku == 0:
-            return K // blocks
-    return _ceil_div(_ceil_div(K, least), ku) * ku
+# -- tile sizes (the choices: gemm_blocking.pick_tiles) -----------------------------------------
 
 
 def _shape(s, acc: str) -> tuple:
@@ -386,7 +313,7 @@ def _shape(s, acc: str) -> tuple:
 
 def _defaults_for(s, acc: str, target) -> dict:
     batch, M, N, K = _shape(s, acc)
-    p = pick_tiles(M, N, K, target, s.state.stage(acc).dtype, batch)
+    p = blocking.pick_tiles(M, N, K, target, s.state.stage(acc).dtype, batch)
     (_, a_k, a_i), (_, b_k, b_j) = gemm_operands(s, acc)
     # a panel read by one row tile is not worth copying, unless B must be transposed
     p["pack_b"] = (M > p["mr"] or b_k > b_j) and not weight_block(s, acc)
@@ -403,14 +330,14 @@ def _choices_for(s, acc: str, target) -> dict:
     batch, M, N, K = _shape(s, acc)
     dtype = s.state.stage(acc).dtype
     hw, vec, esize = target.hardware, target.lanes(dtype), 8 if dtype in ("float64", "int64") else 4
-    p = pick_tiles(M, N, K, target, dtype, batch)
+    p = blocking.pick_tiles(M, N, K, target, dtype, batch)
     tiles = blocking.register_tiles(hw)
     blis_kc = blocking.kc_from_l1(hw, p["mr"], p["nr"], esize)
-    kcs = {blis_kc, blocking.k_block(hw, K, p["mr"], p["nr"], vec, esize, panel_bytes(target)), K // 2, K // 4}
+    kcs = {blis_kc, blocking.k_block(hw, K, p["mr"], p["nr"], vec, esize, blocking.panel_bytes(target)), K // 2, K // 4}
     return {
         "mr": tuple(sorted({min(rows, M) for rows, _ in tiles})),
         "nr": tuple(sorted({vecs * vec for _, vecs in tiles})),
-        "nc": tuple(p["nr"] * m for m in (1, 2, 4, 8, 16) if p["nr"] * m <= _ceil_div(N, p["nr"]) * p["nr"]),
+        "nc": tuple(p["nr"] * m for m in (1, 2, 4, 8, 16) if p["nr"] * m <= blocking.ceil_div(N, p["nr"]) * p["nr"]),
         "kc": tuple(sorted(k // 4 * 4 for k in kcs if 16 <= k < K)),
         "mc": (blocking.mc_from_l2(hw, min(blis_kc, K), p["mr"], esize),),
     }

@@ -123,3 +123,79 @@ def k_block(hw, K: int, mr: int, nr: int, lanes: int, esize: int, panel_bytes: i
     else:
         kc = min(half_l1 // (mr * esize), 2 * panel_bytes // (nr * esize))
     return 0 if kc >= K else kc
+
+
+# -- the tile sizes of one product -------------------------------------------------------------
+
+TILE_COST_SLACK = 0.01  # padded work this close to the least counts as a tie (a guarded tail row)
+L2_SHARE = 4  # a packed B panel [K, nc] takes at most this fraction of the L2
+
+
+def panel_bytes(target) -> int:
+    """Bytes a packed B panel may take: a share of the target's L2, so it stays there while
+    the row tiles stream past it."""
+    return target.cache_bytes("l2") // L2_SHARE
+
+
+def pick_tiles(M: int, N: int, K: int, target, dtype: str = "float32", batch: int = 1) -> dict:
+    """Register tile, panel width, k unroll and k blocks for an M x N x K product, from the
+    target's hardware description, by the model above.
+
+    The register tile (mr rows x nr columns, nr a multiple of the target's vector lanes) is the
+    one of `register_tiles` with the least padded work (rows and columns rounded
+    up to the tile) per unit of efficiency (FMA latency hidden, loads keeping up); of tiles
+    within 1% of the least cost, the one with the most accumulators (fewer loads per FMA:
+    AVX-512's 8 x 3 over 4 x 3 where both divide the product, AVX2's 6 x 2 over 5 x 2 where
+    both leave a tail of rows).
+    Without k blocks, the B panel is as wide as fits `panel_bytes(target)` (its A rows are then
+    reused from L1 by nc / nr micro-kernels), preferring widths that divide N, keeping at least
+    two panels per core. Where the model says B's stream from L2 would starve the FMAs (or the
+    micro-panel would not fit the L2), k is cut into blocks of kc from L1: the BLIS order."""
+    hw = target.hardware
+    vec = target.lanes(dtype)
+    esize = 8 if dtype in ("float64", "int64") else 4
+    panel = panel_bytes(target)
+
+    def cost(t):
+        rows, vecs = t
+        nr = vecs * vec
+        padded = (-(-M // min(rows, M)) * min(rows, M)) * (-(-N // nr) * nr)
+        return padded / (M * N) / efficiency(hw, rows, vecs)
+
+    # among tiles within TILE_COST_SLACK of the least cost, the one with the most accumulators
+    # (fewer loads of A and B per FMA), then the cheaper
+    tiles = register_tiles(hw)
+    least = min(cost(t) for t in tiles)
+    near = [t for t in tiles if cost(t) <= least * (1 + TILE_COST_SLACK)]
+    rows, vecs = min(near, key=lambda t: (-t[0] * t[1], cost(t)))
+    mr, nr = min(rows, M), vecs * vec
+    ku = 4 if K % 4 == 0 else (2 if K % 2 == 0 else 1)
+    kc = _equal_blocks(K, k_block(hw, K, mr, nr, vec, esize, panel), ku)
+    tiles = ceil_div(N, nr)
+    if kc:  # the kc x nc block of B lives in the L3
+        fit = max(1, nc_from_l3(hw, kc, nr, esize, target.num_cores) // nr)
+    else:  # the K x nc panel in a share of the L2
+        fit = max(1, panel // (K * nr * esize))
+    cores = max(1, target.num_cores)
+    keep = max(1, batch * tiles // (2 * cores))  # panels enough for every core, when there are
+    m = max(1, min(fit, keep, tiles))
+    while m > 1 and tiles % m:
+        m -= 1
+    return {"mr": mr, "nr": nr, "nc": nr * m, "ku": ku, "kc": kc}
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _equal_blocks(K: int, kc: int, ku: int) -> int:
+    """kc blocks of equal length, each whole unrolls of ku, at most `kc` long (0: no blocks).
+    Where a few more blocks divide K exactly (1024 in 8 blocks of 128, not 7 of 148), those:
+    a block that runs past K puts a guard on every k step of the micro-kernel."""
+    if not kc or kc >= K:
+        return 0
+    least = ceil_div(K, kc)
+    for blocks in range(least, least + max(1, least // 4) + 1):
+        if K % blocks == 0 and (K // blocks) % ku == 0:
+            return K // blocks
+    return ceil_div(ceil_div(K, least), ku) * ku
