@@ -14,7 +14,7 @@ library a note. Timing is `triton.testing.do_bench`'s method, interleaved: each 
 L2 (zeroing 2 GiB), then times one call between two CUDA events; the flush also keeps the GPU
 busy while Python enqueues the call, so the samples measure GPU time, not launch overhead (a
 call whose enqueueing takes as long as the flush is flagged). Rounds rotate who goes first.
-The workloads are in gpu_suites.py, the timer in gpu_timing.py, the table and the plot in
+The workloads are in gpu_suites.py, the timer in timing.py, the table and the plot in
 gpu_report.py.
 
 `gpu-smoke` is the same at tiny shapes (tests/test_benchmarks_gpu.py runs its minitc kernels in
@@ -51,8 +51,8 @@ import numpy as np
 import minitc as tc
 from minitc.benchmarks.gpu_report import IMPLS
 from minitc.benchmarks.gpu_suites import GpuWorkload, select
-from minitc.benchmarks.gpu_timing import FLUSH_MIB, Timer
 from minitc.benchmarks.runner import _r, _short, _sig
+from minitc.benchmarks.timing import FLUSH_MIB, Timer
 
 TARGET = "cuda"  # minitc's target; DEVICE: torch's (the tests run the suite on "cuda-sim" and "cpu")
 DEVICE = "cuda"

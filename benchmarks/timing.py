@@ -1,5 +1,7 @@
-"""Timing: warm-up, interleaved repeats, median and spread; and thread control for all three
-libraries at once.
+"""Timing, the one module every suite times with: on the CPU `measure` (warm-up, interleaved
+repeats, median and spread) and `thread_limit` (thread control for all three libraries at
+once); on the GPU `Timer` (CUDA events); and `alternate` (whole systems in turn, the zoo's
+speed table).
 
     with thread_limit(2):
         timings = measure({"minitc": f1, "numpy": f2, "torch": f3}, repeats=10)
@@ -23,6 +25,10 @@ warm-up) `quiesce` waits until no other thread of this process is running.
 A process of someone else's that keeps one of the two cores busy wrecks multi-threaded
 timings (a library's spin barrier then waits for scheduler ticks: torch calls of 0.1 ms take
 8 ms); `BackgroundLoad` measures that, and the report flags the rows it affected.
+
+On the GPU (the GPU suites, gpu_core.py) `Timer` follows `triton.testing.do_bench`: each sample
+flushes L2, then times one call between two CUDA events; the callables of a workload are sampled
+interleaved, rotating who goes first each round.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import os
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -46,12 +52,24 @@ QUIESCE_POLL_S = 0.0005
 CALIBRATE_S = 0.03  # warm-up calls of at least this long set the expected time per call
 
 
+# L2 flush per GPU sample. Zeroing it keeps the GPU busy (~0.7 ms on an H100) while Python
+# enqueues the timed call; 512 MiB (0.17 ms) was shorter than enqueueing minitc's 4-launch
+# softmax, so the start event fired early and the gap counted as kernel time.
+FLUSH_MIB = 2048
+MAX_GPU_SAMPLES = 1000
+ALTERNATE_CALL_S = 0.05  # `alternate`: calls per turn enough to fill this much time, at least 5
+ALTERNATE_WARMUP_S = 1.0  # `alternate`: calls of each system before the rounds
+
+
 @dataclass
 class Timing:
-    """Samples in seconds per call (one per round); `number` calls were timed per sample."""
+    """Samples per call, one per round: seconds (`measure`) or ms (`Timer.measure`, CUDA
+    events). `number` calls were timed per sample; `host`: the ms Python took to enqueue each
+    GPU sample."""
 
     samples: list
-    number: int
+    number: int = 1
+    host: list = field(default_factory=list)
 
     @property
     def median(self) -> float:
@@ -247,3 +265,98 @@ def wait_for_quiet(max_s: float, threshold: float = 0.25, window_s: float = 0.5)
             time.sleep(window_s)
         if load.cpus is None or load.cpus < threshold or time.perf_counter() - start >= max_s:
             return load.cpus
+
+
+# ---------------------------------------------------------------------------------------------
+# the GPU
+
+
+class Timer:
+    """do_bench-style samples: flush L2, then one call between two CUDA events."""
+
+    def __init__(self, torch, flush_mib: int | None = None, device: str = "cuda"):
+        self.torch = torch
+        self.cache = torch.empty((flush_mib or FLUSH_MIB) * 2**20 // 4, dtype=torch.int32, device=device)
+        self.flush_ms = float(np.median(self._flush_times(5)))
+
+    def _flush_times(self, n: int) -> list:
+        ev = [(self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+        for start, end in ev:
+            start.record()
+            self.cache.zero_()
+            end.record()
+        self.torch.cuda.synchronize()
+        return [start.elapsed_time(end) for start, end in ev]
+
+    def _sample(self, fn):
+        start, end = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
+        self.cache.zero_()
+        t0 = time.perf_counter()
+        start.record()
+        fn()
+        end.record()
+        return start, end, (time.perf_counter() - t0) * 1e3
+
+    @staticmethod
+    def _resolve(sample):
+        start, end, host = sample
+        return start.elapsed_time(end), host
+
+    def estimate(self, fn, warmup_s: float = 0.025) -> float:
+        """Warm `fn` up (at least 3 calls, until `warmup_s` has passed), then the median ms of
+        3 samples."""
+        start = time.perf_counter()
+        for i in range(1000):
+            fn()
+            self.torch.cuda.synchronize()  # wall time, not enqueue time, decides when to stop
+            if i >= 2 and time.perf_counter() - start >= warmup_s:
+                break
+        samples = [self._sample(fn) for _ in range(3)]
+        self.torch.cuda.synchronize()
+        return float(np.median([self._resolve(s)[0] for s in samples]))
+
+    def measure(self, fns: dict, repeats: int = 100, budget_s: float = 2.0, min_repeats: int = 3) -> dict:
+        """Interleaved samples of every callable: up to `repeats` each, fewer when that would
+        take more than `budget_s` of GPU time, never fewer than `min_repeats`."""
+        rounds = {}
+        for name, fn in fns.items():
+            est = self.estimate(fn)
+            fit = int(budget_s * 1e3 / max(est + self.flush_ms, 1e-3))
+            rounds[name] = max(min(min_repeats, repeats), min(repeats, fit, MAX_GPU_SAMPLES))
+        out = {name: Timing([]) for name in fns}
+        names = list(fns)
+        for r in range(max(rounds.values(), default=0)):
+            order = names[r % len(names) :] + names[: r % len(names)]
+            pending = [(name, self._sample(fns[name])) for name in order if r < rounds[name]]
+            self.torch.cuda.synchronize()
+            for name, sample in pending:
+                gpu_ms, host_ms = self._resolve(sample)
+                out[name].samples.append(gpu_ms)
+                out[name].host.append(host_ms)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# whole systems in turn
+
+
+def median_call_s(fn, calls: int) -> float:
+    """The median seconds of `calls` calls of `fn`, each timed alone."""
+    return float(np.median([_time_calls(fn, 1) for _ in range(calls)]))
+
+
+def alternate(fns: dict, rounds: int) -> dict:
+    """Each callable in turn, `rounds` times: {name: [ms, one per round]}, each the median of
+    enough calls to fill ALTERNATE_CALL_S (at least 5), after ALTERNATE_WARMUP_S of warm-up
+    calls of each (eager PyTorch's first calls at 2 threads ran up to 1000x slower)."""
+    for fn in fns.values():
+        start = time.perf_counter()
+        while time.perf_counter() - start < ALTERNATE_WARMUP_S:
+            fn()
+    once = max(median_call_s(fn, 3) for fn in fns.values())
+    calls = max(5, int(ALTERNATE_CALL_S / max(once, 1e-6)))
+    ms = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            ms[name].append(1e3 * median_call_s(fn, calls))
+    return ms

@@ -12,29 +12,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import time
 import warnings
 
 import numpy as np
-
-MIN_CALL_S = 0.05  # calls per timing: enough to fill this much time, at least 5
-WARMUP_S = 1.0  # calls of each before the rounds
-
-
-def _median_call_s(fn, calls: int) -> float:
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
-
-
-def cpu_name() -> str:
-    from minitc.target.host import read_host_facts
-
-    return read_host_facts().model_name or platform.processor() or "unknown CPU"
 
 
 def measure(name: str, threads: list, rounds: int, inductor: bool = False) -> dict:
@@ -70,25 +51,18 @@ def measure(name: str, threads: list, rounds: int, inductor: bool = False) -> di
                     system = setup_inductor(model, inputs)
                     if system.error is None:
                         fns["inductor"] = system.fn
-                row["timing"][n] = _alternate(fns, rounds)
+                row["timing"][n] = speeds(fns, rounds)
     except Exception as e:  # noqa: BLE001 - a model that fails is a row of the table
         row["error"] = short(e)
     return row
 
 
-def _alternate(fns: dict, rounds: int) -> dict:
-    """Each system in turn, `rounds` times; each the median of enough calls to fill MIN_CALL_S.
-    {name_ms: median, speed: eager over minitc, vs_inductor: Inductor over minitc}."""
-    for fn in fns.values():  # warm up: eager's first calls at 2 threads here ran up to 1000x slower
-        start = time.perf_counter()
-        while time.perf_counter() - start < WARMUP_S:
-            fn()
-    once = max(_median_call_s(fn, 3) for fn in fns.values())
-    calls = max(5, int(MIN_CALL_S / max(once, 1e-6)))
-    ms = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            ms[name].append(1e3 * _median_call_s(fn, calls))
+def speeds(fns: dict, rounds: int) -> dict:
+    """The systems timed in turn (timing.alternate): {name_ms: median, speed: eager over minitc,
+    vs_inductor: Inductor over minitc}, each ratio the median over rounds."""
+    from minitc.benchmarks.timing import alternate
+
+    ms = alternate(fns, rounds)
     mine = np.array(ms["minitc"])
     out = {f"{name}_ms": float(np.median(v)) for name, v in ms.items()}
     out["speed"] = float(np.median(np.array(ms["eager"]) / mine))
@@ -130,6 +104,7 @@ def _ratio(t: dict, key: str) -> str:
 
 
 def main(argv=None) -> None:
+    from minitc.benchmarks.machine import cpu_name
     from minitc.benchmarks.models_zoo import ZOO
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -142,11 +117,11 @@ def main(argv=None) -> None:
     rows, load_before = [], os.getloadavg()[0]
     for name in args.models.split(","):
         rows.append(measure(name, threads, args.rounds, args.inductor))
-        speeds = ", ".join(
+        text = ", ".join(
             f"{n}T {t['speed']:.2f}x eager" + (f", {t['vs_inductor']:.2f}x Inductor" if "vs_inductor" in t else "")
             for n, t in rows[-1]["timing"].items()
         )
-        print(f"# {name}: {speeds}, {rows[-1]['error'] or 'ok'}", flush=True)
+        print(f"# {name}: {text}, {rows[-1]['error'] or 'ok'}", flush=True)
     load = f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
     when = time.strftime("%Y-%m-%d")
     print(f"\n{cpu_name()}, threads {args.threads}, {when}, medians of {args.rounds} rounds, {load}\n")

@@ -29,7 +29,7 @@ import numpy as np
 from gpu_gemm_probe import lowered_with  # a script in the same folder (on sys.path when run)
 
 import minitc as tc
-from minitc.benchmarks.gpu_timing import Timer
+from minitc.benchmarks.timing import Timer
 from minitc.schedule import Schedule
 from minitc.templates.gpu import GPU_DEFAULTS, GPU_TEMPLATES, bind_unbound, load_gpu_templates
 from minitc.templates.gpu.conv import conv2d_defaults

@@ -5,7 +5,7 @@ which tile settings pay. Needs CuPy and torch with CUDA; under 90 s on an H100.
 
 1. matmul 4096^3, the BERT FFN dense + GELU (4096 tokens, 768 -> 3072) and the ResNet-50 layer3
    3x3 conv (batch 8), default templates: checked against float64 torch, then timed against
-   torch (cuBLAS / cuDNN, TF32 off) with CUDA events (median, L2 flushed; gpu_timing.Timer).
+   torch (cuBLAS / cuDNN, TF32 off) with CUDA events (median, L2 flushed; timing.Timer).
    Each also with its k-step kept a loop (MINITC_GPU_UNROLL_K=0, read when the template runs).
 2. matmul 4096^3 with other template parameters (bk, block and thread tiles), each with the
    k-step unrolled and kept a loop, and without double buffering (MINITC_GPU_DOUBLE_BUFFER=0,
@@ -26,7 +26,7 @@ import numpy as np
 
 import minitc as tc
 from minitc.benchmarks.gpu_suites import select
-from minitc.benchmarks.gpu_timing import Timer
+from minitc.benchmarks.timing import Timer
 from minitc.schedule import Schedule
 from minitc.templates.gpu import GPU_TEMPLATES, bind_unbound, load_gpu_templates
 
