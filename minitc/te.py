@@ -30,6 +30,9 @@ class Tensor:
         self.name = name
         self.op = op
         self.order = next(_creation)  # kernel arguments follow creation order
+        # dynamic shapes: {dim: slot} where the dimension holds only extents[slot] valid
+        # elements at run time (minitc/lowering/limits.py); the rest is padding
+        self.limits: dict = {}
 
     @property
     def ndim(self) -> int:

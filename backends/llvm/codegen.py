@@ -27,7 +27,8 @@ from minitc.backends.llvm.exprs import ExprEmitter
 from minitc.backends.llvm.parallel import ParallelEmitter
 from minitc.backends.llvm.vector import MemoryEmitter
 from minitc.errors import BuildError
-from minitc.ir import Allocate, For, IfThenElse, Kernel, Seq, Store, walk_stmts
+from minitc.expr import Compare, Var, walk
+from minitc.ir import Allocate, For, IfThenElse, Kernel, Load, Seq, Store, walk_stmts
 from minitc.lowering.partition import partition_tails
 from minitc.target import parse_target
 
@@ -53,6 +54,16 @@ def sanitize(name: str) -> str:
     """A valid, readable LLVM global name."""
     s = re.sub(r"[^A-Za-z0-9_]", "_", str(name))
     return s if s and not s[0].isdigit() else "k_" + s
+
+
+def _known_before(e, body) -> bool:
+    """Whether `e` reads no variable bound inside `body` and no buffer `body` writes."""
+    inside = {st.var for st in walk_stmts(body) if isinstance(st, For)}
+    written = {st.buffer for st in walk_stmts(body) if isinstance(st, Store)}
+    for n in walk(e):
+        if isinstance(n, Var) and n in inside or isinstance(n, Load) and n.buffer in written:
+            return False
+    return True
 
 
 def render(kernel: Kernel, target="llvm", name: str | None = None) -> str:
@@ -217,7 +228,33 @@ class Codegen(ExprEmitter, MemoryEmitter, ParallelEmitter):
     def emit_serial(self, s: For, loop_md: str | None = None):
         if s.extent == 1:
             return self.emit_unrolled(s)
+        trip, body = self.runtime_trip(s)
+        if trip is not None:  # `for v in range(E): if v < X: body` runs min(E, X) times
+            self.counted_loop(s.var, const(0, "int64"), trip, (0, s.extent - 1), body, loop_md)
+            return
         self.counted_loop(s.var, const(0, "int64"), const(s.extent, "int64"), (0, s.extent - 1), s.body, loop_md)
+
+    def runtime_trip(self, s: For) -> tuple:
+        """(min(extent, X), the body without its guard) when the loop's whole body is `if var < X:
+        ...` (below its allocations) with X known before the loop: the guard dynamic shapes put
+        on the tiles past a run-time extent (minitc/lowering/limits.py). (None, None) otherwise."""
+        allocations, body = [], s.body
+        while isinstance(body, Allocate):
+            allocations.append(body.buffer)
+            body = body.body
+        if not (isinstance(body, IfThenElse) and body.orelse is None and isinstance(body.cond, Compare)):
+            return None, None
+        cond = body.cond
+        if cond.op != "lt" or cond.a is not s.var or not _known_before(cond.b, s.body):
+            return None, None
+        inner = body.then
+        for buf in reversed(allocations):
+            inner = Allocate(buf, inner)
+        bound = self.ev_index(cond.b)
+        fewer = self.fn.assign(f"icmp slt i64 {bound.ref}, {s.extent}", "fewer")
+        trip = self.fn.assign(f"select i1 {fewer}, i64 {bound.ref}, i64 {s.extent}", "trip")
+        positive = self.fn.assign(f"icmp sgt i64 {trip}, 0", "positive")
+        return Value(self.fn.assign(f"select i1 {positive}, i64 {trip}, i64 0", "trip"), "int64"), inner
 
     def emit_unrolled(self, s: For):
         if s.extent > MAX_UNROLL:

@@ -67,6 +67,9 @@ class ParallelEmitter:
             if s.extent > 1:
                 self.notes.append(f"nested parallel loop {s.var.name!r} runs serially inside its task")
             return self.emit_serial(s)
+        trip, body = self.runtime_trip(s)  # the threads share min(extent, X) iterations, not extent
+        if trip is not None:
+            s = For(s.var, s.extent, s.kind, body)
         variables, buffers = self.captures(s)
         task_name = f"{self.func_name}_par{self.module.par_count}"
         body_name = f"{task_name}_body"
@@ -74,6 +77,9 @@ class ParallelEmitter:
         for name, decl in RUNTIME_DECLS.items():
             self.module.declare(name, decl)
         slots = [("ptr", self.ptrs[b]) for b in buffers] + [(v.ty, v.ref) for _, v in variables]
+        total = str(s.extent)
+        if trip is not None:
+            slots.append(("i64", trip.ref))
 
         # caller: pack the closure, pick the task count, launch
         fn = self.fn
@@ -84,8 +90,8 @@ class ParallelEmitter:
                 slot = fn.assign(f"getelementptr inbounds [{len(slots)} x i64], ptr {closure}, i64 0, i64 {k}", "slot")
                 fn.emit(f"store {ty} {ref}, ptr {slot}, align 8")
         nt = fn.assign("call i64 @minitc_num_threads()", "nthreads")
-        few = fn.assign(f"icmp slt i64 {nt}, {s.extent}", "few")
-        n = fn.assign(f"select i1 {few}, i64 {nt}, i64 {s.extent}", "ntasks")
+        few = fn.assign(f"icmp slt i64 {nt}, {trip.ref if trip else total}", "few")
+        n = fn.assign(f"select i1 {few}, i64 {nt}, i64 {trip.ref if trip else total}", "ntasks")
         none = fn.assign(f"icmp slt i64 {n}, 1", "none")
         n = fn.assign(f"select i1 {none}, i64 1, i64 {n}", "ntasks")
         fn.emit(f"call void @minitc_parallel_launch(ptr @{task_name}, ptr {closure}, i64 {n})")
@@ -96,10 +102,12 @@ class ParallelEmitter:
         for k, (ty, _) in enumerate(slots):
             slot = task.assign(f"getelementptr inbounds [{len(slots)} x i64], ptr %closure, i64 0, i64 {k}", "slot")
             args.append(f"{ty} " + task.assign(f"load {ty}, ptr {slot}, align 8", "cap"))
-        lo = task.assign(f"mul nuw nsw i64 %task, {s.extent}", "lo")
+        if trip is not None:  # the trip count's slot is the last: not an argument of the body
+            total = args.pop().split()[-1]
+        lo = task.assign(f"mul nuw nsw i64 %task, {total}", "lo")
         start = task.assign(f"udiv i64 {lo}, %ntasks", "start")
         t1 = task.assign("add nuw nsw i64 %task, 1", "t1")
-        hi = task.assign(f"mul nuw nsw i64 {t1}, {s.extent}", "hi")
+        hi = task.assign(f"mul nuw nsw i64 {t1}, {total}", "hi")
         end = task.assign(f"udiv i64 {hi}, %ntasks", "end")
         args += [f"i64 {start}", f"i64 {end}"]
         task.emit(f"call void @{body_name}({', '.join(args)})")

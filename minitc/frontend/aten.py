@@ -131,7 +131,7 @@ def bmm(im, node, a, b):
 # --- convolution, normalisation, pooling --------------------------------------------------------
 @converts("aten.convolution.default")
 def convolution(im, node, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
-    shape = tuple(int(d) for d in node.meta["val"].shape)
+    shape = im.meta_shape(node)
     if transposed:
         return _transposed_conv2d(im, node, x, w, b, stride, padding, dilation, output_padding, groups, shape)
     if len(im.shape(x)) == 3:  # 1-D: a 2-D convolution of height 1, [N, C, 1, L] by [K, C/g, 1, R]
@@ -299,7 +299,7 @@ def _reduction(op: str):
     def convert(im, node, x, dim=None, keepdim=False, dtype=None):
         _require(dtype is None)
         axes = dims(dim, len(im.shape(x)))
-        out = tuple(int(d) for d in node.meta["val"].shape)
+        out = im.meta_shape(node)
         return im.emit(op, [x], {"axis": axes, "keepdims": bool(keepdim)}, out, _floating(im, x), base=node.name)
 
     return convert
@@ -313,7 +313,7 @@ converts("aten.amax.default")(_reduction("max"))
 # --- elementwise --------------------------------------------------------------------------------
 def _binary(im, node, op: str, x, y, base: str | None = None) -> str:
     base = base or node.name
-    out = tuple(int(d) for d in node.meta["val"].shape) if base == node.name else None
+    out = im.meta_shape(node) if base == node.name else None
     if isinstance(y, str) and im.shape(y) == () and im.constant_array(y) is not None:
         y = im.constant_array(y).item()
     if isinstance(y, str):
@@ -364,7 +364,7 @@ def cat(im, node, tensors, dim=0):
         return tensors[0]
     dtype = {im.dtype(t) for t in tensors}
     _require(len(dtype) == 1, f"pieces of dtypes {', '.join(sorted(dtype))}")
-    shape = tuple(int(d) for d in node.meta["val"].shape)
+    shape = im.meta_shape(node)
     return im.emit("cat", tensors, {"axis": axis}, shape, dtype.pop(), base=node.name)
 
 
@@ -401,7 +401,7 @@ def gelu(im, node, x, approximate="none"):
 
 # --- layout: views are free, permutes and broadcasts are index expressions ----------------------
 def _view(im, node, x, *rest, **options):
-    return im.view(x, tuple(int(d) for d in node.meta["val"].shape))
+    return im.view(x, im.meta_shape(node))
 
 
 for _name in (
@@ -440,7 +440,7 @@ def slice_(im, node, x, dim=0, start=None, end=None, step=1):
     stop = shape[dim] if end is None else max(begin, min(shape[dim], end + shape[dim] if end < 0 else end))
     if step == 1:
         return _slice(im, node.name, x, dim, begin, stop)
-    out = tuple(int(d) for d in node.meta["val"].shape)  # every step-th row from begin (Swin's patch merging)
+    out = im.meta_shape(node)  # every step-th row from begin (Swin's patch merging)
     return im.emit("slice", [x], {"axis": dim, "start": begin, "step": step}, out, im.dtype(x), base=node.name)
 
 
@@ -485,7 +485,7 @@ def constant_pad(im, node, x, pad, value=0):
 
 @converts("aten.expand.default")
 def expand(im, node, x, size, implicit=False):
-    shape = tuple(int(d) for d in node.meta["val"].shape)
+    shape = im.meta_shape(node)
     if shape == im.shape(x):
         return x
     return im.emit("expand", [x], {"shape": shape}, shape, im.dtype(x), base=node.name)

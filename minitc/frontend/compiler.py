@@ -31,7 +31,9 @@ from minitc.errors import ConfigError, MinitcError, ScheduleError, ShapeError, w
 from minitc.frontend import passes, saved
 from minitc.frontend.choice import choose_programs
 from minitc.frontend.device_runtime import DevicePlan, make_plan
-from minitc.frontend.importer import fallback_reasons, import_model, unsupported
+from minitc.frontend.dynamic import EXTENTS, DynamicShapes, bucket_graph
+from minitc.frontend.dynamic_runtime import DynamicPlan
+from minitc.frontend.importer import export, fallback_reasons, import_model, unsupported
 from minitc.frontend.kernels import NO_KERNEL, node_tensor
 from minitc.frontend.passes import LAYOUTS
 from minitc.schedule import Schedule
@@ -155,8 +157,11 @@ class CompiledModel:
     """A model compiled for one set of input shapes; calling it with other shapes compiles the
     model again for those (with a warning saying so)."""
 
-    def __init__(self, model, example_inputs, target="llvm", db=None, fallback=True, tuning=None, layout="auto"):
+    def __init__(
+        self, model, example_inputs, target="llvm", db=None, fallback=True, tuning=None, layout="auto", dynamic=None
+    ):
         self.model, self.target, self.db, self.fallback, self.layout = model, target, db, fallback, layout
+        self.dynamic = dynamic  # dynamic.DynamicShapes: one graph per bucket of sizes, compiled on first use
         self.tuning = tuning or {}  # tune_tasks options: trials, strategy, progress
         self.example_inputs = tuple(example_inputs)
         self.tune_results: list = []
@@ -167,6 +172,12 @@ class CompiledModel:
     def _select(self, inputs, first=False):
         import torch
 
+        if self.dynamic is not None:
+            bucket = self.dynamic.bucket(self.dynamic.extents([tuple(t.shape) for t in inputs]))
+            if bucket not in self._variants:
+                self._variants[bucket] = self._compile(None, bucket)
+            self.graph, self.tasks, self.plan = self._variants[bucket]
+            return self.plan
         # numpy and CuPy arrays are inputs too (compiled as torch tensors of the same data)
         signature = tuple(tuple(t.shape) for t in inputs if isinstance(t, torch.Tensor) or hasattr(t, "__array__"))
         if signature not in self._variants:
@@ -182,8 +193,17 @@ class CompiledModel:
         self.graph, self.tasks, self.plan = self._variants[signature]
         return self.plan
 
-    def _compile(self, inputs):
-        graph = passes.run_all(import_model(self.model, inputs), self.target, self.layout)
+    def _compile(self, inputs, bucket=None):
+        """(graph, tasks, plan) for `inputs`' shapes, or with dynamic shapes for `bucket` (the
+        largest size of each dynamic dimension): then the plan runs padded buffers."""
+        if bucket is None:
+            graph = passes.run_all(import_model(self.model, inputs), self.target, self.layout)
+        else:
+            if is_gpu(self.target):
+                raise ConfigError("dynamic shapes are compiled for CPUs only; compile the GPU model per shape")
+            graph, dims = bucket_graph(self.dynamic, bucket, self.target, self.layout)
+            inputs = [np.zeros(v.shape, v.dtype) for v in graph.inputs]  # what tuned programs are chosen on
+            graph.constants[EXTENTS][:] = bucket
         _report_fallbacks(graph, self.fallback)
         tasks = extract_tasks(graph, self.target)
         if self.tuning.get("trials"):
@@ -211,7 +231,15 @@ class CompiledModel:
             for tuned in contested:
                 if kernels[tuned.nodes[0]] is tuned_kernels[tuned.nodes[0]]:  # kept inside the model
                     by_key[tuned.key].trace = tuned.trace
+        if bucket is not None:
+            return graph, tasks, DynamicPlan(graph, kernels, dims, self.dynamic)
         return graph, tasks, make_plan(graph, kernels, self.target)
+
+    @property
+    def compiled_shapes(self) -> list:
+        """The input shapes this model holds kernels for: with dynamic shapes, the largest of
+        each bucket compiled so far (an input of any smaller size in the bucket runs them)."""
+        return [[list(v.shape) for v in graph.inputs] for graph, _, _ in self._variants.values()]
 
     @classmethod
     def restored(cls, graph, tasks, plan, example_inputs, target, source: str) -> CompiledModel:
@@ -311,6 +339,7 @@ def compile_model(
     strategy: str = "tlm",
     progress=None,
     layout: str = "auto",
+    dynamic_shapes=None,
 ) -> CompiledModel:
     """Compile the `torch.nn.Module` `model` for inputs like `example_inputs` (a tuple of
     tensors, or one tensor). `target`: a CPU target (`llvm`, `llvm -mcpu=...`), `cuda` (an NVIDIA
@@ -324,10 +353,15 @@ def compile_model(
     each round. `fallback=False` raises UnsupportedOpsError, listing every operator minitc
     cannot compile, instead of running them through PyTorch. `layout`: "auto" keeps a CNN's
     activations in channel blocks where the target's vectors fill them (NCHW[c],
-    minitc/frontend/layout.py), "nchw" keeps PyTorch's layout."""
+    minitc/frontend/layout.py), "nchw" keeps PyTorch's layout. `dynamic_shapes`: torch.export's
+    argument (`{"input_ids": {1: torch.export.Dim("seq", max=512)}}`): one compile serves every
+    size in the Dims' ranges, one specialisation per bucket of sizes used (dynamic.py)."""
     if layout not in LAYOUTS:
         raise ConfigError(f"layout must be one of {', '.join(map(repr, LAYOUTS))}, got {layout!r}")
     if not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)
     tuning = {"trials": trials, "strategy": strategy, "progress": progress} if trials else None
-    return CompiledModel(model, tuple(example_inputs), target, db, fallback, tuning, layout)
+    dynamic = None
+    if dynamic_shapes is not None:
+        dynamic = DynamicShapes(export(model, tuple(example_inputs), dynamic_shapes))
+    return CompiledModel(model, tuple(example_inputs), target, db, fallback, tuning, layout, dynamic)

@@ -31,7 +31,7 @@ def fold_constants(graph: Graph) -> Graph:
         if not foldable or not all(i in g.constants for i in node.inputs):
             nodes.append(node)
             continue
-        value = _value(node, g.constants)
+        value = _value(node, g.constants, g.symbols)
         inputs_bytes = sum(g.constants[i].nbytes for i in node.inputs)
         if not isinstance(value, np.ndarray) or value.nbytes > inputs_bytes + GROWTH_BYTES:
             nodes.append(node)
@@ -41,13 +41,13 @@ def fold_constants(graph: Graph) -> Graph:
     return g.prune()
 
 
-def _value(node, constants: dict):
+def _value(node, constants: dict, symbols: dict):
     """The node's result computed from the constants it reads."""
     if node.op == "torch":
         import torch
 
         with torch.inference_mode():
-            return call_torch(node.aten, constants)
+            return call_torch(node.aten, constants, symbols)
     if node.op == "view":
         return constants[node.inputs[0]].reshape(node.shape)
     arrays = [constants[i] for i in node.inputs]

@@ -75,6 +75,7 @@ class Graph:
     constants: dict = field(default_factory=dict)  # name -> np.ndarray
     nodes: list = field(default_factory=list)
     outputs: list = field(default_factory=list)  # value names
+    symbols: dict = field(default_factory=dict)  # dynamic shapes: sympy symbol -> the size of this graph
 
     def copy(self) -> Graph:
         """A graph a pass can change: new node objects and lists, the same constant arrays."""
@@ -83,6 +84,7 @@ class Graph:
             dict(self.constants),
             [replace(n, attrs=dict(n.attrs)) for n in self.nodes],
             list(self.outputs),
+            dict(self.symbols),
         )
 
     def values(self) -> dict:
@@ -129,7 +131,7 @@ class Graph:
                 live.update(n.inputs)
         nodes = [n for n in self.nodes if n.name in live]
         constants = {k: v for k, v in self.constants.items() if k in live}
-        return Graph(list(self.inputs), constants, nodes, list(self.outputs))
+        return Graph(list(self.inputs), constants, nodes, list(self.outputs), dict(self.symbols))
 
     def __str__(self) -> str:
         args = ", ".join(f"{v.name}: {v}" for v in self.inputs)

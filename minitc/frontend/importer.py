@@ -28,16 +28,39 @@ class Ref(str):
     """An argument of a `torch` node that names a graph value (the rest are kept as given)."""
 
 
+class SymArg:
+    """An integer argument of a `torch` node that depends on a dynamic dimension (`s0 * 12`),
+    evaluated at each call with the extents of that call (minitc/frontend/dynamic.py)."""
+
+    def __init__(self, expr):
+        self.expr = expr
+
+    def value(self, symbols: dict) -> int:
+        return int(self.expr.xreplace(symbols)) if hasattr(self.expr, "xreplace") else int(self.expr)
+
+    def __repr__(self):
+        return f"SymArg({self.expr})"
+
+
 def torch_dtype_name(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _value_meta(fx_node):
-    """(shape, dtype) of an exported node's value; ((), 'object') for tuples and other values."""
+def _value_meta(fx_node, symbols: dict):
+    """(shape, dtype) of an exported node's value, with the dynamic dimensions' `symbols`
+    (sympy symbol: size) put in; ((), 'object') for tuples and other values."""
     val = fx_node.meta.get("val")
     if hasattr(val, "shape") and hasattr(val, "dtype"):
-        return tuple(int(d) for d in val.shape), torch_dtype_name(val.dtype)
+        return tuple(sym_int(d, symbols) for d in val.shape), torch_dtype_name(val.dtype)
     return (), "object"
+
+
+def sym_int(d, symbols: dict) -> int:
+    """An int of `d`, a size that may be a torch.SymInt of the dynamic dimensions."""
+    node = getattr(d, "node", None)
+    if node is not None and hasattr(node, "expr"):
+        return int(node.expr.xreplace(symbols))
+    return int(d)
 
 
 def _touches_a_scalar(fx_node) -> bool:
@@ -53,15 +76,16 @@ def _touches_a_scalar(fx_node) -> bool:
     return zero_dim(fx_node) or any(zero_dim(a) for a in args)
 
 
-def export(model, example_inputs):
-    """torch.export of `model` in Core ATen, keeping KEEP_WHOLE operators whole."""
+def export(model, example_inputs, dynamic_shapes=None):
+    """torch.export of `model` in Core ATen, keeping KEEP_WHOLE operators whole; `dynamic_shapes`
+    as torch.export takes it (minitc/frontend/dynamic.py)."""
     import torch
 
     model = model.eval()
     try:
         with warnings.catch_warnings():  # torch's own deprecations inside export: nothing a user can act on
             warnings.simplefilter("ignore", FutureWarning)
-            program = torch.export.export(model, tuple(example_inputs), strict=False)
+            program = torch.export.export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes, strict=False)
             table = torch.export.default_decompositions()
             for op in KEEP_WHOLE:
                 table.pop(getattr_path(torch.ops, op), None)
@@ -79,9 +103,10 @@ def getattr_path(root, dotted: str):
 class Importer:
     """Walks an ExportedProgram's graph once, emitting nodes (converters call `emit`)."""
 
-    def __init__(self, program):
+    def __init__(self, program, symbols: dict | None = None):
         self.program = program
-        self.graph = Graph()
+        self.symbols = dict(symbols or {})  # dynamic shapes: sympy symbol -> the size compiled for
+        self.graph = Graph(symbols=dict(symbols or {}))
         self.names: dict = {}  # fx node -> value name (a tuple of names for a converted tuple)
         self.values: dict = {}  # value name -> Value
         self.used: set = set()
@@ -106,6 +131,10 @@ class Importer:
         array = self.graph.constants[name] = as_array(array)
         self.values[name] = Value(name, array.shape, str(array.dtype))
         return name
+
+    def meta_shape(self, fx_node) -> tuple:
+        """The shape of an exported node's value, at the sizes compiled for."""
+        return _value_meta(fx_node, self.symbols)[0]
 
     def shape(self, name: str) -> tuple:
         return self.values[name].shape
@@ -147,7 +176,7 @@ class Importer:
     def _placeholder(self, fx_node, spec) -> None:
         kind = spec.kind.name
         if kind == "USER_INPUT":
-            shape, dtype = _value_meta(fx_node)
+            shape, dtype = _value_meta(fx_node, self.symbols)
             name = self.fresh(fx_node.name)
             self.graph.inputs.append(Value(name, shape, dtype))
             self.values[name] = Value(name, shape, dtype)
@@ -164,6 +193,10 @@ class Importer:
 
     def _call(self, fx_node) -> None:
         target = fx_node.target
+        node = getattr(fx_node.meta.get("val"), "node", None)
+        if node is not None and hasattr(node, "expr"):  # an integer of the dynamic sizes (`sym_size`)
+            self.names[fx_node] = SymArg(node.expr)
+            return
         if target is operator.getitem:
             source, index = fx_node.args
             parts = self.names[source]
@@ -174,7 +207,7 @@ class Importer:
                     "torch",
                     [parts],
                     {"target": "getitem", "reason": "an item of a PyTorch result"},
-                    *_value_meta(fx_node),
+                    *_value_meta(fx_node, self.symbols),
                     base=fx_node.name,
                 )
                 self.graph.nodes[-1].aten = (operator.getitem, (Ref(parts), index), {})
@@ -231,7 +264,8 @@ class Importer:
         import torch.fx
 
         if isinstance(arg, torch.fx.Node):
-            return self._operand(arg)
+            named = self.names.get(arg)
+            return named.value(self.symbols) if isinstance(named, SymArg) else self._operand(arg)
         if isinstance(arg, (list, tuple)):
             return type(arg)(self._resolve(a) for a in arg)
         return arg
@@ -241,14 +275,15 @@ class Importer:
 
         def ref(a):
             if isinstance(a, torch.fx.Node):
-                return Ref(self._operand(a))
+                named = self.names.get(a)
+                return named if isinstance(named, SymArg) else Ref(self._operand(a))
             if isinstance(a, (list, tuple)):  # plain lists and tuples: fx's immutable_list is neither to the passes
                 return (list if isinstance(a, list) else tuple)(ref(x) for x in a)
             return a
 
         args, kwargs = ref(tuple(fx_node.args)), {k: ref(v) for k, v in fx_node.kwargs.items()}
         inputs = list(dict.fromkeys(_refs((args, kwargs))))
-        shape, dtype = _value_meta(fx_node)
+        shape, dtype = _value_meta(fx_node, self.symbols)
         name = self.emit("torch", inputs, {"target": key, "reason": reason}, shape, dtype, base=fx_node.name)
         self.graph.nodes[-1].aten = (fx_node.target, args, kwargs)
         return name

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from minitc import ops
 from minitc.errors import MinitcError
-from minitc.expr import call, select
+from minitc.expr import call, const, select
 from minitc.ops import nchwc, winograd
 from minitc.ops.elementwise import broadcast_read
 from minitc.te import compute
@@ -140,6 +140,18 @@ def _view(n, x):
     return compute(n.shape, read, name=n.op, tag="elementwise")
 
 
+def _mask(n, x, extents):
+    """x, with `fill` past the run-time extent of dynamic axis `axis` (minitc/frontend/dynamic.py):
+    what reduces over that axis then sees its identity in the padding."""
+    axis, fill = n.attrs["axis"], n.attrs["fill"]
+    return compute(
+        n.shape,
+        lambda *i: select(i[axis] < extents[n.attrs["slot"]], x[i], const(fill, x.dtype)),
+        name="mask",
+        tag="elementwise",
+    )
+
+
 def _slice(n, x):
     axis, start, step = n.attrs["axis"], n.attrs["start"], n.attrs.get("step", 1)
     return compute(
@@ -221,6 +233,7 @@ BUILDERS = {
     "pad": _pad,
     "cat": _cat,
     "slice": _slice,
+    "mask": _mask,
     "view": _view,
     **{op: _binary(getattr(ops, op)) for op in ("add", "sub", "mul", "div")},
     **{op: _unary(getattr(ops, op)) for op in ("relu", "gelu", "sigmoid", "tanh", "exp")},
@@ -259,8 +272,14 @@ def _one(node, inputs: list):
 
 
 def node_tensor(node, inputs: list):
-    """The output tensor of `node` computed from the tensors `inputs`."""
+    """The output tensor of `node` computed from the tensors `inputs`. A node with `limits`
+    (dynamic shapes) takes the run-time extents as its last input, read by lowering only."""
+    limits = node.attrs.get("limits")
+    if limits:
+        inputs = inputs[:-1]
     out = _fused(node, inputs) if node.body else _one(node, inputs)
+    if limits:
+        out.limits = dict(limits)
     if tuple(out.shape) != tuple(node.shape) or out.dtype != node.dtype:
         raise MinitcError(
             f"graph node {node.name} ({node.op}): the kernel computes {out.dtype}{list(out.shape)}, "

@@ -65,7 +65,7 @@ def block_channels(graph: Graph, target="llvm") -> Graph:
 
 class _Blocker:
     def __init__(self, graph: Graph, lanes: int):
-        self.g = Graph(list(graph.inputs), dict(graph.constants), [], list(graph.outputs))
+        self.g = Graph(list(graph.inputs), dict(graph.constants), [], list(graph.outputs), dict(graph.symbols))
         self.source, self.lanes = graph, lanes
         self.blocked: dict = {}  # NCHW value name -> its blocked value's name
         self.nchw: set = {v.name for v in graph.inputs} | set(graph.constants)  # values present in NCHW

@@ -16,20 +16,22 @@ import numpy as np
 
 from minitc.autotune.cost_model import torch_threads
 from minitc.errors import DTypeError, ShapeError
-from minitc.frontend.importer import Ref
+from minitc.frontend.importer import Ref, SymArg
 from minitc.frontend.memory import nbytes, plan_arena
 
 
-def _torch_args(tree, values):
+def _torch_args(tree, values, symbols=None):
     import torch
 
     if isinstance(tree, Ref):
         v = values[str(tree)]
         return torch.from_numpy(v) if isinstance(v, np.ndarray) else v
+    if isinstance(tree, SymArg):
+        return tree.value(symbols or {})
     if isinstance(tree, dict):
-        return {k: _torch_args(v, values) for k, v in tree.items()}
+        return {k: _torch_args(v, values, symbols) for k, v in tree.items()}
     if isinstance(tree, (list, tuple)):
-        return type(tree)(_torch_args(v, values) for v in tree)
+        return type(tree)(_torch_args(v, values, symbols) for v in tree)
     return tree
 
 
@@ -43,11 +45,13 @@ def _from_torch(value):
     return value
 
 
-def call_torch(aten, values: dict):
+def call_torch(aten, values: dict, symbols: dict | None = None):
     """A `torch` node's ATen call (target, args, kwargs) on the arrays in `values`, its result
-    as numpy arrays (shared with torch's tensors where it can)."""
+    as numpy arrays (shared with torch's tensors where it can). `symbols`: the dynamic sizes of
+    this call, for the integer arguments that depend on them."""
     target, args, kwargs = aten
-    return _from_torch(target(*_torch_args(args, values), **_torch_args(kwargs, values)))
+    symbols = symbols or {}
+    return _from_torch(target(*_torch_args(args, values, symbols), **_torch_args(kwargs, values, symbols)))
 
 
 @contextlib.contextmanager
@@ -91,6 +95,10 @@ class Plan:
             self._views[node.name] = view
         return view
 
+    def call_torch(self, node, aten, values: dict):
+        """A `torch` node's result (dynamic_runtime.DynamicPlan gives it the valid part of its inputs)."""
+        return call_torch(aten, values)
+
     @property
     def torch_nodes(self) -> set:
         return {node.name for kind, node, _ in self.steps if kind == "torch"}
@@ -127,7 +135,7 @@ class Plan:
             elif kind == "view":
                 values[node.name] = values[node.inputs[0]].reshape(node.shape)
             else:
-                values[node.name] = call_torch(what, values)
+                values[node.name] = self.call_torch(node, what, values)
             if times is not None:
                 times[node.name] = clock() - start
         return values

@@ -14,6 +14,7 @@ from minitc.errors import IRError, ScheduleError
 from minitc.expr import IterVar, free_vars
 from minitc.lowering.bounds import BoundInference
 from minitc.lowering.index_check import check_indices
+from minitc.lowering.limits import EXTENTS, slots, stage_limits, trip_guards
 from minitc.lowering.nest import NestBuilder
 from minitc.lowering.passes import check_no_bindings, check_parallel_nesting, inline_stages, simplify_stmt
 from minitc.schedule.state import State
@@ -72,6 +73,11 @@ def _rows_run_along_a_reduction(state: State, name: str) -> bool:
 
 def _build(state: State, params: dict, gpu: bool):
     info = BoundInference(state, gpu).run()
+    if EXTENTS in params:  # dynamic shapes: skip the tiles past the run-time extents
+        limits = stage_limits(state)
+        for st in state.stages:
+            if not st.is_placeholder and st.attach is None and limits[st.name]:
+                info[st.name].skips.extend(trip_guards(st, info[st.name], limits[st.name], params[EXTENTS]))
     buffers, temporaries = _make_buffers(state, info, params, gpu)
     builder = NestBuilder(state, info, buffers, gpu)
     roots = [st for st in state.stages if not st.is_placeholder and st.attach is None]
@@ -113,12 +119,16 @@ def lower_state(state: State, inputs: list, outputs: list, name: str = "kernel",
     for n in list(inputs) + list(outputs):
         st = state.stage(n)
         params[n] = ir.Buffer(n, st.shape, st.dtype, "global")
+    inputs = list(inputs)
+    if slots(state):  # the run-time extents of dynamic dimensions: the last input
+        params[EXTENTS] = ir.Buffer(EXTENTS, (slots(state),), "int64", "global")
+        inputs.append(EXTENTS)
     body = _build(state, params, gpu)
     _dump("build", body)
     for pass_name, fn in STMT_PASSES + (gpu_passes() if gpu else ()):
         body = fn(body)
         _dump(pass_name, body)
-    kernel = ir.Kernel(name, [params[n] for n in list(inputs) + list(outputs)], len(inputs), body)
+    kernel = ir.Kernel(name, [params[n] for n in inputs + list(outputs)], len(inputs), body)
 
     try:
         verify(kernel)

@@ -30,6 +30,8 @@ class StageInfo:
     vars: dict = field(default_factory=dict)  # leaf loop name -> Var
     values: dict = field(default_factory=dict)  # axis IterVar -> global value expression
     guards: list = field(default_factory=list)  # bool expressions over the loop variables
+    # guards that skip whole iterations of a loop, with the stages attached in it (lowering/limits.py)
+    skips: list = field(default_factory=list)
     local: bool = False  # stored in a region-sized buffer indexed relative to the region
     producer_region: list = field(default_factory=list)  # reverse_compute_at: (axis, offset, region)
 

@@ -116,17 +116,13 @@ class NestBuilder:
     def nest(self, st: Stage, info: StageInfo, positions, inner, guards, vars_, attach=True, top=True):
         """Wrap `inner` in the loops at `positions` (outermost first), placing each guard just
         inside the innermost loop it mentions and attached stages at their loops."""
-        level = {}
-        for g in guards:
-            used = _vars(g)
-            deepest = [p for p in positions if vars_[st.loops[p].name] in used]
-            level.setdefault(max(deepest) if deepest else None, []).append(g)
+        level, skip = _levels(guards, st, positions, vars_), _levels(info.skips if attach else (), st, positions, vars_)
         stmt = inner
         for p in reversed(positions):
             stmt = _guard(stmt, level.get(p, []))
             if attach:
                 before, after = self.attached(st, st.loops[p].name)
-                stmt = ir.seq(*before, stmt, *after)
+                stmt = _guard(ir.seq(*before, stmt, *after), skip.get(p, []))
             lp = st.loops[p]
             stmt = ir.For(vars_[lp.name], info.extents[lp.name], lp.kind, stmt)
             if attach:
@@ -182,6 +178,17 @@ class NestBuilder:
             inside = [s.name for s in self.state.attached_to(st.name) if s.attach.loop == lp.name]
             if inside:
                 raise ScheduleError(f"vectorized loop {lp.name} of {st.name} cannot contain stage {inside[0]}")
+
+
+def _levels(guards, st: Stage, positions, vars_) -> dict:
+    """{loop position (None: outside them all): the guards to place just inside that loop, the
+    innermost one each mentions}."""
+    level: dict = {}
+    for g in guards:
+        used = _vars(g)
+        deepest = [p for p in positions if vars_[st.loops[p].name] in used]
+        level.setdefault(max(deepest) if deepest else None, []).append(g)
+    return level
 
 
 def _vars(e) -> set:

@@ -104,6 +104,9 @@ class Stage:
     # rfactor stages: the reduction updates only where this condition on the axes holds (the
     # iterations past the edge of a split reduction axis are skipped; lowering adds it as a guard)
     predicate: Expr | None = None
+    # dynamic shapes: ((dim, slot), ...): dimension `dim` has extents[slot] valid elements at
+    # run time, the rest is padding that need not be computed (minitc/lowering/limits.py)
+    limits: tuple = ()
 
     @property
     def is_placeholder(self) -> bool:
@@ -232,6 +235,8 @@ def from_tensors(outputs: list) -> tuple[State, dict]:
         stages.append(
             Stage(names[t], t.shape, t.dtype, axes, body, initial_loops(axes, raxes), output=t in out_set, tag=t.op.tag)
         )
+        if t.limits:
+            stages[-1] = replace(stages[-1], limits=tuple(sorted(t.limits.items())))
     return State(tuple(stages), tuple(names[o] for o in outputs)), names
 
 

@@ -1,0 +1,286 @@
+"""Dynamic shapes: one compiled model for a range of input sizes, in torch.export's convention.
+
+    seq = torch.export.Dim("seq", min=16, max=512)
+    compiled = tc.compile(model, (ids,), dynamic_shapes={"input_ids": {1: seq}})
+    compiled(ids[:, :37]); compiled(ids[:, :301])
+
+torch.export traces the model once with symbolic sizes. The range of each dynamic dimension
+is cut into at most BUCKETS buckets whose upper ends halve from the maximum (64, 128, 256,
+512 for 16..512). A call runs the graph of its bucket, compiled on first use at the bucket's
+largest size, on buffers of that size (minitc/frontend/dynamic_runtime.py):
+
+- the inputs are copied into padded buffers; the outputs are the valid part of padded results;
+- every kernel reads the run-time extents (one more int64 input) and skips the tiles that lie
+  past them (minitc/lowering/limits.py), so a call costs what a static compile of its size does;
+- what reduces over a dynamic dimension (a softmax, a matmul's contraction) reads masked inputs,
+  -inf or 0 past the extent (`mask` nodes, added before fusion): padding never reaches a valid
+  element;
+- nodes that run through PyTorch get the valid part of their inputs and compute exactly what
+  eager does.
+
+Which dimensions of each graph value are dynamic: those that change when the graph is imported
+at a second size (`dynamic_dims`). A dimension that is exactly one dynamic size can be skipped
+and sliced; one that mixes sizes (`12 * seq`) is computed whole, and an operator that would
+reduce over it, or run through PyTorch on it, is refused with a clear error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from minitc.errors import ShapeError
+from minitc.frontend.graph import Graph, Node
+
+BUCKETS = 4
+EXTENTS = "dyn_extents"  # the graph constant holding each call's extents, one per dynamic size
+MIXED = -1  # a dimension that depends on the dynamic sizes but is not one of them
+NEG_INF = float("-inf")
+
+
+class DynamicShapes:
+    """The dynamic sizes of an exported program: their symbols, ranges, buckets, and which input
+    dimension gives each one at a call."""
+
+    def __init__(self, program):
+        self.program = program
+        self.symbols: list = []  # sympy symbols, in slot order
+        self.ranges: dict = {}  # symbol -> (min, max)
+        self.input_dims: list = []  # (input index, dim, slot)
+        inputs = [n for n in program.graph_module.graph.nodes if n.op == "placeholder"]
+        kinds = {s.arg.name: s.kind.name for s in program.graph_signature.input_specs}
+        user = [n for n in inputs if kinds.get(n.name) == "USER_INPUT"]
+        for k, fx_node in enumerate(user):
+            for d, size in enumerate(fx_node.meta["val"].shape):
+                expr = getattr(getattr(size, "node", None), "expr", None)
+                if expr is None:
+                    continue
+                if not expr.is_Symbol:
+                    raise ShapeError(
+                        f"input {fx_node.name} has dimension {d} of size {expr}: a dynamic input dimension must be "
+                        "one torch.export.Dim, not an expression of several"
+                    )
+                if expr not in self.symbols:
+                    self.symbols.append(expr)
+                    bound = program.range_constraints[expr]
+                    self.ranges[expr] = (int(bound.lower), _finite(bound.upper, fx_node.name, d))
+                self.input_dims.append((k, d, self.symbols.index(expr)))
+        if not self.symbols:
+            raise ShapeError("dynamic_shapes marks no input dimension as dynamic")
+
+    def bucket_sizes(self, slot: int) -> list:
+        """The upper ends of the buckets of dynamic size `slot`, ascending."""
+        lo, hi = self.ranges[self.symbols[slot]]
+        sizes = [hi]
+        while len(sizes) < BUCKETS and sizes[-1] // 2 >= max(lo, 1):
+            sizes.append(sizes[-1] // 2)
+        return sorted(sizes)
+
+    def extents(self, shapes: list) -> tuple:
+        """The size of every dynamic dimension in a call on inputs of `shapes`, checked
+        against its range and against the other inputs that carry it."""
+        found: dict = {}
+        for k, d, slot in self.input_dims:
+            n = shapes[k][d]
+            name = self.symbols[slot]
+            if found.setdefault(slot, n) != n:
+                raise ShapeError(f"dynamic size {name} is {found[slot]} in one input and {n} in input {k}")
+            lo, hi = self.ranges[name]
+            if not lo <= n <= hi:
+                raise ShapeError(
+                    f"input {k} has size {n} in dimension {d}, outside the range {lo}..{hi} the model was compiled "
+                    f"for (dynamic size {name}); compile it with a Dim whose range holds {n}"
+                )
+        return tuple(found[s] for s in range(len(self.symbols)))
+
+    def bucket(self, extents: tuple) -> tuple:
+        """The bucket (its largest size per dynamic size) a call of these extents runs in."""
+        return tuple(next(b for b in self.bucket_sizes(s) if b >= n) for s, n in enumerate(extents))
+
+    def env(self, sizes: tuple) -> dict:
+        return dict(zip(self.symbols, sizes))
+
+
+def _finite(upper, name: str, dim: int) -> int:
+    try:
+        return int(upper)
+    except (TypeError, OverflowError):
+        raise ShapeError(
+            f"input {name}'s dynamic dimension {dim} has no upper bound: give its Dim a max "
+            "(torch.export.Dim('seq', max=512)); buffers are sized by it"
+        ) from None
+
+
+def dynamic_dims(graph: Graph, probe: Graph, sizes: tuple, probe_sizes: tuple) -> dict:
+    """{value name: {dim: slot or MIXED}} for the values of `graph` (imported at `sizes`) whose
+    dimensions differ in `probe` (the same program imported at `probe_sizes`)."""
+    other = {v.name: v.shape for v in probe.inputs}
+    other.update({n.name: n.shape for n in probe.nodes})
+    mine = {v.name: v.shape for v in graph.inputs}
+    mine.update({n.name: n.shape for n in graph.nodes})
+    out = {}
+    for name, shape in mine.items():
+        theirs = other.get(name)
+        if theirs is None or len(theirs) != len(shape):
+            raise ShapeError(f"the graph of value {name} changes with the dynamic sizes; it cannot be compiled once")
+        dims = {}
+        for d, (a, b) in enumerate(zip(shape, theirs)):
+            if a != b:
+                slots = [s for s, (x, y) in enumerate(zip(sizes, probe_sizes)) if (a, b) == (x, y)]
+                dims[d] = slots[0] if len(slots) == 1 else MIXED
+        if dims:
+            out[name] = dims
+    return out
+
+
+def probe_sizes(sizes: tuple) -> tuple:
+    """Other sizes to import the graph at, one apart from each bucket size and from each other."""
+    return tuple(n - 1 - s if n - 1 - s >= 1 else n + 1 + s for s, n in enumerate(sizes))
+
+
+# -- masks: what reduces over a dynamic dimension reads -inf or 0 past the extent --------------
+def _mixed_dims(node: Node, shapes: dict) -> list:
+    """[(input position, dim, fill)] of the input dimensions `node` reduces over, or None when
+    the operator reduces over no dimension of its inputs. Raises for the ones it cannot mask."""
+    op, a = node.op, node.attrs
+    if op == "softmax":
+        return [(0, len(shapes[node.inputs[0]]) - 1, NEG_INF)]
+    if op == "matmul":
+        ta, tb = a.get("transpose_a", False), a.get("transpose_b", False)
+        return [(0, 0 if ta else 1, 0.0), (1, 1 if tb else 0, 0.0)]
+    if op == "batch_matmul":
+        ta, tb = a.get("transpose_a", False), a.get("transpose_b", False)
+        return [(0, 1 if ta else 2, 0.0), (1, 2 if tb else 1, 0.0)]
+    if op in ("sum", "max"):
+        return [(0, d, 0.0 if op == "sum" else NEG_INF) for d in a["axis"]]
+    if op in ("dense", "layer_norm"):
+        return [(0, len(shapes[node.inputs[0]]) - 1, None)]
+    if op == "mean":
+        return [(0, d, None) for d in a["axis"]]
+    if op in ("cat", "slice", "pad"):
+        return [(0, a["axis"], None)] if op != "pad" else [(0, d, None) for d in range(len(shapes[node.inputs[0]]))]
+    if "conv" in op or "pool" in op:
+        return [(0, d, None) for d in range(2, len(shapes[node.inputs[0]]))]
+    return None
+
+
+def mask_reductions(graph: Graph, dims: dict) -> Graph:
+    """`graph` with a `mask` node before every input dimension an operator reduces over that is
+    dynamic: the padding past the extent reads as the reduction's identity (-inf, 0). An
+    operator that reduces over a dynamic dimension in a way a mask cannot fix (a mean, a layer
+    norm, a convolution window) raises ShapeError."""
+    shapes = {v.name: v.shape for v in graph.inputs}
+    shapes.update({n.name: n.shape for n in graph.nodes})
+    shapes.update({name: a.shape for name, a in graph.constants.items()})
+    out = graph.copy()
+    nodes = []
+    for node in graph.nodes:
+        mixed = _mixed_dims(node, shapes) if node.op != "torch" else None
+        inputs = list(node.inputs)
+        for k, d, fill in mixed or ():
+            slot = dims.get(inputs[k], {}).get(d)
+            if slot is None or (node.op == "slice" and _whole_prefix(node, shapes)):
+                continue
+            if fill is None or slot == MIXED:
+                raise ShapeError(
+                    f"{node.op} node {node.name} reduces over or moves along dimension {d} of {inputs[k]}, whose size "
+                    "is dynamic; minitc cannot compile it with dynamic shapes (mark that dimension static)"
+                )
+            name = f"{inputs[k]}_masked{d}"
+            if name not in shapes:
+                nodes.append(
+                    Node(
+                        name,
+                        "mask",
+                        (inputs[k],),
+                        {"axis": d, "fill": fill, "slot": slot},
+                        shapes[inputs[k]],
+                        _dtype(graph, inputs[k]),
+                    )
+                )
+                shapes[name] = shapes[inputs[k]]
+                dims[name] = dict(dims[inputs[k]])
+            inputs[k] = name
+        nodes.append(replace(node, inputs=tuple(inputs)))
+    out.nodes = nodes
+    return out
+
+
+def _whole_prefix(node: Node, shapes: dict) -> bool:
+    """A slice that keeps a prefix of its axis, `x[:, :seq]`: position i is i before and after."""
+    a = node.attrs
+    return a.get("start", 0) == 0 and a.get("step", 1) == 1
+
+
+def _dtype(graph: Graph, name: str) -> str:
+    for v in graph.inputs:
+        if v.name == name:
+            return v.dtype
+    for n in graph.nodes:
+        if n.name == name:
+            return n.dtype
+    return str(graph.constants[name].dtype)
+
+
+# -- after the passes: what each kernel skips, and what PyTorch nodes may see -----------------------
+def attach_extents(graph: Graph, dims: dict, slots: int) -> Graph:
+    """`graph` with the extents constant, read by every mask node and by every kernel whose
+    output has dimensions that are exactly one dynamic size (`limits`: the tiles past the
+    extent are skipped). PyTorch nodes must see only such dimensions: they are sliced."""
+    out = graph.copy()
+    out.constants[EXTENTS] = np.zeros(slots, np.int64)
+    nodes = []
+    for node in graph.nodes:
+        mine = dims.get(node.name, {})
+        if node.op == "torch":
+            _check_sliceable(node, dims)
+        elif node.op == "mask":
+            node = replace(node, inputs=node.inputs + (EXTENTS,))
+        elif node.op != "view":
+            limits = {d: s for d, s in mine.items() if s != MIXED}
+            if limits:
+                node = replace(node, inputs=node.inputs + (EXTENTS,), attrs={**node.attrs, "limits": limits})
+        nodes.append(node)
+    out.nodes = nodes
+    return out
+
+
+def _check_sliceable(node: Node, dims: dict) -> None:
+    for name in (*node.inputs, node.name):
+        if MIXED in dims.get(name, {}).values():
+            raise ShapeError(
+                f"the PyTorch node {node.name} ({node.attrs.get('target')}) handles {name}, a value with a dimension "
+                "that mixes dynamic sizes; minitc cannot run it with dynamic shapes"
+            )
+
+
+def bucket_graph(shapes: DynamicShapes, sizes: tuple, target: str, layout: str) -> tuple:
+    """(graph, dims) of the exported program at the dynamic `sizes`, after the passes, with
+    masks before the reductions over dynamic dimensions and the extents attached."""
+    from minitc.frontend import passes
+    from minitc.frontend.importer import Importer
+
+    probe = probe_sizes(sizes)
+    imported = [Importer(shapes.program, shapes.env(s)).run() for s in (sizes, probe)]
+    _check_same_arguments(*imported)
+    dims = dynamic_dims(imported[0], imported[1], sizes, probe)
+    final = [passes.run_all(mask_reductions(g, dict(dims)), target, layout) for g in imported]
+    dims = dynamic_dims(final[0], final[1], sizes, probe)
+    return attach_extents(final[0], dims, len(sizes)), dims
+
+
+def _check_same_arguments(graph: Graph, probe: Graph) -> None:
+    """An operator whose arguments change with the dynamic sizes (other than shapes: a
+    negative index, `x[:, -1]`, counts from the padded end) would compute the wrong elements."""
+    theirs = {n.name: n for n in probe.nodes}
+    for node in graph.nodes:
+        other = theirs.get(node.name)
+        if other is None or other.op != node.op:
+            raise ShapeError(f"the graph at node {node.name} changes with the dynamic sizes; it cannot compile once")
+        changed = [k for k, v in node.attrs.items() if k != "shape" and repr(other.attrs.get(k)) != repr(v)]
+        if changed:
+            raise ShapeError(
+                f"{node.op} node {node.name}: its {', '.join(changed)} depend on the dynamic sizes (an index counted "
+                "from the end?); minitc cannot compile it with dynamic shapes"
+            )
