@@ -20,7 +20,8 @@ and rows it affected are flagged; `--wait-quiet S` waits up to S seconds before 
 the other processes to go quiet.
 
 Modules: suites.py (Workload, suites), timing.py (timing, thread control), machine.py
-(peaks), runner.py (build, check, time, records), report.py (table, JSON, plot), cli.py.
+(peaks), runner.py (build, check, time, records), report.py (every suite's table, JSON), plots.py
+(every suite's chart), cli.py.
 
 JSON (`--json FILE`): a list of records, one per workload and thread count; every record is
 self-contained (it repeats the machine and run description), so files from several runs or

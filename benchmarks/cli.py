@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from minitc.autotune.registry import strategy_names
-from minitc.benchmarks import report
+from minitc.benchmarks import plots, report
 from minitc.benchmarks.gpu_suites import GPU_SUITES
 from minitc.benchmarks.machine import measure_machine as measure
 from minitc.benchmarks.provenance import run_context
@@ -279,7 +279,7 @@ def bench(
         raise click.BadParameter(str(e), param_hint="--target") from None
     if plot_path:
         try:
-            report.require_matplotlib()
+            plots.require_matplotlib()
         except RuntimeError as e:
             raise click.UsageError(str(e)) from None
     say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))
@@ -303,7 +303,7 @@ def bench(
         report.write_json(records, json_path)
         say(f"wrote {json_path}")
     if plot_path:
-        report.plot(records, plot_path)
+        plots.plot(records, plot_path)
         say(f"wrote {plot_path}")
 
 

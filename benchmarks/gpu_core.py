@@ -14,8 +14,8 @@ library a note. Timing is `triton.testing.do_bench`'s method, interleaved: each 
 L2 (zeroing 2 GiB), then times one call between two CUDA events; the flush also keeps the GPU
 busy while Python enqueues the call, so the samples measure GPU time, not launch overhead (a
 call whose enqueueing takes as long as the flush is flagged). Rounds rotate who goes first.
-The workloads are in gpu_suites.py, the timer in timing.py, the table and the plot in
-gpu_report.py.
+The workloads are in gpu_suites.py, the timer in timing.py, the table in report.py and the
+plot in plots.py.
 
 `gpu-smoke` is the same at tiny shapes (tests/test_benchmarks_gpu.py runs its minitc kernels in
 the GPU simulator). Without torch's CUDA build, CuPy or a GPU, the suite stops with one line
@@ -49,9 +49,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import minitc as tc
-from minitc.benchmarks.gpu_report import IMPLS
 from minitc.benchmarks.gpu_suites import GpuWorkload, select
-from minitc.benchmarks.runner import _r, _short, _sig
+from minitc.benchmarks.report import GPU_IMPLS, rounded, short, sig
 from minitc.benchmarks.timing import FLUSH_MIB, Timer
 
 TARGET = "cuda"  # minitc's target; DEVICE: torch's (the tests run the suite on "cuda-sim" and "cpu")
@@ -110,7 +109,7 @@ def triton_module():
     except ImportError as e:
         return None, f"Triton is not installed ({e}); pip install triton: the Triton column is skipped"
     except Exception as e:  # noqa: BLE001 - a broken Triton install costs only its column
-        return None, f"Triton failed to import ({_short(e)}): the Triton column is skipped"
+        return None, f"Triton failed to import ({short(e)}): the Triton column is skipped"
     return triton_kernels, triton.__version__
 
 
@@ -148,9 +147,9 @@ def device_info(torch, cupy, device) -> dict:
         "name": device.name,
         "arch": device.arch,
         "sm_count": device.sm_count,
-        "memory_gib": _r(torch.cuda.get_device_properties(device.id).total_memory / 2**30, 1),
-        "fp32_peak_gflops": _sig(2 * lanes * device.sm_count * clock_khz * 1e-6, 4) if clock_khz else None,
-        "bandwidth_gbps": _sig(2 * mem_khz * 1e3 * bus_bits / 8 / 1e9, 4) if mem_khz and bus_bits else None,
+        "memory_gib": rounded(torch.cuda.get_device_properties(device.id).total_memory / 2**30, 1),
+        "fp32_peak_gflops": sig(2 * lanes * device.sm_count * clock_khz * 1e-6, 4) if clock_khz else None,
+        "bandwidth_gbps": sig(2 * mem_khz * 1e3 * bus_bits / 8 / 1e9, 4) if mem_khz and bus_bits else None,
         "driver": cupy.cuda.runtime.driverGetVersion(),
         "torch_cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version(),
@@ -218,9 +217,9 @@ def _add(torch, p: Prepared, impl: str, fn, label: str | None = None) -> str | N
         torch.cuda.synchronize()
         why, rel = check(torch, got, p.ref, p.workload)
     except Exception as e:  # noqa: BLE001 - a failing implementation is reported, not raised
-        why, rel = f"run failed: {_short(e)}", None
+        why, rel = f"run failed: {short(e)}", None
     if why is None:
-        p.fns[impl], p.rel_err[impl] = fn, _sig(rel, 3)
+        p.fns[impl], p.rel_err[impl] = fn, sig(rel, 3)
     elif label:
         p.notes.append(f"{label} disagrees with float64 torch or failed ({why}); not timed")
     return why
@@ -246,7 +245,7 @@ def _build_minitc(torch, cupy, p: Prepared, tune_trials: int, db_path, say) -> N
         template = tc.build(w.make_minitc(), target=TARGET, db=False)
         p.compile_s = time.perf_counter() - start
     except Exception as e:  # noqa: BLE001 - a kernel that does not build is an error row
-        p.error = f"build failed: {_short(e)}"
+        p.error = f"build failed: {short(e)}"
         return
     kernel = template
     if tune_trials:
@@ -271,13 +270,13 @@ def _tuned(w: GpuWorkload, trials: int, db_path, p: Prepared, say):
             raise tc.BuildError(f"none of the {result.trials} programs measured ran")
         if not hasattr(kernel, "program"):  # not a GpuFunction: build the recorded best
             kernel = tc.build(w.make_minitc(), target=TARGET, db=db_path)
-        p.tune.update(trials=result.trials, best_ms=_sig(result.best_ms, 5) if result.best_ms else None)
+        p.tune.update(trials=result.trials, best_ms=sig(result.best_ms, 5) if result.best_ms else None)
     except Exception as e:  # noqa: BLE001 - e.g. tc.tune does not take the cuda target yet
-        p.tune["error"] = _short(e)
-        p.notes.append(f"tuning failed ({_short(e)}); timing the template")
-        say(f"{w.name}: tuning failed: {_short(e)}; continuing with the template")
+        p.tune["error"] = short(e)
+        p.notes.append(f"tuning failed ({short(e)}); timing the template")
+        say(f"{w.name}: tuning failed: {short(e)}; continuing with the template")
         kernel = None
-    p.tune["seconds"] = _r(time.perf_counter() - start, 1)
+    p.tune["seconds"] = rounded(time.perf_counter() - start, 1)
     return kernel
 
 
@@ -304,7 +303,7 @@ def prepare(w: GpuWorkload, torch, cupy, tk, tune_trials: int = 0, db_path=None,
 
 def record(p: Prepared, timings: dict, flush_ms: float, device: dict, suite: str) -> dict:
     w = p.workload
-    ms = {impl: timings[impl].median if impl in timings else None for impl in IMPLS}
+    ms = {impl: timings[impl].median if impl in timings else None for impl in GPU_IMPLS}
     rates = {impl: w.work / (t * 1e-3) / 1e9 for impl, t in ms.items() if t}
     peak = device.get("fp32_peak_gflops" if w.kind == "compute" else "bandwidth_gbps")
     mine = ms["minitc"]
@@ -313,18 +312,18 @@ def record(p: Prepared, timings: dict, flush_ms: float, device: dict, suite: str
         "workload": w.name,
         "description": w.description,
         "kind": w.kind,
-        **{f"{impl}_ms": _sig(ms[impl], 5) for impl in IMPLS},
+        **{f"{impl}_ms": sig(ms[impl], 5) for impl in GPU_IMPLS},
         "unit": w.unit,
-        "rates": {impl: _sig(v, 4) for impl, v in rates.items()},
+        "rates": {impl: sig(v, 4) for impl, v in rates.items()},
         ("flops" if w.kind == "compute" else "bytes"): int(w.work),
-        "peak_pct": _r(100 * rates["minitc"] / peak, 1) if mine and peak else None,
-        "vs_torch": _sig(ms["torch"] / mine, 4) if mine and ms["torch"] else None,
-        "vs_triton": _sig(ms["triton"] / mine, 4) if mine and ms["triton"] else None,
+        "peak_pct": rounded(100 * rates["minitc"] / peak, 1) if mine and peak else None,
+        "vs_torch": sig(ms["torch"] / mine, 4) if mine and ms["torch"] else None,
+        "vs_triton": sig(ms["triton"] / mine, 4) if mine and ms["triton"] else None,
         "max_rel_err": dict(p.rel_err),
-        "spread_pct": {impl: _r(100 * t.spread, 1) for impl, t in timings.items()},
+        "spread_pct": {impl: rounded(100 * t.spread, 1) for impl, t in timings.items()},
         "samples": {impl: len(t.samples) for impl, t in timings.items()},
         "launch_bound": [impl for impl, t in timings.items() if np.median(t.host) >= LAUNCH_BOUND * flush_ms],
-        "compile_s": _r(p.compile_s, 3),
+        "compile_s": rounded(p.compile_s, 3),
         "launches": p.launches,
         "tune": p.tune,
         "error": p.error,
@@ -364,7 +363,7 @@ def run_suite(
             "precision": PRECISION,
             "settings": precision,
             "flush_mib": FLUSH_MIB,
-            "flush_ms": _r(timer.flush_ms, 4),
+            "flush_ms": rounded(timer.flush_ms, 4),
             "timing": "median of interleaved samples; each: L2 flushed, one call between CUDA events",
             "triton_note": None if tk else triton_version,
             "versions": versions(torch, cupy, tk and triton_version),
@@ -381,7 +380,7 @@ def run_suite(
             rec = record(p, timings, timer.flush_ms, info, suite)
             tell(
                 f"{w.name}: "
-                + ", ".join(f"{impl} {rec[impl + '_ms']:.4g} ms" for impl in IMPLS if rec[impl + "_ms"])
+                + ", ".join(f"{impl} {rec[impl + '_ms']:.4g} ms" for impl in GPU_IMPLS if rec[impl + "_ms"])
                 + (f"  ERROR {rec['error']}" if rec["error"] else "")
             )
             records.append({**rec, **context})
@@ -431,18 +430,18 @@ def bench(
     db=None,
 ) -> list:
     """`python -m benchmarks --suite gpu-core ...`: run, print the table, write JSON and plot."""
-    from minitc.benchmarks import report
-    from minitc.benchmarks.gpu_report import format_table, plot
+    from minitc.benchmarks.plots import gpu_plot
+    from minitc.benchmarks.report import gpu_table, write_json
 
     workloads = select(suite, names)
     start = time.perf_counter()
     records = run_suite(workloads, suite, repeats, budget_s, tune_trials, say, command, db)
     say(f"suite {suite} done in {time.perf_counter() - start:.1f} s")
-    echo(format_table(records))
+    echo(gpu_table(records))
     if json_path:
-        report.write_json(records, json_path)
+        write_json(records, json_path)
         say(f"wrote {json_path}")
     if plot_path:
-        plot(records, plot_path)
+        gpu_plot(records, plot_path)
         say(f"wrote {plot_path}")
     return records

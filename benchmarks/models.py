@@ -37,7 +37,7 @@ intermediate results share (planned by liveness), and `constants_mib`, the weigh
 After the timing, `minitc_breakdown` (CompiledModel.benchmark, minitc alone) says where its
 time goes: the total, the nodes run through torch, and the slowest tasks (fused groups).
 
-JSON (`--json FILE`): one record per model and thread count (models_report.py prints them):
+JSON (`--json FILE`): one record per model and thread count (report.models_table prints them):
 
     {"suite": "models", "model": "resnet50", "description": "ResNet-50, 1x3x224x224",
      "inputs": ["float32[1, 3, 224, 224]"], "threads": 2,
@@ -68,7 +68,7 @@ import time
 import numpy as np
 
 import minitc as tc
-from minitc.benchmarks import models_report, models_zoo
+from minitc.benchmarks import models_zoo
 from minitc.benchmarks.machine import host_cpu
 from minitc.benchmarks.models_systems import (
     SYSTEMS,
@@ -87,10 +87,9 @@ from minitc.benchmarks.models_systems import (
     setup_inductor,
     setup_minitc,
     setup_onnxruntime,
-    short,
-    sig,
     synchronized,
 )
+from minitc.benchmarks.report import models_table, short, sig
 from minitc.benchmarks.timing import BackgroundLoad, measure, thread_limit, wait_for_quiet
 
 SYSTEMS_ENV = "MINITC_MODELS_SYSTEMS"
@@ -313,8 +312,9 @@ def bench_models(ctx) -> None:
     from click.core import ParameterSource
 
     from minitc.benchmarks.machine import measure_machine
+    from minitc.benchmarks.plots import models_plot, require_matplotlib
     from minitc.benchmarks.provenance import command_line, run_context
-    from minitc.benchmarks.report import require_matplotlib, write_json
+    from minitc.benchmarks.report import host_lines, write_json
 
     p = ctx.params
 
@@ -358,13 +358,13 @@ def bench_models(ctx) -> None:
         p["target"], p["batch"],
     )  # fmt: skip
     say(f"suite models done in {time.perf_counter() - start:.0f} s")
-    click.echo("\n".join(models_report.header(records)))
-    click.echo(models_report.format_table(records))
+    click.echo("\n".join(host_lines(records)))
+    click.echo(models_table(records, SYSTEMS))
     if p["json_path"]:
         write_json(records, p["json_path"])
         say(f"wrote {p['json_path']}")
     if p["plot_path"]:
-        models_report.plot(records, p["plot_path"])
+        models_plot(records, p["plot_path"], SYSTEMS)
         say(f"wrote {p['plot_path']}")
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import minitc as tc
+from minitc.benchmarks.report import short, sig
 from minitc.frontend import unsupported
 
 SYSTEMS = ("minitc", "minitc-tuned", "eager", "inductor", "onnxruntime")  # in the tables' order
@@ -40,11 +41,6 @@ class System:
     traceback: str | None = None  # the last lines, for a build that failed
     check: dict = field(default_factory=dict)  # errors against eager
     compiled: object = None  # minitc's CompiledModel
-
-
-def short(e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {lines[0] if lines else ''}"[:300]
 
 
 def failed(name: str, what: str, e: BaseException) -> System:
@@ -267,7 +263,3 @@ def setup_onnxruntime(onnx_bytes: bytes, inputs, threads: int) -> System:
     # by name (the exporters keep ours), else by position
     feeds = {n: arrays[n] for n in wanted} if set(wanted) <= set(arrays) else dict(zip(wanted, arrays.values()))
     return System("onnxruntime", lambda: session.run(None, feeds)[0], time.perf_counter() - start)
-
-
-def sig(x, digits: int):
-    return None if x is None else float(f"{float(x):.{digits}g}")

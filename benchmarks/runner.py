@@ -15,12 +15,12 @@ import numpy as np
 
 import minitc as tc
 from minitc.benchmarks.machine import host_cpu
+from minitc.benchmarks.report import CPU_IMPLS, rounded, short, sig
 from minitc.benchmarks.suites import Workload
 from minitc.benchmarks.timing import BackgroundLoad, measure, thread_limit, torch_module, wait_for_quiet
 from minitc.errors import BuildError
 from minitc.target import LLVMTarget, enabled_features, is_gpu, parse_target
 
-IMPLS = ("minitc", "numpy", "torch")
 LIBRARIES = ("numpy", "torch")
 HOST_TARGET = "llvm"
 
@@ -85,11 +85,6 @@ def mismatch(actual, expected, w: Workload) -> str | None:
     return None
 
 
-def _short(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
-
-
 def prepare(w: Workload, seed: int = 0, target: LLVMTarget | str = HOST_TARGET) -> Prepared:
     """Make inputs, the numpy reference and the three callables; build the minitc kernel for
     `target` (checked with bench_target)."""
@@ -100,21 +95,8 @@ def prepare(w: Workload, seed: int = 0, target: LLVMTarget | str = HOST_TARGET) 
         p.fns["numpy"] = lambda: numpy_fn(*p.inputs)
     except Exception as e:  # noqa: BLE001 - a broken baseline is reported, not raised
         p.fns["numpy"] = None
-        p.error = f"numpy reference failed ({_short(e)}); minitc cannot be checked"
-    torch = torch_module()
-    p.fns["torch"] = None
-    if torch is not None and w.make_torch is not None:
-        try:
-            torch_fn = w.make_torch()
-            tensors = tuple(torch.from_numpy(a) for a in p.inputs)
-            with torch.inference_mode():
-                got = torch_fn(*tensors)
-            if p.expected is not None and (why := mismatch(got.numpy(), p.expected, w)):
-                p.notes.append(f"torch disagrees with numpy ({why}); torch not timed")
-            else:
-                p.fns["torch"] = lambda: torch_fn(*tensors)
-        except Exception as e:  # noqa: BLE001
-            p.notes.append(f"torch failed: {_short(e)}")
+        p.error = f"numpy reference failed ({short(e)}); minitc cannot be checked"
+    p.fns["torch"] = torch_callable(w, p.inputs, p.expected, p.notes)
     p.fns["minitc"] = None
     if p.error is None:
         try:
@@ -124,8 +106,29 @@ def prepare(w: Workload, seed: int = 0, target: LLVMTarget | str = HOST_TARGET) 
             p.minitc_out = np.empty(f.kernel.outputs[0].shape, f.kernel.outputs[0].dtype)
             p.fns["minitc"] = lambda: f(*p.inputs, out=p.minitc_out)
         except Exception as e:  # noqa: BLE001 - a kernel that does not build is an error row
-            p.error = f"build failed: {_short(e)}"
+            p.error = f"build failed: {short(e)}"
     return p
+
+
+def torch_callable(w: Workload, inputs: tuple, expected, notes: list):
+    """torch's zero-argument callable on CPU tensors sharing `inputs`, checked against numpy's
+    `expected` (None: not checked); None, with a note why, where torch fails, disagrees or is
+    not installed (or the workload has no torch form)."""
+    torch = torch_module()
+    if torch is None or w.make_torch is None:
+        return None
+    try:
+        torch_fn = w.make_torch()
+        tensors = tuple(torch.from_numpy(a) for a in inputs)
+        with torch.inference_mode():
+            got = torch_fn(*tensors)
+        if expected is not None and (why := mismatch(got.numpy(), expected, w)):
+            notes.append(f"torch disagrees with numpy ({why}); torch not timed")
+            return None
+        return lambda: torch_fn(*tensors)
+    except Exception as e:  # noqa: BLE001 - a broken library is a note, not an error
+        notes.append(f"torch failed: {short(e)}")
+        return None
 
 
 def check_minitc(p: Prepared) -> str | None:
@@ -134,7 +137,7 @@ def check_minitc(p: Prepared) -> str | None:
     try:
         p.fns["minitc"]()
     except Exception as e:  # noqa: BLE001
-        return f"run failed: {_short(e)}"
+        return f"run failed: {short(e)}"
     return mismatch(p.minitc_out, p.expected, p.workload)
 
 
@@ -149,12 +152,7 @@ def record(
 ) -> dict:
     """One JSON row: a workload at one thread count."""
     w = p.workload
-    ms = {impl: (timings[impl].median * 1e3 if impl in timings else None) for impl in IMPLS}
-    libs = {lib: ms[lib] for lib in LIBRARIES if ms[lib] is not None}
-    best = min(libs, key=libs.get) if libs else None
-    mine = ms["minitc"]
-    rate = w.work / (mine * 1e-3) / 1e9 if mine else None
-    peak = machine.peak(w.kind, threads) if machine is not None else None
+    ms = {impl: (timings[impl].median * 1e3 if impl in timings else None) for impl in CPU_IMPLS}
     return {
         "suite": suite,
         "workload": w.name,
@@ -164,27 +162,35 @@ def record(
         "target_description": p.target.describe(),
         "host": host_cpu(),
         "threads": threads,
-        **{f"{impl}_ms": _sig(ms[impl], 5) for impl in IMPLS},
-        "best_library": best,
-        "ratio": _sig(libs[best] / mine, 4) if best and mine else None,
-        ("gflops" if w.kind == "compute" else "gbps"): _sig(rate, 4),
-        "peak_pct": _r(100 * rate / peak, 1) if rate and peak else None,
-        ("flops" if w.kind == "compute" else "bytes"): int(w.work),
-        "compile_s": _r(p.compile_s, 3),
-        "spread_pct": {impl: _r(100 * t.spread, 1) for impl, t in timings.items()},
-        "background_cpus": _r(background_cpus, 2),
+        **{f"{impl}_ms": sig(ms[impl], 5) for impl in CPU_IMPLS},
+        **against_libraries(ms, ms["minitc"]),
+        **rated(w, ms["minitc"], machine, threads),
+        "compile_s": rounded(p.compile_s, 3),
+        "spread_pct": {impl: rounded(100 * t.spread, 1) for impl, t in timings.items()},
+        "background_cpus": rounded(background_cpus, 2),
         "error": error,
         "notes": list(p.notes),
     }
 
 
-def _sig(x, digits):
-    """`x` to `digits` significant digits (None stays None)."""
-    return None if x is None else float(f"{float(x):.{digits}g}")
+def against_libraries(ms: dict, mine) -> dict:
+    """{"best_library", "ratio"}: the fastest library of `ms` ({impl: ms or None}), and its ms
+    over `mine` (> 1: minitc is faster)."""
+    libs = {lib: ms[lib] for lib in LIBRARIES if ms.get(lib) is not None}
+    best = min(libs, key=libs.get) if libs else None
+    return {"best_library": best, "ratio": sig(libs[best] / mine, 4) if best and mine else None}
 
 
-def _r(x, digits):
-    return None if x is None else round(float(x), digits)
+def rated(w: Workload, mine, machine, threads: int) -> dict:
+    """The rate of `mine` ms per call (GFLOP/s or GB/s, by the workload's kind), its % of the
+    machine's peak at `threads` threads, and the work it is computed from."""
+    rate = w.work / (mine * 1e-3) / 1e9 if mine else None
+    peak = machine.peak(w.kind, threads) if machine is not None else None
+    return {
+        ("gflops" if w.kind == "compute" else "gbps"): sig(rate, 4),
+        "peak_pct": rounded(100 * rate / peak, 1) if rate and peak else None,
+        ("flops" if w.kind == "compute" else "bytes"): int(w.work),
+    }
 
 
 def run_workload(
@@ -223,7 +229,7 @@ def run_workload(
 
 
 def _summary(rec: dict) -> str:
-    parts = [f"{impl} {rec[impl + '_ms']:.3f} ms" for impl in IMPLS if rec[impl + "_ms"] is not None]
+    parts = [f"{impl} {rec[impl + '_ms']:.3f} ms" for impl in CPU_IMPLS if rec[impl + "_ms"] is not None]
     tail = f"  ERROR {rec['error']}" if rec["error"] else ""
     return f"{rec['workload']} [{rec['threads']}T]: " + ", ".join(parts) + tail
 

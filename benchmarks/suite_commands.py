@@ -10,9 +10,9 @@ import click
 from minitc.benchmarks import report, tlm_eval, tlm_report
 from minitc.benchmarks.gpu_suites import GPU_SUITES
 from minitc.benchmarks.machine import measure_machine
+from minitc.benchmarks.plots import plot_curves, require_matplotlib, tlm_curves
 from minitc.benchmarks.provenance import command_line, run_context, run_stamp
 from minitc.benchmarks.tuning import TUNE_SUITES, run_tune_suite
-from minitc.benchmarks.tuning_report import format_table, plot_curves
 from minitc.errors import MinitcError
 
 TUNE_ONLY = ("trials", "strategies", "db", "seed", "cost_model")  # options of the tuning suites
@@ -23,7 +23,7 @@ GPU_REPEATS = 100  # the GPU suites' default --repeats (samples are cheap there)
 def bench_gpu(ctx, suite, workloads, repeats, budget_s, tune_trials, json_path, plot_path, quiet, db=None) -> None:
     """`--suite gpu-core` and `gpu-smoke` (benchmarks/gpu_core.py); without a usable GPU: one
     line naming what is missing, exit status 1. With --tune, --db keeps the tuning records."""
-    from minitc.benchmarks import gpu_core, gpu_suites, report
+    from minitc.benchmarks import gpu_core, gpu_suites
 
     source = ctx.get_parameter_source
     unused = [o for o in CPU_ONLY + TUNE_ONLY if not (o == "db" and tune_trials)]
@@ -38,7 +38,7 @@ def bench_gpu(ctx, suite, workloads, repeats, budget_s, tune_trials, json_path, 
     try:
         gpu_suites.select(suite, names)
         if plot_path:
-            report.require_matplotlib()
+            require_matplotlib()
     except (KeyError, RuntimeError) as e:
         raise click.UsageError(e.args[0]) from None
     say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))
@@ -117,7 +117,7 @@ def bench_tlm_eval(
             json.dump({"run": run, "rows": rows, **({"more_seeds": more} if more else {})}, f, indent=1)
         say(f"wrote {json_path}")
     if plot_path:
-        tlm_report.plot(rows, plot_path)
+        tlm_curves(rows, plot_path)
         say(f"wrote {plot_path}")
 
 
@@ -173,7 +173,7 @@ def bench_tuning(
     )
     say(f"suite {suite} done in {time.perf_counter() - start:.1f} s")
     click.echo("\n".join(report.machine_lines(context["machine"])))
-    click.echo(format_table(records))
+    click.echo(report.tuning_table(records))
     if json_path:
         report.write_json(records, json_path)
         say(f"wrote {json_path}")

@@ -1,6 +1,6 @@
 """The tables of the `tlm-eval` suite (benchmarks/tlm_eval.py runs it): the speedup of TLM@k
 over Evo@t per workload, as measured and side by side, the wall time each search needed to
-reach Evo@max(trials)'s quality, the per-seed summary, and the best-so-far plot.
+reach Evo@max(trials)'s quality and the per-seed summary (the best-so-far chart is plots.tlm_curves).
 
     python -m minitc.benchmarks.tlm_report RESULTS.json ...   # a stored run's tables, under the current rules
 
@@ -15,7 +15,7 @@ import math
 import statistics
 from pathlib import Path
 
-from minitc.benchmarks.tables import aligned
+from minitc.benchmarks.report import aligned
 
 # "Reached Evo@1000's quality" means timed side by side within this of its winner: one
 # program's side-by-side timings in different runs spread by about 1% on the shared machine.
@@ -200,28 +200,6 @@ def _first_seed(command: str) -> int:
         if flag in words[:-1]:
             return int(words[words.index(flag) + 1].split(",")[0])
     return 0
-
-
-def plot(rows: list, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(rows), figsize=(4 * len(rows), 3.2), squeeze=False)
-    for ax, row in zip(axes[0], rows):
-        for key, label in (("tlm_history", "tlm"), ("evo_history", "evolutionary")):
-            h = row[key]
-            ax.plot(range(1, len(h) + 1), [v if v is not None else math.nan for v in h], label=label)
-        if row["template_ms"]:
-            ax.axhline(row["template_ms"], color="gray", linestyle=":", label="template")
-        ax.set_xscale("log")
-        ax.set_title(row["workload"])
-        ax.set_xlabel("measured programs")
-        ax.set_ylabel("best ms")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
 
 
 def seeds_table(by_seed: dict, ks, evo_trials) -> str:

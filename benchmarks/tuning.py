@@ -10,8 +10,8 @@ suites below run many:
 (workload, thread count, strategy) is tuned from a fresh temporary records database, unless
 `--db` is given (then the runs share it, and a later run resumes from the earlier ones'
 records). After all strategies of a workload are tuned, their kernels, the template, numpy and
-torch are timed together, interleaved (measure.py), after checking every minitc kernel
-against numpy.
+torch are timed together, interleaved (timing.measure), after checking every minitc kernel
+against numpy. The table is report.tuning_table, the curves plots.plot_curves.
 
 JSON (`--json`): a list of records, one per workload, thread count and strategy, with the
 runner's fields (runner.py: suite, workload, description, kind, threads, numpy_ms, torch_ms,
@@ -42,14 +42,16 @@ import tempfile
 import numpy as np
 
 import minitc as tc
+from minitc.autotune.cost_model import RandomModel, default_cost_model
 from minitc.autotune.runner import LocalBuilder, LocalRunner
 from minitc.autotune.tuner import recorded_trials, tune
 from minitc.benchmarks.programs import is_template, template_kernel_ms
 from minitc.benchmarks.progress import TuneProgress
-from minitc.benchmarks.runner import _short, _sig, mismatch
+from minitc.benchmarks.report import rounded, short, sig
+from minitc.benchmarks.runner import against_libraries, mismatch, rated, torch_callable
 from minitc.benchmarks.suites import CPU_CORE, SMOKE, Workload
-from minitc.benchmarks.timing import BackgroundLoad, measure, thread_limit, torch_module, wait_for_quiet
-from minitc.benchmarks.tuning_report import record, summary
+from minitc.benchmarks.timing import BackgroundLoad, measure, thread_limit, wait_for_quiet
+from minitc.lm.cost import shipped_cost_model_path
 
 TUNE_SUITES = {
     "cpu-tune": CPU_CORE,
@@ -57,54 +59,25 @@ TUNE_SUITES = {
 }
 
 
-class RandomScores:
-    """A placeholder cost model (random scores, like cost_model.RandomModel): the evolutionary
-    search then ranks candidates at random, i.e. it is a mutation-based random search."""
-
-    def __init__(self, seed: int = 0):
-        self.rng = np.random.default_rng(seed)
-
-    def fit(self, workload, traces, latencies_ms) -> None:
-        pass
-
-    def predict(self, workload, traces) -> np.ndarray:
-        return self.rng.random(len(traces))
-
-
 def cost_model_for(strategy: str, choice: str = "default", seed: int = 0, target="llvm") -> tuple:
-    """(model or None, label, warning or None) for a strategy. `choice` "default" is, for the
-    tlm strategy, its own choice (None: the shipped cost model of `target`'s machine, as
-    `tc.tune` gives it), for evolutionary search `minitc.autotune.cost_model.default_cost_model()`,
-    or random scores if that does not exist yet; "random" is always random scores. Random search
-    uses no model (None, None, None)."""
+    """(model or None, label) for a strategy. `choice` "default" is, for the tlm strategy, its
+    own choice (None: the shipped cost model of `target`'s machine, as `tc.tune` gives it), for
+    evolutionary search `default_cost_model()`; "random" is random scores (RandomModel: the
+    evolutionary search is then a mutation-based random search). Random search uses no model
+    (None, None)."""
     if strategy not in ("evolutionary", "tlm"):
-        return None, None, None
+        return None, None
     if choice == "random":
-        return RandomScores(seed), "random", None
+        return RandomModel(seed), "random"
     if strategy == "tlm":
-        return None, tlm_cost_model_label(target), None
-    try:
-        from minitc.autotune.cost_model import default_cost_model
-    except ImportError as e:
-        return (
-            RandomScores(seed),
-            "random (placeholder)",
-            (
-                f"minitc.autotune.cost_model.default_cost_model is not available ({e}); the evolutionary search "
-                "ranks candidates with random scores (a placeholder cost model)"
-            ),
-        )
+        return None, tlm_cost_model_label(target)
     model = default_cost_model()
-    return model, type(model).__name__, None
+    return model, type(model).__name__
 
 
 def tlm_cost_model_label(target) -> str:
     """What the tlm strategy ranks with on `target`: a pretrained cost model's file, else a
     fresh TLPModel (minitc.lm.plugin.tlm_strategy)."""
-    try:
-        from minitc.lm.cost import shipped_cost_model_path
-    except ImportError:
-        return "TLPModel"
     path = shipped_cost_model_path(target)
     return f"pretrained ({path.name})" if path is not None else "TLPModel"
 
@@ -135,13 +108,13 @@ def tune_one(
     strict=False,
 ) -> dict:
     """Tune `out` (w's tensors) once; returns {"result": TuneResult or None, "error", "cost_model",
-    "warning", "db"}. With db=None the run gets a fresh temporary database. A failure of `tune`
+    "db"}. With db=None the run gets a fresh temporary database. A failure of `tune`
     becomes the "error" entry, or with `strict` propagates (the command line stops at once)."""
 
-    model, label, warning = cost_model_for(strategy, cost_model, seed, target)  # registered by the strategy's bind
+    model, label = cost_model_for(strategy, cost_model, seed, target)  # registered by the strategy's bind
     tmp = tempfile.TemporaryDirectory(prefix="minitc-tune-") if db is None else None
     path = os.path.join(tmp.name, "records.db") if tmp else db
-    info = {"result": None, "error": None, "cost_model": label, "warning": warning, "db": None if tmp else str(db)}
+    info = {"result": None, "error": None, "cost_model": label, "db": None if tmp else str(db)}
     try:
         info["result"] = tune(
             out,
@@ -164,7 +137,7 @@ def tune_one(
     except Exception as e:  # noqa: BLE001 - one workload's failure becomes an error row
         if strict:
             raise
-        info["error"] = f"tune failed: {_short(e)}"
+        info["error"] = f"tune failed: {short(e)}"
     finally:
         if tmp:
             tmp.cleanup()
@@ -182,21 +155,9 @@ def compare(w: Workload, out, tuned: dict, threads: int, target="llvm", repeats=
     try:
         kernels["default"] = tc.build(out, target=target, db=False)
     except Exception as e:  # noqa: BLE001
-        errors["default"] = f"build failed: {_short(e)}"
-    torch = torch_module()
-    if torch is not None and w.make_torch is not None:
-        try:
-            torch_fn = w.make_torch()
-            tensors = tuple(torch.from_numpy(a) for a in inputs)
-            with torch.inference_mode():
-                got = torch_fn(*tensors)
-            why = mismatch(got.numpy(), expected, w)
-            if why:
-                notes.append(f"torch disagrees with numpy ({why}); torch not timed")
-            else:
-                fns["torch"] = lambda: torch_fn(*tensors)
-        except Exception as e:  # noqa: BLE001
-            notes.append(f"torch failed: {_short(e)}")
+        errors["default"] = f"build failed: {short(e)}"
+    if (torch_fn := torch_callable(w, inputs, expected, notes)) is not None:
+        fns["torch"] = torch_fn
     with thread_limit(threads):
         for impl, f in kernels.items():
             buf = np.full(f.kernel.outputs[0].shape, np.nan, f.kernel.outputs[0].dtype)
@@ -204,7 +165,7 @@ def compare(w: Workload, out, tuned: dict, threads: int, target="llvm", repeats=
                 f(*inputs, out=buf)
                 why = mismatch(buf, expected, w)
             except Exception as e:  # noqa: BLE001
-                why = f"run failed: {_short(e)}"
+                why = f"run failed: {short(e)}"
             if why:
                 errors[impl] = why
             else:
@@ -282,8 +243,6 @@ def tune_workload(
                 )
                 if bar is not None and hasattr(bar, "close"):
                     bar.close()
-                if infos[strategy]["warning"]:
-                    say(f"warning: {infos[strategy]['warning']}")
             template_ms = None
             if template_kernel:
                 say(f"{w.name}: measuring the template like the tuner does")
@@ -304,9 +263,9 @@ def tune_workload(
     timings, errors, notes, load = compare(w, out, tuned, threads, target, repeats, budget_s, seed)
     rows = [record(w, s, trials, infos[s], timings, errors, notes, threads, load, suite, machine) for s in strategies]
     for row in rows:
-        row["default_kernel_ms"] = _sig(template_ms, 5)
+        row["default_kernel_ms"] = sig(template_ms, 5)
         row["kernel_speedup_vs_default"] = (
-            _sig(template_ms / row["best_ms"], 4) if template_ms and row["best_ms"] else None
+            sig(template_ms / row["best_ms"], 4) if template_ms and row["best_ms"] else None
         )
     return rows
 
@@ -389,3 +348,69 @@ def run_tune_suite(
     finally:
         builder.close()
     return records
+
+
+def record(
+    w: Workload,
+    strategy: str,
+    trials: int,
+    info: dict,
+    timings: dict,
+    errors: dict,
+    notes: list,
+    threads: int,
+    background_cpus=None,
+    suite=None,
+    machine=None,
+) -> dict:
+    """One JSON row (see the module docstring): a workload tuned by one strategy."""
+    r = info["result"]
+    same = bool(info.get("same_as_template"))
+    tuned_key = "default" if same else f"tuned:{strategy}"  # one program, one measurement
+    keys = {"tuned": tuned_key, "default": "default", "numpy": "numpy", "torch": "torch"}
+    ms = {impl: timings[key].median * 1e3 if key in timings else None for impl, key in keys.items()}
+    libraries = against_libraries(ms, ms["tuned"])
+    best = libraries["best_library"]
+    error = info["error"] or errors.get(tuned_key)
+    spread = {impl: rounded(100 * timings[key].spread, 1) for impl, key in keys.items() if key in timings}
+    return {
+        "suite": suite,
+        "workload": w.name,
+        "description": w.description,
+        "kind": w.kind,
+        "threads": threads,
+        "strategy": strategy,
+        "cost_model": info["cost_model"],
+        "trials_requested": trials,
+        "trials": r.trials if r else 0,
+        "trials_resumed": r.resumed if r else 0,
+        "errors": r.errors if r else 0,
+        "best_ms": sig(r.best_ms, 5) if r else None,
+        **{f"{impl}_ms": sig(v, 5) for impl, v in ms.items()},
+        **libraries,
+        "default_ratio": sig(ms[best] / ms["default"], 4) if best and ms["default"] else None,
+        "speedup_vs_default": sig(ms["default"] / ms["tuned"], 4) if ms["default"] and ms["tuned"] else None,
+        "same_as_template": same,
+        **rated(w, ms["tuned"], machine, threads),
+        "seconds": rounded(r.seconds, 2) if r else None,
+        "overhead_s_per_trial": rounded(r.overhead_s_per_trial, 3) if r else None,
+        "history": [sig(h, 5) for h in r.history] if r else [],
+        "workload_key": r.workload if r else None,
+        "best_trace": r.best_trace if r else None,
+        "spread_pct": spread,
+        "background_cpus": rounded(background_cpus, 2),
+        "error": error,
+        "notes": list(notes) + ([f"template: {errors['default']}"] if "default" in errors else []),
+        "db": info["db"],
+    }
+
+
+def summary(rec: dict) -> str:
+    """One progress line: a tuned row's times."""
+    parts = [
+        f"{impl} {rec[impl + '_ms']:.4g} ms"
+        for impl in ("tuned", "default", "numpy", "torch")
+        if rec.get(impl + "_ms") is not None
+    ]
+    tail = f"  ERROR {rec['error']}" if rec.get("error") else ""
+    return f"{rec['workload']} [{rec['threads']}T] {rec['strategy']}: " + ", ".join(parts) + tail

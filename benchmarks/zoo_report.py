@@ -71,41 +71,10 @@ def speeds(fns: dict, rounds: int) -> dict:
     return out
 
 
-def table(rows: list, threads: list, inductor: bool = False) -> str:
-    per = 5 if inductor else 3
-    extra = " | Inductor ms, {n}T | vs Inductor, {n}T" if inductor else ""
-    timed = " | ".join(f"eager ms, {n}T | minitc ms, {n}T | speed, {n}T" + extra.format(n=n) for n in threads)
-    lines = [
-        f"| model | compiles | max rel. error | ops through PyTorch | {timed} |",
-        "|---|---|---|---|" + "---|" * (per * len(threads)),
-    ]
-    for r in rows:
-        ops = ", ".join(f"{op.removeprefix('aten.')} x{n}" for op, n in sorted(r["fallbacks"].items())) or "none"
-        if "rel_err" not in r:
-            lines.append(f"| {r['model']} | no: {r['error']} | | |" + " |" * (per * len(threads)))
-            continue
-        err = f"{r['rel_err']:.1e}" + (f" ({r['error']})" if r["error"] else "")
-        cells = []
-        for n in threads:
-            t = r["timing"].get(n) or {}
-            cells += [_ms(t, "eager_ms"), _ms(t, "minitc_ms"), _ratio(t, "speed")]
-            if inductor:
-                cells += [_ms(t, "inductor_ms"), _ratio(t, "vs_inductor")]
-        lines.append(f"| {r['model']} | yes | {err} | {ops} | {' | '.join(cells)} |")
-    return "\n".join(lines)
-
-
-def _ms(t: dict, key: str) -> str:
-    return f"{t[key]:.3f}" if key in t else ""
-
-
-def _ratio(t: dict, key: str) -> str:
-    return f"{t[key]:.2f}x" if key in t else ""
-
-
 def main(argv=None) -> None:
     from minitc.benchmarks.machine import cpu_name
     from minitc.benchmarks.models_zoo import ZOO
+    from minitc.benchmarks.report import zoo_table
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--threads", default="2", help="comma-separated thread counts, each timed (default: 2)")
@@ -125,7 +94,7 @@ def main(argv=None) -> None:
     load = f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
     when = time.strftime("%Y-%m-%d")
     print(f"\n{cpu_name()}, threads {args.threads}, {when}, medians of {args.rounds} rounds, {load}\n")
-    print(table(rows, threads, args.inductor))
+    print(zoo_table(rows, threads, args.inductor))
 
 
 if __name__ == "__main__":

@@ -315,14 +315,15 @@ def test_tlm_tunes_with_the_pretrained_cost_model(tmp_path, monkeypatch):
     takes the one pretrained for this machine's description, as `tc.tune` does; it once passed
     a fresh TLPModel, so the shipped cost models went unused. Evolutionary search keeps a
     fresh one, and --cost-model random gives both random scores."""
-    from minitc.benchmarks.tuning import RandomScores, cost_model_for
+    from minitc.autotune.cost_model import RandomModel
+    from minitc.benchmarks.tuning import cost_model_for
     from minitc.lm import cost
 
-    model, label, _ = cost_model_for("tlm", "default", target="llvm")
+    model, label = cost_model_for("tlm", "default", target="llvm")
     assert model is None and label == f"pretrained ({cost.shipped_cost_model_path('llvm').name})"
-    model, label, _ = cost_model_for("evolutionary", "default")
+    model, label = cost_model_for("evolutionary", "default")
     assert model is not None and label == type(model).__name__
-    assert isinstance(cost_model_for("tlm", "random")[0], RandomScores)
+    assert isinstance(cost_model_for("tlm", "random")[0], RandomModel)
     asked = []
     monkeypatch.setattr(cost, "shipped_cost_model", lambda target: asked.append(target))
     result = run("tune", "matmul", "--shape", "16,16,16", "--trials", 2, "--db", tmp_path / "r.db", *FAST)

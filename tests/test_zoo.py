@@ -161,7 +161,7 @@ def test_a_grouped_convolution_of_many_groups_says_why_it_runs_through_pytorch()
 
 
 def test_the_zoo_report_times_each_system_and_tabulates_inductor(monkeypatch):
-    from minitc.benchmarks import timing, zoo_report
+    from minitc.benchmarks import report, timing, zoo_report
 
     monkeypatch.setattr(timing, "ALTERNATE_WARMUP_S", 0.001)
     monkeypatch.setattr(timing, "ALTERNATE_CALL_S", 0.001)
@@ -171,5 +171,5 @@ def test_the_zoo_report_times_each_system_and_tabulates_inductor(monkeypatch):
     assert set(t) == {"eager_ms", "minitc_ms", "inductor_ms", "speed", "vs_inductor"}
     assert t["speed"] > 1 and t["vs_inductor"] > 1  # 10x the work
     row = {"model": "m", "fallbacks": {}, "error": None, "rel_err": 1e-7, "timing": {2: t}}
-    text = zoo_report.table([row], [2], inductor=True)
+    text = report.zoo_table([row], [2], inductor=True)
     assert "vs Inductor, 2T" in text and text.splitlines()[-1].count("|") == 10

@@ -19,12 +19,12 @@ from minitc.autotune.registry import strategy_names
 from minitc.autotune.tuner import recorded_trials
 from minitc.autotune.workload_key import workload_key
 from minitc.backends.llvm.thread_pool_ir import MAX_THREADS
-from minitc.benchmarks import report
 from minitc.benchmarks.baselines import workload_for
+from minitc.benchmarks.plots import plot_curves, require_matplotlib
 from minitc.benchmarks.progress import TuneProgress
 from minitc.benchmarks.provenance import command_line, run_stamp
+from minitc.benchmarks.report import rate as impl_rate
 from minitc.benchmarks.tuning import resume_note, tune_workload
-from minitc.benchmarks.tuning_report import impl_rate, plot_curves
 from minitc.commands import checks
 from minitc.commands.spec import op_options, parse_call, pop_op_options, shape_help
 from minitc.errors import MinitcError
@@ -358,7 +358,7 @@ def _check_all(call, target, strategy, lm_path, db, json_path, plot_path) -> str
     checks.check_output(plot_path, "--plot")
     if plot_path:
         try:
-            report.require_matplotlib()
+            require_matplotlib()
         except RuntimeError as e:
             raise click.BadParameter(str(e), param_hint="--plot") from None
     if strategy == "tlm" and not is_gpu(target):
