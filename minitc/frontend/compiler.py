@@ -203,8 +203,9 @@ class CompiledModel:
                 raise ConfigError("dynamic shapes are compiled for CPUs only; compile the GPU model per shape")
             graph, dims = bucket_graph(self.dynamic, bucket, self.target, self.layout)
             inputs = [np.zeros(v.shape, v.dtype) for v in graph.inputs]  # what tuned programs are chosen on
-            graph.constants[EXTENTS][:] = bucket
-        _report_fallbacks(graph, self.fallback)
+            graph.constants[EXTENTS][:] = self.dynamic.slot_values(bucket)
+        if bucket is None or not self._variants:  # a bucket has the first one's fallbacks
+            _report_fallbacks(graph, self.fallback)
         tasks = extract_tasks(graph, self.target)
         if self.tuning.get("trials"):
             # rounds small enough that the first round-robin pass reaches every task: a budget
@@ -242,16 +243,25 @@ class CompiledModel:
         return [[list(v.shape) for v in graph.inputs] for graph, _, _ in self._variants.values()]
 
     @classmethod
-    def restored(cls, graph, tasks, plan, example_inputs, target, source: str) -> CompiledModel:
-        """A compiled model rebuilt from a saved file (compiler.load)."""
+    def restored(cls, variants: dict, example_inputs, target, dynamic, source: str) -> CompiledModel:
+        """A compiled model rebuilt from a saved file (compiler.load): {shapes or bucket: (graph,
+        tasks, plan)}."""
         self = cls.__new__(cls)
         self.model, self.target, self.db, self.fallback, self.tuning = None, target, False, True, {}
-        self.layout = "auto"
+        self.layout, self.dynamic = "auto", dynamic
         self.example_inputs, self.tune_results, self.choices, self.source = tuple(example_inputs), [], [], source
-        signature = tuple(tuple(t.shape) for t in example_inputs)
-        self._variants = {signature: (graph, tasks, plan)}
-        self.graph, self.tasks, self.plan = graph, tasks, plan
+        self._variants = variants
+        self.graph, self.tasks, self.plan = next(iter(variants.values()))
         return self
+
+    def compile_every_bucket(self) -> None:
+        """With dynamic shapes, compile the buckets no call has used yet (before saving)."""
+        import itertools
+
+        sizes = [self.dynamic.bucket_sizes(s) for s in range(len(self.dynamic.symbols))]
+        for bucket in itertools.product(*sizes):
+            if bucket not in self._variants:
+                self._variants[bucket] = self._compile(None, bucket)
 
     def save(self, path) -> None:
         """Write the graph, its constants and each task's trace to one file (minitc.frontend.saved)."""
@@ -302,15 +312,19 @@ class CompiledModel:
 def load(path) -> CompiledModel:
     """The compiled model saved in `path` (CompiledModel.save), its kernels built from the saved
     traces for the target it was compiled for. A damaged file raises SavedModelError."""
-    graph, traces, inputs, target = saved.read(path)
-    tasks = extract_tasks(graph, target)
-    try:
-        for task in tasks:
-            task.trace = traces[tuple(task.nodes)]
-    except KeyError as e:
-        raise saved.SavedModelError(f"{path}: damaged saved model (no trace for the task of nodes {e})") from None
-    plan = make_plan(graph, build_kernels(tasks, target), target)
-    return CompiledModel.restored(graph, tasks, plan, inputs, target, source=str(path))
+    target, inputs, dynamic, parts = saved.read(path)
+    variants = {}
+    for bucket, graph, traces, dims in parts:
+        tasks = extract_tasks(graph, target)
+        try:
+            for task in tasks:
+                task.trace = traces[tuple(task.nodes)]
+        except KeyError as e:
+            raise saved.SavedModelError(f"{path}: damaged saved model (no trace for the task of nodes {e})") from None
+        kernels = build_kernels(tasks, target)
+        plan = make_plan(graph, kernels, target) if bucket is None else DynamicPlan(graph, kernels, dims, dynamic)
+        variants[bucket if bucket is not None else tuple(tuple(v.shape) for v in graph.inputs)] = (graph, tasks, plan)
+    return CompiledModel.restored(variants, inputs, target, dynamic, source=str(path))
 
 
 def _tensor(x):
@@ -363,5 +377,5 @@ def compile_model(
     tuning = {"trials": trials, "strategy": strategy, "progress": progress} if trials else None
     dynamic = None
     if dynamic_shapes is not None:
-        dynamic = DynamicShapes(export(model, tuple(example_inputs), dynamic_shapes))
+        dynamic = DynamicShapes.of_program(export(model, tuple(example_inputs), dynamic_shapes))
     return CompiledModel(model, tuple(example_inputs), target, db, fallback, tuning, layout, dynamic)

@@ -40,17 +40,26 @@ NEG_INF = float("-inf")
 
 
 class DynamicShapes:
-    """The dynamic sizes of an exported program: their symbols, ranges, buckets, and which input
-    dimension gives each one at a call."""
+    """The dynamic sizes of a model: their symbols, ranges and buckets, and which input
+    dimension gives each one at a call (`program`: the export they come from, None once loaded)."""
 
-    def __init__(self, program):
+    def __init__(self, symbols: list, ranges: dict, input_dims: list, offsets=(), program=None):
+        self.symbols = symbols  # sympy symbols: slots 0, 1, ...
+        self.ranges = ranges  # symbol -> (min, max)
+        self.input_dims = input_dims  # (input index, dim, slot)
+        # the sizes `symbol + constant` the program also has (a key/value cache and one more
+        # token: past + 1), the next slots; like the symbols, a valid prefix of their padding
+        self.offsets = list(offsets)
+        self.slots = list(symbols) + self.offsets
         self.program = program
-        self.symbols: list = []  # sympy symbols, in slot order
-        self.ranges: dict = {}  # symbol -> (min, max)
-        self.input_dims: list = []  # (input index, dim, slot)
-        inputs = [n for n in program.graph_module.graph.nodes if n.op == "placeholder"]
+
+    @classmethod
+    def of_program(cls, program) -> DynamicShapes:
+        symbols, ranges, input_dims = [], {}, []
         kinds = {s.arg.name: s.kind.name for s in program.graph_signature.input_specs}
-        user = [n for n in inputs if kinds.get(n.name) == "USER_INPUT"]
+        user = [
+            n for n in program.graph_module.graph.nodes if n.op == "placeholder" and kinds.get(n.name) == "USER_INPUT"
+        ]
         for k, fx_node in enumerate(user):
             for d, size in enumerate(fx_node.meta["val"].shape):
                 expr = getattr(getattr(size, "node", None), "expr", None)
@@ -61,13 +70,37 @@ class DynamicShapes:
                         f"input {fx_node.name} has dimension {d} of size {expr}: a dynamic input dimension must be "
                         "one torch.export.Dim, not an expression of several"
                     )
-                if expr not in self.symbols:
-                    self.symbols.append(expr)
+                if expr not in symbols:
+                    symbols.append(expr)
                     bound = program.range_constraints[expr]
-                    self.ranges[expr] = (int(bound.lower), _finite(bound.upper, fx_node.name, d))
-                self.input_dims.append((k, d, self.symbols.index(expr)))
-        if not self.symbols:
+                    ranges[expr] = (int(bound.lower), _finite(bound.upper, fx_node.name, d))
+                input_dims.append((k, d, symbols.index(expr)))
+        if not symbols:
             raise ShapeError("dynamic_shapes marks no input dimension as dynamic")
+        return cls(symbols, ranges, input_dims, _offset_sizes(program.graph_module.graph.nodes, symbols), program)
+
+    def to_json(self) -> dict:
+        return {
+            "symbols": [str(s) for s in self.symbols],
+            "ranges": [list(self.ranges[s]) for s in self.symbols],
+            "input_dims": [list(t) for t in self.input_dims],
+            "offsets": [str(e) for e in self.offsets],
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict) -> DynamicShapes:
+        import sympy
+
+        symbols = [sympy.Symbol(name, integer=True, positive=True) for name in doc["symbols"]]
+        ranges = {s: (int(lo), int(hi)) for s, (lo, hi) in zip(symbols, doc["ranges"])}
+        names = {str(s): s for s in symbols}
+        offsets = [sympy.sympify(e, locals=names) for e in doc.get("offsets", ())]
+        return cls(symbols, ranges, [tuple(t) for t in doc["input_dims"]], offsets)
+
+    def slot_values(self, sizes: tuple) -> tuple:
+        """The value of every slot when the symbols have `sizes`."""
+        env = self.env(sizes)
+        return tuple(int(e.xreplace(env)) for e in self.slots)
 
     def bucket_sizes(self, slot: int) -> list:
         """The upper ends of the buckets of dynamic size `slot`, ascending."""
@@ -78,8 +111,8 @@ class DynamicShapes:
         return sorted(sizes)
 
     def extents(self, shapes: list) -> tuple:
-        """The size of every dynamic dimension in a call on inputs of `shapes`, checked
-        against its range and against the other inputs that carry it."""
+        """The value of every slot in a call on inputs of `shapes`; each symbol checked against
+        its range and against the other inputs that carry it."""
         found: dict = {}
         for k, d, slot in self.input_dims:
             n = shapes[k][d]
@@ -92,20 +125,38 @@ class DynamicShapes:
                     f"input {k} has size {n} in dimension {d}, outside the range {lo}..{hi} the model was compiled "
                     f"for (dynamic size {name}); compile it with a Dim whose range holds {n}"
                 )
-        return tuple(found[s] for s in range(len(self.symbols)))
+        return self.slot_values(tuple(found[s] for s in range(len(self.symbols))))
 
     def bucket(self, extents: tuple) -> tuple:
-        """The bucket (its largest size per dynamic size) a call of these extents runs in."""
-        return tuple(next(b for b in self.bucket_sizes(s) if b >= n) for s, n in enumerate(extents))
+        """The bucket (its largest size per dynamic size) a call of these extents runs in (the
+        symbols' values come first among the extents)."""
+        return tuple(
+            next(b for b in self.bucket_sizes(s) if b >= n) for s, n in enumerate(extents[: len(self.symbols)])
+        )
 
     def env(self, sizes: tuple) -> dict:
         return dict(zip(self.symbols, sizes))
 
 
+def _offset_sizes(nodes, symbols: list) -> list:
+    """The sizes `symbol + constant` (constant != 0) among the program's values' dimensions."""
+    found = []
+    for node in nodes:
+        for size in getattr(node.meta.get("val"), "shape", ()):
+            expr = getattr(getattr(size, "node", None), "expr", None)
+            if expr is None or expr.is_Symbol or expr in found or not expr.is_Add or len(expr.free_symbols) != 1:
+                continue
+            (symbol,) = expr.free_symbols
+            rest = expr - symbol
+            if symbol in symbols and rest.is_Integer:
+                found.append(expr)
+    return sorted(found, key=str)
+
+
 def _finite(upper, name: str, dim: int) -> int:
     try:
         return int(upper)
-    except (TypeError, OverflowError):
+    except (TypeError, OverflowError, AttributeError):  # sympy: int(oo)
         raise ShapeError(
             f"input {name}'s dynamic dimension {dim} has no upper bound: give its Dim a max "
             "(torch.export.Dim('seq', max=512)); buffers are sized by it"
@@ -113,12 +164,10 @@ def _finite(upper, name: str, dim: int) -> int:
 
 
 def dynamic_dims(graph: Graph, probe: Graph, sizes: tuple, probe_sizes: tuple) -> dict:
-    """{value name: {dim: slot or MIXED}} for the values of `graph` (imported at `sizes`) whose
-    dimensions differ in `probe` (the same program imported at `probe_sizes`)."""
-    other = {v.name: v.shape for v in probe.inputs}
-    other.update({n.name: n.shape for n in probe.nodes})
-    mine = {v.name: v.shape for v in graph.inputs}
-    mine.update({n.name: n.shape for n in graph.nodes})
+    """{value name: {dim: slot or MIXED}} for the values of `graph` (imported where the slots
+    have the values `sizes`) whose dimensions differ in `probe` (the same program imported where
+    they have `probe_sizes`)."""
+    other, mine = _shapes(probe), _shapes(graph)
     out = {}
     for name, shape in mine.items():
         theirs = other.get(name)
@@ -131,6 +180,14 @@ def dynamic_dims(graph: Graph, probe: Graph, sizes: tuple, probe_sizes: tuple) -
                 dims[d] = slots[0] if len(slots) == 1 else MIXED
         if dims:
             out[name] = dims
+    return out
+
+
+def _shapes(graph: Graph) -> dict:
+    """{name: shape} of every value of `graph`: constants (folded from the sizes: position ids), inputs, nodes."""
+    out = {name: a.shape for name, a in graph.constants.items()}
+    out.update({v.name: v.shape for v in graph.inputs})
+    out.update({n.name: n.shape for n in graph.nodes})
     return out
 
 
@@ -158,8 +215,10 @@ def _mixed_dims(node: Node, shapes: dict) -> list:
         return [(0, len(shapes[node.inputs[0]]) - 1, None)]
     if op == "mean":
         return [(0, d, None) for d in a["axis"]]
-    if op in ("cat", "slice", "pad"):
-        return [(0, a["axis"], None)] if op != "pad" else [(0, d, None) for d in range(len(shapes[node.inputs[0]]))]
+    if op == "cat":
+        return [(k, a["axis"], None) for k in range(len(node.inputs))]
+    if op == "pad":
+        return [(0, d, None) for d in range(len(shapes[node.inputs[0]]))]
     if "conv" in op or "pool" in op:
         return [(0, d, None) for d in range(2, len(shapes[node.inputs[0]]))]
     return None
@@ -167,50 +226,54 @@ def _mixed_dims(node: Node, shapes: dict) -> list:
 
 def mask_reductions(graph: Graph, dims: dict) -> Graph:
     """`graph` with a `mask` node before every input dimension an operator reduces over that is
-    dynamic: the padding past the extent reads as the reduction's identity (-inf, 0). An
-    operator that reduces over a dynamic dimension in a way a mask cannot fix (a mean, a layer
-    norm, a convolution window) raises ShapeError."""
-    shapes = {v.name: v.shape for v in graph.inputs}
-    shapes.update({n.name: n.shape for n in graph.nodes})
-    shapes.update({name: a.shape for name, a in graph.constants.items()})
+    dynamic: the padding past the extent reads as the reduction's identity (-inf, 0). A
+    matmul's operand that a softmax over the same dimension produces is not masked: its input is
+    masked to -inf, so the softmax writes 0 (or finite values) along the whole dimension, which
+    the other operand's zeros then cancel (the softmax is marked to compute that dimension
+    whole). An operator that reduces over a dynamic dimension in a way a mask cannot fix (a
+    mean, a layer norm, a convolution window) raises ShapeError."""
+    shapes = _shapes(graph)
     out = graph.copy()
+    producers = {n.name: n for n in out.nodes}
     nodes = []
-    for node in graph.nodes:
+    for node in out.nodes:
         mixed = _mixed_dims(node, shapes) if node.op != "torch" else None
         inputs = list(node.inputs)
         for k, d, fill in mixed or ():
             slot = dims.get(inputs[k], {}).get(d)
-            if slot is None or (node.op == "slice" and _whole_prefix(node, shapes)):
+            if slot is None:
                 continue
             if fill is None or slot == MIXED:
                 raise ShapeError(
                     f"{node.op} node {node.name} reduces over or moves along dimension {d} of {inputs[k]}, whose size "
                     "is dynamic; minitc cannot compile it with dynamic shapes (mark that dimension static)"
                 )
+            softmax = _softmax_along(inputs[k], d, shapes, producers) if fill == 0.0 else None
+            if softmax is not None:
+                softmax.attrs["whole"] = (len(softmax.shape) - 1,)
+                continue
             name = f"{inputs[k]}_masked{d}"
             if name not in shapes:
-                nodes.append(
-                    Node(
-                        name,
-                        "mask",
-                        (inputs[k],),
-                        {"axis": d, "fill": fill, "slot": slot},
-                        shapes[inputs[k]],
-                        _dtype(graph, inputs[k]),
-                    )
-                )
+                attrs = {"axis": d, "fill": fill, "slot": slot}
+                nodes.append(Node(name, "mask", (inputs[k],), attrs, shapes[inputs[k]], _dtype(graph, inputs[k])))
                 shapes[name] = shapes[inputs[k]]
                 dims[name] = dict(dims[inputs[k]])
             inputs[k] = name
-        nodes.append(replace(node, inputs=tuple(inputs)))
+        node.inputs = tuple(inputs)
+        nodes.append(node)
     out.nodes = nodes
     return out
 
 
-def _whole_prefix(node: Node, shapes: dict) -> bool:
-    """A slice that keeps a prefix of its axis, `x[:, :seq]`: position i is i before and after."""
-    a = node.attrs
-    return a.get("start", 0) == 0 and a.get("step", 1) == 1
+def _softmax_along(name: str, dim: int, shapes: dict, producers: dict):
+    """The softmax node that produces `name` (through views) along `dim`, its last axis, or None."""
+    if dim != len(shapes[name]) - 1:
+        return None
+    node = producers.get(name)
+    while node is not None and node.op == "view" and shapes[node.inputs[0]][-1] == shapes[name][-1]:
+        name = node.inputs[0]
+        node = producers.get(name)
+    return node if node is not None and node.op == "softmax" else None
 
 
 def _dtype(graph: Graph, name: str) -> str:
@@ -225,22 +288,30 @@ def _dtype(graph: Graph, name: str) -> str:
 
 # -- after the passes: what each kernel skips, and what PyTorch nodes may see -----------------------
 def attach_extents(graph: Graph, dims: dict, slots: int) -> Graph:
-    """`graph` with the extents constant, read by every mask node and by every kernel whose
-    output has dimensions that are exactly one dynamic size (`limits`: the tiles past the
-    extent are skipped). PyTorch nodes must see only such dimensions: they are sliced."""
+    """`graph` with the extents constant, read by every mask (alone or a fused member) and by
+    every kernel whose output has dimensions that are exactly one dynamic size (`limits`: the
+    tiles past the extent are skipped), save those a member must compute whole. PyTorch nodes
+    must see only such dimensions: they are sliced."""
     out = graph.copy()
     out.constants[EXTENTS] = np.zeros(slots, np.int64)
     nodes = []
-    for node in graph.nodes:
-        mine = dims.get(node.name, {})
+    for node in out.nodes:
         if node.op == "torch":
             _check_sliceable(node, dims)
-        elif node.op == "mask":
-            node = replace(node, inputs=node.inputs + (EXTENTS,))
         elif node.op != "view":
-            limits = {d: s for d, s in mine.items() if s != MIXED}
+            members = node.body or (node,)
+            masks = any(m.op == "mask" for m in members)
+            if node.body and masks:
+                node.body = tuple(replace(m, inputs=m.inputs + (EXTENTS,)) if m.op == "mask" else m for m in members)
+            whole = {d for m in members for d in m.attrs.get("whole", ())}
+            limits = {d: s for d, s in dims.get(node.name, {}).items() if s != MIXED and d not in whole}
+            if node.op == "mask":
+                limits.pop(node.attrs["axis"], None)
+            if masks:
+                node.inputs += (EXTENTS,)
             if limits:
-                node = replace(node, inputs=node.inputs + (EXTENTS,), attrs={**node.attrs, "limits": limits})
+                node.inputs += (EXTENTS,)
+                node.attrs["limits"] = limits
         nodes.append(node)
     out.nodes = nodes
     return out
@@ -264,10 +335,11 @@ def bucket_graph(shapes: DynamicShapes, sizes: tuple, target: str, layout: str) 
     probe = probe_sizes(sizes)
     imported = [Importer(shapes.program, shapes.env(s)).run() for s in (sizes, probe)]
     _check_same_arguments(*imported)
-    dims = dynamic_dims(imported[0], imported[1], sizes, probe)
+    slots = shapes.slot_values(sizes), shapes.slot_values(probe)
+    dims = dynamic_dims(imported[0], imported[1], *slots)
     final = [passes.run_all(mask_reductions(g, dict(dims)), target, layout) for g in imported]
-    dims = dynamic_dims(final[0], final[1], sizes, probe)
-    return attach_extents(final[0], dims, len(sizes)), dims
+    dims = dynamic_dims(final[0], final[1], *slots)
+    return attach_extents(final[0], dims, len(shapes.slots)), dims
 
 
 def _check_same_arguments(graph: Graph, probe: Graph) -> None:

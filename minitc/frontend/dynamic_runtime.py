@@ -35,18 +35,17 @@ class DynamicPlan(Plan):
         self._padded = [np.zeros(v.shape, v.dtype) for v in graph.inputs]
 
     def check_inputs(self, arrays: list, shapes: bool = True) -> None:
-        """Dtypes and ranks as the graph's inputs; static dimensions equal (dynamic.py checks the
-        dynamic ones against their range)."""
+        """Count, dtypes, ranks and static dimensions as the graph's inputs, whatever `shapes`
+        says (dynamic.py checks the dynamic dimensions against their range)."""
         if len(arrays) != len(self.graph.inputs):
             raise ShapeError(f"the model takes {len(self.graph.inputs)} inputs, got {len(arrays)}")
         for k, (v, a) in enumerate(zip(self.graph.inputs, arrays)):
             if str(a.dtype) != v.dtype:
                 raise DTypeError(f"input {k} ({v.name}) must be {v.dtype}, got {a.dtype}")
             dynamic = self.dims.get(v.name, {})
-            static = [d for d in range(len(v.shape)) if d not in dynamic]
-            if a.ndim != len(v.shape) or (shapes and any(a.shape[d] != v.shape[d] for d in static)):
-                want = ["*" if d in dynamic else v.shape[d] for d in range(len(v.shape))]
-                raise ShapeError(f"input {k} ({v.name}) must have shape {want} (* dynamic), got {list(a.shape)}")
+            if a.ndim != len(v.shape) or any(a.shape[d] != v.shape[d] for d in range(a.ndim) if d not in dynamic):
+                want = ", ".join("*" if d in dynamic else str(v.shape[d]) for d in range(len(v.shape)))
+                raise ShapeError(f"input {k} ({v.name}) must have shape [{want}] (* dynamic), got {list(a.shape)}")
 
     def run(self, arrays: list, times: dict | None = None) -> list:
         """The valid part of the outputs for `arrays` (of sizes within this plan's bucket)."""
@@ -63,7 +62,7 @@ class DynamicPlan(Plan):
     def call_torch(self, node, aten, values: dict):
         """PyTorch computes on the valid part of the inputs, as in eager; its result is padded."""
         sliced = {i: valid_part(values[i], self.dims.get(i, {}), self.extents) for i in node.inputs}
-        result = call_torch(aten, {**values, **sliced}, self.shapes.env(self.extents))
+        result = call_torch(aten, {**values, **sliced}, self.shapes.env(self.extents[: len(self.shapes.symbols)]))
         dims = self.dims.get(node.name)
         if not dims or not isinstance(result, np.ndarray):
             return result

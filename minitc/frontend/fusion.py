@@ -23,7 +23,7 @@ import numpy as np
 from minitc.frontend.graph import ELEMENTWISE, Graph, Node, single_use
 from minitc.frontend.kernels import EPILOGUE_TAGS, split_groups
 
-INJECTIVE = ("permute", "expand", "slice")
+INJECTIVE = ("permute", "expand", "slice", "mask")  # mask: dynamic shapes' padding (dynamic.py)
 EPILOGUE_ANCHORS = tuple(EPILOGUE_TAGS)  # anchors whose template applies a fused elementwise epilogue
 PROLOGUE_TAKERS = ("softmax",)  # ops whose template inlines elementwise producers of their input
 INDEX_PROLOGUE_TAKERS = ("batch_matmul",)  # ops whose template reads injective producers in place

@@ -22,11 +22,13 @@ from pathlib import Path
 import numpy as np
 
 from minitc.errors import MinitcError
+from minitc.frontend.dynamic import DynamicShapes
 from minitc.frontend.graph import Graph, Node, Value
-from minitc.frontend.importer import Ref, getattr_path
+from minitc.frontend.importer import Ref, SymArg, getattr_path
 from minitc.schedule import Trace
 
-FORMAT = "minitc-model-1"
+FORMAT = "minitc-model-2"  # 2: constants named to array keys (shared by the buckets), dynamic shapes
+READS = ("minitc-model-1", FORMAT)
 
 
 class SavedModelError(MinitcError):
@@ -39,6 +41,8 @@ def _encode(value, where: str):
 
     if isinstance(value, Ref):
         return {"ref": str(value)}
+    if isinstance(value, SymArg):  # an integer of the dynamic sizes
+        return {"sym": str(value.expr)}
     if isinstance(value, (list, tuple)):
         return {"list" if isinstance(value, list) else "tuple": [_encode(v, where) for v in value]}
     if isinstance(value, dict):  # keyword arguments
@@ -51,7 +55,7 @@ def _encode(value, where: str):
     raise SavedModelError(f"cannot save {where}: an argument of type {type(value).__name__} ({value!r})")
 
 
-def _decode(value):
+def _decode(value, symbols: dict):
     import torch
 
     if not isinstance(value, dict):
@@ -59,10 +63,14 @@ def _decode(value):
     ((kind, inner),) = value.items()
     if kind == "ref":
         return Ref(inner)
+    if kind == "sym":
+        import sympy
+
+        return SymArg(sympy.sympify(inner, locals=symbols))
     if kind == "kwargs":
-        return {k: _decode(v) for k, v in inner.items()}
+        return {k: _decode(v, symbols) for k, v in inner.items()}
     if kind in ("list", "tuple"):
-        items = [_decode(v) for v in inner]
+        items = [_decode(v, symbols) for v in inner]
         return items if kind == "list" else tuple(items)
     if kind == "device":
         return torch.device(inner)
@@ -72,6 +80,12 @@ def _decode(value):
 def _tuples(value):
     """JSON lists back to the tuples the graph's attributes hold."""
     return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def _attr(key: str, value):
+    if key == "limits":  # dynamic shapes: {dim: slot}, whose keys JSON made strings
+        return {int(d): slot for d, slot in value.items()}
+    return _tuples(value)
 
 
 def _node_json(node: Node) -> dict:
@@ -86,35 +100,37 @@ def _node_json(node: Node) -> dict:
     return out
 
 
-def _node(d: dict) -> Node:
+def _node(d: dict, symbols: dict) -> Node:
     import torch
 
     aten = None
     if "aten" in d:
         name, args, kwargs = d["aten"]
         target = operator.getitem if name == "getitem" else getattr_path(torch.ops, name)
-        aten = (target, _decode(args), _decode(kwargs))
-    attrs = {k: _tuples(v) for k, v in d["attrs"].items()}
-    body = tuple(_node(b) for b in d.get("body", ()))
+        aten = (target, _decode(args, symbols), _decode(kwargs, symbols))
+    attrs = {k: _attr(k, v) for k, v in d["attrs"].items()}
+    body = tuple(_node(b, symbols) for b in d.get("body", ()))
     return Node(d["name"], d["op"], tuple(d["inputs"]), attrs, tuple(d["shape"]), d["dtype"], aten, body)
 
 
 # --- files --------------------------------------------------------------------------------------
 def save(compiled, path) -> None:
-    graph = compiled.graph
-    names = list(graph.constants)
-    arrays = {f"c{k}": graph.constants[n] for k, n in enumerate(names)}
+    """Write `compiled`; a model with dynamic shapes is compiled for every bucket first, so
+    that the file serves the whole range."""
+    if compiled.dynamic is not None:
+        compiled.compile_every_bucket()
+    arrays: dict = {}
     inputs = [t.detach().cpu().numpy() for t in compiled.example_inputs]
     arrays.update({f"i{k}": a for k, a in enumerate(inputs)})
-    doc = {
-        "format": FORMAT,
-        "target": compiled.target,
-        "inputs": [[v.name, list(v.shape), v.dtype] for v in graph.inputs],
-        "constants": names,
-        "outputs": list(graph.outputs),
-        "nodes": [_node_json(n) for n in graph.nodes],
-        "tasks": [{"nodes": t.nodes, "trace": t.trace.to_json()} for t in compiled.tasks],
-    }
+    doc = {"format": FORMAT, "target": compiled.target}
+    if compiled.dynamic is None:
+        doc.update(_graph_doc(compiled.graph, compiled.tasks, arrays))
+    else:
+        doc["dynamic"] = compiled.dynamic.to_json()
+        doc["buckets"] = [
+            {"bucket": list(bucket), "dims": _dims_doc(plan.dims), **_graph_doc(graph, tasks, arrays)}
+            for bucket, (graph, tasks, plan) in compiled._variants.items()
+        ]
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     path = Path(path)
@@ -125,6 +141,29 @@ def save(compiled, path) -> None:
     os.replace(partial, path)
 
 
+def _graph_doc(graph, tasks, arrays: dict) -> dict:
+    """The graph and its tasks as JSON; its constants go into `arrays`, each array once (the
+    buckets of a dynamic model share their weights)."""
+    keys = []
+    for name, a in graph.constants.items():
+        key = next((k for k, b in arrays.items() if k.startswith("c") and b is a), None)
+        if key is None:
+            key = f"c{sum(k.startswith('c') for k in arrays)}"
+            arrays[key] = a
+        keys.append([name, key])
+    return {
+        "inputs": [[v.name, list(v.shape), v.dtype] for v in graph.inputs],
+        "constants": keys,
+        "outputs": list(graph.outputs),
+        "nodes": [_node_json(n) for n in graph.nodes],
+        "tasks": [{"nodes": t.nodes, "trace": t.trace.to_json()} for t in tasks],
+    }
+
+
+def _dims_doc(dims: dict) -> dict:
+    return {name: [[d, slot] for d, slot in per.items()] for name, per in dims.items()}
+
+
 def _read(path: Path):
     try:
         with zipfile.ZipFile(path) as archive:
@@ -132,27 +171,38 @@ def _read(path: Path):
             arrays = dict(np.load(io.BytesIO(archive.read("arrays.npz")), allow_pickle=False))
     except (zipfile.BadZipFile, KeyError, ValueError, EOFError) as e:
         raise SavedModelError(f"{path}: not a saved minitc model, or damaged ({type(e).__name__}: {e})") from None
-    if doc.get("format") != FORMAT:
-        raise SavedModelError(f"{path}: format {doc.get('format')!r}; this minitc reads {FORMAT}")
+    if doc.get("format") not in READS:
+        raise SavedModelError(f"{path}: format {doc.get('format')!r}; this minitc reads {', '.join(READS)}")
     return doc, arrays
 
 
 def read(path) -> tuple:
-    """(graph, {a task's node names: its trace}, the example inputs, the target) of the model
-    saved in `path`; compiler.load rebuilds the compiled model from them."""
+    """(target, example inputs, dynamic.DynamicShapes or None, [(bucket or None, graph, {a task's
+    node names: its trace}, dims)]) of the model saved in `path`; compiler.load rebuilds the
+    compiled model from them."""
     import torch
 
     path = Path(path)
     doc, arrays = _read(path)
     try:
-        graph = Graph(
-            [Value(n, tuple(s), d) for n, s, d in doc["inputs"]],
-            {name: arrays[f"c{k}"] for k, name in enumerate(doc["constants"])},
-            [_node(d) for d in doc["nodes"]],
-            list(doc["outputs"]),
-        )
-        traces = {tuple(t["nodes"]): Trace.from_json(t["trace"]) for t in doc["tasks"]}
-        inputs = tuple(torch.from_numpy(arrays[f"i{k}"]) for k in range(len(graph.inputs)))
+        dynamic = DynamicShapes.from_json(doc["dynamic"]) if "dynamic" in doc else None
+        symbols = {str(s): s for s in dynamic.symbols} if dynamic else {}
+        parts = doc["buckets"] if dynamic else [doc]
+        variants = []
+        for part in parts:
+            constants = part["constants"]
+            if constants and isinstance(constants[0], str):  # files written before the buckets: c0, c1, ...
+                constants = [[name, f"c{k}"] for k, name in enumerate(constants)]
+            graph = Graph(
+                [Value(n, tuple(s), d) for n, s, d in part["inputs"]],
+                {name: arrays[key] for name, key in constants},
+                [_node(d, symbols) for d in part["nodes"]],
+                list(part["outputs"]),
+            )
+            traces = {tuple(t["nodes"]): Trace.from_json(t["trace"]) for t in part["tasks"]}
+            dims = {name: {int(d): int(slot) for d, slot in per} for name, per in part.get("dims", {}).items()}
+            variants.append((tuple(part["bucket"]) if dynamic else None, graph, traces, dims))
+        inputs = tuple(torch.from_numpy(arrays[f"i{k}"]) for k in range(len(variants[0][1].inputs)))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise SavedModelError(f"{path}: damaged saved model ({type(e).__name__}: {e})") from None
-    return graph, traces, inputs, doc["target"]
+    return doc["target"], inputs, dynamic, variants

@@ -76,7 +76,7 @@ def _build(state: State, params: dict, gpu: bool):
     if EXTENTS in params:  # dynamic shapes: skip the tiles past the run-time extents
         limits = stage_limits(state)
         for st in state.stages:
-            if not st.is_placeholder and st.attach is None and limits[st.name]:
+            if not st.is_placeholder and limits[st.name]:
                 info[st.name].skips.extend(trip_guards(st, info[st.name], limits[st.name], params[EXTENTS]))
     buffers, temporaries = _make_buffers(state, info, params, gpu)
     builder = NestBuilder(state, info, buffers, gpu)

@@ -4,8 +4,9 @@ A model compiled for a range of sequence lengths runs its kernels on buffers pad
 largest length of a bucket (minitc/frontend/dynamic.py). A dimension with a *limit* holds only
 `extents[slot]` valid elements at run time, where `extents` is one more kernel input (int64).
 The padding past them feeds nothing valid: the graph masks what reduces over it. So for each
-root stage whose limited axis is tiled by an outer serial or parallel loop, lowering adds a
-guard that skips the tiles holding only padding:
+stage that computes a limited axis whole (at the root, or attached inside a loop of another
+axis), tiled by an outer serial or parallel loop, lowering adds a guard that skips the tiles
+holding only padding:
 
     for i_o in parallel(86):                    # 512 rows in tiles of 6
         if i_o < (extents[0] + 5) // 6:         # only the tiles that hold valid rows
@@ -23,7 +24,7 @@ some reader reduces over is computed whole).
 from __future__ import annotations
 
 from minitc import ir
-from minitc.expr import IterVar, binary, compare, const
+from minitc.expr import Const, IterVar, binary, compare, const
 from minitc.schedule.state import Fuse, Split, State
 
 EXTENTS = "dyn_extents"  # the name of the kernel's extents buffer
@@ -60,10 +61,14 @@ def slots(state: State) -> int:
 
 
 def trip_guards(st, info, limits: dict, extents: ir.Buffer) -> list:
-    """The guards that skip the tiles of root stage `st` past its limited dimensions."""
+    """The guards that skip the tiles of stage `st` past its limited dimensions, along those it
+    computes whole (a stage at the root; one attached inside a loop of another dimension)."""
     leaves = {lp.name: lp for lp in st.loops}
     guards = []
     for dim, slot in sorted(limits.items()):
+        lo, extent = info.region[dim]
+        if not (isinstance(lo, Const) and lo.value == 0 and extent == st.shape[dim]):
+            continue
         name, bound = st.axes[dim].name, ir.Load(extents, (const(slot),))
         while name not in leaves:  # follow the loop that carries the axis's outermost part
             rel = next((r for r in st.relations if name in _sources(r)), None)
@@ -76,6 +81,12 @@ def trip_guards(st, info, limits: dict, extents: ir.Buffer) -> list:
                 name = rel.fused
             elif isinstance(rel, Fuse) and info.extents[rel.outer] == 1:  # fused = inner
                 name = rel.fused
+            elif isinstance(rel, Fuse) and rel.fused in leaves:  # fused = outer * inner_extent + inner
+                value = binary("mod", info.vars[rel.fused], const(info.extents[rel.inner]))
+                if leaves[rel.fused].kind in ("serial", "parallel"):
+                    guards.append(compare("lt", value, bound))  # the heads x row tiles of attention
+                name = None
+                break
             else:
                 break
         loop = leaves.get(name)
