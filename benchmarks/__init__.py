@@ -21,7 +21,10 @@ the other processes to go quiet.
 
 Modules: suites.py (Workload, suites), timing.py (timing, thread control), machine.py
 (peaks), runner.py (build, check, time, records), report.py (every suite's table, JSON), plots.py
-(every suite's chart), cli.py.
+(every suite's chart), suite_commands.py (every suite of the command: workloads, runner,
+options), cli.py (a command per suite, with only its options). The other suites (tuning, GPU,
+models, zoo, tlm-eval, runner-scaling) have their own modules and record formats;
+`python -m minitc.benchmarks --help` lists them.
 
 JSON (`--json FILE`): a list of records, one per workload and thread count; every record is
 self-contained (it repeats the machine and run description), so files from several runs or

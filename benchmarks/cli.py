@@ -1,37 +1,47 @@
-"""The `bench` command: `python -m minitc.benchmarks ...` and `minitc bench ...` are the same."""
+"""The `bench` command: `python -m minitc.benchmarks ...` and `minitc bench ...` are the same.
+
+    python -m minitc.benchmarks --suite NAME [OPTIONS]     # or: ... NAME [OPTIONS]
+    python -m minitc.benchmarks --suite NAME --help        # the suite's options
+    python -m minitc.benchmarks [OPTIONS]                  # the suite cpu-core
+
+Each suite of suite_commands.SUITE_TABLE is a command of its own with only its options: every
+option is written once here (OPTIONS), and a suite's entry picks the ones it takes (with its
+own default or help where they differ). An option of another suite is refused with the names
+of the suites that take it.
+"""
 
 from __future__ import annotations
 
-import shlex
-import time
+import inspect
+from functools import partial
 from pathlib import Path
 
 import click
 
 from minitc.autotune.registry import strategy_names
-from minitc.benchmarks import plots, report
-from minitc.benchmarks.gpu_suites import GPU_SUITES
-from minitc.benchmarks.machine import measure_machine as measure
-from minitc.benchmarks.provenance import run_context
-from minitc.benchmarks.runner import HOST_TARGET, bench_target, run_suite
-from minitc.benchmarks.suite_commands import TUNE_ONLY, bench_gpu, bench_tlm_eval, bench_tuning, select_tuning
-from minitc.benchmarks.suites import SUITES, select
-from minitc.benchmarks.timing import wait_for_quiet
-from minitc.benchmarks.tuning import TUNE_SUITES
+from minitc.benchmarks.plots import require_matplotlib
+from minitc.benchmarks.provenance import command_line
+from minitc.benchmarks.runner import HOST_TARGET
+from minitc.benchmarks.suite_commands import SUITE_TABLE, Suite
 from minitc.errors import MinitcError
 
 DEFAULT_SUITE = "cpu-core"
+CONTEXT = {"help_option_names": ["-h", "--help"]}
 
 
-def _threads(ctx, param, value: str) -> list:
-    """Comma-separated counts (--threads, --batch), each at least 1."""
-    try:
-        counts = [int(x) for x in value.split(",") if x.strip()]
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated integers like 1,2, got {value!r}") from None
-    if not counts or any(n < 1 for n in counts):
-        raise click.BadParameter(f"{param.name} must be integers >= 1, got {value!r}")
-    return list(dict.fromkeys(counts))
+def _integers(minimum: int = 1, empty: bool = False):
+    """A callback reading comma-separated integers, each at least `minimum` (--threads, --batch)."""
+
+    def parse(ctx, param, value) -> list:
+        try:
+            numbers = [int(x) for x in str(value).split(",") if x.strip()]
+        except ValueError:
+            raise click.BadParameter(f"expected comma-separated integers like 1,2, got {value!r}") from None
+        if (not numbers and not empty) or any(n < minimum for n in numbers):
+            raise click.BadParameter(f"{param.name} must be integers >= {minimum}, got {value!r}")
+        return list(dict.fromkeys(numbers))
+
+    return parse
 
 
 def _strategies(ctx, param, value: str) -> list:
@@ -40,6 +50,134 @@ def _strategies(ctx, param, value: str) -> list:
     if not names or unknown:
         raise click.BadParameter(f"expected a comma-separated list of {', '.join(strategy_names())}, got {value!r}")
     return list(dict.fromkeys(names))
+
+
+def _option(*declarations, help: str = "", **settings) -> tuple:
+    """(declarations, settings) of a click.Option; a default is shown in --help."""
+    if settings.get("default") not in (None, "") and not settings.get("is_flag"):
+        settings["show_default"] = True
+    return list(declarations), dict(settings, help=help)
+
+
+INTS, FLOATS = click.IntRange(min=1), click.FloatRange(min=0)
+FILE, OLD_FILE = click.Path(dir_okay=False, writable=True), click.Path(exists=True, dir_okay=False)
+
+# Every option of every suite, by name. A suite's entry may give its own default and help
+# (suite_commands.Suite.defaults, .helps).
+OPTIONS = {
+    "workloads": _option("--workloads", default="", help="Comma-separated workload names of the suite (default: all)."),
+    "target": _option("--target", default=HOST_TARGET),
+    "threads": _option("--threads", default="1,2", callback=_integers(), help="Thread counts to run, comma-separated."),
+    "batch": _option("--batch", default="1", callback=_integers(), help="Batch sizes to run, e.g. 1,8."),
+    "repeats": _option(
+        "--repeats",
+        default=10,
+        type=INTS,
+        help="Timed samples per implementation (slow calls get fewer, never under 3).",
+    ),
+    "budget_s": _option(
+        "--budget",
+        "budget_s",
+        default=2.0,
+        type=FLOATS,
+        help="Seconds of timing per implementation, workload and thread count.",
+    ),
+    "json_path": _option("--json", "json_path", type=FILE, help="Write the records as JSON."),
+    "plot_path": _option(
+        "--plot", "plot_path", type=FILE, help="Write a chart (PNG); needs matplotlib: pip install 'minitc[plot]'."
+    ),
+    "wait_quiet_s": _option(
+        "--wait-quiet",
+        "wait_quiet_s",
+        default=0.0,
+        type=FLOATS,
+        help="On a shared machine: before the machine measurement and each row, wait up to this many seconds "
+        "for other processes to go quiet.",
+    ),
+    "no_machine": _option("--no-machine", is_flag=True, help="Skip measuring peak FMA, bandwidth and launch overhead."),
+    "quiet": _option("-q", "--quiet", is_flag=True, help="No progress lines on stderr."),
+    "trials": _option("--trials", default=64, type=INTS, help="Measured candidates per workload and strategy."),
+    "strategies": _option(
+        "--strategies",
+        default="random,evolutionary,tlm",
+        callback=_strategies,
+        help=f"Search strategies to compare, of {', '.join(strategy_names())}.",
+    ),
+    "db": _option("--db", type=click.Path(dir_okay=False), help="A records database, kept."),
+    "seed": _option("--seed", default=0, type=int, help="Search seed."),
+    "cost_model": _option(
+        "--cost-model",
+        type=click.Choice(("default", "random")),
+        default="default",
+        help="The evolutionary search's cost model (default_cost_model() or random scores).",
+    ),
+    "tune_trials": _option(
+        "--tune",
+        "tune_trials",
+        default=0,
+        type=click.IntRange(min=0),
+        help="Tune each minitc kernel with this many trials (tc.tune, target cuda) first.",
+    ),
+    "tlm_k": _option("--tlm-k", default="1,10,32,64", callback=_integers(), help="Measured programs of TLM to report."),
+    "evo_trials": _option(
+        "--evo-trials", default="64,256,1000", callback=_integers(), help="Evolutionary budgets to compare with."
+    ),
+    "tlm_seeds": _option(
+        "--tlm-seeds",
+        default="",
+        callback=_integers(minimum=0, empty=True),
+        help="Run TLM with each of these comma-separated seeds (evolutionary search once, with --seed) and add "
+        "a table of the geomeans per seed and their median.",
+    ),
+    "lm_path": _option("--lm", "lm_path", type=OLD_FILE, help="The model (default: the shipped one)."),
+    "evo_from": _option(
+        "--evo-from", type=OLD_FILE, help="Reuse the evolutionary runs of an earlier --json file; run only TLM again."
+    ),
+    "leave_out_hardware": _option(
+        "--leave-out-hardware",
+        is_flag=True,
+        help="First fine-tune a copy of the model (--lm, default the shipped one) on the dataset (lm/data) "
+        "without this host's hardware description, then evaluate that copy.",
+    ),
+    "rounds": _option(
+        "--rounds", default=7, type=INTS, help="Rounds of the systems in turn; each figure is the median over them."
+    ),
+    "inductor": _option("--inductor", is_flag=True, help="Time torch.compile (Inductor, freezing) too."),
+}
+
+
+def flag_of(name: str) -> str:
+    """The long flag of an option (`--budget` for budget_s)."""
+    return max((d for d in OPTIONS[name][0] if d.startswith("-")), key=len)
+
+
+def make_option(name: str, suite: Suite) -> click.Option:
+    """The click option `name` as `suite` takes it (its default and help where it has its own)."""
+    declarations, settings = OPTIONS[name]
+    settings = dict(settings)
+    if name in suite.defaults:
+        settings["default"] = suite.defaults[name]
+    if name in suite.helps:
+        settings["help"] = suite.helps[name]
+    return click.Option(declarations, **settings)
+
+
+def _and(names: list) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+class SuiteCommand(click.Command):
+    """One suite's command: an option that only other suites take is refused by name."""
+
+    def parse_args(self, ctx, args):
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as e:
+            takes = [n for n, s in SUITE_TABLE.items() if any(e.option_name in OPTIONS[o][0] for o in s.options)]
+            if not takes:
+                raise
+            plural = "s" if len(takes) > 1 else ""
+            raise click.UsageError(f"{e.option_name} applies to the suite{plural} {_and(takes)}, not {self.name}", ctx)
 
 
 def check_output(path, flag: str) -> None:
@@ -62,293 +200,83 @@ def check_output(path, flag: str) -> None:
         p.unlink()
 
 
-@click.command("bench", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--suite",
-    default=DEFAULT_SUITE,
-    show_default=True,
-    help=f"Suite to run: {', '.join(SUITES)}; models; tuning: {', '.join(TUNE_SUITES)}; "
-    f"GPU: {', '.join(GPU_SUITES)}; tlm-eval; runner-scaling.",
-)
-@click.option("--workloads", default="", help="Comma-separated workload names of the suite (default: all).")
-@click.option(
-    "--target",
-    default=HOST_TARGET,
-    show_default=True,
-    help=f"Suites {', '.join(SUITES)}: the LLVM target minitc's kernels are built for, e.g. "
-    "'llvm -mcpu=znver2' (AVX2 code on an AVX-512 host); this host must be able to run its code. "
-    "tlm-eval: also 'cuda' (the GPU here).",
-)
-@click.option("--threads", default="1,2", show_default=True, callback=_threads, help="Thread counts to run.")
-@click.option(
-    "--batch", default="1", show_default=True, callback=_threads, help="Suite models: batch sizes to run, e.g. 1,8."
-)
-@click.option(
-    "--repeats",
-    default=10,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Timed samples per implementation (slow calls get fewer, never under 3).",
-)
-@click.option(
-    "--budget",
-    "budget_s",
-    default=2.0,
-    show_default=True,
-    type=click.FloatRange(min=0),
-    help="Seconds of timing per implementation, workload and thread count.",
-)
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), help="Write the records as JSON.")
-@click.option(
-    "--plot",
-    "plot_path",
-    type=click.Path(dir_okay=False, writable=True),
-    help="Write a bar chart (PNG); needs matplotlib: pip install 'minitc[plot]'.",
-)
-@click.option(
-    "--wait-quiet",
-    "wait_quiet_s",
-    default=0.0,
-    show_default=True,
-    type=click.FloatRange(min=0),
-    help="On a shared machine: before the machine measurement and each row, wait up to this many "
-    "seconds for other processes to go quiet.",
-)
-@click.option("--no-machine", is_flag=True, help="Skip measuring peak FMA, bandwidth and launch overhead.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
-@click.option(
-    "--trials",
-    default=64,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Tuning suites: measured candidates per workload and strategy.",
-)
-@click.option(
-    "--strategies",
-    default="random,evolutionary,tlm",
-    show_default=True,
-    callback=_strategies,
-    help=f"Tuning suites: search strategies to compare, of {', '.join(strategy_names())}.",
-)
-@click.option(
-    "--db",
-    type=click.Path(dir_okay=False),
-    help="Tuning suites, and the GPU suites with --tune: one records database for all runs, kept "
-    "(default: a fresh temporary one per run).",
-)
-@click.option("--seed", default=0, show_default=True, type=int, help="Tuning suites: search seed.")
-@click.option(
-    "--cost-model",
-    type=click.Choice(("default", "random")),
-    default="default",
-    show_default=True,
-    help="Tuning suites: the evolutionary search's cost model (default_cost_model() or random scores).",
-)
-@click.option(
-    "--tune",
-    "tune_trials",
-    default=0,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="GPU suites: tune each minitc kernel with this many trials (tc.tune, target cuda) first.",
-)
-@click.option("--tlm-k", default="1,10,32,64", show_default=True, help="tlm-eval: measured programs of TLM to report.")
-@click.option(
-    "--evo-trials", default="64,256,1000", show_default=True, help="tlm-eval: evolutionary budgets to compare with."
-)
-@click.option(
-    "--tlm-seeds",
-    default="",
-    help="tlm-eval: run TLM with each of these comma-separated seeds (evolutionary "
-    "search once, with --seed) and add a table of the geomeans per seed and their median.",
-)
-@click.option(
-    "--lm",
-    "lm_path",
-    type=click.Path(exists=True, dir_okay=False),
-    help="tlm-eval: the model (default: the shipped one).",
-)
-@click.option(
-    "--evo-from",
-    type=click.Path(exists=True, dir_okay=False),
-    help="tlm-eval: reuse the evolutionary runs of an earlier --json file; run only TLM again.",
-)
-@click.option(
-    "--leave-out-hardware",
-    is_flag=True,
-    help="tlm-eval: first fine-tune a copy of the model (--lm, default the shipped one) on the dataset "
-    "(lm/data) without this host's hardware description, then evaluate that copy.",
-)
-def bench(
-    suite,
-    workloads,
-    target,
-    threads,
-    batch,
-    repeats,
-    budget_s,
-    json_path,
-    plot_path,
-    wait_quiet_s,
-    no_machine,
-    quiet,
-    trials,
-    strategies,
-    db,
-    seed,
-    cost_model,
-    tune_trials,
-    tlm_k,
-    evo_trials,
-    tlm_seeds,
-    lm_path,
-    evo_from,
-    leave_out_hardware,
-):
-    """Benchmark minitc against numpy and torch (CPU) on a suite of workloads.
-
-    Each workload runs minitc's default schedule (`tc.build(tensor)`), numpy and torch in the
-    same process, interleaved, for each thread count; the minitc result is checked against
-    numpy first (a wrong kernel is an error row). Prints a table; --json writes the records.
-
-    Tuning suites (cpu-tune, smoke-tune; see benchmarks/tuning.py) tune each workload with
-    --trials candidates per strategy of --strategies, then time the tuned kernels, the hand
-    template, numpy and torch; --plot draws best-so-far curves. Their thread count defaults
-    to all CPUs.
-
-    GPU suites (gpu-core, gpu-smoke; see benchmarks/gpu_core.py) time minitc's CUDA kernels
-    against torch (cuBLAS/cuDNN) and Triton in float32 without TF32 (--repeats defaults to 100
-    there; --tune N tunes the minitc kernels first). They need an NVIDIA GPU, CuPy and torch's
-    CUDA build, and stop with a message saying what is missing otherwise.
-
-    --target builds minitc's kernels of the suites cpu-core and smoke for another CPU target
-    than the host's (code the host can run, such as AVX2 code on an AVX-512 machine); every
-    record names the target and the host CPU.
-    """
+def _run(name: str, suite: Suite, **options) -> None:
+    """What every suite's command does before its runner: check the output paths and the plot's
+    matplotlib, pick the workloads named, and turn MinitcErrors into one-line messages."""
     ctx = click.get_current_context()
-    check_output(json_path, "--json")
-    check_output(plot_path, "--plot")
-    given_target = ctx.get_parameter_source("target") == click.core.ParameterSource.COMMANDLINE
-    if given_target and suite not in SUITES and suite not in GPU_SUITES and suite not in ("tlm-eval", "models"):
-        raise click.UsageError(f"--target applies to the suites {', '.join(SUITES)}, models and tlm-eval, not {suite}")
-    if ctx.get_parameter_source("batch") == click.core.ParameterSource.COMMANDLINE and suite != "models":
-        raise click.UsageError("--batch applies to the suite models")
-    if leave_out_hardware and suite != "tlm-eval":
-        raise click.UsageError("--leave-out-hardware applies to the suite tlm-eval")
-    if suite == "tlm-eval":
-        return bench_tlm_eval(
-            workloads,
-            tlm_k,
-            evo_trials,
-            seed,
-            json_path,
-            plot_path,
-            lm_path,
-            quiet,
-            evo_from,
-            tlm_seeds,
-            leave_out_hardware,
-            target if given_target else "llvm",
-        )
-    if suite == "runner-scaling":
-        from minitc.benchmarks.runner_scaling import bench_runner_scaling
-
-        return bench_runner_scaling(ctx, trials, json_path, quiet)
-    if suite == "models":
-        from minitc.benchmarks.models import bench_models
-
-        return bench_models(ctx)
-    if suite in GPU_SUITES:
-        return bench_gpu(ctx, suite, workloads, repeats, budget_s, tune_trials, json_path, plot_path, quiet, db)
-    if ctx.get_parameter_source("tune_trials") == click.core.ParameterSource.COMMANDLINE:
-        raise click.UsageError(f"--tune only applies to the GPU suites ({', '.join(GPU_SUITES)})")
-    tuning = suite in TUNE_SUITES
-    if not tuning:
-        given = [o for o in TUNE_ONLY if ctx.get_parameter_source(o) == click.core.ParameterSource.COMMANDLINE]
-        if given:
-            flags = ", ".join("--" + o.replace("_", "-") for o in given)
-            raise click.UsageError(f"{flags} only apply to the tuning suites ({', '.join(TUNE_SUITES)})")
-    names = [n.strip() for n in workloads.split(",") if n.strip()]
+    check_output(options.get("json_path"), "--json")
+    check_output(options.get("plot_path"), "--plot")
+    names = [n.strip() for n in options.pop("workloads", "").split(",") if n.strip()]
     try:
-        chosen = select_tuning(suite, names) if tuning else select(suite, names)
-    except KeyError as e:
+        if options.get("plot_path"):
+            require_matplotlib()
+        workloads = suite.select(names) if suite.select else None
+    except (KeyError, RuntimeError) as e:
         raise click.UsageError(e.args[0]) from None
+    say = (lambda msg: None) if options.pop("quiet", False) else (lambda msg: click.echo(msg, err=True))
     try:
-        build_target = bench_target(target)
-    except MinitcError as e:
-        raise click.BadParameter(str(e), param_hint="--target") from None
-    if plot_path:
-        try:
-            plots.require_matplotlib()
-        except RuntimeError as e:
-            raise click.UsageError(str(e)) from None
-    say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))
-    if tuning:
-        if ctx.get_parameter_source("threads") != click.core.ParameterSource.COMMANDLINE:
-            import minitc as tc
+        suite.run(name, workloads, say, command_line(ctx), **options)
+    except MinitcError as e:  # no GPU, no Ray, an unknown target, ...
+        raise click.ClickException(str(e)) from None
 
-            threads = [tc.get_num_threads()]
-        options = dict(trials=trials, strategies=strategies, db=db, seed=seed, cost_model=cost_model)
-        return bench_tuning(
-            chosen, suite, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine, say, options
-        )
-    command = _command_line(
-        suite, names, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine, target
+
+def suite_command(name: str, suite: Suite) -> SuiteCommand:
+    text = f"{suite.summary}\n\n{inspect.cleandoc(suite.run.__doc__ or '')}"
+    params = [make_option(o, suite) for o in suite.options]
+    return SuiteCommand(
+        name,
+        params=params,
+        callback=partial(_run, name, suite),
+        help=text,
+        short_help=suite.summary,
+        context_settings=CONTEXT,
     )
-    records = run(chosen, suite, threads, repeats, budget_s, not no_machine, say, command, wait_quiet_s, build_target)
-    ctx_machine = records[0]["machine"] if records else None
-    click.echo("\n".join(report.target_lines(build_target) + report.machine_lines(ctx_machine)))
-    click.echo(report.format_table(records))
-    if json_path:
-        report.write_json(records, json_path)
-        say(f"wrote {json_path}")
-    if plot_path:
-        plots.plot(records, plot_path)
-        say(f"wrote {plot_path}")
 
 
-def _command_line(
-    suite, names, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine, target=HOST_TARGET
-) -> str:
-    """The command that reproduces this run (recorded in the JSON)."""
-    args = ["--suite", suite]
-    args += ["--workloads", ",".join(names)] if names else []
-    args += ["--target", target] if target != HOST_TARGET else []
-    args += ["--threads", ",".join(map(str, threads)), "--repeats", str(repeats), "--budget", f"{budget_s:g}"]
-    args += ["--json", json_path] if json_path else []
-    args += ["--plot", plot_path] if plot_path else []
-    args += ["--wait-quiet", f"{wait_quiet_s:g}"] if wait_quiet_s else []
-    args += ["--no-machine"] if no_machine else []
-    return " ".join([click.get_current_context().command_path] + [shlex.quote(a) for a in args])
+class SuiteGroup(click.Group):
+    """`bench`: the suite named by `--suite NAME` (anywhere on the line) or first; cpu-core when
+    none is named."""
+
+    def parse_args(self, ctx, args):
+        args = list(args)
+        for i, arg in enumerate(args):
+            if arg == "--suite" or arg.startswith("--suite="):
+                name = arg.partition("=")[2] or (args[i + 1] if i + 1 < len(args) else None)
+                if not name:
+                    raise click.UsageError(f"--suite needs a name: {', '.join(self.commands)}", ctx)
+                args = [name] + args[:i] + args[i + (1 if "=" in arg else 2) :]
+                break
+        else:
+            if not args or (args[0].startswith("-") and args[0] not in CONTEXT["help_option_names"]):
+                args = [DEFAULT_SUITE] + args
+        return super().parse_args(ctx, args)
+
+    def resolve_command(self, ctx, args):
+        if args[0] not in self.commands:
+            raise click.UsageError(f"unknown suite {args[0]!r}; available: {', '.join(self.commands)}", ctx)
+        return super().resolve_command(ctx, args)
+
+    def format_commands(self, ctx, formatter):
+        with formatter.section("Suites (--suite NAME --help: a suite's options)"):
+            formatter.write_dl([(name, suite.summary) for name, suite in SUITE_TABLE.items()])
+        with formatter.section("Options of each suite"):
+            formatter.write_dl([(n, " ".join(flag_of(o) for o in s.options)) for n, s in SUITE_TABLE.items()])
 
 
-def run(
-    workloads,
-    suite,
-    threads,
-    repeats,
-    budget_s,
-    measure_machine=True,
-    progress=None,
-    command=None,
-    wait_quiet_s=0.0,
-    target=HOST_TARGET,
-) -> list:
-    """Measure the machine (optionally), then run the workloads with their kernels built for
-    `target`; returns the records."""
-
-    start = time.perf_counter()
-    say = progress or (lambda msg: None)
-    if measure_machine and wait_quiet_s > 0:
-        say(f"machine: waiting up to {wait_quiet_s:g} s for other processes to go quiet")
-        wait_for_quiet(wait_quiet_s)
-    machine = measure(threads, progress=say) if measure_machine else None
-    if machine is not None:
-        say(f"machine measured in {machine.seconds:.1f} s")
-    context = run_context(machine, command, suite, threads, repeats, wait_quiet_s)
-    records = run_suite(workloads, threads, suite, machine, repeats, budget_s, say, context, wait_quiet_s, target)
-    say(f"suite {suite} done in {time.perf_counter() - start:.1f} s")
-    return records
+@click.group(
+    "bench",
+    cls=SuiteGroup,
+    context_settings=CONTEXT,
+    options_metavar="",
+    subcommand_metavar="[--suite] SUITE [OPTIONS]",
+    commands=[suite_command(name, suite) for name, suite in SUITE_TABLE.items()],
+)
+def bench():
+    """Benchmark minitc on a suite of workloads: against numpy and torch (cpu-core, the default,
+    and smoke), tuned (cpu-tune, smoke-tune), on the GPU against torch and Triton (gpu-core,
+    gpu-smoke), whole models (models, zoo), the language model's search (tlm-eval) and the
+    runners (runner-scaling). Each suite takes only its own options; --json writes its
+    records, --plot draws them."""
 
 
 def main() -> None:

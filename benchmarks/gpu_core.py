@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import minitc as tc
-from minitc.benchmarks.gpu_suites import GpuWorkload, select
+from minitc.benchmarks.gpu_suites import GpuWorkload
 from minitc.benchmarks.report import GPU_IMPLS, rounded, short, sig
 from minitc.benchmarks.timing import FLUSH_MIB, Timer
 
@@ -414,34 +414,3 @@ def versions(torch, cupy, triton_version) -> dict:
         "cupy": cupy.__version__,
         "triton": triton_version or None,
     }
-
-
-def bench(
-    suite: str,
-    names,
-    repeats: int,
-    budget_s: float,
-    tune_trials: int,
-    json_path,
-    plot_path,
-    say,
-    command: str | None,
-    echo=print,
-    db=None,
-) -> list:
-    """`python -m benchmarks --suite gpu-core ...`: run, print the table, write JSON and plot."""
-    from minitc.benchmarks.plots import gpu_plot
-    from minitc.benchmarks.report import gpu_table, write_json
-
-    workloads = select(suite, names)
-    start = time.perf_counter()
-    records = run_suite(workloads, suite, repeats, budget_s, tune_trials, say, command, db)
-    say(f"suite {suite} done in {time.perf_counter() - start:.1f} s")
-    echo(gpu_table(records))
-    if json_path:
-        write_json(records, json_path)
-        say(f"wrote {json_path}")
-    if plot_path:
-        gpu_plot(records, plot_path)
-        say(f"wrote {plot_path}")
-    return records

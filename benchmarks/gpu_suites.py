@@ -10,6 +10,7 @@ from typing import Callable
 import numpy as np
 
 import minitc as tc
+from minitc.benchmarks.suites import pick
 
 
 @dataclass(frozen=True)
@@ -176,10 +177,4 @@ GPU_SUITES: dict = {"gpu-core": GPU_CORE, "gpu-smoke": GPU_SMOKE}
 
 def select(suite: str, names=None) -> list:
     """The workloads of a GPU suite, or those named (KeyError listing what exists)."""
-    by_name = {w.name: w for w in GPU_SUITES[suite]}
-    unknown = [n for n in names or () if n not in by_name]
-    if unknown:
-        raise KeyError(
-            f"unknown workload(s) {', '.join(map(repr, unknown))} in suite {suite!r}; available: {', '.join(by_name)}"
-        )
-    return [by_name[n] for n in names] if names else list(by_name.values())
+    return pick(GPU_SUITES[suite], names, suite)

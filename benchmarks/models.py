@@ -63,12 +63,10 @@ from __future__ import annotations
 import gc
 import inspect
 import os
-import time
 
 import numpy as np
 
 import minitc as tc
-from minitc.benchmarks import models_zoo
 from minitc.benchmarks.machine import host_cpu
 from minitc.benchmarks.models_systems import (
     SYSTEMS,
@@ -89,7 +87,7 @@ from minitc.benchmarks.models_systems import (
     setup_onnxruntime,
     synchronized,
 )
-from minitc.benchmarks.report import models_table, short, sig
+from minitc.benchmarks.report import short, sig
 from minitc.benchmarks.timing import BackgroundLoad, measure, thread_limit, wait_for_quiet
 
 SYSTEMS_ENV = "MINITC_MODELS_SYSTEMS"
@@ -285,87 +283,6 @@ def run_models(specs, threads, systems, repeats=10, budget_s=3.0, trials=None, d
             rows = run_model(spec, threads, systems, repeats, budget_s, trials, db, say, wait_quiet_s, target, batch)
             records += [{**rec, **(context or {})} for rec in rows]
     return records
-
-
-# --- the command --------------------------------------------------------------------------------
-NOT_USED = (
-    "strategies",
-    "seed",
-    "cost_model",
-    "tune_trials",
-    "tlm_k",
-    "evo_trials",
-    "tlm_seeds",
-    "lm_path",
-    "evo_from",
-)
-DEFAULT_THREADS = [2]
-
-
-def bench_models(ctx) -> None:
-    """`python -m minitc.benchmarks --suite models ...`: benchmarks/cli.py hands over its click
-    context; the options this suite reads are --workloads (model names), --threads (default 2),
-    --target (`cuda`: every system on the GPU, float32 without TF32), --batch, --repeats,
-    --budget, --trials and --db (the tuned minitc), --json, --plot, --wait-quiet, --no-machine
-    and --quiet."""
-    import click
-    from click.core import ParameterSource
-
-    from minitc.benchmarks.machine import measure_machine
-    from minitc.benchmarks.plots import models_plot, require_matplotlib
-    from minitc.benchmarks.provenance import command_line, run_context
-    from minitc.benchmarks.report import host_lines, write_json
-
-    p = ctx.params
-
-    def given(name: str) -> bool:
-        return ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
-
-    options = {o.name: max(o.opts, key=len) for o in ctx.command.params}
-    unused = [options[name] for name in NOT_USED if given(name)]
-    if unused:
-        raise click.UsageError(f"{', '.join(unused)}: not used by the models suite")
-    if p["db"] and not given("trials"):
-        raise click.UsageError("--db is for the tuned minitc: give --trials too")
-    try:
-        specs = models_zoo.select([n.strip() for n in p["workloads"].split(",") if n.strip()])
-        systems = chosen_systems()
-        if p["plot_path"]:
-            require_matplotlib()
-    except (KeyError, ValueError, RuntimeError) as e:
-        raise click.UsageError(e.args[0]) from None
-    say = (lambda msg: None) if p["quiet"] else (lambda msg: click.echo(msg, err=True))
-    threads = p["threads"] if given("threads") else DEFAULT_THREADS
-    trials = p["trials"] if given("trials") else None
-    if trials and not compile_takes_trials():
-        say("tc.compile takes no trials= yet: the tuned minitc is not run")
-        trials = None
-    start = time.perf_counter()
-    machine = None if p["no_machine"] else measure_machine(threads, progress=say)
-    context = run_context(
-        machine,
-        command_line(ctx),
-        "models",
-        threads,
-        p["repeats"],
-        p["wait_quiet_s"],
-        all_versions(),
-        budget_s=p["budget_s"],
-        systems=systems,
-    )
-    records = run_models(
-        specs, threads, systems, p["repeats"], p["budget_s"], trials, p["db"], say, context, p["wait_quiet_s"],
-        p["target"], p["batch"],
-    )  # fmt: skip
-    say(f"suite models done in {time.perf_counter() - start:.0f} s")
-    click.echo("\n".join(host_lines(records)))
-    click.echo(models_table(records, SYSTEMS))
-    if p["json_path"]:
-        write_json(records, p["json_path"])
-        say(f"wrote {p['json_path']}")
-    if p["plot_path"]:
-        models_plot(records, p["plot_path"], SYSTEMS)
-        say(f"wrote {p['plot_path']}")
 
 
 def all_versions() -> dict:

@@ -51,20 +51,27 @@ def dist_version(name: str):
 
 def command_line(ctx) -> str:
     """The command as given (its arguments, then the options set on the command line), for the
-    records: click keeps no copy of argv, and sys.argv is not ours under CliRunner."""
+    records: click keeps no copy of argv, and sys.argv is not ours under CliRunner. A suite of
+    `bench` is named as `--suite NAME`."""
     from click.core import ParameterSource
 
     argv = ctx.command_path.split()
+    if ctx.parent is not None and ctx.parent.command.name == "bench":
+        argv[-1:] = ["--suite", argv[-1]]
     for p in ctx.command.params:
         value = ctx.params.get(p.name)
         if isinstance(p, click.Argument):
             argv += [str(value)] if value is not None else []
         elif ctx.get_parameter_source(p.name) == ParameterSource.COMMANDLINE and value is not None:
-            flag = max(p.opts, key=len)
-            argv += (
-                [flag] if p.is_flag else [flag, ",".join(map(str, value)) if isinstance(value, list) else str(value)]
-            )
+            argv += [max(p.opts, key=len)] if p.is_flag else [max(p.opts, key=len), _text(value)]
     return " ".join(shlex.quote(a) for a in argv)
+
+
+def _text(value) -> str:
+    """An option's value as typed: lists comma-separated, floats without a needless `.0`."""
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def run_stamp(command: str, versions_of: dict | None = None) -> dict:

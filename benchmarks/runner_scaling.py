@@ -18,13 +18,11 @@ the driver's own time per trial (search, cost model, records), which no cluster 
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import tempfile
 import time
 
-import click
 import numpy as np
 
 import minitc as tc
@@ -34,7 +32,6 @@ from minitc.autotune.runner import LocalBuilder, LocalRunner, Task
 from minitc.autotune.search import RandomSearch
 from minitc.autotune.space import Space
 from minitc.benchmarks.machine import cpu_name
-from minitc.errors import MinitcError
 
 TARGET = "llvm -num-cores=1"
 PROGRAMS, ROUNDS, BATCH, WARM = 24, 3, 16, 4
@@ -147,19 +144,3 @@ def table(result: dict) -> str:
         )
     lines.append(f"driver time per trial (search, cost model, records): {result['driver_s_per_trial']:.3f} s")
     return "\n".join(lines)
-
-
-def bench_runner_scaling(ctx, trials: int, json_path, quiet: bool) -> None:
-    """The suite, as `minitc bench` calls it (--trials: programs per run, default PROGRAMS)."""
-    given = ctx.get_parameter_source("trials") == click.core.ParameterSource.COMMANDLINE
-    say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))
-    try:
-        import_ray()
-        result = run(trials if given else PROGRAMS, say)
-    except MinitcError as e:
-        raise click.ClickException(str(e)) from None
-    click.echo(table(result))
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump(result, f, indent=1)
-        say(f"wrote {json_path}")

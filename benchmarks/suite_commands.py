@@ -1,112 +1,175 @@
-"""The suite-specific parts of the `bench` command (benchmarks/cli.py): the GPU suites, tlm-eval
-and the tuning suites, each from its options to its table, JSON and plot."""
+"""The suites of the `bench` command as data: `SUITE_TABLE` maps each suite's name to what it
+runs (its workloads and its runner) and the options it takes; cli.py makes one command of each
+entry, with only those options. A runner takes the chosen workloads and the suite's options and
+goes from them to the table, the JSON and the plot:
+
+    run(suite, workloads, say, command, **options)   # say: progress lines; command: for the records
+
+To add a suite, write its runner and add an entry.
+"""
 
 from __future__ import annotations
 
+import json
 import time
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable
 
 import click
 
 from minitc.benchmarks import report, tlm_eval, tlm_report
-from minitc.benchmarks.gpu_suites import GPU_SUITES
 from minitc.benchmarks.machine import measure_machine
-from minitc.benchmarks.plots import plot_curves, require_matplotlib, tlm_curves
-from minitc.benchmarks.provenance import command_line, run_context, run_stamp
+from minitc.benchmarks.plots import models_plot, plot, plot_curves, tlm_curves
+from minitc.benchmarks.provenance import run_context, run_stamp
+from minitc.benchmarks.runner import bench_target, run_suite
+from minitc.benchmarks.suites import pick, select
+from minitc.benchmarks.timing import wait_for_quiet
 from minitc.benchmarks.tuning import TUNE_SUITES, run_tune_suite
 from minitc.errors import MinitcError
 
-TUNE_ONLY = ("trials", "strategies", "db", "seed", "cost_model")  # options of the tuning suites
-CPU_ONLY = ("threads", "wait_quiet_s", "no_machine", "target")  # options the GPU suites have no use for
-GPU_REPEATS = 100  # the GPU suites' default --repeats (samples are cheap there)
+
+@dataclass(frozen=True)
+class Suite:
+    """One suite of the bench command."""
+
+    summary: str  # one line for `bench --help`
+    run: Callable  # run(suite, workloads, say, command, **options)
+    options: tuple  # the options it takes (names of cli.OPTIONS), in the order --help lists them
+    select: Callable | None = None  # names -> workloads, all when none (KeyError naming what exists)
+    defaults: dict = field(default_factory=dict)  # option -> this suite's default
+    helps: dict = field(default_factory=dict)  # option -> this suite's help text
 
 
-def bench_gpu(ctx, suite, workloads, repeats, budget_s, tune_trials, json_path, plot_path, quiet, db=None) -> None:
-    """`--suite gpu-core` and `gpu-smoke` (benchmarks/gpu_core.py); without a usable GPU: one
-    line naming what is missing, exit status 1. With --tune, --db keeps the tuning records."""
-    from minitc.benchmarks import gpu_core, gpu_suites
+def _publish(say, lines: list, records, json_path, plot_path, draw) -> None:
+    """Print the header and table lines; write the records as JSON and `draw(records, path)`."""
+    click.echo("\n".join(lines))
+    if json_path:
+        report.write_json(records, json_path)
+        say(f"wrote {json_path}")
+    if plot_path:
+        draw(records, plot_path)
+        say(f"wrote {plot_path}")
 
-    source = ctx.get_parameter_source
-    unused = [o for o in CPU_ONLY + TUNE_ONLY if not (o == "db" and tune_trials)]
-    given = [o for o in unused if source(o) == click.core.ParameterSource.COMMANDLINE]
-    if given:
-        opts = {p.name: max(p.opts, key=len) for p in ctx.command.params}
-        flags = ", ".join(opts[o] for o in given)
-        raise click.UsageError(f"{flags}: not used by the GPU suites ({', '.join(GPU_SUITES)})")
-    if source("repeats") != click.core.ParameterSource.COMMANDLINE:
-        repeats = GPU_REPEATS
-    names = [n.strip() for n in workloads.split(",") if n.strip()]
+
+def _machine(threads, no_machine: bool, wait_quiet_s: float, say):
+    """The machine's peaks at the thread counts (machine.py), or None with --no-machine."""
+    if no_machine:
+        return None
+    if wait_quiet_s > 0:
+        say(f"machine: waiting up to {wait_quiet_s:g} s for other processes to go quiet")
+        wait_for_quiet(wait_quiet_s)
+    machine = measure_machine(threads, progress=say)
+    say(f"machine measured in {machine.seconds:.1f} s")
+    return machine
+
+
+# ---------------------------------------------------------------------------------------------
+# the runners
+
+
+def run_cpu(suite, workloads, say, command, *, target, threads, repeats, budget_s, json_path, plot_path,
+            wait_quiet_s, no_machine) -> None:  # fmt: skip
+    """cpu-core and smoke (runner.py): minitc's default schedules built for `target`, numpy and
+    torch, interleaved, at each thread count."""
     try:
-        gpu_suites.select(suite, names)
-        if plot_path:
-            require_matplotlib()
-    except (KeyError, RuntimeError) as e:
-        raise click.UsageError(e.args[0]) from None
-    say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))
+        build_target = bench_target(target)
+    except MinitcError as e:
+        raise click.BadParameter(str(e), param_hint="--target") from None
+    start = time.perf_counter()
+    machine = _machine(threads, no_machine, wait_quiet_s, say)
+    context = run_context(machine, command, suite, threads, repeats, wait_quiet_s)
+    records = run_suite(workloads, threads, suite, machine, repeats, budget_s, say, context, wait_quiet_s, build_target)
+    say(f"suite {suite} done in {time.perf_counter() - start:.1f} s")
+    lines = report.target_lines(build_target) + report.machine_lines(context["machine"])
+    _publish(say, lines + [report.format_table(records)], records, json_path, plot_path, plot)
+
+
+def run_tuning(suite, workloads, say, command, *, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s,
+               no_machine, **tuning) -> None:  # fmt: skip
+    """cpu-tune and smoke-tune (tuning.py): tune each workload with each strategy, then time the
+    tuned kernels, the template, numpy and torch; `tuning`: trials, strategies, db, seed and
+    cost_model."""
+    start = time.perf_counter()
+    machine = _machine(threads, no_machine, wait_quiet_s, say)
+    context = run_context(machine, command, suite, threads, repeats, wait_quiet_s, **tuning)
+    records = run_tune_suite(
+        workloads, suite, threads, tuning["strategies"], tuning["trials"], db=tuning["db"], seed=tuning["seed"],
+        cost_model=tuning["cost_model"], repeats=repeats, budget_s=budget_s, machine=machine, progress=say,
+        context=context, wait_quiet_s=wait_quiet_s,
+    )  # fmt: skip
+    say(f"suite {suite} done in {time.perf_counter() - start:.1f} s")
+    lines = report.machine_lines(context["machine"]) + [report.tuning_table(records)]
+    title = f"{suite}: best-so-far latency vs trials"
+    _publish(say, lines, records, json_path, plot_path, partial(plot_curves, title=title))
+
+
+def run_gpu(suite, workloads, say, command, *, repeats, budget_s, tune_trials, db, json_path, plot_path) -> None:
+    """gpu-core and gpu-smoke (gpu_core.py); without a usable GPU: one line naming what is
+    missing, exit status 1. With --tune, --db keeps the tuning records."""
+    from minitc.benchmarks import gpu_core
+    from minitc.benchmarks.plots import gpu_plot
+
+    if db and not tune_trials:
+        raise click.UsageError("--db keeps the records of --tune: give --tune N too")
+    start = time.perf_counter()
     try:
-        gpu_core.bench(
-            suite,
-            names,
-            repeats,
-            budget_s,
-            tune_trials,
-            json_path,
-            plot_path,
-            say,
-            command_line(ctx),
-            echo=click.echo,
-            db=db,
-        )
+        records = gpu_core.run_suite(workloads, suite, repeats, budget_s, tune_trials, say, command, db)
     except gpu_core.GpuUnavailable as e:
         raise click.ClickException(str(e)) from None
+    say(f"suite {suite} done in {time.perf_counter() - start:.1f} s")
+    _publish(say, [report.gpu_table(records)], records, json_path, plot_path, gpu_plot)
 
 
-def bench_tlm_eval(
-    workloads,
-    tlm_k,
-    evo_trials,
-    seed,
-    json_path,
-    plot_path,
-    lm_path,
-    quiet,
-    evo_from=None,
-    tlm_seeds="",
-    leave_out_hardware=False,
-    target="llvm",
-) -> None:
-    """`--suite tlm-eval`: the language model against evolutionary search on held-out workloads
-    (with `leave_out_hardware`: a copy of it fine-tuned without this host's measurements)."""
-    import json
+def run_models(suite, specs, say, command, *, target, threads, batch, repeats, budget_s, trials, db, json_path,
+               plot_path, wait_quiet_s, no_machine) -> None:  # fmt: skip
+    """The models suite (models.py): whole models, minitc against eager, Inductor and ONNX
+    Runtime; --trials and --db add the tuned minitc."""
+    from minitc.benchmarks import models
 
-    say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))
+    if db and not trials:
+        raise click.UsageError("--db is for the tuned minitc: give --trials too")
     try:
-        ks = [int(x) for x in tlm_k.split(",") if x.strip()]
-        budgets = [int(x) for x in evo_trials.split(",") if x.strip()]
-        seeds = [int(x) for x in tlm_seeds.split(",") if x.strip()] or [seed]
-    except ValueError:
-        raise click.UsageError("--tlm-k, --evo-trials and --tlm-seeds take comma-separated integers") from None
-    names = [n.strip() for n in workloads.split(",") if n.strip()]
+        systems = models.chosen_systems()
+    except ValueError as e:
+        raise click.UsageError(e.args[0]) from None
+    if trials and not models.compile_takes_trials():
+        say("tc.compile takes no trials= yet: the tuned minitc is not run")
+        trials = None
+    start = time.perf_counter()
+    machine = _machine(threads, no_machine, wait_quiet_s, say)
+    versions = models.all_versions()
+    context = run_context(machine, command, suite, threads, repeats, wait_quiet_s, versions, budget_s=budget_s,
+                          systems=systems)  # fmt: skip
+    records = models.run_models(specs, threads, systems, repeats, budget_s, trials, db, say, context, wait_quiet_s,
+                                target, batch)  # fmt: skip
+    say(f"suite {suite} done in {time.perf_counter() - start:.0f} s")
+    lines = report.host_lines(records) + [report.models_table(records, models.SYSTEMS)]
+    _publish(say, lines, records, json_path, plot_path, partial(models_plot, systems=models.SYSTEMS))
+
+
+def run_tlm_eval(suite, names, say, command, *, target, tlm_k, evo_trials, seed, tlm_seeds, lm_path, evo_from,
+                 leave_out_hardware, json_path, plot_path) -> None:  # fmt: skip
+    """tlm-eval (tlm_eval.py): the language model against evolutionary search on held-out
+    workloads (with `leave_out_hardware`: a copy of it fine-tuned without this host's
+    measurements); tlm_report.py makes the tables."""
+    seeds = tlm_seeds or [seed]
     start = time.perf_counter()
     left_out = None
     if leave_out_hardware:
         lm_path, left_out = _leave_out_model(lm_path, say)
     try:
-        by_seed = tlm_eval.run_seeds(names, ks, budgets, seeds, say, lm_path, evo_from, target)
+        by_seed = tlm_eval.run_seeds(names, tlm_k, evo_trials, seeds, say, lm_path, evo_from, target)
     except KeyError as e:
         raise click.UsageError(e.args[0]) from None
-    except MinitcError as e:  # no GPU, no CuPy, an unknown target
-        raise click.ClickException(str(e)) from None
     rows = by_seed[seeds[0]]
-    click.echo(tlm_report.table(rows, ks, budgets))
+    click.echo(tlm_report.table(rows, tlm_k, evo_trials))
     if len(seeds) > 1:
         click.echo(f"\nTLM with {len(seeds)} seeds (the tables above: seed {seeds[0]}):")
-        click.echo(tlm_report.seeds_table(by_seed, ks, budgets))
-    say(f"tlm-eval done in {time.perf_counter() - start:.0f} s")
+        click.echo(tlm_report.seeds_table(by_seed, tlm_k, evo_trials))
+    say(f"{suite} done in {time.perf_counter() - start:.0f} s")
     if json_path:
-        run = {
-            **run_stamp(command_line(click.get_current_context())),
-            **({"leave_out_hardware": left_out} if left_out else {}),
-        }
+        run = {**run_stamp(command), **({"leave_out_hardware": left_out} if left_out else {})}
         shared = ("evo_history", "evo_times")  # the later seeds' rows share the first's evolutionary run
         more = {
             str(s): [{k: v for k, v in row.items() if k not in shared} for row in r]
@@ -135,48 +198,154 @@ def _leave_out_model(base, say) -> tuple:
     return str(out), {"fingerprint": fingerprint, "base": str(base or "shipped"), "checkpoint": str(out)}
 
 
-def select_tuning(suite: str, names) -> list:
-    """The workloads of a tuning suite, or only those named (KeyError listing what exists)."""
-    by_name = {w.name: w for w in TUNE_SUITES[suite]}
-    unknown = [n for n in names if n not in by_name]
-    if unknown:
-        raise KeyError(
-            f"unknown workload(s) {', '.join(map(repr, unknown))} in suite {suite!r}; available: {', '.join(by_name)}"
-        )
-    return [by_name[n] for n in names] if names else list(by_name.values())
+def run_runner_scaling(suite, workloads, say, command, *, trials, json_path) -> None:
+    """runner-scaling (runner_scaling.py): programs measured per second, locally and on Ray."""
+    from minitc.autotune.ray_nodes import import_ray
+    from minitc.benchmarks import runner_scaling
 
-
-def bench_tuning(
-    chosen, suite, threads, repeats, budget_s, json_path, plot_path, wait_quiet_s, no_machine, say, options
-) -> None:
-    """`--suite cpu-tune` and friends: tune, compare, print, write JSON and curves."""
-
-    start = time.perf_counter()
-    command = command_line(click.get_current_context())
-    machine = None if no_machine else measure_machine(threads, progress=say)
-    context = run_context(machine, command, suite, threads, repeats, wait_quiet_s, **options)
-    records = run_tune_suite(
-        chosen,
-        suite,
-        threads,
-        options["strategies"],
-        options["trials"],
-        db=options["db"],
-        seed=options["seed"],
-        cost_model=options["cost_model"],
-        repeats=repeats,
-        budget_s=budget_s,
-        machine=machine,
-        progress=say,
-        context=context,
-        wait_quiet_s=wait_quiet_s,
-    )
-    say(f"suite {suite} done in {time.perf_counter() - start:.1f} s")
-    click.echo("\n".join(report.machine_lines(context["machine"])))
-    click.echo(report.tuning_table(records))
+    import_ray()  # no Ray: its message, before anything runs
+    result = runner_scaling.run(trials, say)
+    click.echo(runner_scaling.table(result))
     if json_path:
-        report.write_json(records, json_path)
+        with open(json_path, "w") as f:
+            json.dump(result, f, indent=1)
         say(f"wrote {json_path}")
-    if plot_path:
-        plot_curves(records, plot_path, title=f"{suite}: best-so-far latency vs trials")
-        say(f"wrote {plot_path}")
+
+
+def run_zoo(suite, names, say, command, *, threads, rounds, inductor) -> None:
+    """The zoo (zoo_suite.py): each small model compiled, checked and timed; a markdown table."""
+    import os
+
+    from minitc.benchmarks.machine import cpu_name
+    from minitc.benchmarks.zoo_suite import measure
+
+    rows, load_before = [], os.getloadavg()[0]
+    for name in names:
+        rows.append(measure(name, threads, rounds, inductor))
+        speeds = ", ".join(
+            f"{n}T {t['speed']:.2f}x eager" + (f", {t['vs_inductor']:.2f}x Inductor" if "vs_inductor" in t else "")
+            for n, t in rows[-1]["timing"].items()
+        )
+        click.echo(f"# {name}: {speeds}, {rows[-1]['error'] or 'ok'}")
+    load = f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
+    when, counts = time.strftime("%Y-%m-%d"), ",".join(map(str, threads))
+    click.echo(f"\n{cpu_name()}, threads {counts}, {when}, medians of {rounds} rounds, {load}\n")
+    click.echo(report.zoo_table(rows, threads, inductor))
+
+
+# ---------------------------------------------------------------------------------------------
+# the table
+
+
+def _select_models(names) -> list:
+    from minitc.benchmarks import models_zoo
+
+    return models_zoo.select(names)
+
+
+def _select_gpu(suite: str, names) -> list:
+    from minitc.benchmarks import gpu_suites
+
+    return gpu_suites.select(suite, names)
+
+
+def _select_zoo(names) -> list:
+    from minitc.benchmarks import zoo_suite
+
+    return zoo_suite.select(names)
+
+
+def _runner_scaling_programs() -> int:
+    from minitc.benchmarks.runner_scaling import PROGRAMS
+
+    return PROGRAMS
+
+
+def _all_cpus() -> str:
+    import minitc as tc
+
+    return str(tc.get_num_threads())
+
+
+# the options of each kind of suite, in the order --help lists them (and the records name them)
+CPU = ("workloads", "target", "threads", "repeats", "budget_s", "json_path", "plot_path", "wait_quiet_s", "no_machine")
+CPU += ("quiet",)
+TUNING = ("workloads", "threads", "trials", "strategies", "db", "seed", "cost_model", "repeats", "budget_s")
+TUNING += ("json_path", "plot_path", "wait_quiet_s", "no_machine", "quiet")
+GPU = ("workloads", "repeats", "budget_s", "tune_trials", "db", "json_path", "plot_path", "quiet")
+MODELS = ("workloads", "target", "threads", "batch", "repeats", "budget_s", "trials", "db", "json_path", "plot_path")
+MODELS += ("wait_quiet_s", "no_machine", "quiet")
+TLM_EVAL = ("workloads", "target", "tlm_k", "evo_trials", "seed", "tlm_seeds", "lm_path", "evo_from")
+TLM_EVAL += ("leave_out_hardware", "json_path", "plot_path", "quiet")
+CPU_TARGET = "The LLVM target minitc's kernels are built for, e.g. 'llvm -mcpu=znver2' (AVX2 code on an AVX-512 host); "
+CPU_TARGET += "this host must be able to run its code."
+TUNING_HELP = {"db": "One records database for all runs, kept (default: a fresh temporary one per run)."}
+GPU_HELP = {"db": "With --tune: the records database the tuning writes, kept (default: a temporary one)."}
+MODELS_HELP = {
+    "workloads": "Comma-separated model names of models_zoo.py (default: resnet50, mobilenet_v2, bert-base, gpt2).",
+    "target": "'llvm ...' (this CPU), or 'cuda' (every system on the GPU, float32 without TF32), 'cuda-sim'.",
+    "trials": "Also run minitc tuned with this many trials (tc.compile(trials=N)).",
+    "db": "With --trials: the records database of the tuned minitc, kept.",
+}
+TLM_HELP = {"target": "'llvm' (this CPU) or 'cuda' (the GPU here).", "seed": "Search seed (TLM's without --tlm-seeds)."}
+
+SUITE_TABLE = {
+    **{
+        name: Suite(summary, run_cpu, CPU, partial(select, name), helps={"target": CPU_TARGET})
+        for name, summary in (
+            ("cpu-core", "minitc's default schedules against numpy and torch on the CPU (suites.py)."),
+            ("smoke", "cpu-core's kinds of operator at small shapes, for a quick check."),
+        )
+    },
+    **{
+        name: Suite(
+            f"Tune {what} with each strategy; time the results against the template, numpy and torch.",
+            run_tuning,
+            TUNING,
+            partial(lambda suite, names: pick(TUNE_SUITES[suite], names, suite), name),
+            defaults={"threads": _all_cpus},
+            helps=TUNING_HELP,
+        )
+        for name, what in (("cpu-tune", "cpu-core's workloads"), ("smoke-tune", "three tiny workloads"))
+    },
+    **{
+        name: Suite(
+            f"minitc's CUDA kernels against torch (cuBLAS/cuDNN) and Triton, float32 without TF32{what}.",
+            run_gpu,
+            GPU,
+            partial(_select_gpu, name),
+            defaults={"repeats": 100},
+            helps=GPU_HELP,
+        )
+        for name, what in (("gpu-core", ""), ("gpu-smoke", ", tiny shapes"))
+    },
+    "models": Suite(
+        "Whole models: minitc against PyTorch eager, torch.compile (Inductor) and ONNX Runtime.",
+        run_models,
+        MODELS,
+        _select_models,
+        defaults={"threads": "2", "trials": None},
+        helps=MODELS_HELP,
+    ),
+    "tlm-eval": Suite(
+        "The language model against evolutionary search on held-out workloads (docs/evaluation.md).",
+        run_tlm_eval,
+        TLM_EVAL,
+        tlm_eval.select,
+        helps=TLM_HELP,
+    ),
+    "runner-scaling": Suite(
+        "Candidates measured per second by the local runner and by a Ray cluster of 1 and 2 nodes.",
+        run_runner_scaling,
+        ("trials", "json_path", "quiet"),
+        defaults={"trials": _runner_scaling_programs},
+        helps={"trials": "Programs measured per run."},
+    ),
+    "zoo": Suite(
+        "The zoo's small models: compiled, checked and timed against eager (docs/models.md's table).",
+        run_zoo,
+        ("workloads", "threads", "rounds", "inductor"),
+        _select_zoo,
+        defaults={"threads": "2"},
+    ),
+}

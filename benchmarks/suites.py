@@ -225,13 +225,16 @@ def select(suite: str, names=None) -> list:
     a message listing what exists."""
     if suite not in SUITES:
         raise KeyError(f"unknown suite {suite!r}; available: {', '.join(SUITES)}")
-    workloads = SUITES[suite]
-    if not names:
-        return list(workloads)
+    return pick(SUITES[suite], names, suite)
+
+
+def pick(workloads: list, names, suite: str) -> list:
+    """Those of `workloads` (anything with a `name`) that `names` names, in that order, or all
+    of them when it names none; KeyError listing the names of `suite` otherwise."""
     by_name = {w.name: w for w in workloads}
-    unknown = [n for n in names if n not in by_name]
+    unknown = [n for n in names or () if n not in by_name]
     if unknown:
         raise KeyError(
             f"unknown workload(s) {', '.join(map(repr, unknown))} in suite {suite!r}; available: {', '.join(by_name)}"
         )
-    return [by_name[n] for n in names]
+    return [by_name[n] for n in names] if names else list(workloads)

@@ -238,10 +238,7 @@ def run(
         from minitc.backends.cuda.device import device_target
 
         target = device_target(target).string  # the GPU here, as the tuner records it
-    names = list(names or HELD_OUT)
-    unknown = [n for n in names if n not in HELD_OUT]
-    if unknown:
-        raise KeyError(f"tlm-eval runs held-out workloads only ({', '.join(HELD_OUT)}); unknown: {', '.join(unknown)}")
+    names = select(names)
     from_file = isinstance(evo_from, (str, os.PathLike))
     evo_from_rows = json.loads(Path(evo_from).read_text())["rows"] if from_file else evo_from or []
     earlier = {r["workload"]: r for r in evo_from_rows}
@@ -261,6 +258,14 @@ def run(
         evaluate_workload(n, HELD_OUT[n], list(ks), list(evo_trials), seed, say, lm, earlier.get(n), target=target)
         for n in names
     ]
+
+
+def select(names) -> list:
+    """The held-out workloads named (all when none are); KeyError naming them otherwise."""
+    unknown = [n for n in names or () if n not in HELD_OUT]
+    if unknown:
+        raise KeyError(f"tlm-eval runs held-out workloads only ({', '.join(HELD_OUT)}); unknown: {', '.join(unknown)}")
+    return list(names or HELD_OUT)
 
 
 def warm_torch_optim() -> None:

@@ -3,8 +3,11 @@ the JSON schema, error rows for broken kernels, the plot, its error messages, an
 for another CPU target than the host's (`--target`)."""
 
 import json
+import re
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -19,6 +22,7 @@ from minitc.benchmarks.timing import Timing, measure, quiesce, settle, wait_for_
 from minitc.cli import main
 from minitc.target import parse_target
 
+ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--repeats", "3", "--budget", "0.02", "-q"]
 RECORD_KEYS = {
     "suite",
@@ -124,9 +128,9 @@ def _broken_suite():
 
 
 def test_wrong_or_failing_kernels_become_error_rows(monkeypatch, tmp_path):
-    monkeypatch.setitem(wl.SUITES, "broken", _broken_suite())
+    monkeypatch.setitem(wl.SUITES, "smoke", _broken_suite())
     path = tmp_path / "out.json"
-    result = bench("--suite", "broken", "--threads", "1", "--no-machine", "--json", str(path), *FAST)
+    result = bench("--suite", "smoke", "--threads", "1", "--no-machine", "--json", str(path), *FAST)
     assert result.exit_code == 0, result.output + repr(result.exception)
     wrong, unbuildable, right = json.loads(path.read_text())
     assert wrong["error"].startswith("wrong result") and wrong["minitc_ms"] is None and wrong["ratio"] is None
@@ -191,7 +195,10 @@ def test_plot_without_matplotlib_names_the_extra(monkeypatch, tmp_path):
         ),
         (["--suite", "smoke", "--batch", "2"], "--batch applies to the suite models"),
         (["--suite", "models", "--batch", "0"], "batch must be integers >= 1"),
-        (["--suite", "gpu-smoke", "--target", AVX2], "--target: not used by the GPU suites"),
+        (["--suite", "gpu-smoke", "--target", AVX2], "--target applies to the suites cpu-core, smoke, models and"),
+        (["--suite", "zoo", "--json", "x.json"], "--json applies to the suites cpu-core, smoke, cpu-tune,"),
+        (["--suite"], "--suite needs a name: cpu-core, smoke,"),
+        (["--thread", "1"], "Did you mean '--threads'"),
     ],
 )
 def test_bad_names_give_clear_errors(args, message):
@@ -205,6 +212,67 @@ def test_minitc_group_lists_bench_and_python_m_works():
     assert result.exit_code == 0 and "bench" in result.output
     proc = subprocess.run([sys.executable, "-m", "benchmarks", "--help"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "--suite" in proc.stdout and "python -m minitc.benchmarks" in proc.stdout
+
+
+def test_each_suite_is_a_command_with_only_its_own_options():
+    """The suites are data (SUITE_TABLE); each one's command lists exactly the options its entry
+    names, with the suite's own defaults, and answers to `--suite NAME`, `NAME` and options
+    given before `--suite`."""
+    from minitc.benchmarks.cli import bench as group
+    from minitc.benchmarks.cli import flag_of
+    from minitc.benchmarks.suite_commands import SUITE_TABLE
+
+    assert list(group.commands) == list(SUITE_TABLE)
+    for name, suite in SUITE_TABLE.items():
+        command = group.commands[name]
+        assert [p.name for p in command.params] == list(suite.options)
+        help_text = bench("--suite", name, "--help").output
+        assert all(flag_of(o) in help_text for o in suite.options)
+    assert "[default: 100" in bench("--suite", "gpu-core", "--help").output
+    assert "[default: 2]" in bench("models", "--help").output
+    assert bench("--threads", "1", "--suite", "smoke", "--help").exit_code == 0
+    assert "cpu-core" in bench("--threads", "1", "--help").output.splitlines()[0]  # no suite: cpu-core
+
+
+DOCUMENTED = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "experiments").glob("*.sh"))]
+COMMAND = re.compile(r"(?:python3? -m\s+minitc\.benchmarks|minitc bench)(?=\s|$)(.*)")
+DEFINED = re.compile(r'(\w+)="((?:python3? -m\s+minitc\.benchmarks|minitc bench)[^"]*)"')
+
+
+def documented_bench_commands():
+    """(file, arguments) of every `bench` command line in the README, docs/ and experiments/*.sh:
+    code blocks and inline code in markdown, lines in shell scripts (continuations joined, a
+    command kept in a variable expanded, shell variables replaced by a word or their default)."""
+    for path in DOCUMENTED:
+        text = re.sub(r"\\\n\s*", " ", path.read_text())
+        if path.suffix == ".md":  # inline code may run over a line break
+            text = re.sub(r"`[^`]*`", lambda m: m.group(0).replace("\n", " "), text)
+        for name, value in DEFINED.findall(text):
+            text = text.replace(f"${name} ", value + " ")
+        for line in text.splitlines():
+            for m in COMMAND.finditer(line if not DEFINED.search(line) else ""):
+                rest = m.group(1).split("`")[0]
+                if "[" not in rest:  # a usage line, with optional parts
+                    yield path.name, _shell_words(rest)
+
+
+def _shell_words(text: str) -> list:
+    text = re.sub(r"\$\{\w+:\+[^}]*\}", "", text)
+    text = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", text)
+    words = []
+    for word in shlex.split(re.sub(r"\$\{?\w+\}?", "x", text), comments=True):
+        if word in ("|", "||", "&&", ";", "2>&1") or word.startswith(">"):
+            break
+        words.append(word)
+    return words
+
+
+def test_documented_command_lines_name_options_of_their_suite():
+    commands = list(documented_bench_commands())
+    assert len(commands) > 40 and any(f == "gpu_session.sh" and "models" in a for f, a in commands)
+    for where, args in commands:
+        result = bench(*args, "--help")  # option names are checked, values are not
+        assert result.exit_code == 0, f"{where}: {' '.join(args)}: {result.output.splitlines()[-1]}"
 
 
 def test_measure_interleaves_and_limits_slow_calls():

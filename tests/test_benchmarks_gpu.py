@@ -155,8 +155,8 @@ def test_without_a_gpu_stack_the_suite_stops_with_one_line(monkeypatch):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--threads", "1"], "--threads: not used by the GPU suites"),
-        (["--db", "r.db"], "--db: not used by the GPU suites"),  # only with --tune
+        (["--threads", "1"], "--threads applies to the suites cpu-core, smoke, cpu-tune, smoke-tune, models and zoo"),
+        (["--db", "r.db"], "--db keeps the records of --tune: give --tune N too"),
         (["--workloads", "nope"], "unknown workload(s) 'nope' in suite 'gpu-core'"),
     ],
 )
@@ -167,7 +167,7 @@ def test_bad_gpu_options_are_usage_errors(args, message):
 
 def test_tune_is_only_for_the_gpu_suites():
     result = bench("--suite", "smoke", "--tune", "4")
-    assert result.exit_code == 2 and "--tune only applies to the GPU suites" in result.output
+    assert result.exit_code == 2 and "--tune applies to the suites gpu-core and gpu-smoke, not smoke" in result.output
 
 
 # ---------------------------------------------------------------------------------------------

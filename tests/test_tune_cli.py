@@ -115,7 +115,7 @@ def test_show_without_records(tmp_path):
         (["tune", "max_pool2d", "--shape", "1,2,8,8"], "needs --kernel"),
         (["tune", "sum", "--shape", "4,4", "--axis", "x"], "--axis"),
         (["tune", "matmul", "--shape", "8,8,8", "--target", "opencl"], "--target"),
-        (["bench", "--suite", "cpu-core", "--trials", "3"], "only apply to the tuning suites"),
+        (["bench", "--suite", "cpu-core", "--trials", "3"], "--trials applies to the suites cpu-tune, smoke-tune,"),
         (["bench", "--suite", "smoke-tune", "--strategies", "greedy"], "random, evolutionary"),
     ],
 )

@@ -161,13 +161,13 @@ def test_a_grouped_convolution_of_many_groups_says_why_it_runs_through_pytorch()
 
 
 def test_the_zoo_report_times_each_system_and_tabulates_inductor(monkeypatch):
-    from minitc.benchmarks import report, timing, zoo_report
+    from minitc.benchmarks import report, timing, zoo_suite
 
     monkeypatch.setattr(timing, "ALTERNATE_WARMUP_S", 0.001)
     monkeypatch.setattr(timing, "ALTERNATE_CALL_S", 0.001)
     slow = lambda: sum(range(20000))  # noqa: E731
     fast = lambda: sum(range(2000))  # noqa: E731
-    t = zoo_report.speeds({"eager": slow, "minitc": fast, "inductor": slow}, rounds=3)
+    t = zoo_suite.speeds({"eager": slow, "minitc": fast, "inductor": slow}, rounds=3)
     assert set(t) == {"eager_ms", "minitc_ms", "inductor_ms", "speed", "vs_inductor"}
     assert t["speed"] > 1 and t["vs_inductor"] > 1  # 10x the work
     row = {"model": "m", "fallbacks": {}, "error": None, "rel_err": 1e-7, "timing": {2: t}}

@@ -1,17 +1,17 @@
-"""The zoo's coverage table (docs/models.md): each small zoo model compiled with the templates,
-checked against eager, its PyTorch fallbacks listed, and its speed against eager.
+"""The `zoo` suite: the zoo's coverage table (docs/models.md). Each small model of the zoo
+(models_zoo.ZOO) is compiled with the templates, checked against eager, its PyTorch fallbacks
+listed, and timed against eager (and with --inductor, torch.compile):
 
-    python -m minitc.benchmarks.zoo_report [--threads 2,1] [--rounds 7] [--models zoo-llama,zoo-swin]
+    python -m minitc.benchmarks --suite zoo [--threads 2,1] [--rounds 7] [--workloads zoo-llama,...]
 
-Timing alternates the two in one process: each round times eager, then minitc, each the median
-of `calls` calls, and the speed is the median over rounds of eager's time over minitc's
-(above 1: minitc is faster). Prints a markdown table and the CPU it ran on.
+Timing alternates the systems in one process (timing.alternate): each round times eager, then
+minitc, each the median of enough calls, and the speed is the median over rounds of eager's
+time over minitc's (above 1: minitc is faster). Prints a markdown table (report.zoo_table) and
+the CPU it ran on.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import time
 import warnings
 
@@ -24,8 +24,9 @@ def measure(name: str, threads: list, rounds: int, inductor: bool = False) -> di
     import torch
 
     import minitc as tc
-    from minitc.benchmarks.models_systems import compare, short
+    from minitc.benchmarks.models_systems import compare
     from minitc.benchmarks.models_zoo import MODELS
+    from minitc.benchmarks.report import short
     from minitc.benchmarks.timing import thread_limit
     from minitc.frontend import unsupported
 
@@ -71,31 +72,9 @@ def speeds(fns: dict, rounds: int) -> dict:
     return out
 
 
-def main(argv=None) -> None:
-    from minitc.benchmarks.machine import cpu_name
-    from minitc.benchmarks.models_zoo import ZOO
-    from minitc.benchmarks.report import zoo_table
+def select(names) -> list:
+    """The zoo's model names that `names` names (all when none); KeyError listing them."""
+    from minitc.benchmarks.models_zoo import MODELS, ZOO
+    from minitc.benchmarks.suites import pick
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--threads", default="2", help="comma-separated thread counts, each timed (default: 2)")
-    p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--models", default=",".join(ZOO), help="comma-separated zoo names (default: all)")
-    p.add_argument("--inductor", action="store_true", help="time torch.compile (Inductor, freezing) too")
-    args = p.parse_args(argv)
-    threads = [int(n) for n in args.threads.split(",")]
-    rows, load_before = [], os.getloadavg()[0]
-    for name in args.models.split(","):
-        rows.append(measure(name, threads, args.rounds, args.inductor))
-        text = ", ".join(
-            f"{n}T {t['speed']:.2f}x eager" + (f", {t['vs_inductor']:.2f}x Inductor" if "vs_inductor" in t else "")
-            for n, t in rows[-1]["timing"].items()
-        )
-        print(f"# {name}: {text}, {rows[-1]['error'] or 'ok'}", flush=True)
-    load = f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
-    when = time.strftime("%Y-%m-%d")
-    print(f"\n{cpu_name()}, threads {args.threads}, {when}, medians of {args.rounds} rounds, {load}\n")
-    print(zoo_table(rows, threads, args.inductor))
-
-
-if __name__ == "__main__":
-    main()
+    return [spec.name for spec in pick([MODELS[n] for n in ZOO], names, "zoo")]
