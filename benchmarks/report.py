@@ -6,7 +6,8 @@ place for each piece, shared by all suites:
 - `aligned`, the table itself, and `busy_lines` / `problem_lines`, the warnings, errors and notes
   under it;
 - each suite's columns: `format_table` (cpu-core, smoke), `tuning_table` (cpu-tune, smoke-tune),
-  `gpu_table`, `models_table`, `zoo_table`; tlm_report.py builds tlm-eval's from `aligned`;
+  `gpu_table`, `models_table`, `zoo_table`, `scaling_table`; tlm_report.py builds tlm-eval's
+  from `aligned`;
 - `write_json`. The charts (`--plot`) are in plots.py.
 """
 
@@ -394,6 +395,33 @@ def _zoo_cell(timing: dict, key: str) -> str:
     if key not in timing:
         return ""
     return f"{timing[key]:.3f}" if key.endswith("_ms") else f"{timing[key]:.2f}x"
+
+
+def scaling_table(result: dict) -> str:
+    """runner-scaling: programs per second per configuration (local, Ray with 1 and 2 nodes)."""
+    rows, local = result["rows"], result["rows"][0]["programs_per_s"]
+    head = ["config", "nodes", "s/run", "programs/s", "vs local", "node s/program", "Ray ms/program"]
+    cells = [
+        [
+            row["config"],
+            str(row["nodes"] or "-"),
+            f"{row['median_s']:.1f}",
+            f"{row['programs_per_s']:.2f}",
+            f"{row['programs_per_s'] / local:.2f}x",
+            num(row.get("node_s_per_program"), ".3f"),
+            num(row.get("ray_ms_per_program"), ".1f"),
+        ]
+        for row in rows
+    ]
+    return "\n".join(
+        [
+            f"runner-scaling: {rows[0]['programs']} programs of {result['workload']}, target {result['target']}, "
+            f"1 thread; median of {len(rows[0]['walls_s'])} runs",
+            f"CPU: {result['cpu']} ({result['cores']} cores)",
+            *aligned(head, cells),
+            f"driver time per trial (search, cost model, records): {result['driver_s_per_trial']:.3f} s",
+        ]
+    )
 
 
 def write_json(records: list, path: str) -> None:

@@ -124,23 +124,3 @@ def run(n: int, say) -> dict:
         "rows": rows,
         "driver_s_per_trial": driver_s_per_trial(out, say),
     }
-
-
-def table(result: dict) -> str:
-    local = result["rows"][0]["programs_per_s"]
-    lines = [
-        f"runner-scaling: {result['rows'][0]['programs']} programs of {result['workload']}, target "
-        f"{result['target']}, 1 thread; median of {ROUNDS} runs",
-        f"CPU: {result['cpu']} ({result['cores']} cores)",
-        f"{'config':8s} {'nodes':>5s} {'s/run':>7s} {'programs/s':>10s} {'vs local':>8s} "
-        f"{'node s/program':>14s} {'Ray ms/program':>14s}",
-    ]
-    for row in result["rows"]:
-        node = f"{row['node_s_per_program']:.3f}" if "node_s_per_program" in row else "-"
-        extra = f"{row['ray_ms_per_program']:.1f}" if "ray_ms_per_program" in row else "-"
-        lines.append(
-            f"{row['config']:8s} {row['nodes'] or '-':>5} {row['median_s']:7.1f} {row['programs_per_s']:10.2f} "
-            f"{row['programs_per_s'] / local:7.2f}x {node:>14s} {extra:>14s}"
-        )
-    lines.append(f"driver time per trial (search, cost model, records): {result['driver_s_per_trial']:.3f} s")
-    return "\n".join(lines)

@@ -205,7 +205,7 @@ def run_runner_scaling(suite, workloads, say, command, *, trials, json_path) -> 
 
     import_ray()  # no Ray: its message, before anything runs
     result = runner_scaling.run(trials, say)
-    click.echo(runner_scaling.table(result))
+    click.echo(report.scaling_table(result))
     if json_path:
         with open(json_path, "w") as f:
             json.dump(result, f, indent=1)

@@ -156,24 +156,19 @@ def table(rows: list, ks, evo_trials) -> str:
         out += _unconfirmed(rows, ks, max(evo_trials))
         out += _against_template(rows, [f"TLM@{k}" for k in ks] + [f"Evo@{t}" for t in evo_trials])
         out += _matches(rows, ks, evo_trials)
-    out.append("")
-    out.append(
-        "workload          template ms  "
-        + "  ".join(f"TLM@{k} ms" for k in ks)
-        + "  "
-        + "  ".join(f"Evo@{t} ms" for t in evo_trials)
-        + "  TLM s  Evo s  valid"
-    )
-    for row in rows:
-        ms = lambda v: f"{v:.4g}" if v else "-"  # noqa: E731
-        out.append(
-            f"{row['workload']:16s}  {ms(row['template_ms']):>11s}  "
-            + "  ".join(f"{ms(_at(row['tlm_ms'], k)):>{len(f'TLM@{k} ms')}}" for k in ks)
-            + "  "
-            + "  ".join(f"{ms(_at(row['evo_ms'], t)):>{len(f'Evo@{t} ms')}}" for t in evo_trials)
-            + f"  {_at(row['tlm_seconds'], max(ks)) or 0:5.0f}  {_at(row['evo_seconds'], max(evo_trials)) or 0:5.0f}"
-            f"  {row['valid_rate'] if row['valid_rate'] is not None else '-'}"
-        )
+    head = ["workload", "template ms", *(f"TLM@{k} ms" for k in ks), *(f"Evo@{t} ms" for t in evo_trials)]
+    cells = [
+        [
+            row["workload"],
+            *(_fmt(ms, ".4g") for ms in [row["template_ms"], *(_at(row["tlm_ms"], k) for k in ks)]),
+            *(_fmt(_at(row["evo_ms"], t), ".4g") for t in evo_trials),
+            f"{_at(row['tlm_seconds'], max(ks)) or 0:.0f}",
+            f"{_at(row['evo_seconds'], max(evo_trials)) or 0:.0f}",
+            str(row["valid_rate"] if row["valid_rate"] is not None else "-"),
+        ]
+        for row in rows
+    ]
+    out += ["", *aligned(head + ["TLM s", "Evo s", "valid"], cells)]
     return "\n".join(out)
 
 
