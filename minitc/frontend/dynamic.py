@@ -215,8 +215,6 @@ def _mixed_dims(node: Node, shapes: dict) -> list:
         return [(0, len(shapes[node.inputs[0]]) - 1, None)]
     if op == "mean":
         return [(0, d, None) for d in a["axis"]]
-    if op == "cat":
-        return [(k, a["axis"], None) for k in range(len(node.inputs))]
     if op == "pad":
         return [(0, d, None) for d in range(len(shapes[node.inputs[0]]))]
     if "conv" in op or "pool" in op:
@@ -239,6 +237,8 @@ def mask_reductions(graph: Graph, dims: dict) -> Graph:
     for node in out.nodes:
         mixed = _mixed_dims(node, shapes) if node.op != "torch" else None
         inputs = list(node.inputs)
+        if node.op == "cat":
+            _cat_pieces(node, dims)
         for k, d, fill in mixed or ():
             slot = dims.get(inputs[k], {}).get(d)
             if slot is None:
@@ -263,6 +263,21 @@ def mask_reductions(graph: Graph, dims: dict) -> Graph:
         nodes.append(node)
     out.nodes = nodes
     return out
+
+
+def _cat_pieces(node: Node, dims: dict) -> None:
+    """A cat along a dynamic dimension (the key/value cache and the new token's key) places
+    each piece after the valid part of the one before: `piece_slots` names the pieces whose
+    size along the axis is a slot, read at run time."""
+    axis = node.attrs["axis"]
+    slots = tuple(dims.get(i, {}).get(axis) for i in node.inputs)
+    if MIXED in slots:
+        raise ShapeError(
+            f"cat node {node.name} joins pieces along dimension {axis} whose size mixes dynamic sizes; minitc "
+            "cannot compile it with dynamic shapes"
+        )
+    if any(s is not None for s in slots):
+        node.attrs["piece_slots"] = slots
 
 
 def _softmax_along(name: str, dim: int, shapes: dict, producers: dict):
@@ -300,9 +315,9 @@ def attach_extents(graph: Graph, dims: dict, slots: int) -> Graph:
             _check_sliceable(node, dims)
         elif node.op != "view":
             members = node.body or (node,)
-            masks = any(m.op == "mask" for m in members)
+            masks = any(_reads_extents(m) for m in members)
             if node.body and masks:
-                node.body = tuple(replace(m, inputs=m.inputs + (EXTENTS,)) if m.op == "mask" else m for m in members)
+                node.body = tuple(replace(m, inputs=m.inputs + (EXTENTS,)) if _reads_extents(m) else m for m in members)
             whole = {d for m in members for d in m.attrs.get("whole", ())}
             limits = {d: s for d, s in dims.get(node.name, {}).items() if s != MIXED and d not in whole}
             if node.op == "mask":
@@ -315,6 +330,11 @@ def attach_extents(graph: Graph, dims: dict, slots: int) -> Graph:
         nodes.append(node)
     out.nodes = nodes
     return out
+
+
+def _reads_extents(node: Node) -> bool:
+    """A mask, a slice from a start counted from a dynamic size, a cat after a dynamic piece."""
+    return node.op == "mask" or "start_slot" in node.attrs or "piece_slots" in node.attrs
 
 
 def _check_sliceable(node: Node, dims: dict) -> None:
@@ -334,25 +354,33 @@ def bucket_graph(shapes: DynamicShapes, sizes: tuple, target: str, layout: str) 
 
     probe = probe_sizes(sizes)
     imported = [Importer(shapes.program, shapes.env(s)).run() for s in (sizes, probe)]
-    _check_same_arguments(*imported)
     slots = shapes.slot_values(sizes), shapes.slot_values(probe)
+    _same_arguments(*imported, *slots)
     dims = dynamic_dims(imported[0], imported[1], *slots)
     final = [passes.run_all(mask_reductions(g, dict(dims)), target, layout) for g in imported]
     dims = dynamic_dims(final[0], final[1], *slots)
     return attach_extents(final[0], dims, len(shapes.slots)), dims
 
 
-def _check_same_arguments(graph: Graph, probe: Graph) -> None:
-    """An operator whose arguments change with the dynamic sizes (other than shapes: a
-    negative index, `x[:, -1]`, counts from the padded end) would compute the wrong elements."""
+def _same_arguments(graph: Graph, probe: Graph, slots: tuple, probe_slots: tuple) -> None:
+    """An operator whose arguments change with the dynamic sizes (other than shapes) would
+    compute the wrong elements: a slice's start counted from the end (`x[:, -1:]`, the last
+    token) becomes `extents[slot] + k`, read at run time, in both graphs; anything else raises."""
     theirs = {n.name: n for n in probe.nodes}
     for node in graph.nodes:
         other = theirs.get(node.name)
         if other is None or other.op != node.op:
             raise ShapeError(f"the graph at node {node.name} changes with the dynamic sizes; it cannot compile once")
         changed = [k for k, v in node.attrs.items() if k != "shape" and repr(other.attrs.get(k)) != repr(v)]
+        if node.op == "slice" and changed == ["start"]:
+            a, b = node.attrs["start"], other.attrs["start"]
+            found = [s for s, (x, y) in enumerate(zip(slots, probe_slots)) if a - x == b - y]
+            if found:
+                for n in (node, other):
+                    n.attrs.update(start=a - slots[found[0]], start_slot=found[0])
+                continue
         if changed:
             raise ShapeError(
-                f"{node.op} node {node.name}: its {', '.join(changed)} depend on the dynamic sizes (an index counted "
-                "from the end?); minitc cannot compile it with dynamic shapes"
+                f"{node.op} node {node.name}: its {', '.join(changed)} depend on the dynamic sizes; minitc cannot "
+                "compile it with dynamic shapes"
             )

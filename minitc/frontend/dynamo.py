@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import warnings
 
+from minitc.errors import ConfigError, MinitcError
 from minitc.frontend.compiler import compile_model
 
 _WEIGHT_DICTS = ("_parameters", "_buffers")
+GROWTH = 4  # a dynamic graph compiles first for sizes up to GROWTH x the first call's, in powers of 2
 
 
 def weight_name(node) -> str | None:
@@ -45,17 +47,26 @@ def weight_name(node) -> str | None:
     return ".".join(reversed(parts))
 
 
-def frozen_module(graph_module, args, weights: dict, fixed: dict):
+def frozen_module(graph_module, args, weights: dict, fixed: dict, measured: dict | None = None):
     """An nn.Module holding `weights` ({input index: dotted name}) of `args` as buffers, whose
     forward takes the other tensor inputs in order and calls `graph_module` with all of them
-    (the values in `fixed`, {input index: value}, as given)."""
+    (the values in `fixed`, {input index: value}, as given; those in `measured`, {input index:
+    (position among the tensor inputs, dim)}, read off the tensor inputs' shapes)."""
     import torch
+
+    measured = measured or {}
 
     class Frozen(torch.nn.Module):
         def forward(self, *inputs):
             rest = iter(inputs)
             full = [
-                self.get_buffer(weights[i]) if i in weights else fixed[i] if i in fixed else next(rest)
+                self.get_buffer(weights[i])
+                if i in weights
+                else fixed[i]
+                if i in fixed
+                else inputs[measured[i][0]].shape[measured[i][1]]
+                if i in measured
+                else next(rest)
                 for i in range(len(args))
             ]
             return self.dynamo_graph(*full)
@@ -99,19 +110,36 @@ class CompiledGraph:
     """One dynamo graph compiled with the model's weights as constants. Called with dynamo's
     full argument list, it passes only the tensor inputs to the compiled model and returns a
     tuple, as dynamo's graphs do. `weights` maps input positions to the weights' names;
-    `compiled` is the CompiledModel last run (graph, tasks, benchmark)."""
+    `compiled` is the CompiledModel last run (graph, tasks, benchmark).
 
-    def __init__(self, graph_module, example_inputs):
+    A graph dynamo made dynamic (`dynamic=True`, or after a second size) has its sizes as SymInt
+    inputs. When each is a dimension of a tensor input, the graph compiles once with dynamic
+    shapes (minitc/frontend/dynamic.py: one specialisation per bucket of sizes up to
+    `max_size`, raised when a call needs more); otherwise once per value of the sizes."""
+
+    def __init__(self, graph_module, example_inputs, max_size: int | None = None):
         import torch
+        from torch.fx.experimental.symbolic_shapes import optimization_hint
 
         self.graph_module = graph_module
         self.weights = split_inputs(graph_module, example_inputs)
         inputs = [i for i in range(len(example_inputs)) if i not in self.weights]
+        placeholders = graph_module.graph.find_nodes(op="placeholder")
+        # Python numbers dynamo passes as tensors (a dropout's p, an eps under dynamic=True):
+        # module attributes, compiled in as they are
+        self.numbers = {i: example_inputs[i] for i in inputs if _number_as_tensor(placeholders[i])}
+        inputs = [i for i in inputs if i not in self.numbers]
         self.tensors = [i for i in inputs if isinstance(example_inputs[i], torch.Tensor)]
         # sizes of a graph dynamo made dynamic (SymInts): minitc compiles per value, at the call
         self.sizes = [i for i in inputs if i not in self.tensors]
         self.models: dict = {}  # {size values: CompiledModel}
         self.stamps = self._stamps(example_inputs)
+        # (optimization_hint reads a SymInt's value without a guard: int() would make dynamo specialise it)
+        first = max([2, *(optimization_hint(example_inputs[i]) for i in self.sizes)])
+        self.max_size = max_size or _power_of_two(GROWTH * first)
+        spec = self._measured() if self.sizes else None
+        self.dynamic = bool(spec and spec[0])
+        self.compiled = None  # a dynamic graph compiles at its first call: torch.export must not run inside dynamo
         if not self.sizes:
             self.compiled = self._compile(example_inputs)
 
@@ -119,11 +147,47 @@ class CompiledGraph:
         """{input index: (the weight tensor, its stamp)}, to see later whether it changed."""
         return {i: (args[i], stamp(args[i])) for i in self.weights}
 
+    def _measured(self):
+        """({SymInt input index: (position among the tensor inputs, dim)}, dynamic_shapes for
+        torch.export), or None when a tensor's size is an expression of others. The SymInts
+        that are no tensor's dimension (`logits_to_keep`) are compiled in, per value."""
+        from torch.export import Dim
+
+        placeholders = self.graph_module.graph.find_nodes(op="placeholder")
+        symbols = {_symbol(placeholders[i].meta.get("example_value")): i for i in self.sizes}
+        symbols.pop(None, None)
+        dims, measured, shapes = {}, {}, []
+        for k, i in enumerate(self.tensors):
+            spec = {}
+            for d, size in enumerate(getattr(placeholders[i].meta.get("example_value"), "shape", ())):
+                expr = _symbol(size)
+                if expr is None and not _static(size):
+                    return None  # a size that is an expression of others
+                if expr is not None:
+                    spec[d] = dims.setdefault(expr, Dim(f"size{len(dims)}", min=2, max=self.max_size))
+                    if expr in symbols:
+                        measured.setdefault(symbols[expr], (k, d))
+            shapes.append(spec or None)
+        return measured, (tuple(shapes),)
+
     def _compile(self, args):
-        fixed = {i: args[i] for i in self.sizes}
-        model = frozen_module(self.graph_module, args, self.weights, fixed)
         tensors = tuple(args[i] for i in self.tensors)
         target = "cuda" if any(t.device.type == "cuda" for t in tensors) else "llvm"  # CUDA inputs: the GPU path
+        if self.dynamic:
+            measured, shapes = self._measured()
+            fixed = {i: int(args[i]) for i in self.sizes if i not in measured}
+            model = frozen_module(self.graph_module, args, self.weights, {**fixed, **self.numbers}, measured)
+            try:
+                self.models[tuple(fixed.values())] = compiled = compile_model(
+                    model, tensors, target=target, dynamic_shapes=shapes
+                )
+                return compiled
+            except MinitcError as e:
+                warnings.warn(f"minitc: {e}; compiling this graph once per size instead", stacklevel=3)
+                self.dynamic = False
+                self.models.clear()
+        fixed = {i: args[i] for i in self.sizes}
+        model = frozen_module(self.graph_module, args, self.weights, {**fixed, **self.numbers})
         self.models[tuple(fixed.values())] = compiled = compile_model(model, tensors, target=target)
         return compiled
 
@@ -132,12 +196,48 @@ class CompiledGraph:
             warnings.warn("minitc: the model's weights changed since compiling: compiling again", stacklevel=2)
             self.stamps = self._stamps(args)
             self.models.clear()
-        key = tuple(args[i] for i in self.sizes)
-        self.compiled = self.models.get(key) or self._compile(args)
-        out = self.compiled(*(args[i] for i in self.tensors))
+            if self.dynamic:
+                self.compiled = self._compile(args)
+        tensors = [args[i] for i in self.tensors]
+        if self.dynamic:
+            measured = self._measured()[0]
+            if max(args[i] for i in measured) > self.max_size:  # a longer sequence: a longer range
+                self.max_size = _power_of_two(GROWTH * max(args[i] for i in measured))
+                self.models.clear()
+            key = tuple(args[i] for i in self.sizes if i not in measured)
+            self.compiled = self.models.get(key) or self._compile(args)
+        if not self.dynamic:
+            key = tuple(args[i] for i in self.sizes)
+            self.compiled = self.models.get(key) or self._compile(args)
+        out = self.compiled(*tensors)
         return out if isinstance(out, tuple) else (out,)
 
 
-def backend(graph_module, example_inputs) -> CompiledGraph:
-    """The dynamo backend: compile one captured graph."""
-    return CompiledGraph(graph_module, list(example_inputs))
+def _number_as_tensor(placeholder) -> bool:
+    return bool(getattr(placeholder.meta.get("grapharg"), "pass_arg_as_tensor", False))
+
+
+def _power_of_two(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def _static(size) -> bool:
+    expr = getattr(getattr(size, "node", None), "expr", None)
+    return isinstance(size, int) or (expr is not None and expr.is_number)
+
+
+def _symbol(size):
+    """The sympy symbol a SymInt is, or None (an int, or an expression of symbols)."""
+    expr = getattr(getattr(size, "node", None), "expr", None)
+    return expr if expr is not None and expr.is_Symbol else None
+
+
+def backend(graph_module, example_inputs, options: dict | None = None) -> CompiledGraph:
+    """The dynamo backend: compile one captured graph. `options` (torch.compile's): `max_size`,
+    the largest dynamic size compiled for at first (default: GROWTH times the first call's,
+    rounded up to a power of 2; a call past it compiles for a range GROWTH times its size)."""
+    options = dict(options or {})
+    max_size = options.pop("max_size", None)
+    if options:
+        raise ConfigError(f"minitc's backend takes the option max_size only, got {', '.join(options)}")
+    return CompiledGraph(graph_module, list(example_inputs), None if max_size is None else int(max_size))

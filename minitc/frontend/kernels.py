@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from minitc import ops
 from minitc.errors import MinitcError
-from minitc.expr import call, const, select
+from minitc.expr import binary, call, const, select
 from minitc.ops import nchwc, winograd
 from minitc.ops.elementwise import broadcast_read
 from minitc.te import compute
@@ -152,11 +152,17 @@ def _mask(n, x, extents):
     )
 
 
-def _slice(n, x):
+def _slice(n, x, extents=None):
+    """x from `start` along `axis`; with dynamic shapes the start may be `extents[start_slot] +
+    start` (the last token: `x[:, -1:]`), clamped into the axis."""
     axis, start, step = n.attrs["axis"], n.attrs["start"], n.attrs.get("step", 1)
-    return compute(
-        n.shape, lambda *i: x[i[:axis] + (i[axis] * step + start,) + i[axis + 1 :]], name=n.op, tag="elementwise"
-    )
+
+    def index(i):
+        if "start_slot" not in n.attrs:
+            return i * step + start
+        return _clamp(i * step + start + extents[n.attrs["start_slot"]], x.shape[axis])
+
+    return compute(n.shape, lambda *i: x[i[:axis] + (index(i[axis]),) + i[axis + 1 :]], name=n.op, tag="elementwise")
 
 
 def _pad(n, x):
@@ -184,15 +190,23 @@ def _rsqrt(n, x):
 
 
 def _cat(n, *pieces):
-    """Each output element read from the piece that holds it: a chain of selects on the axis."""
-    axis = n.attrs["axis"]
-    starts = [0]
-    for p in pieces:
-        starts.append(starts[-1] + p.shape[axis])
+    """Each output element read from the piece that holds it: a chain of selects on the axis.
+    With dynamic shapes a piece's size along the axis may be `extents[slot]` (a key/value cache
+    and the new token's key): `piece_slots` names them, and the extents are the last input."""
+    axis, slots = n.attrs["axis"], n.attrs.get("piece_slots")
+    if slots:
+        *pieces, extents = pieces
+    starts = [const(0, "int64")]
+    for k, p in enumerate(pieces):
+        size = extents[slots[k]] if slots and slots[k] is not None else const(p.shape[axis], "int64")
+        starts.append(starts[-1] + size)
 
     def read(*i):
         def piece(k):
-            return pieces[k][i[:axis] + (i[axis] - starts[k],) + i[axis + 1 :]]
+            at = i[axis] - starts[k]
+            if slots:  # the selects' conditions read the extents, so they bound nothing: clamp
+                at = _clamp(at, pieces[k].shape[axis])
+            return pieces[k][i[:axis] + (at,) + i[axis + 1 :]]
 
         value = piece(len(pieces) - 1)
         for k in range(len(pieces) - 2, -1, -1):
@@ -200,6 +214,11 @@ def _cat(n, *pieces):
         return value
 
     return compute(n.shape, read, name=n.op, tag="elementwise")
+
+
+def _clamp(index, extent: int):
+    """`index` moved into [0, extent): an index computed from run-time extents (dynamic shapes)."""
+    return binary("max", binary("min", index, const(extent - 1, "int64")), const(0, "int64"))
 
 
 def _expand(n, x):

@@ -218,6 +218,10 @@ class Ranges:
             return r if _fits(r, e.dtype) else None
         if not isinstance(e, Binary) or not dtypes.is_int(e.dtype):
             return None  # loaded data, casts from floats, ...
+        if e.op == "max" and isinstance(e.a, Binary) and e.a.op == "min":  # a clamp, of loaded data too
+            high, low = self.of(e.a.b), self.of(e.b)
+            if high is not None and low is not None:
+                return low[0], max(high[1], low[1])
         a, b = self.of(e.a), self.of(e.b)
         if not (_fits(a, e.dtype) and _fits(b, e.dtype)):
             return None
