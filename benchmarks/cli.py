@@ -143,6 +143,8 @@ OPTIONS = {
         "--rounds", default=7, type=INTS, help="Rounds of the systems in turn; each figure is the median over them."
     ),
     "inductor": _option("--inductor", is_flag=True, help="Time torch.compile (Inductor, freezing) too."),
+    "prompt_len": _option("--prompt-len", default=128, type=click.IntRange(min=1), help="Tokens of the prompt."),
+    "new": _option("--new", default=64, type=click.IntRange(min=2), help="Tokens to generate."),
 }
 
 

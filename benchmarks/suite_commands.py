@@ -249,6 +249,32 @@ def _select_gpu(suite: str, names) -> list:
     return gpu_suites.select(suite, names)
 
 
+def run_generate(suite, names, say, command, *, threads, rounds, inductor, prompt_len, new, json_path) -> None:
+    """Greedy generation through the backend (generation.py): prefill and decode ms per token."""
+    from minitc.benchmarks import generation
+    from minitc.benchmarks.machine import cpu_name
+
+    records = []
+    for name in names:
+        for n in threads:
+            say(f"{name}: prompt {prompt_len}, {new} new tokens, {n} threads")
+            records.append(generation.measure(name, prompt_len, new, n, rounds, inductor))
+            ours = records[-1]["systems"]["minitc"]["decode_ms_per_token"]
+            click.echo(f"# {name} at {n} threads: minitc decodes {ours:.2f} ms/token")
+    click.echo(f"\n{cpu_name()}, {time.strftime('%Y-%m-%d')}, medians of {rounds} rounds\n")
+    click.echo(generation.table(records))
+    if json_path:
+        stamp = {"cpu": cpu_name(), **run_stamp(command), "suite": suite}
+        report.write_json([{**stamp, **r} for r in records], json_path)
+        say(f"wrote {json_path}")
+
+
+def _select_generate(names) -> list:
+    from minitc.benchmarks import generation
+
+    return generation.select(names)
+
+
 def _select_zoo(names) -> list:
     from minitc.benchmarks import zoo_suite
 
@@ -340,6 +366,14 @@ SUITE_TABLE = {
         ("trials", "json_path", "quiet"),
         defaults={"trials": _runner_scaling_programs},
         helps={"trials": "Programs measured per run."},
+    ),
+    "generate": Suite(
+        "Greedy text generation through torch.compile(backend='minitc', dynamic=True) against eager (and Inductor).",
+        run_generate,
+        ("workloads", "threads", "rounds", "inductor", "prompt_len", "new", "json_path"),
+        _select_generate,
+        defaults={"threads": "2", "rounds": 3},
+        helps={"inductor": "Time torch.compile(dynamic=True) (Inductor) too."},
     ),
     "zoo": Suite(
         "The zoo's small models: compiled, checked and timed against eager (docs/models.md's table).",

@@ -31,6 +31,10 @@ COMMANDS = {
         "minitc.commands.compile:compile_cmd",
         "Compile (and tune) a whole PyTorch model; time it against torch.",
     ),
+    "generate": (
+        "minitc.commands.generate:generate",
+        "Generate text greedily through the minitc backend; time prefill and decode against eager.",
+    ),
     "explain": (
         "minitc.commands.explain:explain_cmd",
         "Explain a schedule step by step: each primitive, why, the loop nest after it.",

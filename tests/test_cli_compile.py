@@ -66,3 +66,34 @@ def test_compile_for_the_simulated_gpu_checks_and_times_it(factory, tmp_path):
     assert result.exit_code == 0, result.output
     record = json.loads(out.read_text())
     assert record["target"] == "cuda-sim" and record["max_abs_error"] < 1e-4 and record["ms"]["minitc"] > 0
+
+
+def test_compile_with_a_dynamic_size_checks_and_times_the_range(factory, tmp_path):
+    out = tmp_path / "d.json"
+    args = ["compile", f"{factory}:make", "--dynamic", "batch=2..16@0", "--db", str(tmp_path / "r.db")]
+    result = CliRunner().invoke(main, args + ["--threads", "1", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    record = json.loads(out.read_text())
+    assert [row["size"] for row in record["rows"]] == [2, 6, 12, 16]
+    assert all(row["relative_error"] < 1e-5 for row in record["rows"])
+    assert "buckets compiled" in result.output
+
+
+BAD_SIZES = [("seq", "NAME=LO..HI"), ("seq=9..3", "1 <= LO <= HI"), ("seq=2..8@4", "no input has a dimension 4")]
+
+
+@pytest.mark.parametrize("spec, message", BAD_SIZES)
+def test_a_bad_dynamic_size_gets_one_clear_line(factory, spec, message):
+    result = CliRunner().invoke(main, ["compile", f"{factory}:make", "--dynamic", spec])
+    assert result.exit_code != 0 and message in result.output
+
+
+def test_generate_checks_the_tokens_against_eager_and_times_the_decode(tmp_path):
+    pytest.importorskip("transformers")
+    out = tmp_path / "g.json"
+    args = ["generate", "gpt2-tiny", "--prompt-len", "8", "--new", "4", "--rounds", "1", "--json", str(out)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    record = json.loads(out.read_text())
+    assert "mismatch" not in record and set(record["systems"]) == {"eager", "minitc"}
+    assert record["systems"]["minitc"]["decode_ms_per_token"] > 0

@@ -91,7 +91,15 @@ class ModelProgress:
 @click.option("--threads", type=click.IntRange(min=1), help="Threads for minitc and torch (default: all CPUs).")
 @click.option("--graph", "show_graph", is_flag=True, help="Print the graph after the passes.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the results here.")
-def compile_cmd(model_spec, trials, strategy, target, db, threads, show_graph, json_path):
+@click.option(
+    "--dynamic",
+    "dynamic",
+    multiple=True,
+    metavar="NAME=LO..HI[@DIM]",
+    help="A dynamic size: dimension DIM (default 1, the sequence) of every input ranges over LO..HI. "
+    "One compile serves the range; checked and timed at LO, HI and sizes between.",
+)
+def compile_cmd(model_spec, trials, strategy, target, db, threads, show_graph, json_path, dynamic):
     """Compile a PyTorch MODEL with minitc (tuning it with --trials), check it against PyTorch
     eager and time both, side by side.
 
@@ -100,6 +108,7 @@ def compile_cmd(model_spec, trials, strategy, target, db, threads, show_graph, j
       minitc compile resnet50
       minitc compile bert-base --trials 512
       minitc compile my_models.py:make_mlp --graph
+      minitc compile bert-base --dynamic seq=16..512
     """
     import torch
 
@@ -119,10 +128,14 @@ def compile_cmd(model_spec, trials, strategy, target, db, threads, show_graph, j
     threads = threads or tc.get_num_threads()
     db = str(db or default_path())  # the command line's default database, said so below
     click.echo(f"tuning records: {db} (each task keeps a record's program only where it is faster in the model)")
+    sizes = dynamic_sizes(dynamic, inputs)
     with thread_limit(threads), torch.no_grad():
         start = time.perf_counter()
-        compiled = tc.compile(model, inputs, target=target, db=db)
+        shapes = dynamic_shapes(model, inputs, sizes) if sizes else None
+        compiled = tc.compile(model, inputs, target=target, db=db, dynamic_shapes=shapes)
         compile_s = time.perf_counter() - start
+        if sizes:
+            return _check_dynamic(model, compiled, inputs, sizes, name, compile_s, json_path)
         _summary(compiled, name, compile_s, unsupported(compiled.graph))
         tune_s = 0.0
         if trials:
@@ -158,6 +171,82 @@ def compile_cmd(model_spec, trials, strategy, target, db, threads, show_graph, j
                   "tasks": len(compiled.tasks), "torch_nodes": unsupported(compiled.graph),
                   "tuned_kept": [c.task for c in compiled.choices if c.kept == "tuned"]}  # fmt: skip
         Path(json_path).write_text(json.dumps(record, indent=1))
+
+
+def dynamic_sizes(specs, inputs) -> list:
+    """[(name, lo, hi, dim)] of the --dynamic options, checked against the example inputs."""
+    out = []
+    for spec in specs:
+        name, _, rest = spec.partition("=")
+        span, _, dim = rest.partition("@")
+        lo, _, hi = span.partition("..")
+        try:
+            lo, hi, dim = int(lo), int(hi), int(dim or 1)
+        except ValueError:
+            raise click.BadParameter(
+                f"{spec!r}: write NAME=LO..HI or NAME=LO..HI@DIM", param_hint="--dynamic"
+            ) from None
+        if not name.isidentifier() or not 1 <= lo <= hi:
+            raise click.BadParameter(f"{spec!r}: a name and 1 <= LO <= HI", param_hint="--dynamic")
+        if not any(x.dim() > dim for x in inputs):
+            raise click.BadParameter(f"{spec!r}: no input has a dimension {dim}", param_hint="--dynamic")
+        out.append((name, lo, hi, dim))
+    return out
+
+
+def dynamic_shapes(model, inputs, sizes) -> tuple:
+    """torch.export's dynamic_shapes: each size's Dim on its dimension of every input that has it
+    (nested once more for a forward that takes *inputs)."""
+    import inspect
+
+    import torch
+
+    dims = [(torch.export.Dim(name, min=lo, max=hi), dim) for name, lo, hi, dim in sizes]
+    per_input = tuple({d: dim_ for dim_, d in dims if x.dim() > d} or None for x in inputs)
+    params = list(inspect.signature(model.forward).parameters.values())
+    return (per_input,) if len(params) == 1 and params[0].kind == params[0].VAR_POSITIONAL else per_input
+
+
+def _resized(inputs, sizes, n: int) -> tuple:
+    """The example inputs with every dynamic dimension n long (the example repeated along it)."""
+    out = []
+    for x in inputs:
+        for _, _, _, dim in sizes:
+            if x.dim() > dim:
+                x = _tile(x, dim, n)
+        out.append(x)
+    return tuple(out)
+
+
+def _tile(x, dim: int, n: int):
+    import torch
+
+    return torch.cat([x] * (-(-n // x.shape[dim])), dim=dim).narrow(dim, 0, n).contiguous()
+
+
+def _check_dynamic(model, compiled, inputs, sizes, name, compile_s, json_path) -> None:
+    """Check against eager and time at the range's ends and sizes between (the compiles of the
+    buckets they fall in included in the first call)."""
+    from minitc.benchmarks.timing import measure
+
+    _, lo, hi, _ = sizes[0]
+    points = sorted({lo, (lo + hi) // 3, (2 * lo + 2 * hi) // 3, hi})
+    click.echo(f"{name}: compiled in {compile_s:.1f} s for {', '.join(f'{s[0]}={s[1]}..{s[2]}' for s in sizes)}")
+    rows = []
+    for n in points:
+        args = _resized(inputs, sizes, n)
+        expected, got = model(*args), compiled(*args)
+        error = float((got - expected).abs().max()) / (float(expected.abs().max()) or 1.0)
+        timings = measure({"minitc": lambda: compiled(*args), "eager": lambda: model(*args)}, repeats=5)
+        ms = {k: 1e3 * v.median for k, v in timings.items()}
+        rows.append({"size": n, "relative_error": error, "ms": ms})
+        click.echo(
+            f"  size {n:>5}: error {error:.2g} of the largest output, minitc {ms['minitc']:.3f} ms, "
+            f"eager {ms['eager']:.3f} ms ({ms['eager'] / ms['minitc']:.2f}x)"
+        )
+    click.echo(f"buckets compiled: {[shape[0] for shape in compiled.compiled_shapes]}")
+    if json_path:
+        Path(json_path).write_text(json.dumps({"model": name, "dynamic": sizes, "compile_s": compile_s, "rows": rows}))
 
 
 def _summary(compiled, name: str, seconds: float, fallbacks: dict) -> None:
