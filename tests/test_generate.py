@@ -15,8 +15,13 @@ DECODERS = {
     ),
     "llama": lambda: transformers.LlamaForCausalLM(
         transformers.LlamaConfig(
-            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-            vocab_size=200, max_position_embeddings=128,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=200,
+            max_position_embeddings=128,
         )  # fmt: skip
     ),
 }
