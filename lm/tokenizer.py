@@ -73,6 +73,8 @@ LATER_PARAMS = ["streams"]
 # Then the stages of the Winograd convolutions (tc.ops.conv2d_winograd_nchwc, then the GPU's
 # tc.ops.conv2d_winograd; their templates' parameters are already words).
 WINOGRAD_TAGS = ["conv2d_winograd_nchwc", "winograd_input", "winograd_gemm", "conv2d_winograd", "winograd_patch"]
+# Then the templates a dense of a few rows takes (minitc/templates/gemv.py; their parameters are already words).
+GEMV_TAGS = ["gemv", "gemv_dot"]
 
 
 class TokenizerError(MinitcError):
@@ -143,9 +145,9 @@ def blocked_tokens() -> list:
 def default_vocab() -> list:
     """The vocabulary of new models: the CPU vocabulary, then the GPU tokens, then the later
     keywords, then the channel-blocked operators' words, then the implicit GEMM's tags, then
-    later template parameters, then the Winograd convolution's tags (appended, so a token keeps
-    its id in every vocabulary that has it)."""
-    later = IMPLICIT_GEMM_TAGS + LATER_PARAMS + WINOGRAD_TAGS
+    later template parameters, then the Winograd convolution's tags, then the matrix-vector
+    templates' (appended, so a token keeps its id in every vocabulary that has it)."""
+    later = IMPLICIT_GEMM_TAGS + LATER_PARAMS + WINOGRAD_TAGS + GEMV_TAGS
     return cpu_vocab() + gpu_tokens() + LATER_KEYWORDS + blocked_tokens() + later
 
 

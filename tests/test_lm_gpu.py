@@ -30,6 +30,7 @@ from minitc.lm.model import LMError, ModelConfig, TensorLM
 from minitc.lm.pipeline import SHIPPED, load_model
 from minitc.lm.tokenizer import (
     CUDA_ARCHS,
+    GEMV_TAGS,
     GPU_KEYWORDS,
     IMPLICIT_GEMM_TAGS,
     LATER_KEYWORDS,
@@ -302,7 +303,7 @@ def test_every_legal_gpu_value_and_label_has_tokens(op_samples, workload_samples
 
 def test_gpu_tokens_are_appended_after_the_cpu_vocabulary(tok):
     cpu = cpu_vocab()
-    later = LATER_KEYWORDS + blocked_tokens() + IMPLICIT_GEMM_TAGS + LATER_PARAMS + WINOGRAD_TAGS
+    later = LATER_KEYWORDS + blocked_tokens() + IMPLICIT_GEMM_TAGS + LATER_PARAMS + WINOGRAD_TAGS + GEMV_TAGS
     assert tok.vocab == default_vocab() == cpu + gpu_tokens() + later
     assert blocked_tokens() == [
         "conv2d_nchwc",

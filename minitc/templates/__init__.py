@@ -24,11 +24,11 @@ from __future__ import annotations
 from minitc.errors import ScheduleError
 from minitc.schedule.recorder import Schedule
 from minitc.target import is_gpu, parse_target
-from minitc.templates.registry import CHOICES, DEFAULTS, TEMPLATES, choices, defaults, template
+from minitc.templates.registry import CHOICES, DEFAULTS, SPECIALIZED, TEMPLATES, choices, defaults, template
 
 __all__ = [
-    "CHOICES", "DEFAULTS", "TEMPLATES", "choices", "defaults", "template", "load_templates", "template_schedule",
-    "template_tag",
+    "CHOICES", "DEFAULTS", "SPECIALIZED", "TEMPLATES", "choices", "defaults", "template", "load_templates",
+    "template_schedule", "template_tag",
 ]  # fmt: skip
 
 _LOADED = False
@@ -50,10 +50,16 @@ def load_templates() -> None:
 
 
 def template_tag(s, out: str) -> str:
-    """The tag whose CPU template schedules stage `out`: its own, or "matmul" for a matrix
+    """The tag whose CPU template schedules stage `out`: its own, or the one a specialization
+    names for its shape (a dense of a few rows: "gemv", gemv.py), or "matmul" for a matrix
     product written by hand with tc.compute (gemm.is_contraction), which would otherwise run
     as the naive loop nest."""
+    load_templates()
     tag = s.state.stage(out).tag
+    for specialize in SPECIALIZED.get(tag, ()):
+        special = specialize(s, out)
+        if special in TEMPLATES:
+            return special
     if tag in TEMPLATES:
         return tag
     from minitc.templates.gemm import is_contraction
