@@ -195,11 +195,22 @@ class _Body:
 
 
 def _exp(b: _Body, x: str) -> str:
-    """All lanes in [-FAST, FAST] (the usual case): 2^n goes straight into the exponent bits of
-    e^r; otherwise (large, tiny or NaN input) the clamped, two-step scaling."""
+    """All lanes in [-FAST, FAST] or below LO (the usual case): 2^n goes straight into the
+    exponent bits of e^r, and the lanes below LO are 0 (-inf: the padding of a masked softmax,
+    minitc/frontend/dynamic.py, which would otherwise take the slow path for every vector of
+    it); otherwise (large, subnormal-range or NaN input) the clamped, two-step scaling."""
     k = EXP_CONST[b.dtype]
-    out_of_range = b.cmp("ugt", b.intrinsic("fabs", x), b.f(k["fast"]))  # NaN: true
-    return b.branch(b.any_lane(out_of_range), lambda: _exp_core(b, x, fast=True), lambda: _exp_core(b, x, fast=False))
+    high = b.cmp("ugt", x, b.f(k["fast"]))  # NaN: true
+    subnormal = b.op("and", b.cmp("olt", x, b.f(-k["fast"])), b.cmp("oge", x, b.f(k["lo"])), b.bt)
+    rare = b.any_lane(b.op("or", high, subnormal, b.bt))
+    return b.branch(rare, lambda: _exp_fast(b, x), lambda: _exp_core(b, x, fast=False))
+
+
+def _exp_fast(b: _Body, x: str) -> str:
+    k = EXP_CONST[b.dtype]
+    below = b.cmp("olt", x, b.f(k["lo"]))
+    y = _exp_core(b, b.select(below, b.f(-k["fast"]), x), fast=True)
+    return b.select(below, b.f(0.0), y)
 
 
 def _exp_core(b: _Body, x: str, fast: bool) -> str:
