@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 import torch
@@ -39,6 +40,7 @@ def main() -> None:
     model, (ids, mask) = bert()
     seq = torch.export.Dim("seq", min=16, max=512)
     record = {"cpu": cpu_name(), "threads": args.threads, "model": "bert-base", "range": [16, 512], "rows": []}
+    record.update(command="python " + " ".join(sys.argv), date=time.strftime("%Y-%m-%d"))
     with thread_limit(args.threads), torch.no_grad():
         dynamic, record["dynamic_compile_s"] = timed(
             lambda: tc.compile(model, (ids, mask), dynamic_shapes=(({1: seq}, {1: seq}),))

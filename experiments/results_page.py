@@ -51,6 +51,8 @@ TUNED = [  # (host, file of `minitc tune --json`): a workload no table names, tu
     ("AMD EPYC Zen 5", "tune-evo256-matmul-1000-znver5-20261128.json"),
 ]
 TVM_PEER = [("AMD EPYC Zen 2", "tvm-peer-znver2.json")]
+DYNAMIC = [("AMD EPYC Zen 5", "dynamic-bert-base-znver5-20261128.json")]
+GENERATE = [("AMD EPYC Zen 5", "generate-znver5-20261128.json")]
 COST_MODEL = ["mtl-eval-rocketlake-2c-43bb2171-on-znver5.json", "mtl-eval-znver4-2c-31f64895-on-znver5.json"]
 
 
@@ -69,7 +71,7 @@ def geomean(values: list) -> float | None:
 
 def command(data) -> str:
     """A run's command without its output paths (--json, --plot, where --evo-from came from)."""
-    run = data[0]["run"] if isinstance(data, list) else data.get("run", data)
+    run = data[0].get("run", data[0]) if isinstance(data, list) else data.get("run", data)
     text = re.sub(r" --(json|plot|evo-from|tvm-work|db) \S+", "", run["command"])
     return text.replace("python -m benchmarks", "python -m minitc.benchmarks")
 
@@ -204,6 +206,46 @@ def tuned_section() -> list:
     return out
 
 
+def dynamic_section() -> list:
+    out = [
+        "## Dynamic shapes: BERT-base over lengths 16..512 (2 threads)",
+        "",
+        "One compile with `dynamic_shapes` against a static compile of each length, eager and",
+        "Inductor with `dynamic=True`; speed of the dynamic model (> 1: it is faster).",
+        "",
+        "| host | length | dynamic ms | static ms | eager ms | Inductor ms | vs static | vs Inductor |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for host, f in DYNAMIC:
+        for row in load(f)["rows"]:
+            ms = row["ms"]
+            cells = [fmt(ms[k], 1) for k in ("dynamic", "static", "eager", "inductor")]
+            cells += [fmt(ms["static"] / ms["dynamic"]), fmt(ms["inductor"] / ms["dynamic"])]
+            out.append(f"| {host} | {row['length']} | " + " | ".join(cells) + " |")
+    out += ["", "Command: " + commands([f for _, f in DYNAMIC]), ""]
+    return out
+
+
+def generate_section() -> list:
+    out = [
+        "## Text generation through the backend (greedy, 2 threads)",
+        "",
+        "`model.forward = torch.compile(model.forward, backend=...)` and Hugging Face `generate()`;",
+        "decode milliseconds per token and minitc's speed against each (> 1: minitc is faster).",
+        "",
+        "| host | model | prompt, new | minitc decode ms/token | eager | Inductor | vs eager | vs Inductor |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for host, f in GENERATE:
+        for r in load(f):
+            ms = {k: v["decode_ms_per_token"] for k, v in r["systems"].items()}
+            cells = [fmt(ms["minitc"]), fmt(ms["eager"]), fmt(ms.get("inductor"))]
+            cells += [fmt(ms["eager"] / ms["minitc"]), fmt(ms["inductor"] / ms["minitc"] if "inductor" in ms else None)]
+            out.append(f"| {host} | {r['description']} | {r['prompt_len']}, {r['new']} | " + " | ".join(cells) + " |")
+    out += ["", "Command: " + commands([f for _, f in GENERATE]), ""]
+    return out
+
+
 def tvm_section() -> list:
     out = [
         "## Against Apache TVM 0.27 MetaSchedule",
@@ -238,7 +280,8 @@ def page() -> str:
         "[evaluation.md](evaluation.md), [gpu.md](gpu.md), [hardware.md](hardware.md).",
         "",
     ]
-    sections = (cpu_core_section, tuned_section, models_section, tlm_section, cost_model_section, gpu_section)
+    sections = (cpu_core_section, tuned_section, models_section, dynamic_section, generate_section, tlm_section)
+    sections += (cost_model_section, gpu_section)
     for section in (*sections, tvm_section):
         lines += section()
     return "\n".join(lines).rstrip() + "\n"
