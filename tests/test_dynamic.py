@@ -125,3 +125,28 @@ def test_a_saved_dynamic_model_keeps_its_range(dynamic_bert, tmp_path):
         assert (hidden - expected).abs().max().item() <= 1e-4 * expected.abs().max().item()
     with pytest.raises(ShapeError, match="outside the range 2..128"):
         loaded(torch.randint(0, 50, (1, 200)))
+
+
+class _Attention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        scores = self.q(x) @ x.transpose(1, 2)
+        return torch.softmax(scores, dim=-1) @ x
+
+
+def test_tuning_a_dynamic_model_measures_each_task_at_its_buckets_sizes(tmp_path):
+    torch.manual_seed(0)
+    model = _Attention().eval()
+    seq = torch.export.Dim("seq", min=2, max=32)
+    compiled = tc.compile(
+        model, (torch.randn(1, 20, 8),), dynamic_shapes={"x": {1: seq}}, trials=6, strategy="random",
+        db=str(tmp_path / "r.db"),
+    )  # fmt: skip
+    assert compiled.tune_results and compiled.compiled_shapes == [[[1, 32, 8]]]
+    for n in (3, 20, 32):
+        x = torch.randn(1, n, 8)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)

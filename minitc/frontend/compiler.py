@@ -55,6 +55,13 @@ class ModelTask:
     outputs: object
     nodes: list
     trace: object = None
+    static: object = None  # dynamic shapes: the same tensor without limits, which tuning measures
+
+    @property
+    def tuned_outputs(self):
+        """What tuning measures: the kernel of the bucket's largest sizes (DietCode's one space
+        per bucket), which has the same workload key and schedule as the task."""
+        return self.static if self.static is not None else self.outputs
 
     @property
     def weight(self) -> int:
@@ -108,6 +115,9 @@ def extract_tasks(graph, target: str = "llvm") -> list:
                 for k, i in enumerate(node.inputs)
             ]
             tasks[key] = ModelTask(key, node_tensor(node, inputs), [])
+            if "limits" in node.attrs:
+                attrs = {k: v for k, v in node.attrs.items() if k != "limits"}
+                tasks[key].static = node_tensor(replace(node, inputs=node.inputs[:-1], attrs=attrs), inputs[:-1])
         tasks[key].nodes.append(node.name)
     return list(tasks.values())
 
@@ -211,7 +221,7 @@ class CompiledModel:
             # rounds small enough that the first round-robin pass reaches every task: a budget
             # spent before the last task is reached leaves it untuned
             batch = max(1, min(16, self.tuning["trials"] // len(tasks)))
-            work = [(t.outputs, t.weight) for t in tasks]
+            work = [(t.tuned_outputs, t.weight) for t in tasks]
             self.tune_results = tune_tasks(work, target=self.target, db=self.db, batch=batch, **self.tuning)
         # the records read: db=, a tc.records block's, or after tuning the database it wrote
         source = applied_records(self.db)
