@@ -155,7 +155,10 @@ def test_without_a_gpu_stack_the_suite_stops_with_one_line(monkeypatch):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--threads", "1"], "--threads applies to the suites cpu-core, smoke, cpu-tune, smoke-tune, models, generate and zoo"),
+        (
+            ["--threads", "1"],
+            "--threads applies to the suites cpu-core, smoke, cpu-tune, smoke-tune, models, generate and zoo",
+        ),
         (["--db", "r.db"], "--db keeps the records of --tune: give --tune N too"),
         (["--workloads", "nope"], "unknown workload(s) 'nope' in suite 'gpu-core'"),
     ],

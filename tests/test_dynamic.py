@@ -96,13 +96,23 @@ class _MeanOverSequence(torch.nn.Module):
         return (x * 2).mean(dim=1)
 
 
-@pytest.mark.parametrize(
-    "model, message",
-    [(_LastFour(), "depend on the dynamic sizes"), (_MeanOverSequence(), "reduces over or moves along dimension 1")],
-)
-def test_what_would_count_from_the_padded_end_or_average_the_padding_is_refused(model, message):
+class _PadTheSequence(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.pad(x * 2, (0, 0, 0, 3))
+
+
+def test_a_slice_counted_from_the_end_starts_at_the_run_time_extent():
     seq = torch.export.Dim("seq", min=4, max=64)
-    with pytest.raises(ShapeError, match=message):
+    compiled = tc.compile(_LastFour(), (torch.randn(1, 10, 8),), dynamic_shapes={"x": {1: seq}})
+    for n in (4, 10, 37):
+        x = torch.randn(1, n, 8)
+        torch.testing.assert_close(compiled(x), x[:, -4:] * 2)
+
+
+@pytest.mark.parametrize("model", [_MeanOverSequence(), _PadTheSequence()])
+def test_what_would_average_or_move_the_padding_is_refused(model):
+    seq = torch.export.Dim("seq", min=4, max=64)
+    with pytest.raises(ShapeError, match="reduces over or moves along dimension 1"):
         tc.compile(model, (torch.randn(1, 10, 8),), dynamic_shapes={"x": {1: seq}})
 
 

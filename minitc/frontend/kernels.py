@@ -160,7 +160,7 @@ def _slice(n, x, extents=None):
     def index(i):
         if "start_slot" not in n.attrs:
             return i * step + start
-        return _clamp(i * step + start + extents[n.attrs["start_slot"]], x.shape[axis])
+        return _index_into(i * step + start + extents[n.attrs["start_slot"]], x.shape[axis])
 
     return compute(n.shape, lambda *i: x[i[:axis] + (index(i[axis]),) + i[axis + 1 :]], name=n.op, tag="elementwise")
 
@@ -205,7 +205,7 @@ def _cat(n, *pieces):
         def piece(k):
             at = i[axis] - starts[k]
             if slots:  # the selects' conditions read the extents, so they bound nothing: clamp
-                at = _clamp(at, pieces[k].shape[axis])
+                at = _index_into(at, pieces[k].shape[axis])
             return pieces[k][i[:axis] + (at,) + i[axis + 1 :]]
 
         value = piece(len(pieces) - 1)
@@ -216,7 +216,7 @@ def _cat(n, *pieces):
     return compute(n.shape, read, name=n.op, tag="elementwise")
 
 
-def _clamp(index, extent: int):
+def _index_into(index, extent: int):
     """`index` moved into [0, extent): an index computed from run-time extents (dynamic shapes)."""
     return binary("max", binary("min", index, const(extent - 1, "int64")), const(0, "int64"))
 
