@@ -160,3 +160,32 @@ def test_tuning_a_dynamic_model_measures_each_task_at_its_buckets_sizes(tmp_path
         x = torch.randn(1, n, 8)
         with torch.no_grad():
             torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+
+
+TEXT_ZOO = [
+    "zoo-distilbert",
+    "zoo-roberta",
+    "zoo-albert",
+    "zoo-electra",
+    "zoo-gpt-neo",
+    "zoo-opt",
+    "zoo-llama",
+    "zoo-t5-encoder",
+]
+FAST_ZOO = ("zoo-llama", "zoo-gpt-neo")  # rotary + grouped queries + HF's packed-sequence mask; local attention
+
+
+@pytest.mark.parametrize("name", [n if n in FAST_ZOO else pytest.param(n, marks=pytest.mark.slow) for n in TEXT_ZOO])
+def test_the_zoos_text_models_compile_once_for_a_range_of_lengths(name):
+    pytest.importorskip("transformers")
+    from minitc.benchmarks import zoo_hf
+
+    model, inputs = zoo_hf.ZOO[name][1]()
+    seq = torch.export.Dim("seq", min=2, max=64)
+    with pytest.warns(UserWarning, match="through PyTorch"):
+        compiled = tc.compile(model, inputs, dynamic_shapes=(tuple({1: seq} for _ in inputs),))
+    for n in (5, 40):
+        args = tuple(torch.cat([x] * 3, dim=1)[:, :n] for x in inputs)
+        with torch.no_grad():
+            expected = model(*args)
+        assert (compiled(*args) - expected).abs().max().item() <= 1e-4 * expected.abs().max().item()

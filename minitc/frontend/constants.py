@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from minitc.frontend.dynamic import reads_extents
 from minitc.frontend.graph import Graph, is_pure
 from minitc.frontend.kernels import node_tensor
 from minitc.frontend.runtime import call_torch
@@ -27,7 +28,8 @@ def fold_constants(graph: Graph) -> Graph:
     g = graph.copy()
     nodes = []
     for node in g.nodes:
-        foldable = is_pure(node) and node.op != "fused" and node.name not in g.outputs
+        # (what reads the run-time extents of dynamic shapes is not the same at every call)
+        foldable = is_pure(node) and node.op != "fused" and node.name not in g.outputs and not reads_extents(node)
         if not foldable or not all(i in g.constants for i in node.inputs):
             nodes.append(node)
             continue

@@ -276,7 +276,7 @@ def _cat_pieces(node: Node, dims: dict) -> None:
             f"cat node {node.name} joins pieces along dimension {axis} whose size mixes dynamic sizes; minitc "
             "cannot compile it with dynamic shapes"
         )
-    if any(s is not None for s in slots):
+    if any(s is not None for s in slots[:-1]):  # (the last piece's size moves no other piece)
         node.attrs["piece_slots"] = slots
 
 
@@ -315,24 +315,39 @@ def attach_extents(graph: Graph, dims: dict, slots: int) -> Graph:
             _check_sliceable(node, dims)
         elif node.op != "view":
             members = node.body or (node,)
-            masks = any(_reads_extents(m) for m in members)
+            masks = any(reads_extents(m) for m in members)
             if node.body and masks:
-                node.body = tuple(replace(m, inputs=m.inputs + (EXTENTS,)) if _reads_extents(m) else m for m in members)
+                node.body = tuple(replace(m, inputs=m.inputs + (EXTENTS,)) if reads_extents(m) else m for m in members)
             whole = {d for m in members for d in m.attrs.get("whole", ())}
             limits = {d: s for d, s in dims.get(node.name, {}).items() if s != MIXED and d not in whole}
             if node.op == "mask":
                 limits.pop(node.attrs["axis"], None)
             if masks:
                 node.inputs += (EXTENTS,)
-            if limits:
-                node.inputs += (EXTENTS,)
+            if limits:  # the kernel's extents argument holds exactly the slots up to the last it reads
+                node.inputs += (_first_extents(out, 1 + max(limits.values())),)
                 node.attrs["limits"] = limits
         nodes.append(node)
     out.nodes = nodes
     return out
 
 
-def _reads_extents(node: Node) -> bool:
+def _first_extents(graph: Graph, count: int) -> str:
+    """The name of the constant holding the first `count` extents: EXTENTS, or a view of it."""
+    name = EXTENTS if count == len(graph.constants[EXTENTS]) else f"{EXTENTS}_{count}"
+    graph.constants.setdefault(name, graph.constants[EXTENTS][:count])
+    return name
+
+
+def set_extents(graph: Graph, values: tuple) -> None:
+    """Write a call's extents into the graph's extents constants (EXTENTS and its prefixes,
+    which a loaded model holds as arrays of their own)."""
+    for name, array in graph.constants.items():
+        if name == EXTENTS or name.startswith(EXTENTS + "_"):
+            array[:] = values[: len(array)]
+
+
+def reads_extents(node: Node) -> bool:
     """A mask, a slice from a start counted from a dynamic size, a cat after a dynamic piece."""
     return node.op == "mask" or "start_slot" in node.attrs or "piece_slots" in node.attrs
 

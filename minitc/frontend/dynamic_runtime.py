@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from minitc.errors import DTypeError, ShapeError
-from minitc.frontend.dynamic import EXTENTS
+from minitc.frontend.dynamic import set_extents
 from minitc.frontend.runtime import Plan, call_torch
 
 
@@ -50,7 +50,7 @@ class DynamicPlan(Plan):
     def run(self, arrays: list, times: dict | None = None) -> list:
         """The valid part of the outputs for `arrays` (of sizes within this plan's bucket)."""
         self.extents = self.shapes.extents([a.shape for a in arrays])
-        self.graph.constants[EXTENTS][:] = self.extents  # read by the kernels (bound to its address)
+        set_extents(self.graph, self.extents)  # read by the kernels (bound to their addresses)
         for v, buf, a in zip(self.graph.inputs, self._padded, arrays):
             valid_part(buf, self.dims.get(v.name, {}), self.extents)[...] = a
         outs = super().run(self._padded, times)
