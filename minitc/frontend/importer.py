@@ -103,8 +103,9 @@ def getattr_path(root, dotted: str):
 class Importer:
     """Walks an ExportedProgram's graph once, emitting nodes (converters call `emit`)."""
 
-    def __init__(self, program, symbols: dict | None = None):
+    def __init__(self, program, symbols: dict | None = None, check: bool = True):
         self.program = program
+        self.check = check  # build each converted node's tensor expression (False: dynamic.py's probe)
         self.symbols = dict(symbols or {})  # dynamic shapes: sympy symbol -> the size compiled for
         self.graph = Graph(symbols=dict(symbols or {}))
         self.names: dict = {}  # fx node -> value name (a tuple of names for a converted tuple)
@@ -236,7 +237,7 @@ class Importer:
         start = len(self.graph.nodes)
         try:
             result = converter(self, fx_node, *args, **kwargs)
-            for node in self.graph.nodes[start:]:
+            for node in self.graph.nodes[start:] if self.check else ():
                 _check_builds(node, self.values)
         except Unconvertible as e:
             reason = str(e) or "the converter does not take these arguments"
