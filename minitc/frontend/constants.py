@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minitc.frontend.dynamic import reads_extents
-from minitc.frontend.graph import Graph, is_pure
+from minitc.frontend.graph import Graph, is_pure, reads_extents
 from minitc.frontend.kernels import node_tensor
 from minitc.frontend.runtime import call_torch
 from minitc.te import placeholder

@@ -31,7 +31,7 @@ from dataclasses import replace
 import numpy as np
 
 from minitc.errors import ShapeError
-from minitc.frontend.graph import Graph, Node
+from minitc.frontend.graph import Graph, Node, reads_extents
 
 BUCKETS = 4
 EXTENTS = "dyn_extents"  # the graph constant holding each call's extents, one per dynamic size
@@ -345,11 +345,6 @@ def set_extents(graph: Graph, values: tuple) -> None:
     for name, array in graph.constants.items():
         if name == EXTENTS or name.startswith(EXTENTS + "_"):
             array[:] = values[: len(array)]
-
-
-def reads_extents(node: Node) -> bool:
-    """A mask, a slice from a start counted from a dynamic size, a cat after a dynamic piece."""
-    return node.op == "mask" or "start_slot" in node.attrs or "piece_slots" in node.attrs
 
 
 def _check_sliceable(node: Node, dims: dict) -> None:

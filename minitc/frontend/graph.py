@@ -31,6 +31,11 @@ def is_pure(node) -> bool:
     return node.op != "torch" or not any(word in node.attrs["target"] for word in NOT_PURE)
 
 
+def reads_extents(node: Node) -> bool:
+    """A mask, a slice from a start counted from a dynamic size, a cat after a dynamic piece."""
+    return node.op == "mask" or "start_slot" in node.attrs or "piece_slots" in node.attrs
+
+
 # graph ops computed element by element (the passes fuse them; layout.py keeps them blocked)
 ELEMENTWISE = ("add", "sub", "mul", "div", "relu", "gelu", "sigmoid", "tanh", "exp", "scale_shift", "clamp")
 
