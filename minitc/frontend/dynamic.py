@@ -198,8 +198,9 @@ def probe_sizes(sizes: tuple) -> tuple:
 
 # -- masks: what reduces over a dynamic dimension reads -inf or 0 past the extent --------------
 def _mixed_dims(node: Node, shapes: dict) -> list:
-    """[(input position, dim, fill)] of the input dimensions `node` reduces over, or None when
-    the operator reduces over no dimension of its inputs. Raises for the ones it cannot mask."""
+    """[(input position, dim, fill)] of the input dimensions `node` reduces over or moves
+    elements along, or None when it does neither: `fill` is the identity the padding must read
+    as, None where no mask makes the result exact (a mean divides by the padded size)."""
     op, a = node.op, node.attrs
     if op == "softmax":
         return [(0, len(shapes[node.inputs[0]]) - 1, NEG_INF)]
