@@ -132,7 +132,8 @@ def compile_cmd(model_spec, trials, strategy, target, db, threads, show_graph, j
     with thread_limit(threads), torch.no_grad():
         start = time.perf_counter()
         shapes = dynamic_shapes(model, inputs, sizes) if sizes else None
-        compiled = tc.compile(model, inputs, target=target, db=db, dynamic_shapes=shapes)
+        tuning = {"trials": trials, "strategy": strategy} if sizes and trials else {}  # the example's bucket
+        compiled = tc.compile(model, inputs, target=target, db=db, dynamic_shapes=shapes, **tuning)
         compile_s = time.perf_counter() - start
         if sizes:
             return _check_dynamic(model, compiled, inputs, sizes, name, compile_s, json_path)
@@ -246,7 +247,8 @@ def _check_dynamic(model, compiled, inputs, sizes, name, compile_s, json_path) -
         )
     click.echo(f"buckets compiled: {[shape[0] for shape in compiled.compiled_shapes]}")
     if json_path:
-        Path(json_path).write_text(json.dumps({"model": name, "dynamic": sizes, "compile_s": compile_s, "rows": rows}))
+        record = {"model": name, "dynamic": sizes, "compile_s": compile_s, "rows": rows}
+        Path(json_path).write_text(json.dumps({**record, "tuned_tasks": len(compiled.tune_results)}))
 
 
 def _summary(compiled, name: str, seconds: float, fallbacks: dict) -> None:
