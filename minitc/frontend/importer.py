@@ -103,9 +103,11 @@ def getattr_path(root, dotted: str):
 class Importer:
     """Walks an ExportedProgram's graph once, emitting nodes (converters call `emit`)."""
 
-    def __init__(self, program, symbols: dict | None = None, check: bool = True):
+    def __init__(self, program, symbols: dict | None = None, check: bool = True, fallbacks=()):
         self.program = program
         self.check = check  # build each converted node's tensor expression (False: dynamic.py's probe)
+        self.fallbacks = set(fallbacks)  # fx nodes to run through PyTorch whatever (the probe: as at the other size)
+        self.fell_back: list = []  # the fx nodes that run through PyTorch, by name
         self.symbols = dict(symbols or {})  # dynamic shapes: sympy symbol -> the size compiled for
         self.graph = Graph(symbols=dict(symbols or {}))
         self.names: dict = {}  # fx node -> value name (a tuple of names for a converted tuple)
@@ -216,7 +218,9 @@ class Importer:
             return
         key = str(target)
         converter = CONVERTERS.get(key)
-        if converter is None:
+        if fx_node.name in self.fallbacks:
+            reason = "it runs through PyTorch at the other size"
+        elif converter is None:
             reason = "no converter for this operator"
         elif _touches_a_scalar(fx_node):
             reason = "it makes or reads a 0-d tensor"
@@ -226,6 +230,7 @@ class Importer:
             reason = self._convert(fx_node, converter)
             if reason is None:
                 return
+        self.fell_back.append(fx_node.name)
         self.names[fx_node] = self._fallback(fx_node, key, reason)
 
     def _convert(self, fx_node, converter) -> str | None:
