@@ -185,10 +185,7 @@ def dynamic_dims(graph: Graph, probe: Graph, sizes: tuple, probe_sizes: tuple) -
 
 def _shapes(graph: Graph) -> dict:
     """{name: shape} of every value of `graph`: constants (folded from the sizes: position ids), inputs, nodes."""
-    out = {name: a.shape for name, a in graph.constants.items()}
-    out.update({v.name: v.shape for v in graph.inputs})
-    out.update({n.name: n.shape for n in graph.nodes})
-    return out
+    return {name: v.shape for name, v in graph.values().items()}
 
 
 def probe_sizes(sizes: tuple) -> tuple:
@@ -231,7 +228,8 @@ def mask_reductions(graph: Graph, dims: dict) -> Graph:
     the other operand's zeros then cancel (the softmax is marked to compute that dimension
     whole). An operator that reduces over a dynamic dimension in a way a mask cannot fix (a
     mean, a layer norm, a convolution window) raises ShapeError."""
-    shapes = _shapes(graph)
+    values = graph.values()
+    shapes = {name: v.shape for name, v in values.items()}
     out = graph.copy()
     producers = {n.name: n for n in out.nodes}
     nodes = []
@@ -256,7 +254,7 @@ def mask_reductions(graph: Graph, dims: dict) -> Graph:
             name = f"{inputs[k]}_masked{d}"
             if name not in shapes:
                 attrs = {"axis": d, "fill": fill, "slot": slot}
-                nodes.append(Node(name, "mask", (inputs[k],), attrs, shapes[inputs[k]], _dtype(graph, inputs[k])))
+                nodes.append(Node(name, "mask", (inputs[k],), attrs, shapes[inputs[k]], values[inputs[k]].dtype))
                 shapes[name] = shapes[inputs[k]]
                 dims[name] = dict(dims[inputs[k]])
             inputs[k] = name
@@ -290,16 +288,6 @@ def _softmax_along(name: str, dim: int, shapes: dict, producers: dict):
         name = node.inputs[0]
         node = producers.get(name)
     return node if node is not None and node.op == "softmax" else None
-
-
-def _dtype(graph: Graph, name: str) -> str:
-    for v in graph.inputs:
-        if v.name == name:
-            return v.dtype
-    for n in graph.nodes:
-        if n.name == name:
-            return n.dtype
-    return str(graph.constants[name].dtype)
 
 
 # -- after the passes: what each kernel skips, and what PyTorch nodes may see -----------------------
@@ -340,12 +328,16 @@ def _first_extents(graph: Graph, count: int) -> str:
     return name
 
 
-def set_extents(graph: Graph, values: tuple) -> None:
-    """Write a call's extents into the graph's extents constants (EXTENTS and its prefixes,
-    which a loaded model holds as arrays of their own)."""
-    for name, array in graph.constants.items():
-        if name == EXTENTS or name.startswith(EXTENTS + "_"):
-            array[:] = values[: len(array)]
+def extents_arrays(graph: Graph) -> list:
+    """The graph's extents constants: EXTENTS and its prefixes (a loaded model holds them as
+    arrays of their own)."""
+    return [a for name, a in graph.constants.items() if name == EXTENTS or name.startswith(EXTENTS + "_")]
+
+
+def set_extents(arrays: list, values: tuple) -> None:
+    """Write a call's extents into `arrays` (extents_arrays of a graph)."""
+    for array in arrays:
+        array[:] = values[: len(array)]
 
 
 def _check_sliceable(node: Node, dims: dict) -> None:

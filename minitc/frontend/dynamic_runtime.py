@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from minitc.errors import DTypeError, ShapeError
-from minitc.frontend.dynamic import set_extents
-from minitc.frontend.runtime import Plan, call_torch
+from minitc.errors import ShapeError
+from minitc.frontend.dynamic import extents_arrays, set_extents
+from minitc.frontend.runtime import Plan, call_torch, check_inputs
 
 
 def valid_part(array: np.ndarray, dims: dict, extents: tuple) -> np.ndarray:
@@ -32,16 +32,14 @@ class DynamicPlan(Plan):
         self.dims = dims  # value name -> {dim: slot}
         self.shapes = shapes  # dynamic.DynamicShapes: the sizes of a call, from its inputs
         self.extents: tuple = ()
+        self._extents_arrays = extents_arrays(graph)  # what the kernels read the extents from
         self._padded = [np.zeros(v.shape, v.dtype) for v in graph.inputs]
 
     def check_inputs(self, arrays: list, shapes: bool = True) -> None:
-        """Count, dtypes, ranks and static dimensions as the graph's inputs, whatever `shapes`
-        says (dynamic.py checks the dynamic dimensions against their range)."""
-        if len(arrays) != len(self.graph.inputs):
-            raise ShapeError(f"the model takes {len(self.graph.inputs)} inputs, got {len(arrays)}")
+        """Count and dtypes (runtime.check_inputs), then ranks and static dimensions, whatever
+        `shapes` says (dynamic.py checks the dynamic dimensions against their range)."""
+        check_inputs(self.graph.inputs, arrays, shapes=False)
         for k, (v, a) in enumerate(zip(self.graph.inputs, arrays)):
-            if str(a.dtype) != v.dtype:
-                raise DTypeError(f"input {k} ({v.name}) must be {v.dtype}, got {a.dtype}")
             dynamic = self.dims.get(v.name, {})
             if a.ndim != len(v.shape) or any(a.shape[d] != v.shape[d] for d in range(a.ndim) if d not in dynamic):
                 want = ", ".join("*" if d in dynamic else str(v.shape[d]) for d in range(len(v.shape)))
@@ -50,7 +48,7 @@ class DynamicPlan(Plan):
     def run(self, arrays: list, times: dict | None = None) -> list:
         """The valid part of the outputs for `arrays` (of sizes within this plan's bucket)."""
         self.extents = self.shapes.extents([a.shape for a in arrays])
-        set_extents(self.graph, self.extents)  # read by the kernels (bound to their addresses)
+        set_extents(self._extents_arrays, self.extents)  # read by the kernels (bound to their addresses)
         for v, buf, a in zip(self.graph.inputs, self._padded, arrays):
             valid_part(buf, self.dims.get(v.name, {}), self.extents)[...] = a
         outs = super().run(self._padded, times)

@@ -137,8 +137,9 @@ class CompiledGraph:
         # (optimization_hint reads a SymInt's value without a guard: int() would make dynamo specialise it)
         first = max([2, *(optimization_hint(example_inputs[i]) for i in self.sizes)])
         self.max_size = max_size or _power_of_two(GROWTH * first)
-        spec = self._measured() if self.sizes else None
-        self.dynamic = bool(spec and spec[0])
+        # what the sizes are, read once: {SymInt input: (tensor position, dim)}, [{dim: symbol}]
+        self.measured, self.symbols = self._read_sizes() if self.sizes else ({}, [])
+        self.dynamic = bool(self.measured)
         self.compiled = None  # a dynamic graph compiles at its first call: torch.export must not run inside dynamo
         if not self.sizes:
             self.compiled = self._compile(example_inputs)
@@ -147,39 +148,48 @@ class CompiledGraph:
         """{input index: (the weight tensor, its stamp)}, to see later whether it changed."""
         return {i: (args[i], stamp(args[i])) for i in self.weights}
 
-    def _measured(self):
-        """({SymInt input index: (position among the tensor inputs, dim)}, dynamic_shapes for
-        torch.export), or None when a tensor's size is an expression of others. The SymInts
-        that are no tensor's dimension (`logits_to_keep`) are compiled in, per value."""
-        from torch.export import Dim
-
+    def _read_sizes(self) -> tuple:
+        """({SymInt input index: (position among the tensor inputs, dim)}, per tensor input
+        {dim: its sympy symbol}), or ({}, []) when a tensor's size is an expression of others.
+        The SymInts that are no tensor's dimension (`logits_to_keep`) are compiled in, per value."""
         placeholders = self.graph_module.graph.find_nodes(op="placeholder")
         symbols = {_symbol(placeholders[i].meta.get("example_value")): i for i in self.sizes}
         symbols.pop(None, None)
-        dims, measured, shapes = {}, {}, []
+        measured, per_tensor = {}, []
         for k, i in enumerate(self.tensors):
             spec = {}
             for d, size in enumerate(getattr(placeholders[i].meta.get("example_value"), "shape", ())):
                 expr = _symbol(size)
                 if expr is None and not _static(size):
-                    return None  # a size that is an expression of others
+                    return {}, []  # a size that is an expression of others
                 if expr is not None:
-                    spec[d] = dims.setdefault(expr, Dim(f"size{len(dims)}", min=2, max=self.max_size))
+                    spec[d] = expr
                     if expr in symbols:
                         measured.setdefault(symbols[expr], (k, d))
-            shapes.append(spec or None)
-        return measured, (tuple(shapes),)
+            per_tensor.append(spec)
+        return measured, per_tensor
+
+    def _dynamic_shapes(self) -> tuple:
+        """torch.export's dynamic_shapes for the wrapper's tensor inputs: one Dim per symbol, up
+        to the current max_size."""
+        from torch.export import Dim
+
+        dims: dict = {}
+        shapes = []
+        for spec in self.symbols:
+            named = {d: dims.setdefault(e, Dim(f"size{len(dims)}", min=2, max=self.max_size)) for d, e in spec.items()}
+            shapes.append(named or None)
+        return (tuple(shapes),)
 
     def _compile(self, args):
         tensors = tuple(args[i] for i in self.tensors)
         target = "cuda" if any(t.device.type == "cuda" for t in tensors) else "llvm"  # CUDA inputs: the GPU path
         if self.dynamic:
-            measured, shapes = self._measured()
-            fixed = {i: int(args[i]) for i in self.sizes if i not in measured}
-            model = frozen_module(self.graph_module, args, self.weights, {**fixed, **self.numbers}, measured)
+            fixed = {i: int(args[i]) for i in self.sizes if i not in self.measured}
+            model = frozen_module(self.graph_module, args, self.weights, {**fixed, **self.numbers}, self.measured)
             try:
                 self.models[tuple(fixed.values())] = compiled = compile_model(
-                    model, tensors, target=target, dynamic_shapes=shapes
+                    model, tensors, target=target, dynamic_shapes=self._dynamic_shapes()
                 )
                 return compiled
             except MinitcError as e:
@@ -200,11 +210,11 @@ class CompiledGraph:
                 self.compiled = self._compile(args)
         tensors = [args[i] for i in self.tensors]
         if self.dynamic:
-            measured = self._measured()[0]
-            if max(args[i] for i in measured) > self.max_size:  # a longer sequence: a longer range
-                self.max_size = _power_of_two(GROWTH * max(args[i] for i in measured))
+            longest = max(args[i] for i in self.measured)
+            if longest > self.max_size:  # a longer sequence: a longer range
+                self.max_size = _power_of_two(GROWTH * longest)
                 self.models.clear()
-            key = tuple(args[i] for i in self.sizes if i not in measured)
+            key = tuple(args[i] for i in self.sizes if i not in self.measured)
             self.compiled = self.models.get(key) or self._compile(args)
         if not self.dynamic:
             key = tuple(args[i] for i in self.sizes)
