@@ -120,8 +120,9 @@ def lower_state(state: State, inputs: list, outputs: list, name: str = "kernel",
         st = state.stage(n)
         params[n] = ir.Buffer(n, st.shape, st.dtype, "global")
     inputs = list(inputs)
-    if slots(state):  # the run-time extents of dynamic dimensions: the last input
-        params[EXTENTS] = ir.Buffer(EXTENTS, (slots(state),), "int64", "global")
+    count = slots(state)
+    if count:  # the run-time extents of dynamic dimensions: the last input
+        params[EXTENTS] = ir.Buffer(EXTENTS, (count,), "int64", "global")
         inputs.append(EXTENTS)
     body = _build(state, params, gpu)
     _dump("build", body)
