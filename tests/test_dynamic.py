@@ -125,6 +125,9 @@ def test_a_dimension_without_a_maximum_is_refused():
 def test_a_saved_dynamic_model_keeps_its_range(dynamic_bert, tmp_path):
     model, compiled = dynamic_bert
     compiled.save(tmp_path / "bert.minitc")  # compiles the buckets not used yet: the file serves 2..128
+    first, *others = [graph for graph, _, _ in compiled._variants.values()]
+    weights = [name for name in first.constants if "weight" in name]
+    assert weights and all(g.constants[w] is first.constants[w] for g in others for w in weights)  # one copy
     loaded = tc.frontend.load(tmp_path / "bert.minitc")
     assert len(loaded.compiled_shapes) == 4
     for n in (3, 33, 128):

@@ -31,7 +31,7 @@ from minitc.errors import ConfigError, MinitcError, ScheduleError, ShapeError, w
 from minitc.frontend import passes, saved
 from minitc.frontend.choice import choose_programs
 from minitc.frontend.device_runtime import DevicePlan, make_plan
-from minitc.frontend.dynamic import DynamicShapes, bucket_graph, extents_arrays, set_extents
+from minitc.frontend.dynamic import DynamicShapes, bucket_graph, extents_arrays, set_extents, share_constants
 from minitc.frontend.dynamic_runtime import DynamicPlan
 from minitc.frontend.importer import export, fallback_reasons, import_model, unsupported
 from minitc.frontend.kernels import NO_KERNEL, node_tensor
@@ -212,6 +212,7 @@ class CompiledModel:
             if is_gpu(self.target):
                 raise ConfigError("dynamic shapes are compiled for CPUs only; compile the GPU model per shape")
             graph, dims = bucket_graph(self.dynamic, bucket, self.target, self.layout)
+            share_constants(graph, [g for g, _, _ in self._variants.values()])
             inputs = [np.zeros(v.shape, v.dtype) for v in graph.inputs]  # what tuned programs are chosen on
             set_extents(extents_arrays(graph), self.dynamic.slot_values(bucket))
         if bucket is None or not self._variants:  # a bucket has the first one's fallbacks

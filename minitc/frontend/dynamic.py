@@ -328,10 +328,31 @@ def _first_extents(graph: Graph, count: int) -> str:
     return name
 
 
+def share_constants(graph: Graph, others: list) -> None:
+    """Give `graph` the arrays of the graphs of `others` (other buckets) wherever a constant of
+    the same name holds the same values: a bucket's weights are packed again by its passes, and
+    one copy in memory (and in a saved file) serves every bucket. The extents stay each plan's."""
+    own = set(extents_names(graph))
+    for name, array in graph.constants.items():
+        if name in own:
+            continue
+        for other in others:
+            same = other.constants.get(name)
+            if same is not None and same.shape == array.shape and same.dtype == array.dtype:
+                if np.array_equal(same, array):
+                    graph.constants[name] = same
+                    break
+
+
+def extents_names(graph: Graph) -> list:
+    """The names of the graph's extents constants: EXTENTS and its prefixes."""
+    return [name for name in graph.constants if name == EXTENTS or name.startswith(EXTENTS + "_")]
+
+
 def extents_arrays(graph: Graph) -> list:
     """The graph's extents constants: EXTENTS and its prefixes (a loaded model holds them as
     arrays of their own)."""
-    return [a for name, a in graph.constants.items() if name == EXTENTS or name.startswith(EXTENTS + "_")]
+    return [graph.constants[name] for name in extents_names(graph)]
 
 
 def set_extents(arrays: list, values: tuple) -> None:
