@@ -10,14 +10,16 @@ from minitc.errors import ShapeError
 from minitc.te import placeholder
 
 RNG = np.random.default_rng(0)
+AVX2 = "llvm -mcpu=x86-64-v3 -num-cores=2"  # the templates' tiles are the same on every host that runs it
 
 
-def _limited(build_output, shape):
+def _limited(build_output):
     out = build_output()
     out.limits = {0: 0}
-    return out, tc.build(out, target="llvm"), str(tc.lower(out, target="llvm"))
+    return out, tc.build(out, target=AVX2), str(tc.lower(out, target=AVX2))
 
 
+@pytest.mark.avx2
 @pytest.mark.parametrize("op", ["dense", "softmax"])
 def test_a_limited_kernel_computes_the_valid_rows_and_skips_the_tiles_past_them(op):
     x = placeholder((64, 48), "float32", name="x")
@@ -25,17 +27,17 @@ def test_a_limited_kernel_computes_the_valid_rows_and_skips_the_tiles_past_them(
     if op == "dense":
         w = placeholder((40, 48), "float32", name="w")
         W = RNG.standard_normal((40, 48)).astype(np.float32)
-        out, fn, text = _limited(lambda: tc.ops.dense(x, w), (64, 40))
+        out, fn, text = _limited(lambda: tc.ops.dense(x, w))
         args, expect = (X, W), lambda n: X[:n] @ W.T
     else:
-        out, fn, text = _limited(lambda: tc.ops.softmax(x), (64, 48))
+        out, fn, text = _limited(lambda: tc.ops.softmax(x))
         args = (X,)
 
         def expect(n):
             e = np.exp(X[:n] - X[:n].max(1, keepdims=True))
             return e / e.sum(1, keepdims=True)
 
-    assert "dyn_extents: int64[1]" in text and "< (dyn_extents[0]" in text or "< dyn_extents[0]" in text
+    assert "dyn_extents: int64[1]" in text and ("< (dyn_extents[0]" in text or "< dyn_extents[0]" in text)
     for n in (1, 5, 37, 64):
         result = np.full(out.shape, np.nan, np.float32)
         fn(*args, np.array([n], np.int64), out=result)
