@@ -58,18 +58,19 @@ def frozen_module(graph_module, args, weights: dict, fixed: dict, measured: dict
 
     class Frozen(torch.nn.Module):
         def forward(self, *inputs):
-            rest = iter(inputs)
-            full = [
-                self.get_buffer(weights[i])
-                if i in weights
-                else fixed[i]
-                if i in fixed
-                else inputs[measured[i][0]].shape[measured[i][1]]
-                if i in measured
-                else next(rest)
-                for i in range(len(args))
-            ]
-            return self.dynamo_graph(*full)
+            rest = iter(inputs)  # the tensor inputs, in the order of the graph's arguments
+
+            def argument(i):
+                if i in weights:
+                    return self.get_buffer(weights[i])
+                if i in fixed:
+                    return fixed[i]
+                if i in measured:
+                    position, dim = measured[i]
+                    return inputs[position].shape[dim]
+                return next(rest)
+
+            return self.dynamo_graph(*(argument(i) for i in range(len(args))))
 
     module = Frozen()
     for i, name in weights.items():
