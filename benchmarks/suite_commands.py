@@ -11,10 +11,12 @@ To add a suite, write its runner and add an entry.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable
+from unittest.mock import patch
 
 import click
 
@@ -158,8 +160,10 @@ def run_tlm_eval(suite, names, say, command, *, target, tlm_k, evo_trials, seed,
     left_out = None
     if leave_out_hardware:
         lm_path, left_out = _leave_out_model(lm_path, say)
+    cost_env = {"MINITC_COST_MODEL": left_out["cost_model"]} if left_out else {}
     try:
-        by_seed = tlm_eval.run_seeds(names, tlm_k, evo_trials, seeds, say, lm_path, evo_from, target)
+        with patch.dict(os.environ, cost_env):
+            by_seed = tlm_eval.run_seeds(names, tlm_k, evo_trials, seeds, say, lm_path, evo_from, target)
     except KeyError as e:
         raise click.UsageError(e.args[0]) from None
     rows = by_seed[seeds[0]]
@@ -186,7 +190,9 @@ def run_tlm_eval(suite, names, say, command, *, target, tlm_k, evo_trials, seed,
 
 def _leave_out_model(base, say) -> tuple:
     """(path, what was left out) of a copy of `base` fine-tuned without this host's hardware
-    description (tlm_eval.leave_out_model), kept in the user's cache directory."""
+    description (tlm_eval.leave_out_model), kept in the user's cache directory. The tlm
+    strategy then ranks with a cost model trained without it too (MINITC_COST_MODEL, unless the
+    user set one)."""
     from minitc.lm.pipeline import user_model_path
     from minitc.target import hardware_fingerprint
 
@@ -195,7 +201,14 @@ def _leave_out_model(base, say) -> tuple:
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = tlm_eval.leave_out_model(base, out, say=say)
     say(f"leave-out: wrote {out} ({meta['demonstrations']} programs, {meta['seconds']:.0f} s)")
-    return str(out), {"fingerprint": fingerprint, "base": str(base or "shipped"), "checkpoint": str(out)}
+    left_out = {"fingerprint": fingerprint, "base": str(base or "shipped"), "checkpoint": str(out)}
+    if os.environ.get("MINITC_COST_MODEL"):
+        say(f"leave-out: ranking with MINITC_COST_MODEL={os.environ['MINITC_COST_MODEL']}, as set")
+        return str(out), {**left_out, "cost_model": os.environ["MINITC_COST_MODEL"]}
+    cost = out.with_name(f"cost-without-{fingerprint}.pt")
+    made = tlm_eval.leave_out_cost_model(cost, say=say)
+    say(f"leave-out: wrote {cost} ({made['programs']} programs, {made['seconds']:.0f} s)")
+    return str(out), {**left_out, "cost_model": str(cost)}
 
 
 def run_runner_scaling(suite, workloads, say, command, *, trials, json_path) -> None:

@@ -187,6 +187,12 @@ def test_leave_out_model_trains_without_this_hosts_measurements(tmp_path, tiny):
     save_checkpoint(tmp_path / "seen.pt", model, vocab, {"stage": "finetune", "hardware": str(hardware("llvm"))})
     with pytest.raises(LMError, match="was fine-tuned on measurements of this machine .* start from a checkpoint"):
         leave_out_model(tmp_path / "seen.pt", tmp_path / "x.pt", data=tmp_path / "data")
+    # ... and the cost model it ranks with: trained without this machine, so no head of its own
+    from minitc.benchmarks.tlm_eval import leave_out_cost_model
+
+    made = leave_out_cost_model(tmp_path / "cost.pt", data=tmp_path / "data", members=2, epochs=2)
+    assert made["programs"] == 4
+    assert all(m.machines == [ZEN4_FP] for m in members_of(load_cost_model(tmp_path / "cost.pt")))
     refused = CliRunner().invoke(main, ["bench", "--suite", "smoke", "--leave-out-hardware"])
     assert refused.exit_code == 2 and "--leave-out-hardware applies to the suite tlm-eval" in refused.output
 
