@@ -2,7 +2,7 @@
 and the generic binding every other stage gets.
 
 On a GPU a loop nest that binds nothing runs in a single thread, so `gpu_template_schedule`
-first applies the operator's template (gemm.py, conv.py, reduce.py) and then gives every root
+first applies the operator's template (gemm.py, conv.py, reduce.py, window.py) and then gives every root
 stage left unbound the simple binding: its spatial loops fused, split into blocks of `threads`
 threads, one output element per thread (`bind_flat`). Reductions outside reduce.py's templates
 stay serial inside each thread.
@@ -27,7 +27,7 @@ from minitc.templates.gpu.registry import (  # noqa: F401  (the registry, read h
 
 
 def load_gpu_templates() -> None:
-    from minitc.templates.gpu import conv, gemm, reduce, winograd  # noqa: F401  (they register themselves)
+    from minitc.templates.gpu import conv, gemm, reduce, window, winograd  # noqa: F401  (they register themselves)
 
 
 def is_bound(s: Schedule, name: str) -> bool:
