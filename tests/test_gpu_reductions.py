@@ -3,20 +3,22 @@ them (minitc/templates/gpu/reduce.py): the simulator against numpy for every low
 (one warp, whole warps, the shared-memory tree for partial warps), special values, nvcc --ptx,
 race detection, illegal schedules, and the design space. Marked `cuda`: the same on a GPU."""
 
+import re
 import subprocess
 
 import numpy as np
 import pytest
-from cuda_tools import cupy_usable, find_nvcc
+from cuda_tools import cupy_usable, find_nvcc, ptxas_log
 
 import minitc as tc
-from minitc import ir
+from minitc import ir, te
 from minitc.autotune.space import Space
 from minitc.backends.cuda.codegen import render_program
 from minitc.backends.cuda.sim import SimFunction
 from minitc.driver import lower_gpu
 from minitc.errors import RaceError, ScheduleError
 from minitc.lowering.gpu import GpuProgram, Launch
+from minitc.te import compute
 from minitc.templates import template_schedule
 
 REFERENCE = {"sum": np.sum, "max": np.max, "min": np.min, "mean": np.mean}
@@ -188,14 +190,66 @@ def test_softmax_special_values():
     np.testing.assert_allclose(y[~np.isnan(ref)], ref[~np.isnan(ref)], rtol=1e-5, atol=1e-7)
 
 
+REDUCE_CASES = [
+    ((6, 90), 1, False),
+    ((3, 4, 40), -1, False),
+    ((50,), None, False),
+    ((40, 6), 0, False),
+    ((3, 4, 5), (1,), True),  # the contiguous axis kept: one thread per output
+    ((2, 5, 7, 7), (2, 3), False),  # global average pools: H and W fused, 49 values a row
+    ((1, 3, 14, 14), (2, 3), True),
+    ((2, 4, 1, 1), (2, 3), True),
+    ((1, 2, 56, 56), (2, 3), False),
+    ((3, 5, 6, 7), (1, 3), False),  # C and W: only W is contiguous
+    ((4, 9, 5), (0, 1, 2), True),
+]
+
+
 @pytest.mark.parametrize("op", sorted(REFERENCE))
-@pytest.mark.parametrize("shape, axis", [((6, 90), 1), ((3, 4, 40), -1), ((50,), None), ((40, 6), 0)])
-def test_reduce_template(op, shape, axis):
+@pytest.mark.parametrize("shape, axis, keepdims", REDUCE_CASES)
+def test_reduce_template(op, shape, axis, keepdims):
     X = tc.placeholder(shape, name="X")
-    out = getattr(tc.ops, op)(X, axis=axis)
+    out = getattr(tc.ops, op)(X, axis=axis, keepdims=keepdims)
     x = rand(*shape)
-    f = tc.build(out, target="cuda-sim")
-    np.testing.assert_allclose(f(x).reshape(-1), np.ravel(REFERENCE[op](x, axis=axis)), rtol=1e-5, atol=1e-6)
+    f = tc.build(out, target="cuda-sim", db=False)
+    want = REFERENCE[op](x, axis=axis, keepdims=keepdims)
+    np.testing.assert_allclose(f(x).reshape(-1), np.ravel(want), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "shape, axis, run, block",
+    [
+        ((1, 1280, 7, 7), (2, 3), ["r2", "r3"], (32, 4, 1)),  # MobileNet-V2's global pool: a warp a channel
+        ((1, 64, 56, 56), (2, 3), ["r2", "r3"], (256, 1, 1)),
+        ((5, 8, 6, 10), (1, 2, 3), ["r1", "r2", "r3"], (32, 4, 1)),
+        ((3, 5, 6, 7), (1, 3), ["r3"], (7, 4, 1)),
+        ((6, 90), 1, ["r1"], (32, 4, 1)),
+    ],
+)
+def test_contiguous_reduced_axes_are_fused_across_the_threads(shape, axis, run, block):
+    """A mean over H and W of NCHW data reduces H*W values an output with a whole warp (or
+    more), not the W of one row with W threads."""
+    from minitc.templates.gpu.reduce import contiguous_run
+
+    out = tc.ops.mean(tc.placeholder(shape, name="X"), axis=axis, keepdims=True)
+    s = tc.Schedule(out)
+    assert [a.name for a in contiguous_run(s.state, s.state.stage(s.state.outputs[0]))] == run
+    (launch,) = lower_gpu(template_schedule(out, "cuda"), "cuda").launches
+    assert launch.block == block
+
+
+def test_a_gap_between_the_rows_keeps_the_axes_apart():
+    """A reduction over a window narrower than its rows (X[i, r0, r1] with r1 over 5 of 8
+    columns) is not one contiguous run: only the last axis crosses the threads."""
+    from minitc.templates.gpu.reduce import contiguous_run
+
+    X = tc.placeholder((3, 4, 8), name="X")
+    r0, r1 = tc.reduce_axis(4, name="r0"), tc.reduce_axis(5, name="r1")
+    out = compute((3,), lambda i: te.sum(X[i, r0, r1], axis=(r0, r1)), name="Y", tag="reduce")
+    s = tc.Schedule(out)
+    assert [a.name for a in contiguous_run(s.state, s.state.stage("Y"))] == ["r1"]
+    x = rand(3, 4, 8)
+    np.testing.assert_allclose(tc.build(out, target="cuda-sim", db=False)(x), x[:, :, :5].sum((1, 2)), rtol=1e-5)
 
 
 def test_defaults_follow_the_row_length():
@@ -211,16 +265,21 @@ def test_defaults_follow_the_row_length():
 def test_design_space_programs_are_legal():
     """Every sampled template point (threads x rows) lowers and matches numpy."""
     rng = np.random.default_rng(0)
-    X = tc.placeholder((5, 70), name="X")
-    x = rand(5, 70)
-    for out, ref in ((tc.ops.softmax(X), softmax_reference(x)), (tc.ops.max(X, axis=1), x.max(1))):
+    x, p = rand(5, 70), rand(2, 5, 7, 7)
+    X, P = tc.placeholder(x.shape, name="X"), tc.placeholder(p.shape, name="P")
+    cases = [
+        (tc.ops.softmax(X), x, softmax_reference(x)),
+        (tc.ops.max(X, axis=1), x, x.max(1)),
+        (tc.ops.mean(P, axis=(2, 3), keepdims=True), p, p.mean((2, 3), keepdims=True)),  # H and W fused
+    ]
+    for out, a, ref in cases:
         space = Space(out, "cuda-sim")
         seen = set()
         for _ in range(12):
             cand = space.sample(rng, sketch="template")
             seen.add(tuple(cand.values))
             f = tc.build(cand.schedule, target="cuda-sim")
-            np.testing.assert_allclose(f(x), ref, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(f(a), ref, rtol=1e-5, atol=1e-6)
         assert len(seen) > 3
 
 
@@ -243,6 +302,20 @@ def test_nvcc_compiles_the_kernels(tmp_path):
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "shfl.sync.bfly" in (tmp_path / "all.ptx").read_text()
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found on PATH or in /usr/local/cuda*/bin")
+def test_global_pool_reductions_keep_to_registers(tmp_path):
+    """The default kernels of the global average pools (MobileNet-V2, ResNet-50 at batch 8, a
+    56x56 map) and of a row sum through ptxas: no spills, no stack frame."""
+    shapes = [((1, 1280, 7, 7), (2, 3)), ((8, 2048, 7, 7), (2, 3)), ((1, 64, 56, 56), (2, 3)), ((37, 3000), 1)]
+    sources = [
+        tc.codegen(tc.ops.mean(tc.placeholder(shape, name="X"), axis=axis), "cuda", name=f"g{k}", db=False)
+        for k, (shape, axis) in enumerate(shapes)
+    ]
+    log = ptxas_log("\n".join(sources), tmp_path)
+    assert log.count("0 bytes spill stores, 0 bytes spill loads") == len(shapes), log
+    assert not re.search(r"[1-9]\d* bytes stack frame", log), log
 
 
 @pytest.mark.cuda

@@ -15,6 +15,10 @@ Each thread reads its strided share of the row, coalesced across the threads, th
 the second and third reads hit L1 (a 512-float row is 2 KiB). A row sum is the output itself
 reducing: one thread of each row group writes the total.
 
+A reduction over several trailing axes that are contiguous in memory (a global average pool,
+`x.mean((2, 3))` of NCHW data) fuses them first, so that the threads of a row span all of the
+H*W values of an output, not only the W of one image row.
+
 Short rows get one warp per row and several rows per block (no shared memory, no barrier);
 long rows more threads. Any `threads` (up to 1024) and `rows` give a legal program: rows
 shrink until the block has at most 1024 threads, and a split longer than the row is clipped.
@@ -24,7 +28,10 @@ binding of gpu_template_schedule.
 
 from __future__ import annotations
 
+import math
+
 from minitc.errors import ScheduleError
+from minitc.expr import IterVar, walk
 from minitc.lowering.allreduce import WARP
 from minitc.templates.elementwise import inline_producers
 from minitc.templates.gpu.registry import MAX_THREADS, defaults, template
@@ -105,19 +112,44 @@ def schedule_layer_norm(s, out, target, threads=WARP, rows=4):
     row_statistics(s, out, stats, threads, rows)
 
 
+def contiguous_run(state, st) -> list:
+    """The trailing reduction axes of stage `st` that every read along them indexes, in order, as
+    its innermost whole dimensions (r2, r3 of X[n, c, r2, r3] for a mean over H and W of NCHW
+    data): fused, they run over one contiguous stretch of memory. At least the last axis."""
+    axes, red = list(st.reduce_axes), set(st.reduce_axes)
+    run = len(axes)
+    for r in st.reads():
+        if not any(isinstance(v, IterVar) and v in red for i in r.indices for v in walk(i)):
+            continue
+        shape, k = state.stage(r.stage).shape, 0
+        while k < min(run, len(r.indices)) and r.indices[-1 - k] is axes[-1 - k]:
+            if k and shape[-k] != axes[-k].extent:
+                break  # the inner dimension is wider than its axis: a gap between the rows
+            k += 1
+        run = k
+    return axes[len(axes) - max(run, 1) :]
+
+
 @template("reduce")
 def schedule_reduce(s, out, target, threads=WARP, rows=4):
-    """sum/max/min/mean whose contiguous axis is reduced: `threads` threads reduce a row
-    together, `rows` rows a block; otherwise one thread per output element."""
+    """sum/max/min/mean whose contiguous axis is reduced: `threads` threads reduce a row (the
+    contiguous run of reduced axes, fused) together, `rows` rows a block; otherwise one thread
+    per output element."""
     _check("reduce", threads, rows)
     st = s.state.stage(out)
     if contiguous_axis(st)[0] != "reduced":
         return  # the kept contiguous axis: gpu_template_schedule's flat binding coalesces
     threads, rows = _legal(threads, rows)
-    spatial = [ref for ref, lp in zip(s.loops(out), st.loops) if not lp.reduce]
+    loops = s.loops(out)
+    spatial = [ref for ref, lp in zip(loops, st.loops) if not lp.reduce]
     if spatial:
         _row_loop(s, spatial, rows)
-    cross_thread(s, out, threads)
+    run = len(contiguous_run(s.state, st))
+    if run == 1:
+        cross_thread(s, out, threads)
+        return
+    row = s.fuse(*loops[len(loops) - run :])  # the last loops: the stage's reduction axes, in order
+    s.bind(s.split(row, factor=threads)[1], "threadIdx.x")
 
 
 def pick(row: int) -> dict:
@@ -132,7 +164,12 @@ def pick(row: int) -> dict:
 
 def _row_length(s, out: str, tag: str) -> int:
     st = s.state.stage(out if tag == "reduce" else producer(s, out, tag))
-    return contiguous_reduce_loop(st, list(st.reduce_axes)).extent if st.reduce_axes else 1
+    if not st.reduce_axes:
+        return 1
+    run = contiguous_run(s.state, st) if tag == "reduce" else []
+    if len(run) > 1:  # schedule_reduce fuses them
+        return math.prod(a.extent for a in run)
+    return contiguous_reduce_loop(st, list(st.reduce_axes)).extent
 
 
 @defaults("softmax")
