@@ -82,14 +82,24 @@ def test_window_template_parameters_against_numpy(case, params):
 
 @pytest.mark.parametrize(
     "layer",
-    [("depthwise_conv2d", (1, 3, 10, 10), 3, 1, 1, 2), ("avg_pool2d", (1, 6, 7, 7), 7, 7, 0, 1)],
-    ids=["depthwise-multiplier-2", "global-avg"],
+    [
+        ("depthwise_conv2d", (1, 3, 10, 10), 3, 1, 1, 2),
+        ("avg_pool2d", (1, 6, 7, 7), 7, 7, 0, 1),
+        ("max_pool2d", (1, 4, 13, 12), 3, 2, 1, 1),
+    ],
+    ids=["depthwise-multiplier-2", "global-avg", "max-pool-padded"],
 )
 def test_a_fused_epilogue_against_numpy(layer):
     """A bias + ReLU6 epilogue applied at the store (the anchor found under it, as conv2d's
-    template does), on a depthwise convolution with two output channels per input channel and on
-    a global pool (stored by one thread of the window's)."""
-    out, inputs, want = window_op(*layer)
+    template does), on a depthwise convolution with two output channels per input channel, on
+    a global pool (stored by one thread of the window's) and on a padded max pool."""
+    epilogue, inputs, want = with_relu6(*window_op(*layer), layer[0])
+    np.testing.assert_allclose(tc.build(epilogue, target="cuda-sim", db=False)(*inputs), want, rtol=1e-5, atol=1e-5)
+
+
+def with_relu6(out, inputs, want, tag):
+    """(bias + ReLU6 after `out`, tagged for out's template as a fused group is, the inputs with
+    the bias, the reference)."""
     C = out.shape[1]
     B, b = tc.placeholder((C,), name="B"), rand(C, seed=2)
     six, zero = const(6.0, "float32"), const(0.0, "float32")
@@ -97,9 +107,8 @@ def test_a_fused_epilogue_against_numpy(layer):
     def relu6(n, c, h, i):
         return binary("min", binary("max", out[n, c, h, i] + B[c], zero), six)
 
-    epilogue = compute(out.shape, relu6, name="epilogue", tag=layer[0])
-    f = tc.build(epilogue, target="cuda-sim", db=False)
-    np.testing.assert_allclose(f(*inputs, b), np.clip(want + b[None, :, None, None], 0, 6), rtol=1e-5, atol=1e-5)
+    epilogue = compute(out.shape, relu6, name="epilogue", tag=tag)
+    return epilogue, (*inputs, b), np.clip(want + b[None, :, None, None], 0, 6)
 
 
 # MobileNet-V2's depthwise layers, ResNet's max pool and the global pools, at batch 1
@@ -130,9 +139,10 @@ def test_default_window_kernels_keep_their_accumulators_in_registers(tmp_path):
     assert not re.search(r"[1-9]\d* bytes stack frame", log), log
 
 
-def test_a_mobilenet_like_model_on_the_gpu_simulator_matches_eager():
+def mobilenet_like():
     """Inverted residual blocks (depthwise 3x3 at stride 1 with the residual, 3x3 and 5x5 at
-    stride 2, each under batch norm and ReLU6), a max pool and the global average pool."""
+    stride 2, each under batch norm and ReLU6), a max pool and the global average pool; random
+    batch norm statistics. Returns (model, example input)."""
     torch = pytest.importorskip("torch")
     from torch import nn
 
@@ -162,25 +172,88 @@ def test_a_mobilenet_like_model_on_the_gpu_simulator_matches_eager():
         if isinstance(m, nn.BatchNorm2d):
             m.running_mean.uniform_(-0.5, 0.5)
             m.running_var.uniform_(0.5, 1.5)
-    x = torch.randn(1, 3, 32, 32)
+    return model, torch.randn(1, 3, 32, 32)
+
+
+def _kinds(tasks) -> list:
+    return [str(t).split()[0] for t in tasks]
+
+
+def test_a_mobilenet_like_model_on_the_gpu_simulator_matches_eager():
+    """Every window layer gets the window template, each depthwise layer with its bias + ReLU6
+    epilogue in its kernel (no elementwise kernel after it), and the outputs match eager."""
+    torch = pytest.importorskip("torch")
+    model, x = mobilenet_like()
     compiled = tc.compile(model, (x,), target="cuda-sim")
     windows = [t for t in compiled.tasks if str(t).split()[0] in ("depthwise_conv2d", "max_pool2d")]
     assert len(windows) == 4
     for task in windows:  # the window template's 2-D blocks, not the flat binding
         assert '"threadIdx.y"' in task.trace.to_json(), str(task)
+    depthwise = [t for t in windows if str(t).startswith("depthwise_conv2d")]
+    assert all(len(t.key[2]) == 3 for t in depthwise), [str(t) for t in depthwise]  # X, W and the bias
+    assert "elementwise" not in _kinds(compiled.tasks)
     with torch.no_grad():
         want = model(x)
     np.testing.assert_allclose(compiled(x).numpy(), want.numpy(), rtol=0, atol=1e-4 * float(want.abs().max()))
 
 
-@pytest.mark.parametrize("case", ["dw3-s2", "global-avg"])
-def test_programs_the_tuner_draws_from_the_gpu_space_against_numpy(case):
+def test_depthwise_epilogues_are_fused_on_the_gpu_only():
+    """The same graph on a CPU in NCHW keeps each depthwise convolution and its epilogue apart
+    (the CPU's NCHW template applies none): the GPU's task list is the CPU's without the three
+    elementwise tasks."""
+    from minitc.frontend import passes
+    from minitc.frontend.compiler import extract_tasks
+    from minitc.frontend.importer import import_model
+
+    model, x = mobilenet_like()
+    cpu, gpu = (
+        _kinds(extract_tasks(passes.run_all(import_model(model, (x,)), target, "nchw"), target))
+        for target in ("llvm", "cuda-sim")
+    )
+    assert cpu.count("elementwise") == 3 and cpu.count("depthwise_conv2d") == 3
+    after = [cpu[k + 1] for k, kind in enumerate(cpu) if kind == "depthwise_conv2d"]
+    assert after == ["elementwise"] * 3
+    assert gpu == [kind for kind in cpu if kind != "elementwise"]
+
+
+def test_elementwise_regions_and_pools_take_the_gpu_epilogue():
+    """A SiLU written out (y * sigmoid(y): the depthwise result read twice, a region) after a
+    depthwise layer, and a shift and ReLU after a max pool: each one kernel on the GPU."""
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.dw = nn.Conv2d(6, 6, 3, 1, 1, groups=6, bias=False)
+            self.pool = nn.MaxPool2d(3, 2, 1)
+            self.shift = nn.Parameter(torch.randn(1, 6, 1, 1))
+
+        def forward(self, x):
+            y = self.dw(x)
+            y = y * torch.sigmoid(y)
+            return torch.relu(self.pool(y) + self.shift)
+
+    torch.manual_seed(0)
+    model, x = Net().eval(), torch.randn(1, 6, 11, 13)
+    compiled = tc.compile(model, (x,), target="cuda-sim")
+    assert _kinds(compiled.tasks) == ["depthwise_conv2d", "max_pool2d"]
+    with torch.no_grad():
+        want = model(x)
+    np.testing.assert_allclose(compiled(x).numpy(), want.numpy(), rtol=0, atol=1e-5 * float(want.abs().max()))
+
+
+@pytest.mark.parametrize("case, epilogue", [("dw3-s2", False), ("global-avg", False), ("dw3-s1", True)])
+def test_programs_the_tuner_draws_from_the_gpu_space_against_numpy(case, epilogue):
     """The tuner's design space draws every template parameter (the tiles or the cross-thread
-    reduction): each draw is a legal program that matches numpy; its defaults are tc.build's."""
+    reduction): each draw is a legal program that matches numpy; its defaults are tc.build's.
+    Also for a depthwise convolution under a fused bias + ReLU6, as a GPU model's group has it."""
     from minitc.autotune.space import Space
     from minitc.templates import template_schedule
 
     out, inputs, want = window_op(*CASES[case])
+    if epilogue:
+        out, inputs, want = with_relu6(out, inputs, want, CASES[case][0])
     space = Space([out], "cuda-sim", "template")
     assert space.replay(space.default_values()).trace == template_schedule([out], "cuda-sim").trace.to_json()
     rng = np.random.default_rng(0)

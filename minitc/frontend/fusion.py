@@ -11,7 +11,8 @@ takes an elementwise prologue and a batch matmul the injective producers of its 
   place), a dense layer takes its consumers (the residual add, ...) as its epilogue, and a
   softmax takes its elementwise producer (attention's mask add) as a prologue.
 
-Both run last in passes.run_all.
+Both run last in passes.run_all and take its target: on a GPU, depthwise convolutions and pools
+take elementwise epilogues too (kernels.GPU_EPILOGUE_TAGS), which the CPU's NCHW templates do not.
 """
 
 from __future__ import annotations
@@ -21,24 +22,31 @@ from dataclasses import replace
 import numpy as np
 
 from minitc.frontend.graph import ELEMENTWISE, Graph, Node, single_use
-from minitc.frontend.kernels import EPILOGUE_TAGS, split_groups
+from minitc.frontend.kernels import EPILOGUE_TAGS, GPU_EPILOGUE_TAGS, split_groups
+from minitc.target import is_gpu
 
 INJECTIVE = ("permute", "expand", "slice", "mask")  # mask: dynamic shapes' padding (dynamic.py)
-EPILOGUE_ANCHORS = tuple(EPILOGUE_TAGS)  # anchors whose template applies a fused elementwise epilogue
+EPILOGUE_ANCHORS = tuple(t for t in EPILOGUE_TAGS if t not in GPU_EPILOGUE_TAGS)  # anchors whose
+# template applies a fused elementwise epilogue on every target; GPU targets add GPU_EPILOGUE_TAGS
 PROLOGUE_TAKERS = ("softmax",)  # ops whose template inlines elementwise producers of their input
 INDEX_PROLOGUE_TAKERS = ("batch_matmul",)  # ops whose template reads injective producers in place
 
 
-def _anchor(node) -> str | None:
+def epilogue_anchors(target) -> tuple:
+    """The ops whose kernels take elementwise epilogues on `target`."""
+    return EPILOGUE_ANCHORS + (tuple(GPU_EPILOGUE_TAGS) if is_gpu(target) else ())
+
+
+def _anchor(node, anchors: tuple = EPILOGUE_ANCHORS) -> str | None:
     ops = [b.op for b in node.body] if node.body else [node.op]
-    return next((op for op in ops if op in EPILOGUE_ANCHORS), None)
+    return next((op for op in ops if op in anchors), None)
 
 
-def _fusable_producer(node) -> bool:
+def _fusable_producer(node, anchors: tuple = EPILOGUE_ANCHORS) -> bool:
     """A node whose result an elementwise consumer can compute in the same kernel."""
     ops = [b.op for b in node.body] if node.body else [node.op]
     inside = ("view",) if node.body else ()  # in a fused kernel a view is index math, not a buffer
-    return all(op in ELEMENTWISE + INJECTIVE + EPILOGUE_ANCHORS + inside for op in ops)
+    return all(op in ELEMENTWISE + INJECTIVE + anchors + inside for op in ops)
 
 
 def _prologue(g: Graph, src, users: dict) -> bool:
@@ -94,7 +102,7 @@ def _members(node) -> list:
     return list(node.body) if node.body else [node]
 
 
-def fuse_elementwise(graph: Graph) -> Graph:
+def fuse_elementwise(graph: Graph, target="llvm") -> Graph:
     """Elementwise and injective nodes join the kernel of the producers they read when nothing
     else reads those (TVM's FuseOps, for elementwise and injective producers and the dense
     anchor; an injective node takes no anchor, whose template applies elementwise epilogues): a
@@ -102,6 +110,7 @@ def fuse_elementwise(graph: Graph) -> Graph:
     the residual add) become its epilogue. A dense result viewed as [batch, tokens, features]
     stays 2-D inside the kernel: the consumer's other operands are viewed to 2-D (free) and
     the kernel's result is viewed back."""
+    anchors = epilogue_anchors(target)
     g = graph.copy()
     users = g.users()
     shapes = {name: v.shape for name, v in g.values().items()}
@@ -133,10 +142,10 @@ def fuse_elementwise(graph: Graph) -> Graph:
         body, inputs, flat = [], list(node.inputs), None  # flat: the anchor's 2-D shape
         for k, name in enumerate(node.inputs):
             src, view = _through_view(g, name, current, users)
-            if src is None or not _fusable_producer(src) or not single_use(g, src.name, users):
+            if src is None or not _fusable_producer(src, anchors) or not single_use(g, src.name, users):
                 continue
-            anchored = _anchor(src) is not None
-            if anchored and (node.op in INJECTIVE or flat is not None or any(_anchor(b) for b in body)):
+            anchored = _anchor(src, anchors) is not None
+            if anchored and (node.op in INJECTIVE or flat is not None or any(_anchor(b, anchors) for b in body)):
                 continue  # one anchor per kernel, whose template takes elementwise epilogues only
             if view is not None and not (
                 _flattens(node, k, shapes, src.shape) if anchored else split_groups(src.shape, view.shape)
@@ -169,7 +178,7 @@ def fuse_elementwise(graph: Graph) -> Graph:
     return g.prune()
 
 
-def fuse_elementwise_regions(graph: Graph) -> Graph:
+def fuse_elementwise_regions(graph: Graph, target="llvm") -> Graph:
     """A value that several elementwise nodes read, whose paths meet again in one elementwise
     node (the tanh GELU reads its input four times), is computed in one kernel with all of
     them: the region from the value to the meeting node becomes a `fused` node, which the
@@ -192,7 +201,7 @@ def fuse_elementwise_regions(graph: Graph) -> Graph:
             taken.update((node.name, anchor.name))
             groups[last.name] = _flat_region(anchor, node, region)
             continue
-        joins = _fusable_producer(node) and node.name not in g.outputs
+        joins = _fusable_producer(node, epilogue_anchors(target)) and node.name not in g.outputs
         body = ([node] if joins else []) + [m for r in region for m in _members(r)]
         if joins:
             taken.add(node.name)

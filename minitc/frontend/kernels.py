@@ -259,6 +259,9 @@ BUILDERS = {
 }
 
 
+# anchors whose epilogue only the GPU templates apply (templates/gpu/window.py, at the store): the
+# CPU's NCHW depthwise and pooling templates take none, so fusion.py joins them on GPU targets only
+GPU_EPILOGUE_TAGS = {op: op for op in ("depthwise_conv2d", "max_pool2d", "avg_pool2d")}
 # the tag of a fused kernel's result, by its anchor: the template that computes the whole body
 # per output tile of the anchor (conv2d's template finds the convolution under its epilogue)
 EPILOGUE_TAGS = {
@@ -268,6 +271,7 @@ EPILOGUE_TAGS = {
     "conv2d_winograd_nchwc": "conv2d_winograd_nchwc",
     "conv2d_winograd": "conv2d_winograd",
     "depthwise_conv2d_nchwc": "depthwise_conv2d_nchwc",
+    **GPU_EPILOGUE_TAGS,
 }
 
 

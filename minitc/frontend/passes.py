@@ -288,6 +288,13 @@ def run_all(graph: Graph, target="llvm", layout: str = "auto") -> Graph:
     for p in PASSES:
         if p is block_channels and layout == "nchw":
             continue
-        takes_target = p in (block_channels, pack_conv_weights, pack_dense_weights, winograd_convolutions)
+        takes_target = p in (
+            block_channels,
+            pack_conv_weights,
+            pack_dense_weights,
+            winograd_convolutions,
+            fuse_elementwise_regions,  # GPU targets fuse more epilogues (fusion.epilogue_anchors)
+            fuse_elementwise,
+        )
         graph = p(graph, target) if takes_target else p(graph)
     return graph
