@@ -15,7 +15,7 @@ it implements are the IR's semantics, which every backend must reproduce:
 - Intrinsics: exp log sqrt tanh erf abs floor ceil, and sigmoid(x) = 1 / (1 + exp(-x)).
 - Loops of every kind (serial, parallel, vectorized, unrolled, and GPU bindings) run as serial
   loops, in order: the kinds are performance hints and the compiler guarantees the serial order
-  is a valid one. `Barrier` does nothing; shared and local buffers are ordinary allocations,
+  is a valid one. `Barrier` and `Prefetch` do nothing; shared and local buffers are ordinary allocations,
   except that a local buffer allocated inside loops bound to thread indices belongs to one
   thread: inside a loop rebinding such an index (a cooperative shared-memory fill) each index
   value reads and writes its own copy, as each GPU thread has its own registers.
@@ -38,7 +38,7 @@ from minitc import dtypes
 from minitc.errors import DTypeError, IRError, LayoutError, ShapeError
 from minitc.expr import Binary, Call, Cast, Compare, Const, Not, Select, Var
 from minitc.intrinsics import NUMPY_INTRINSICS
-from minitc.ir import THREAD_TAGS, Allocate, Barrier, For, IfThenElse, Kernel, Load, Seq, Store
+from minitc.ir import THREAD_TAGS, Allocate, Barrier, For, IfThenElse, Kernel, Load, Prefetch, Seq, Store
 
 INT_SENTINEL = -999999
 BOOL_SENTINEL = True
@@ -219,8 +219,13 @@ def _compile_barrier(s: Barrier, ctx: _Context):
     return lambda env: None  # one thread at a time: nothing to wait for
 
 
+def _compile_prefetch(s: Prefetch, ctx: _Context):
+    return lambda env: None  # a cache hint: no effect on results
+
+
 STMT_COMPILERS = {
     Barrier: _compile_barrier,
+    Prefetch: _compile_prefetch,
     For: _compile_for,
     Seq: _compile_seq,
     IfThenElse: _compile_if,

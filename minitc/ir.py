@@ -13,9 +13,18 @@ A `Kernel` has parameter buffers (inputs then outputs) and a body statement buil
     ShuffleXor(buffer, combiner,     GPU: buffer[0] = combine(buffer[0], buffer[0] of the thread
                offset, width)        whose lane is lane ^ offset), a warp shuffle step of a
                                      cross-thread reduction (lowering/allreduce.py)
+    Prefetch(buffer, indices,        a hint: bring the line of buffer[indices] into the cache
+             locality)               (LLVM: llvm.prefetch); no effect on results, and the index
+                                     may lie past the buffer (a prefetch never faults)
 
 and expressions from expr.py plus `Load(buffer, indices)`. Buffers are dense, row-major and have
 static shapes; indices are int64.
+
+A loop's kind may be a `LoopKind`: the plain kind plus prefetch requests (the schedule's
+`prefetch` step). It equals and hashes as its plain kind, so lowering, the verifier, the
+interpreter and the CUDA backend treat the loop as that kind; the LLVM backend expands the
+requests into `Prefetch` statements (backends/llvm/prefetch.py). The kind is the one property
+of a schedule's loop that lowering carries to the IR's `For` unchanged.
 """
 
 from __future__ import annotations
@@ -129,6 +138,48 @@ class ShuffleXor(Stmt):
 
 
 @dataclass(eq=False)
+class Prefetch(Stmt):
+    """Bring the cache line of `buffer[indices]` closer to the core ahead of its use: a read
+    prefetch into every level (`locality` 3) or into L2 and outward (2), as `llvm.prefetch`
+    says. Backends without prefetches (CUDA, the interpreter, the simulator) skip it."""
+
+    buffer: Buffer
+    indices: tuple
+    locality: int = 3
+
+
+@dataclass(frozen=True)
+class PrefetchRequest:
+    """Prefetch, in each iteration of the loop that carries the request, what the iteration
+    `ahead` iterations later reads of the buffer named `buffer` (the loop variable shifted by
+    `ahead` in the read's indices), at `locality` (3: L1, 2: L2)."""
+
+    buffer: str
+    ahead: int
+    locality: int = 3
+
+
+class LoopKind(str):
+    """A loop kind (`serial`, `unrolled`, ...) carrying prefetch requests: equal to its plain
+    kind, so every pass that asks `kind == "serial"` still sees a serial loop."""
+
+    prefetch: tuple
+
+    def __new__(cls, kind: str, prefetch: tuple = ()):
+        self = super().__new__(cls, kind)
+        self.prefetch = tuple(prefetch)
+        return self
+
+    def __repr__(self):
+        return f"LoopKind({str(self)!r}, prefetch={self.prefetch!r})"
+
+
+def prefetch_requests(kind) -> tuple:
+    """The PrefetchRequests a loop kind carries (none for a plain string)."""
+    return getattr(kind, "prefetch", ())
+
+
+@dataclass(eq=False)
 class Kernel:
     """A lowered computation. `params` are the argument buffers: `num_inputs` inputs first,
     then the outputs."""
@@ -184,6 +235,8 @@ def stmt_exprs(s: Stmt) -> tuple:
     """The expressions held directly by a statement."""
     if isinstance(s, Store):
         return tuple(s.indices) + (s.value,)
+    if isinstance(s, Prefetch):
+        return tuple(s.indices)
     if isinstance(s, IfThenElse):
         return (s.cond,)
     return ()

@@ -51,6 +51,7 @@ from minitc.ir import (
     Barrier,
     For,
     IfThenElse,
+    Prefetch,
     Seq,
     ShuffleXor,
     Store,
@@ -77,6 +78,7 @@ STMT_EMITTERS = {
     Allocate: "emit_allocate",
     Barrier: "emit_barrier",
     ShuffleXor: "emit_shuffle",
+    Prefetch: "emit_prefetch",
 }
 
 
@@ -242,6 +244,9 @@ class _LaunchWriter(ExprWriter, VectorWriter):
 
     def emit_barrier(self, s: Barrier):
         self.line("__syncthreads();")
+
+    def emit_prefetch(self, s: Prefetch):
+        pass  # a CPU cache hint: GPU kernels stage their tiles in shared memory instead
 
     def emit_for(self, s: For):
         if not isinstance(s.extent, (int, np.integer)) or isinstance(s.extent, bool) or s.extent < 0:

@@ -29,7 +29,7 @@ from minitc.backends.cuda.sim_memory import Chunk, Env, Mem, Tracker
 from minitc.backends.function import HostCallable
 from minitc.errors import IRError, RaceError
 from minitc.interp import binding, fill_value, loop_extent
-from minitc.ir import GPU_TAGS, Allocate, Barrier, For, IfThenElse, Seq, ShuffleXor, Store, walk_stmts
+from minitc.ir import GPU_TAGS, Allocate, Barrier, For, IfThenElse, Prefetch, Seq, ShuffleXor, Store, walk_stmts
 from minitc.lowering.allreduce import WARP
 
 MAX_LANES = 1 << 17  # lanes simulated at once; bigger launches run in chunks of whole blocks
@@ -286,6 +286,7 @@ def _compile_shuffle(s: ShuffleXor, ctx: Context):
 
 
 STMT_COMPILERS = {
+    Prefetch: lambda s, ctx: lambda env: None,  # a CPU cache hint: nothing to simulate
     ShuffleXor: _compile_shuffle,
     Barrier: _compile_barrier,
     For: _compile_for,

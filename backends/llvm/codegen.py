@@ -5,7 +5,8 @@
 The entry function is `void @<name>(ptr noalias nocapture %arg0, ...)`, one pointer per
 parameter buffer (inputs then outputs); buffers are dense row-major arrays with static shapes.
 Statements are emitted by one method each (`STMT_EMITTERS`), expressions by exprs.py, loads,
-stores and vectorized loops by vector.py, parallel loops by parallel.py.
+stores and vectorized loops by vector.py, parallel loops by parallel.py, prefetches (a loop's
+requests, expanded first) by prefetch.py.
 
 Loop kinds:
   serial      a counted loop: i64 phi from 0, `add nuw nsw`, `icmp ult`, bottom-tested.
@@ -25,10 +26,11 @@ from minitc import dtypes
 from minitc.backends.llvm.builder import Function, Value, const, scalar_type
 from minitc.backends.llvm.exprs import ExprEmitter
 from minitc.backends.llvm.parallel import ParallelEmitter
+from minitc.backends.llvm.prefetch import PrefetchEmitter, expand_prefetches
 from minitc.backends.llvm.vector import MemoryEmitter
 from minitc.errors import BuildError
 from minitc.expr import Compare, Var, walk
-from minitc.ir import Allocate, For, IfThenElse, Kernel, Load, Seq, Store, walk_stmts
+from minitc.ir import Allocate, For, IfThenElse, Kernel, Load, Prefetch, Seq, Store, walk_stmts
 from minitc.lowering.partition import partition_tails
 from minitc.target import parse_target
 
@@ -38,6 +40,7 @@ STMT_EMITTERS = {
     Seq: "emit_seq",
     IfThenElse: "emit_if",
     Allocate: "emit_allocate",
+    Prefetch: "emit_prefetch",
 }
 FOR_KINDS = {
     "serial": "emit_serial",
@@ -95,7 +98,7 @@ class ModuleText:
         return ref
 
 
-class Codegen(ExprEmitter, MemoryEmitter, ParallelEmitter):
+class Codegen(ExprEmitter, MemoryEmitter, ParallelEmitter, PrefetchEmitter):
     """Emission state for one kernel. Per function: `fn` (the builder), `env` (Var -> Value),
     `ptrs` (Buffer -> pointer). Per vectorized loop: `lanes`, `lane_var`, `mask`."""
 
@@ -124,7 +127,7 @@ class Codegen(ExprEmitter, MemoryEmitter, ParallelEmitter):
             self.ptrs[buf] = f"%arg{i}"
         args = ", ".join(f"ptr noalias nocapture %arg{i}" for i in range(len(params)))
         self.fn = Function(f"define void @{self.func_name}({args}) #0")
-        body = partition_tails(self.kernel.body)  # guard-free copies of the hot loops
+        body = expand_prefetches(partition_tails(self.kernel.body))  # guard-free copies of the hot loops
         self.alias_scopes(params + [st.buffer for st in walk_stmts(body) if isinstance(st, Allocate)])
         self.emit_stmt(body)
         self.module.functions.insert(0, self.fn.text())

@@ -357,3 +357,41 @@ BUILTIN = (
 for _kind in BUILTIN:
     register(_kind)
 BUILTIN_KINDS = tuple(k.name for k in BUILTIN)
+
+
+# -- kinds added after the first cost models: no kind column of their own (autotune/features.py) --
+def _apply_prefetch(state: State, step):
+    _malformed(step, loops=1, args=2, decisions=1)
+    buffer, locality = step.args
+    return loop_prims.prefetch(state, step.stage, step.loops[0], buffer, step.decisions[0], locality), ()
+
+
+def _prefetch_call(step) -> Call:
+    buffer, locality = step.args
+    return Call(
+        "prefetch",
+        (LoopArg(step.stage, step.loops[0]), StageArg(buffer)),
+        (("ahead", step.decisions[0]), ("locality", locality)),
+    )
+
+
+def _record_prefetch(s, loop, tensor, ahead: int, locality: int = 3) -> None:
+    """`s.prefetch(k, B_local, ahead=2)`: in each iteration of loop `k`, prefetch what the
+    iteration `ahead` later reads of `tensor` (loops.prefetch)."""
+    from minitc.schedule.trace import Step  # trace.py reads this table
+
+    ref = s._loop(loop)
+    s.apply(Step("prefetch", ref.stage, (ref.name,), (s.stage_name(tensor), locality), (ahead,)))
+
+
+PREFETCH = register(
+    StepKind(
+        "prefetch",
+        _apply_prefetch,
+        _example("prefetch", loops=("k",), args=("B_local", 3), decisions=(2,)),
+        _prefetch_call,
+        "asks the cache for what {loop} reads {decision} iterations ahead, so the loads of the "
+        "iterations to come find it in L1 instead of waiting for L2",
+        record=_record_prefetch,
+    )
+)

@@ -1,4 +1,5 @@
-"""Loop primitives: split, fuse, reorder and the loop kinds (unroll, parallel, vectorize).
+"""Loop primitives: split, fuse, reorder, the loop kinds (unroll, parallel, vectorize) and
+prefetch requests carried by a loop.
 
 Each is a pure function `(state, stage name, loop names, ...) -> state` that raises
 ScheduleError naming the loop and the reason when the request is illegal.
@@ -9,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from minitc.errors import ScheduleError
-from minitc.ir import GPU_TAGS
+from minitc.ir import GPU_TAGS, LoopKind, PrefetchRequest, prefetch_requests
 from minitc.schedule.state import Fuse, Loop, Split, State, unique_name
 
 MAX_VECTOR_LANES = 64
@@ -136,6 +137,50 @@ def annotate(state: State, stage: str, loop: str, kind: str) -> State:
             f"cannot vectorize loop {loop} of stage {stage}: extent {lp.extent} exceeds {MAX_VECTOR_LANES} lanes; "
             "split it and vectorize the inner loop"
         )
+    if prefetch_requests(lp.kind) and kind in ("serial", "unrolled"):  # unrolled after its prefetch step
+        kind = LoopKind(kind, prefetch_requests(lp.kind))
+    loops = tuple(replace(lp, kind=kind) if lp.name == loop else lp for lp in st.loops)
+    return state.replace_stage(replace(st, loops=loops))
+
+
+PREFETCH_LOCALITIES = (2, 3)  # llvm.prefetch's: 3 keeps the line in L1, 2 in L2 (and outward)
+
+
+def prefetch(state: State, stage: str, loop: str, buffer: str, ahead: int, locality: int = 3) -> State:
+    """In each iteration of `loop`, prefetch what the iteration `ahead` later reads of the
+    stage `buffer` (a stage that `stage` reads: a packed panel, an input).
+
+    Before: prefetch(C_local.k_i, "B_local", ahead=2)      After (as the LLVM backend emits it):
+        for k_i in unrolled(4):                  for k_i in unrolled(4):
+            for i in unrolled(6):                    for j_v in unrolled(2):
+                for j_v in unrolled(2):                  prefetch(B_local[k_o*4 + k_i + 2, j_v*8])
+                    for j_l in vectorized(8):        for i in unrolled(6):
+                        C_local[i, j] += ...             ... (unchanged)
+
+    Only a hint: results do not change, and the backends without prefetches (CUDA, the
+    interpreter) ignore it. The request travels on the loop's kind (ir.LoopKind), so later
+    kind annotations of the loop keep it, but a split or fuse of the loop drops it.
+    """
+    st = state.stage(stage)
+    lp = st.loop(loop)
+    if buffer not in st.read_stages():
+        raise ScheduleError(
+            f"prefetch on loop {loop} of {stage}: {stage} does not read {buffer!r} "
+            f"(it reads {', '.join(st.read_stages()) or 'nothing'})"
+        )
+    if isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 1:
+        raise ScheduleError(f"prefetch on loop {loop} of {stage}: ahead must be a positive int, got {ahead!r}")
+    if locality not in PREFETCH_LOCALITIES:
+        raise ScheduleError(
+            f"prefetch on loop {loop} of {stage}: locality {locality!r} is not one of {PREFETCH_LOCALITIES}"
+        )
+    if lp.kind in GPU_TAGS + ("vectorized", "parallel"):
+        raise ScheduleError(
+            f"prefetch on loop {loop} of {stage}: a {lp.kind} loop has no iteration order to prefetch ahead in; "
+            "put the prefetch on a serial or unrolled loop"
+        )
+    requests = tuple(r for r in prefetch_requests(lp.kind) if r.buffer != buffer)
+    kind = LoopKind(lp.kind, requests + (PrefetchRequest(buffer, ahead, locality),))
     loops = tuple(replace(lp, kind=kind) if lp.name == loop else lp for lp in st.loops)
     return state.replace_stage(replace(st, loops=loops))
 

@@ -23,6 +23,8 @@ epilogue runs per finished nc-column panel.
 L is the target's vector lanes (`target.lanes`: 8 float32 on AVX2, 16 on AVX-512; GEMM is
 compute-bound, so it uses the full width even where 512-bit ops are split).
 
+With `l2 = d` (gemm_prefetch.py) each k step also prefetches B's row k + d into L1.
+
 Every tile size is a keyword argument, so each call is one point of the tuner's design space;
 the `@defaults` functions pick them for the shape and the target description (`gemm_blocking.pick_tiles`:
 the register tile from the target's vector registers and lanes, the panel from its L2; factors
@@ -33,8 +35,10 @@ peels off the hot loops, minitc/lowering/partition.py).
 from __future__ import annotations
 
 import minitc.templates.gemm_blocking as blocking
+import minitc.templates.gemm_prefetch as prefetch
 from minitc.errors import ScheduleError
 from minitc.expr import Binary, Const
+from minitc.templates.gemm_prefetch import ABSENT
 from minitc.templates.registry import choices, defaults, template
 
 PARALLEL = ("auto", "n", "m", "batch", "none")
@@ -110,14 +114,31 @@ def weight_block(s, acc: str) -> int:
 
 
 def gemm_schedule(
-    s, out: str, acc: str, target, *, mr, nr, nc, ku, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto", vec=None
+    s,
+    out: str,
+    acc: str,
+    target,
+    *,
+    mr,
+    nr,
+    nc,
+    ku,
+    kc=0,
+    mc=0,
+    pack_b=True,
+    pack_a=False,
+    parallel="auto",
+    vec=None,
+    prefetch_b=0,
 ):
     """Schedule the GEMM-like stage `acc` (summing over its one reduction axis) for the output
     stage `out`: `out` is the copy-out of a cache_write or an elementwise epilogue, computed
     per mr x nr register tile (kc = 0), or, with kc > 0, `acc` itself (accumulating in place
     over kc-blocks of k) or an epilogue applied per nc-column panel. With pack_a, an A stored
-    [.., K, M] is first copied transposed (once, in parallel). See the module docstring."""
-    for name, v in (("mr", mr), ("nr", nr), ("nc", nc), ("ku", ku), ("kc", kc + 1), ("mc", mc + 1)):
+    [.., K, M] is first copied transposed (once, in parallel). With prefetch_b = d, each k
+    step prefetches B's row k + d. See the module docstring."""
+    checks = (("mr", mr), ("nr", nr), ("nc", nc), ("ku", ku), ("kc", kc + 1), ("mc", mc + 1), ("l2", prefetch_b + 1))
+    for name, v in checks:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ScheduleError(f"gemm template: {name} must be a positive int, got {v!r}")
     if parallel not in PARALLEL:
@@ -133,7 +154,8 @@ def gemm_schedule(
     if pack_a:
         _transpose_a(s, acc, vec, target)
     if kc:
-        return _kblocked(s, out, acc, target, nc=nc, kc=kc, mc=mc, pack_b=pack_b, parallel=parallel, **tile)
+        k_loop = _kblocked(s, out, acc, target, nc=nc, kc=kc, mc=mc, pack_b=pack_b, parallel=parallel, **tile)
+        return _prefetch(s, acc, k_loop, prefetch_b)
     out_loops = s.loops(out)
     batch, (i, j) = out_loops[:-2], out_loops[-2:]
     jo, jr = s.split(j, factor=nc)
@@ -148,17 +170,26 @@ def gemm_schedule(
     for lp in acc_loops[:-3]:  # batch dims of the tile: extent 1
         s.unroll(lp)
     ci, cj, ck = acc_loops[-3:]
-    _micro_kernel(s, [], ci, cj, ck, **tile)
+    k_loop = _micro_kernel(s, [], ci, cj, ck, **tile)
     if pack_b:
         _pack(s, acc, jo, vec)
     _parallelize(s, parallel, batch, jo, io, target)
+    _prefetch(s, acc, k_loop, prefetch_b)
+
+
+def _prefetch(s, acc: str, k_loop, d: int) -> None:
+    """Prefetch B's row d k steps ahead (packed or read in place: the B operand acc reads now)."""
+    if d:
+        _, (b_name, _, _) = gemm_operands(s, acc)
+        prefetch.prefetch_b(s, acc, k_loop, b_name, d)
 
 
 def _kblocked(s, out, acc, target, *, mr, nr, nc, ku, kc, mc, vec, pack_b, parallel):
     """BLIS order: k split into kc-blocks, the B block [kc, nc] packed per block, rows in
     blocks of mc, then column tiles outside row tiles, so one kc x nr micro-panel of B stays
     in L1 while the mc rows stream past it (the accumulator tile is loaded and stored once
-    per block; LLVM keeps it in registers across the block's k loop)."""
+    per block; LLVM keeps it in registers across the block's k loop). Returns the
+    micro-kernel's innermost k loop."""
     if out == acc:
         loops = s.loops(acc)
         batch, (i, j, k) = loops[:-3], loops[-3:]
@@ -183,25 +214,27 @@ def _kblocked(s, out, acc, target, *, mr, nr, nc, ku, kc, mc, vec, pack_b, paral
         outer.append(mo)
     jr, j = s.split(j, factor=nr)
     io, i = s.split(i, factor=mr)
-    _micro_kernel(s, outer + [jr, io], i, j, k, mr=mr, nr=nr, ku=ku, vec=vec)
+    k_loop = _micro_kernel(s, outer + [jr, io], i, j, k, mr=mr, nr=nr, ku=ku, vec=vec)
     if pack_b:
         _pack(s, acc, ko, vec, kc)
     _parallelize(s, parallel, batch, jo, mo if mc else io, target)
+    return k_loop
 
 
 def _micro_kernel(s, outer, i, j, k, *, mr, nr, ku, vec):
     """The mr x nr register tile under the loops `outer`: k (unrolled by ku) outside the
-    unrolled rows and the unrolled x vectorized columns."""
+    unrolled rows and the unrolled x vectorized columns. Returns the innermost k loop."""
     jv, jl = s.split(j, factor=vec)
     if ku > 1:
-        kio, kii = s.split(k, factor=ku)
-        s.reorder(*outer, kio, kii, i, jv, jl)
-        s.unroll(kii)
+        kio, k = s.split(k, factor=ku)
+        s.reorder(*outer, kio, k, i, jv, jl)
+        s.unroll(k)
     else:
         s.reorder(*outer, k, i, jv, jl)
     s.unroll(i)
     s.unroll(jv)
     s.vectorize(jl)
+    return k
 
 
 def _vector_columns(s, j, vec: int) -> None:
@@ -319,6 +352,8 @@ def _defaults_for(s, acc: str, target) -> dict:
     p["pack_b"] = (M > p["mr"] or b_k > b_j) and not weight_block(s, acc)
     p["pack_a"] = a_k < a_i and N > p["nc"]  # A stored [.., K, M], read by several panels
     p["parallel"] = "auto"
+    if prefetch.offered(target.hardware):
+        p["l2"] = 0  # off unless measured better (docs/hardware.md)
     return p
 
 
@@ -340,6 +375,7 @@ def _choices_for(s, acc: str, target) -> dict:
         "nc": tuple(p["nr"] * m for m in (1, 2, 4, 8, 16) if p["nr"] * m <= blocking.ceil_div(N, p["nr"]) * p["nr"]),
         "kc": tuple(sorted(k // 4 * 4 for k in kcs if 16 <= k < K)),
         "mc": (blocking.mc_from_l2(hw, min(blis_kc, K), p["mr"], esize),),
+        "l2": prefetch.candidates(hw, p["mr"], p["nr"] // vec),
     }
 
 
@@ -367,57 +403,51 @@ def inline_operands(s, acc: str) -> None:
             todo.append(name)
 
 
+# `l2`: prefetch B's row this many k steps ahead (0: none); a slot of the design space only where
+# gemm_prefetch.offered (ABSENT: see there), named by a word the language's vocabulary has
+
+
 @template("matmul")
-def schedule_matmul(s, out, target, mr=6, nr=16, nc=16, ku=4, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto"):
+def schedule_matmul(
+    s, out, target, mr=6, nr=16, nc=16, ku=4, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto", l2=ABSENT
+):
     """C = A @ B (any transposes): mr x nr register tile, B packed in [K, nc] panels."""
-    _matmul_like(
-        s, out, target, mr=mr, nr=nr, nc=nc, ku=ku, kc=kc, mc=mc, pack_b=pack_b, pack_a=pack_a, parallel=parallel
-    )
+    _matmul_like(s, out, target, **_params(locals()))
 
 
 @template("conv2d_gemm")  # Y[n] = W @ col[n], col (im2col) computed inline into B's packing
 @template("batch_matmul")
 def schedule_batch_matmul(
-    s, out, target, mr=6, nr=16, nc=16, ku=4, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto"
+    s, out, target, mr=6, nr=16, nc=16, ku=4, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto", l2=ABSENT
 ):
     """C[b] = A[b] @ B[b]: the matmul structure inside a loop over the batch."""
-    _matmul_like(
-        s, out, target, mr=mr, nr=nr, nc=nc, ku=ku, kc=kc, mc=mc, pack_b=pack_b, pack_a=pack_a, parallel=parallel
-    )
+    _matmul_like(s, out, target, **_params(locals()))
 
 
 @template("dense")
-def schedule_dense(s, out, target, mr=4, nr=24, nc=24, ku=4, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto"):
+def schedule_dense(
+    s, out, target, mr=4, nr=24, nc=24, ku=4, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto", l2=ABSENT
+):
     """Y = X @ W.T: W ([out, in]) is packed transposed into [in, nc] panels."""
-    _matmul_like(
-        s, out, target, mr=mr, nr=nr, nc=nc, ku=ku, kc=kc, mc=mc, pack_b=pack_b, pack_a=pack_a, parallel=parallel
-    )
+    _matmul_like(s, out, target, **_params(locals()))
 
 
 @template("dense_epilogue")
 def schedule_dense_epilogue(
-    s, out, target, mr=4, nr=24, nc=24, ku=4, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto"
+    s, out, target, mr=4, nr=24, nc=24, ku=4, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto", l2=ABSENT
 ):
     """act(X @ W.T + bias), or any elementwise epilogue of the product: the product is computed
     per output tile into a register accumulator (compute_at), and the epilogue (inlined into
     one stage) is applied as the tile is stored."""
     product = gemm_producer(s, out)
     inline_epilogue(s, out, product)
-    gemm_schedule(
-        s,
-        out,
-        product,
-        target,
-        mr=mr,
-        nr=nr,
-        nc=nc,
-        ku=ku,
-        kc=kc,
-        mc=mc,
-        pack_b=pack_b,
-        pack_a=pack_a,
-        parallel=parallel,
-    )
+    gemm_schedule(s, out, product, target, **_params(locals()))
+
+
+def _params(given: dict) -> dict:
+    """gemm_schedule's keywords from a template's parameters (`l2` as prefetch_b)."""
+    names = ("mr", "nr", "nc", "ku", "kc", "mc", "pack_b", "pack_a", "parallel")
+    return {**{n: given[n] for n in names}, "prefetch_b": prefetch.ahead(given["l2"])}
 
 
 def gemm_producer(s, out: str) -> str:

@@ -1,0 +1,103 @@
+"""The GEMM templates with B's prefetch off against the analytical distance (and twice and four
+times it), side by side in one process (issue 41; minitc/templates/gemm_prefetch.py).
+
+    python experiments/prefetch_timing.py --rounds 11 [--target "llvm"] [--threads 2] [--json out.json]
+
+Each workload is the cpu-core suite's: matmul 1024^3, the BERT FFN dense 128x768->3072 + bias +
+relu, the BERT batch matmul 12 x 128x64x128. Every program is the template's default for the
+target with only `l2` changed, checked against numpy, then timed with benchmarks.timing.measure
+(interleaved rounds, medians).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+import minitc as tc
+from benchmarks.timing import measure, thread_limit
+from minitc.target import parse_target
+from minitc.templates import DEFAULTS, TEMPLATES, template_tag
+from minitc.templates import gemm_prefetch as prefetch
+
+ph = tc.placeholder
+
+
+def workloads() -> dict:
+    return {
+        "matmul-1024": lambda: tc.ops.matmul(ph((1024, 1024), name="A"), ph((1024, 1024), name="B")),
+        "dense-bert-ffn": lambda: tc.ops.dense(
+            ph((128, 768), name="X"), ph((3072, 768), name="W"), ph((3072,), name="b"), activation="relu"
+        ),
+        "bmm-bert": lambda: tc.ops.batch_matmul(ph((12, 128, 64), name="A"), ph((12, 64, 128), name="B")),
+    }
+
+
+def _numpy(name: str, arrays: list):
+    if name == "dense-bert-ffn":
+        x, w, b = arrays
+        return np.maximum(x @ w.T + b, 0)
+    return arrays[0] @ arrays[1]
+
+
+def programs(name: str, make, target) -> tuple:
+    """({label: zero-argument callable}, {label: l2}, the default parameters) for off, d, 2d
+    and 4d."""
+    out = make()
+    s = tc.Schedule(out)
+    stage = s.state.outputs[0]
+    tag = template_tag(s, stage)
+    params = DEFAULTS[tag](s, stage, target)
+    vec = target.lanes("float32")
+    d = prefetch.distance(target.hardware, params["mr"], params["nr"] // vec)
+    rng = np.random.default_rng(0)
+    inputs, _ = s.arguments()
+    arrays = [rng.standard_normal(s.state.stage(n).shape).astype("float32") for n in inputs]
+    want = _numpy(name, arrays)
+    fns, distances = {}, {}
+    for label, l2 in (("off", 0), ("d", d), ("2d", 2 * d), ("4d", 4 * d)):
+        s = tc.Schedule(out)
+        TEMPLATES[tag](s, stage, target, **{**params, "l2": l2})
+        f = tc.build(s, target)
+        result = np.zeros(out.shape, "float32")
+        f(*arrays, result)
+        np.testing.assert_allclose(result, want, rtol=1e-3, atol=1e-3)
+        fns[label] = lambda f=f, result=result: f(*arrays, result)
+        distances[label] = l2
+    return fns, distances, params
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", default="llvm")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=11)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    target = parse_target(args.target)
+    rows = {}
+    with thread_limit(args.threads):
+        for name, make in workloads().items():
+            fns, distances, params = programs(name, make, target)
+            timings = measure(fns, repeats=args.rounds, min_repeats=args.rounds, budget_s=60.0)
+            off = timings["off"].median
+            rows[name] = {
+                "tile": f"{params['mr']} x {params['nr']}",
+                "ms": {k: t.median * 1e3 for k, t in timings.items()},
+                "l2": distances,
+                "speedup": {k: off / t.median for k, t in timings.items()},
+                "rounds": {k: len(t.samples) for k, t in timings.items()},
+            }
+            cells = "  ".join(
+                f"l2={distances[k]} {t.median * 1e3:.3f} ms x{off / t.median:.3f}" for k, t in timings.items()
+            )
+            print(f"{name:15s} {rows[name]['tile']:7s} {cells}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"target": target.string, "threads": args.threads, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""Software prefetch of the GEMM micro-kernel's B panel (issue 41): the decision `l2` of the
+GEMM templates, its analytical distance and where the design space offers it.
+
+The micro-kernel reads, per k step, one row of nr columns of B's packed panel (nr / L vectors),
+which lives in L2 (gemm_blocking: the panel takes a quarter of it). The libraries' Skylake-X
+and Sapphire Rapids kernels (BLIS's sgemm_skx, oneDNN's) prefetch that stream into L1 a few
+k steps ahead; minitc's `l2 = d` does the same: in each k step, prefetch the lines of B's row
+k + d (llvm.prefetch, locality 3: into L1).
+
+**Distance.** A k step of an mr x nv tile takes t_k = mr x nv / F cycles at the FMA peak (F:
+FMAs issued per cycle, `hw.fma_per_cycle`). A line asked for d steps ahead arrives in time
+when d x t_k covers the L2's load-to-use latency, so
+
+    d = ceil(L2 latency / t_k) = ceil(lat_L2 x F / (mr x nv))
+
+The description measures no latency yet (target/calibrate.py measures rates), so lat_L2 is
+L2_LATENCY_CYCLES, the published figure of the server cores (Sapphire Rapids 16, Zen 4 14).
+The space also offers 2d and 4d: a busy L2 answers later than its idle latency.
+
+**Where the space offers it.** The slot is asked only on descriptions with two full-rate
+512-bit FMA pipes (the Intel server cores, and a Zen 5 with full-width units), where B's stream
+is fastest (2 x 64 bytes of FMA operands per cycle) and the libraries prefetch. Elsewhere the
+template's parameter is absent and its spaces are those of earlier minitc, so programs already
+recorded there (the tuning records, lm/data's sentences) replay unchanged. The name `l2` is a
+word the language's vocabulary already has (the hardware line's), so sentences with the slot
+need no new token; a model learns its values only from sentences that carry it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+# A template parameter with this default is a design-space slot only where the template's
+# @defaults gives it a value (autotune/space.py skips a parameter without one).
+ABSENT = inspect.Parameter.empty
+L2_LATENCY_CYCLES = 16  # load-to-use, in core cycles: Sapphire Rapids 16, Zen 4 and 5 14
+LOCALITY = 3  # llvm.prefetch's "keep in all levels": into L1
+
+
+def offered(hw) -> bool:
+    """Whether the design space has the prefetch slot on this description: two full-rate
+    512-bit FMA pipes (see the module docstring)."""
+    return hw.vector_bits >= 512 and hw.full_rate_512 and hw.fma_per_cycle >= 2
+
+
+def l2_latency(hw) -> float:
+    """The L2's load-to-use latency in cycles: measured where the description has it, else
+    the constant."""
+    return getattr(hw, "l2_latency_cycles", 0) or L2_LATENCY_CYCLES
+
+
+def distance(hw, mr: int, vecs: int) -> int:
+    """k steps ahead that cover the L2's latency at the micro-kernel's pace (the formula above)."""
+    step_cycles = mr * vecs / max(hw.fma_per_cycle, 1e-9)
+    return max(1, math.ceil(l2_latency(hw) / step_cycles))
+
+
+def candidates(hw, mr: int, vecs: int) -> tuple:
+    """The slot's values: off, the analytical distance, twice and four times it."""
+    d = distance(hw, mr, vecs)
+    return (0, d, 2 * d, 4 * d)
+
+
+def ahead(value) -> int:
+    """The template parameter as a distance: 0 (off) when absent."""
+    return 0 if value is ABSENT or value is None else value
+
+
+def prefetch_b(s, acc: str, k_loop, b_stage: str, d: int) -> None:
+    """In each step of the micro-kernel's innermost k loop (unrolled or not: the k index is
+    linear in it), prefetch B's row d steps ahead."""
+    s.prefetch(k_loop, b_stage, ahead=d, locality=LOCALITY)

@@ -1,0 +1,273 @@
+"""Software prefetch (issue 41): the schedule's `prefetch` step, its LLVM lowering to
+`llvm.prefetch`, the GEMM templates' `l2` decision and where the design space offers it.
+Targets and descriptions are pinned (x86-64-v3, the recorded hosts of tests/fixtures/hosts),
+so nothing here depends on this host's cpu."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import minitc as tc
+from minitc.autotune.space import Space
+from minitc.backends.llvm.prefetch import expand_prefetches
+from minitc.errors import ScheduleError
+from minitc.interp import interpret
+from minitc.ir import For, Kernel, Prefetch, prefetch_requests, walk_stmts
+from minitc.printer import format_expr
+from minitc.schedule.trace import Trace, step_call
+from minitc.target import hardware, parse_target
+from minitc.templates import CHOICES, DEFAULTS, TEMPLATES, template_tag
+from minitc.templates import gemm_prefetch as prefetch
+
+AVX2 = "llvm -mcpu=x86-64-v3 -num-cores=2"
+HOSTS = Path(__file__).parent / "fixtures" / "hosts"
+ph = tc.placeholder
+
+
+def described(fixture: str, cores: int = 2):
+    """An LLVM target for a recorded host, with that host's description (not this one's)."""
+    hw = hardware.from_record(json.loads((HOSTS / fixture).read_text()))
+    target = parse_target(f"llvm -mcpu={hw.core} -num-cores={cores}")
+    target.__dict__["hardware"] = hw  # a cached_property: set its cache
+    return target
+
+
+def _matmul(M=24, K=20, N=24):
+    return tc.ops.matmul(ph((M, K), name="A"), ph((K, N), name="B"))
+
+
+def _templated(out, target, **params):
+    s = tc.Schedule(out)
+    stage = s.state.outputs[0]
+    tag = template_tag(s, stage)
+    TEMPLATES[tag](s, stage, parse_target(target), **{**DEFAULTS[tag](s, stage, parse_target(target)), **params})
+    return s
+
+
+def _requests(s, target=AVX2) -> list:
+    kernel = tc.lower(s, target=target)
+    loops = [f for f in walk_stmts(kernel.body) if isinstance(f, For)]
+    return [prefetch_requests(f.kind) for f in loops if prefetch_requests(f.kind)]
+
+
+# -- the schedule step ---------------------------------------------------------------------------
+
+
+def _hand_scheduled():
+    C = _matmul()
+    s = tc.Schedule(C)
+    BL = s.cache_read(s.tensor("B"), "local", [C])
+    i, j, k = s.loops(C)
+    ko, ki = s.split(k, factor=4)
+    s.reorder(i, ko, ki, j)
+    s.unroll(ki)
+    s.prefetch(ki, BL, ahead=3)
+    return s, C
+
+
+def test_the_step_is_recorded_replayed_and_carried_by_the_loop_kind():
+    s, C = _hand_scheduled()
+    step = s.trace.steps[-1]
+    assert (step.kind, step.loops, step.args, step.decisions) == ("prefetch", ("k_i",), ("B_local", 3), (3,))
+    assert step_call(step) == "prefetch(matmul.k_i, B_local, ahead=3, locality=3)"
+    again = tc.Schedule.from_trace(C, Trace.from_json(s.trace.to_json()))
+    assert again.trace == s.trace
+    (requests,) = _requests(again)
+    assert [(r.buffer, r.ahead, r.locality) for r in requests] == [("B_local", 3, 3)]
+    kind = again.state.stage("matmul").loop("k_i").kind
+    assert kind == "unrolled" and prefetch_requests(kind)  # every pass still sees an unrolled loop
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda s, C, ki, BL: s.prefetch(ki, s.tensor("B"), ahead=2), "does not read"),
+        (lambda s, C, ki, BL: s.prefetch(ki, BL, ahead=0), "positive int"),
+        (lambda s, C, ki, BL: s.prefetch(ki, BL, ahead=2, locality=1), "locality"),
+        (lambda s, C, ki, BL: s.prefetch(s.loops(C)[-1], BL, ahead=2), "vectorized"),
+    ],
+)
+def test_illegal_prefetches_say_why(call, match):
+    C = _matmul()
+    s = tc.Schedule(C)
+    BL = s.cache_read(s.tensor("B"), "local", [C])
+    i, j, k = s.loops(C)
+    ko, ki = s.split(k, factor=4)
+    s.reorder(i, ko, ki, j)
+    s.vectorize(j)
+    with pytest.raises(ScheduleError, match=match):
+        call(s, C, ki, BL)
+
+
+def test_llvm_emits_one_prefetch_per_line_ahead_and_the_interpreter_ignores_them():
+    s, C = _hand_scheduled()
+    text = tc.codegen(s, AVX2)
+    assert "declare void @llvm.prefetch.p0" in text and "i32 0, i32 3, i32 1)" in text
+    assert "llvm.prefetch" not in tc.codegen(tc.Schedule(C), AVX2)
+    kernel = tc.lower(s, target=AVX2)
+    expanded = expand_prefetches(kernel.body)
+    shown = [st for st in walk_stmts(expanded) if isinstance(st, Prefetch)]
+    assert len(shown) == 1 and "k_i + 3" in format_expr(shown[0].indices[0])
+    (line_loop,) = [st for st in walk_stmts(expanded) if isinstance(st, For) and st.var.name == "j_pf"]
+    assert line_loop.extent == 2  # 24 floats of B's row: two 64-byte lines (if aligned), not 24 prefetches
+    a, b = np.random.rand(24, 20).astype("float32"), np.random.rand(20, 24).astype("float32")
+    c = np.zeros((24, 24), "float32")
+    interpret(Kernel(kernel.name, kernel.params, kernel.num_inputs, expanded), [a, b, c])
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5)
+    c2 = np.zeros_like(c)
+    tc.build(s, AVX2)(a, b, c2)
+    np.testing.assert_allclose(c2, a @ b, rtol=1e-5)
+
+
+# -- the GEMM templates --------------------------------------------------------------------------
+
+
+def _dense_gelu(M, K, N):
+    return tc.ops.dense(ph((M, K), name="X"), ph((N, K), name="W"), ph((N,), name="b"), activation="gelu")
+
+
+def _bmm(B, M, K, N):
+    return tc.ops.batch_matmul(ph((B, M, K), name="A"), ph((B, K, N), name="B"))
+
+
+CASES = {
+    "matmul": (lambda: _matmul(64, 96, 48), lambda a, b: a @ b),
+    "matmul-tail": (lambda: _matmul(37, 29, 45), lambda a, b: a @ b),
+    "bmm": (lambda: _bmm(3, 20, 32, 40), lambda a, b: a @ b),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("params", [dict(l2=2), dict(l2=8, ku=1), dict(l2=3, kc=16)])
+def test_prefetching_gemms_match_numpy(name, params):
+    make, reference = CASES[name]
+    out = make()
+    s = _templated(out, AVX2, **params)
+    assert any(st.kind == "prefetch" for st in s.trace.steps)
+    assert "llvm.prefetch" in tc.codegen(s, AVX2)
+    a_shape, b_shape = [st.shape for st in s.state.stages if st.is_placeholder]
+    a, b = np.random.rand(*a_shape).astype("float32"), np.random.rand(*b_shape).astype("float32")
+    c = np.zeros(out.shape, "float32")
+    tc.build(s, AVX2)(a, b, c)
+    np.testing.assert_allclose(c, reference(a, b), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("M, block", [(32, 0), (13, 0), (16, 8)])
+def test_a_prefetching_dense_with_its_epilogue_matches_numpy(M, block):
+    """Packed W, and W stored in blocks of 8 columns (read in place: the prefetch reads W)."""
+    from scipy.special import erf
+
+    K, N = 48, 40
+    x, w, bias = (np.random.rand(*shape).astype("float32") - 0.5 for shape in ((M, K), (N, K), (N,)))
+    if block:
+        X, W = ph((M, K), name="X"), ph((N // block, K, block), name="W")
+        out = tc.ops.dense(X, W, ph((N,), name="b"), activation="gelu", weight_block=block)
+        weights = np.ascontiguousarray(w.reshape(N // block, block, K).transpose(0, 2, 1))
+    else:
+        out, weights = _dense_gelu(M, K, N), w
+    s = _templated(out, AVX2, l2=4)
+    assert "llvm.prefetch" in tc.codegen(s, AVX2)
+    y = np.zeros((M, N), "float32")
+    tc.build(s, AVX2)(x, weights, bias, y)
+    z = x @ w.T + bias
+    np.testing.assert_allclose(y, 0.5 * z * (1 + erf(z / np.sqrt(2))), rtol=1e-4, atol=1e-5)
+
+
+def test_l2_zero_or_absent_is_the_program_without_prefetch():
+    out = _matmul()
+    plain = _templated(out, AVX2)
+    assert _templated(out, AVX2, l2=0).trace == plain.trace
+    assert all(st.kind != "prefetch" for st in plain.trace.steps)
+
+
+# -- the design space ----------------------------------------------------------------------------
+
+
+def _slots(space) -> dict:
+    c = space.replay(space.default_values())
+    return {d.name.split(".")[-1]: d for d in c.decisions}
+
+
+def test_the_intel_server_gets_the_analytical_distance_among_its_candidates():
+    target = described("intel-sapphirerapids-kvm.json")
+    hw = target.hardware
+    assert prefetch.offered(hw)
+    out = _matmul(1024, 1024, 1024)
+    s = tc.Schedule(out)
+    stage = s.state.outputs[0]
+    tiles = DEFAULTS["matmul"](s, stage, target)
+    d = prefetch.distance(hw, tiles["mr"], tiles["nr"] // target.lanes("float32"))
+    # t_k = 6 x 4 FMAs / 2 per cycle = 12 cycles; 16 cycles of L2 latency: 2 k steps ahead
+    assert (tiles["mr"], tiles["nr"], d) == (6, 64, 2)
+    assert tiles["l2"] == 0 and d in CHOICES["matmul"](s, stage, target)["l2"]
+    slots = _slots(Space(out, target))
+    assert slots["l2"].value == 0 and d in slots["l2"].domain
+
+
+@pytest.mark.parametrize("fixture", ["amd-zen4.json", "intel-haswell-avx2.json"])
+def test_descriptions_without_two_full_rate_512_bit_pipes_keep_their_space(fixture):
+    target = described(fixture)
+    assert not prefetch.offered(target.hardware)
+    for target in (target, AVX2, "llvm -mcpu=znver3 -num-cores=2", "llvm -mcpu=rocketlake -num-cores=2"):
+        assert "l2" not in _slots(Space(_matmul(), target))
+
+
+def test_a_sentence_with_the_slot_prints_parses_and_replays_without_new_tokens():
+    from minitc.lm.hardware import hardware as sentence_hardware
+    from minitc.lm.language import parse, sentence, space_values
+    from minitc.lm.tokenizer import Tokenizer, cpu_vocab
+
+    target = described("intel-sapphirerapids-kvm.json")
+    space = Space(_matmul(), target)
+    values = space.default_values()
+    decisions = space.replay(values).decisions
+    n = [d.name.split(".")[-1] for d in decisions].index("l2")
+    d = values[n] = decisions[n].domain[1]  # the analytical distance
+    c = space.replay(values)
+    assert any(st.kind == "prefetch" for st in c.schedule.trace.steps)
+    text = str(sentence(space, sentence_hardware(target, measured={"gflops": 260.0, "gbps": 20.0}), c.decisions))
+    assert " l2 | generic" in text and f"s2.l2 = {d} ;" in text
+    assert space.replay(space_values(space, parse(text))).key == c.key
+    tok = Tokenizer.default()
+    assert len(cpu_vocab()) == 441 and tok.unk not in tok.encode(parse(text))[0]
+
+
+def test_the_datasets_gemm_programs_replay_unchanged():
+    """lm/data's sentences of GEMMs on an Intel description (written before the slot existed)
+    replay in today's spaces, without a prefetch step."""
+    from minitc.lm.dataset import load
+    from minitc.lm.language import parse, space_values
+    from minitc.lm.training_set import workload
+
+    entries = load(hardware=["rocketlake-2c-43bb2171"], workloads=["matmul-256", "bert-attn-av"], sentences=False)
+    assert len(entries) >= 16
+    spaces = {}
+    for e in entries:
+        space = spaces.setdefault(e.name, Space(workload(e.name), e.target))
+        trace = space.replay(space_values(space, parse(e.sentence))).trace
+        assert '"prefetch"' not in trace
+
+
+def test_prefetches_leave_the_accumulators_in_registers():
+    """The Sapphire Rapids fixture's matmul 1024^3 accumulates C in place over k blocks: the
+    prefetch calls carry B's alias scopes, or LLVM would store the 24 accumulators every k step."""
+    import re
+
+    from minitc.backends import lower_schedule
+    from minitc.backends.llvm import jit
+    from minitc.backends.llvm.codegen import render
+
+    target = described("intel-sapphirerapids-kvm.json")
+    s = _templated(_matmul(1024, 1024, 1024), target, l2=2)
+    assert DEFAULTS["matmul"](tc.Schedule(_matmul(1024, 1024, 1024)), "matmul", target)["kc"]  # in place
+    with jit._LOCK:
+        module, machine = jit.optimized_module(render(lower_schedule(s, target), target, name="k"), "k", target)
+        asm = machine.emit_assembly(module)
+    blocks = [b.split("\n\tj")[0] for b in re.split(r"\n\.LBB\d+_\d+:", asm)]  # label to branch
+    kernel = max((b for b in blocks if "prefetcht0" in b), key=lambda b: b.count("vfmadd231ps"))
+    assert kernel.count("prefetcht0") == 16 and kernel.count("vfmadd231ps") == 96  # a line per vector, 4 k steps
+    assert not re.search(r"vmovups\s+%zmm\d+, ", kernel)  # no stores
