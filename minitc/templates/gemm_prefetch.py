@@ -17,13 +17,17 @@ The description measures no latency yet (target/calibrate.py measures rates), so
 L2_LATENCY_CYCLES, the published figure of the server cores (Sapphire Rapids 16, Zen 4 14).
 The space also offers 2d and 4d: a busy L2 answers later than its idle latency.
 
-**Where the space offers it.** The slot is asked only on descriptions with two full-rate
-512-bit FMA pipes (the Intel server cores, and a Zen 5 with full-width units), where B's stream
-is fastest (2 x 64 bytes of FMA operands per cycle) and the libraries prefetch. Elsewhere the
-template's parameter is absent and its spaces are those of earlier minitc, so programs already
-recorded there (the tuning records, lm/data's sentences) replay unchanged. The name `l2` is a
-word the language's vocabulary already has (the hardware line's), so sentences with the slot
-need no new token; a model learns its values only from sentences that carry it.
+**Where the space offers it: nowhere yet, by default.** A new slot in a design space changes
+every sentence of it, and the language's replay (lm/language.py) refuses a sentence that lacks
+a slot the space asks for: offered on this Zen 5's measured description (two full-rate 512-bit
+pipes, like the Intel servers), the slot made lm/data's 1171 GEMM sentences of znver5-2c and,
+on the Intel host they came from, the 116 of rocketlake-2c unreadable. So the template's `l2`
+is ABSENT from its spaces (they and every recorded program are as before) until
+IN_DESIGN_SPACE is set: then every CPU description has the slot, default 0, candidates
+`candidates` (the analytical distance, twice and four times it). It can be set once the
+language reads a template slot missing from a sentence as its off value (docs/hardware.md says
+what that takes). The name `l2` is a word the vocabulary already has (the hardware line's), so
+sentences with the slot need no new token.
 """
 
 from __future__ import annotations
@@ -36,12 +40,12 @@ import math
 ABSENT = inspect.Parameter.empty
 L2_LATENCY_CYCLES = 16  # load-to-use, in core cycles: Sapphire Rapids 16, Zen 4 and 5 14
 LOCALITY = 3  # llvm.prefetch's "keep in all levels": into L1
+IN_DESIGN_SPACE = False  # the l2 slot in the GEMM templates' spaces (see the module docstring)
 
 
 def offered(hw) -> bool:
-    """Whether the design space has the prefetch slot on this description: two full-rate
-    512-bit FMA pipes (see the module docstring)."""
-    return hw.vector_bits >= 512 and hw.full_rate_512 and hw.fma_per_cycle >= 2
+    """Whether the GEMM templates' design spaces on this description have the `l2` slot."""
+    return IN_DESIGN_SPACE
 
 
 def l2_latency(hw) -> float:
