@@ -1,11 +1,12 @@
 """The GEMM templates with B's prefetch off against the analytical distance (and twice and four
-times it), side by side in one process (issue 41; minitc/templates/gemm_prefetch.py).
+times it), and with A packed in k-major panels (gemm_schedule's a_panels) without and with the
+prefetch, side by side in one process (issue 41; minitc/templates/gemm_prefetch.py).
 
     python experiments/prefetch_timing.py --rounds 11 [--target "llvm"] [--threads 2] [--json out.json]
 
 Each workload is the cpu-core suite's: matmul 1024^3, the BERT FFN dense 128x768->3072 + bias +
 relu, the BERT batch matmul 12 x 128x64x128. Every program is the template's default for the
-target with only `l2` changed, checked against numpy, then timed with benchmarks.timing.measure
+target with only `l2` (and `a_panels`) changed, checked against numpy, then timed with benchmarks.timing.measure
 (interleaved rounds, medians).
 """
 
@@ -17,9 +18,9 @@ import json
 import numpy as np
 
 import minitc as tc
-from benchmarks.timing import measure, thread_limit
+from minitc.benchmarks.timing import measure, thread_limit
 from minitc.target import parse_target
-from minitc.templates import DEFAULTS, TEMPLATES, template_tag
+from minitc.templates import DEFAULTS, gemm, template_tag
 from minitc.templates import gemm_prefetch as prefetch
 
 ph = tc.placeholder
@@ -42,9 +43,25 @@ def _numpy(name: str, arrays: list):
     return arrays[0] @ arrays[1]
 
 
+def schedule(out, target, params: dict, l2: int, a_panels: bool):
+    """The template's program (gemm.py's matmul / batch_matmul / dense_epilogue) with B's
+    prefetch `l2` steps ahead and, with a_panels, A packed in panels."""
+    s = tc.Schedule(out)
+    stage = s.state.outputs[0]
+    tiles = {k: v for k, v in params.items() if k != "l2"}
+    extra = {"prefetch_b": l2, "a_panels": a_panels}
+    if template_tag(s, stage) == "dense_epilogue":
+        product = gemm.gemm_producer(s, stage)
+        gemm.inline_epilogue(s, stage, product)
+        gemm.gemm_schedule(s, stage, product, target, **tiles, **extra)
+    else:
+        gemm._matmul_like(s, stage, target, **tiles, **extra)
+    return s
+
+
 def programs(name: str, make, target) -> tuple:
-    """({label: zero-argument callable}, {label: l2}, the default parameters) for off, d, 2d
-    and 4d."""
+    """({label: zero-argument callable}, {label: l2}, the default parameters) for off, d, 2d,
+    4d, A panels and A panels with d."""
     out = make()
     s = tc.Schedule(out)
     stage = s.state.outputs[0]
@@ -57,10 +74,9 @@ def programs(name: str, make, target) -> tuple:
     arrays = [rng.standard_normal(s.state.stage(n).shape).astype("float32") for n in inputs]
     want = _numpy(name, arrays)
     fns, distances = {}, {}
-    for label, l2 in (("off", 0), ("d", d), ("2d", 2 * d), ("4d", 4 * d)):
-        s = tc.Schedule(out)
-        TEMPLATES[tag](s, stage, target, **{**params, "l2": l2})
-        f = tc.build(s, target)
+    variants = (("off", 0, False), ("d", d, False), ("2d", 2 * d, False), ("4d", 4 * d, False))
+    for label, l2, a_panels in variants + (("A", 0, True), ("A+d", d, True)):
+        f = tc.build(schedule(out, target, params, l2, a_panels), target)
         result = np.zeros(out.shape, "float32")
         f(*arrays, result)
         np.testing.assert_allclose(result, want, rtol=1e-3, atol=1e-3)
@@ -91,7 +107,7 @@ def main() -> None:
                 "rounds": {k: len(t.samples) for k, t in timings.items()},
             }
             cells = "  ".join(
-                f"l2={distances[k]} {t.median * 1e3:.3f} ms x{off / t.median:.3f}" for k, t in timings.items()
+                f"{k}={distances[k]} {t.median * 1e3:.3f} ms x{off / t.median:.3f}" for k, t in timings.items()
             )
             print(f"{name:15s} {rows[name]['tile']:7s} {cells}", flush=True)
     if args.json:

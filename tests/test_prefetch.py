@@ -277,3 +277,26 @@ def test_prefetches_leave_the_accumulators_in_registers():
     kernel = max((b for b in blocks if "prefetcht0" in b), key=lambda b: b.count("vfmadd231ps"))
     assert kernel.count("prefetcht0") == 16 and kernel.count("vfmadd231ps") == 96  # a line per vector, 4 k steps
     assert not re.search(r"vmovups\s+%zmm\d+, ", kernel)  # no stores
+
+
+# -- A packed in k-major panels (gemm_schedule's a_panels; not a template parameter yet) ----------
+
+
+@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("params", [dict(), dict(kc=16, mc=12), dict(kc=16, prefetch_b=2)])
+def test_gemms_with_a_panels_match_numpy(name, params):
+    from minitc.templates import gemm
+
+    make, reference = CASES[name]
+    out = make()
+    s = tc.Schedule(out)
+    stage = s.state.outputs[0]
+    tiles = {k: v for k, v in DEFAULTS[template_tag(s, stage)](s, stage, parse_target(AVX2)).items() if k != "l2"}
+    gemm._matmul_like(s, stage, parse_target(AVX2), **{**tiles, **params, "a_panels": True})
+    panels = [st for st in s.state.stages if st.name.startswith("A_local")]
+    assert len(panels) == 1 and panels[0].attach is not None
+    a_shape, b_shape = [st.shape for st in s.state.stages if st.is_placeholder]
+    a, b = np.random.rand(*a_shape).astype("float32"), np.random.rand(*b_shape).astype("float32")
+    c = np.zeros(out.shape, "float32")
+    tc.build(s, AVX2)(a, b, c)
+    np.testing.assert_allclose(c, reference(a, b), rtol=1e-4, atol=1e-5)

@@ -130,13 +130,15 @@ def gemm_schedule(
     parallel="auto",
     vec=None,
     prefetch_b=0,
+    a_panels=False,
 ):
     """Schedule the GEMM-like stage `acc` (summing over its one reduction axis) for the output
     stage `out`: `out` is the copy-out of a cache_write or an elementwise epilogue, computed
     per mr x nr register tile (kc = 0), or, with kc > 0, `acc` itself (accumulating in place
     over kc-blocks of k) or an epilogue applied per nc-column panel. With pack_a, an A stored
     [.., K, M] is first copied transposed (once, in parallel). With prefetch_b = d, each k
-    step prefetches B's row k + d. See the module docstring."""
+    step prefetches B's row k + d; with a_panels, A's rows are packed k-major per row tile
+    (per mc x kc block with kc): `_pack_a_panels`. See the module docstring."""
     checks = (("mr", mr), ("nr", nr), ("nc", nc), ("ku", ku), ("kc", kc + 1), ("mc", mc + 1), ("l2", prefetch_b + 1))
     for name, v in checks:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -154,7 +156,9 @@ def gemm_schedule(
     if pack_a:
         _transpose_a(s, acc, vec, target)
     if kc:
-        k_loop = _kblocked(s, out, acc, target, nc=nc, kc=kc, mc=mc, pack_b=pack_b, parallel=parallel, **tile)
+        k_loop = _kblocked(
+            s, out, acc, target, nc=nc, kc=kc, mc=mc, pack_b=pack_b, parallel=parallel, a_panels=a_panels, **tile
+        )
         return _prefetch(s, acc, k_loop, prefetch_b)
     out_loops = s.loops(out)
     batch, (i, j) = out_loops[:-2], out_loops[-2:]
@@ -173,6 +177,8 @@ def gemm_schedule(
     k_loop = _micro_kernel(s, [], ci, cj, ck, **tile)
     if pack_b:
         _pack(s, acc, jo, vec)
+    if a_panels:
+        _pack_a_panels(s, acc, io, vec, s.state.stage(acc).reduce_axes[0].extent)
     _parallelize(s, parallel, batch, jo, io, target)
     _prefetch(s, acc, k_loop, prefetch_b)
 
@@ -184,7 +190,7 @@ def _prefetch(s, acc: str, k_loop, d: int) -> None:
         prefetch.prefetch_b(s, acc, k_loop, b_name, d)
 
 
-def _kblocked(s, out, acc, target, *, mr, nr, nc, ku, kc, mc, vec, pack_b, parallel):
+def _kblocked(s, out, acc, target, *, mr, nr, nc, ku, kc, mc, vec, pack_b, parallel, a_panels=False):
     """BLIS order: k split into kc-blocks, the B block [kc, nc] packed per block, rows in
     blocks of mc, then column tiles outside row tiles, so one kc x nr micro-panel of B stays
     in L1 while the mc rows stream past it (the accumulator tile is loaded and stored once
@@ -217,6 +223,8 @@ def _kblocked(s, out, acc, target, *, mr, nr, nc, ku, kc, mc, vec, pack_b, paral
     k_loop = _micro_kernel(s, outer + [jr, io], i, j, k, mr=mr, nr=nr, ku=ku, vec=vec)
     if pack_b:
         _pack(s, acc, ko, vec, kc)
+    if a_panels:
+        _pack_a_panels(s, acc, mo if mc else ko, vec, kc)
     _parallelize(s, parallel, batch, jo, mo if mc else io, target)
     return k_loop
 
@@ -256,6 +264,20 @@ def _transpose_a(s, acc: str, vec: int, target) -> None:
     outer = _schedule_pack(s, al, vec, True, al.shape[-2], attached=False)
     if target.num_cores > 1:
         s.parallel(outer)
+
+
+def _pack_a_panels(s, acc: str, at, vec: int, kext: int) -> None:
+    """Copy A's rows read under loop `at` k-major into a local [.., k, rows] panel per
+    iteration of `at` (BLIS's packed A): the mr broadcasts of a k step then read one cache
+    line, where in place they read mr rows a row apart (4 KiB for K = 1024 fp32, one L1 set)."""
+    (a_name, a_k, a_i), _ = gemm_operands(s, acc)
+    if a_k < a_i:
+        raise ScheduleError("gemm template: A panels read an A stored [.., M, K]; copy a transposed A first (pack_a)")
+    layout = list(range(len(s.state.stage(a_name).shape)))
+    layout[a_k], layout[a_i] = a_i, a_k
+    al = s.cache_read(a_name, "local", [acc], layout=layout)
+    s.compute_at(al, at)
+    _schedule_pack(s, al, vec, True, kext)
 
 
 def _pack(s, acc: str, at, vec: int, kc: int = 0) -> None:
