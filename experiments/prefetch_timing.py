@@ -3,11 +3,13 @@ times it), and with A packed in k-major panels (gemm_schedule's a_panels) withou
 prefetch, side by side in one process (issue 41; minitc/templates/gemm_prefetch.py).
 
     python experiments/prefetch_timing.py --rounds 11 [--target "llvm"] [--threads 2] [--json out.json]
+    python experiments/prefetch_timing.py --mca intel-sapphirerapids-kvm.json   # llvm-mca, no timing
 
 Each workload is the cpu-core suite's: matmul 1024^3, the BERT FFN dense 128x768->3072 + bias +
 relu, the BERT batch matmul 12 x 128x64x128. Every program is the template's default for the
 target with only `l2` (and `a_panels`) changed, checked against numpy, then timed with benchmarks.timing.measure
-(interleaved rounds, medians).
+(interleaved rounds, medians). With --mca, nothing runs: the same programs for a recorded host
+(tests/fixtures/hosts) go through llvm-mca's Skylake-server model as in mca_microkernel.py.
 """
 
 from __future__ import annotations
@@ -85,13 +87,49 @@ def programs(name: str, make, target) -> tuple:
     return fns, distances, params
 
 
+def mca_table(fixture: str) -> None:
+    """The fraction of the FMA peak llvm-mca (LLVM 14, skylake-avx512) predicts for each
+    variant's micro-kernel on the recorded host `fixture`."""
+    import importlib.util
+    from pathlib import Path
+
+    from minitc.backends import lower_schedule
+    from minitc.backends.llvm import jit
+    from minitc.backends.llvm.codegen import render
+
+    spec = importlib.util.spec_from_file_location("mca", Path(__file__).with_name("mca_microkernel.py"))
+    mca = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mca)
+    target = mca.described_target(fixture, None)
+    tool = mca.mca_tools()[14]
+    for name in ("matmul-1024", "dense-bert-ffn-gelu", "bmm-bert"):
+        out = mca.workload(name, target.lanes("float32"))
+        s = tc.Schedule(out)
+        stage = s.state.outputs[0]
+        params = DEFAULTS[template_tag(s, stage)](s, stage, target)
+        d = prefetch.distance(target.hardware, params["mr"], params["nr"] // target.lanes("float32"))
+        cells = []
+        for l2, a_panels in ((0, False), (d, False), (0, True), (d, True)):
+            ir = render(lower_schedule(schedule(out, target, params, l2, a_panels), target), target, name="kernel")
+            with jit._LOCK:
+                module, machine = jit.optimized_module(ir, "kernel", target)
+                body = mca.fma_loops(machine.emit_assembly(module))[0]
+            m = mca.run_mca(tool, "skylake-avx512", body, iterations=50)
+            peak = mca.loop_counts(body)["fmas"] / mca.model_fma_per_cycle(tool, "skylake-avx512", 512)
+            cells.append(f"l2={l2}{' A' if a_panels else ''} {peak / (m['total_cycles'] / m['iterations']):.1%}")
+        print(f"{name:20s} {params['mr']} x {params['nr']}  " + "  ".join(cells), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default="llvm")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=11)
     ap.add_argument("--json")
+    ap.add_argument("--mca", metavar="FIXTURE", help="llvm-mca of a recorded host's programs instead of timing")
     args = ap.parse_args()
+    if args.mca:
+        return mca_table(args.mca)
     target = parse_target(args.target)
     rows = {}
     with thread_limit(args.threads):
