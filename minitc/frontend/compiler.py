@@ -147,7 +147,7 @@ def _report_fallbacks(graph, fallback: bool) -> None:
     warn_user(f"minitc runs {sum(ops.values())} node(s) through PyTorch: {listing}")
 
 
-def _template_trace(task, target: str):
+def template_trace_or_naive(task, target: str):
     """The trace of the task's template; where the template refuses the task (an unusual but
     valid shape), its naive loop nest, with a warning naming the task and the reason: a model
     compiles slower, never not at all."""
@@ -199,7 +199,7 @@ class CompiledModel:
                 )
             if not first:
                 warn_user(f"minitc: new input shapes {list(signature)}: compiling the model again")
-            self._variants[signature] = self._compile([_tensor(t) for t in inputs])
+            self._variants[signature] = self._compile([as_torch(t) for t in inputs])
         self.graph, self.tasks, self.plan = self._variants[signature]
         return self.plan
 
@@ -230,7 +230,7 @@ class CompiledModel:
             source = default_path()
         contested = []  # copies of the tasks whose records hold another program, on that program
         for task in tasks:
-            task.trace = _template_trace(task, self.target)
+            task.trace = template_trace_or_naive(task, self.target)
             chosen = tuned_schedule([task.outputs], self.target, source) if source is not None else None
             if chosen is not None and chosen.trace.to_json() != task.trace.to_json():
                 contested.append(replace(task, trace=chosen.trace))
@@ -338,7 +338,7 @@ def load(path) -> CompiledModel:
     return CompiledModel.restored(variants, inputs, target, dynamic, source=str(path))
 
 
-def _tensor(x):
+def as_torch(x):
     """A torch tensor of the input `x` (numpy arrays shared, CuPy arrays through the CUDA array
     interface), for torch.export."""
     import torch
