@@ -375,15 +375,6 @@ def _prefetch_call(step) -> Call:
     )
 
 
-def _record_prefetch(s, loop, tensor, ahead: int, locality: int = 3) -> None:
-    """`s.prefetch(k, B_local, ahead=2)`: in each iteration of loop `k`, prefetch what the
-    iteration `ahead` later reads of `tensor` (loops.prefetch)."""
-    from minitc.schedule.trace import Step  # trace.py reads this table
-
-    ref = s._loop(loop)
-    s.apply(Step("prefetch", ref.stage, (ref.name,), (s.stage_name(tensor), locality), (ahead,)))
-
-
 PREFETCH = register(
     StepKind(
         "prefetch",
@@ -392,6 +383,5 @@ PREFETCH = register(
         _prefetch_call,
         "asks the cache for what {loop} reads {decision} iterations ahead, so the loads of the "
         "iterations to come find it in L1 instead of waiting for L2",
-        record=_record_prefetch,
-    )
+    )  # recorded by Schedule.prefetch
 )

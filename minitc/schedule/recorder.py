@@ -179,6 +179,12 @@ class Schedule(SamplingInstructions):
         ref = self._loop(loop)
         self.apply(Step("vectorize", ref.stage, (ref.name,)))
 
+    def prefetch(self, loop, tensor, ahead: int, locality: int = 3) -> None:
+        """In each iteration of `loop`, prefetch what the iteration `ahead` later reads of
+        `tensor` (loops.prefetch); locality 3 into L1, 2 into L2."""
+        ref = self._loop(loop)
+        self.apply(Step("prefetch", ref.stage, (ref.name,), (self.stage_name(tensor), locality), (ahead,)))
+
     def bind(self, loop, tag: str) -> None:
         """Bind a loop to a GPU index: "blockIdx.x/y/z", "threadIdx.x/y/z" or "vthread"."""
         ref = self._loop(loop)
