@@ -207,22 +207,51 @@ def sentence_decision(decision, names: dict) -> tuple:
     return decision_label(decision.name, names), value
 
 
+# Template slots added to design spaces after sentences were recorded, and the value that
+# gives the program those sentences measured: a sentence without the slot replays with it, so
+# a space can grow without making the dataset unreadable. The value must be in the slot's
+# domain on every description.
+LATER_SLOTS = {"l2": 0}  # B's software prefetch distance (templates/gemm_prefetch.py): 0 = none
+
+
+def later_slots(written: tuple, skeleton: tuple) -> frozenset | None:
+    """The LATER_SLOTS that `skeleton` (the space's) has and the sentence's space line
+    `written` lacks; None where the two differ otherwise."""
+    if [name for name, _ in written] != [name for name, _ in skeleton]:
+        return None
+    missing = set()
+    for (_, have), (_, want) in zip(written, skeleton):
+        gone = [slot for slot in want if slot not in have]
+        if [slot for slot in want if slot in have] != list(have) or any(slot not in LATER_SLOTS for slot in gone):
+            return None
+        missing.update(gone)
+    return frozenset(missing)
+
+
 class _SentenceSampler(Sampler):
     """Replays a sentence's decisions in the space: checks each label and value against the
-    slot the space asks for and turns `@N` back into a loop name."""
+    slot the space asks for and turns `@N` back into a loop name. A template slot the sentence
+    predates (`missing`, from LATER_SLOTS) takes the value its program had, without a decision
+    of the sentence."""
 
-    def __init__(self, decisions: tuple, names: dict):
+    def __init__(self, decisions: tuple, names: dict, missing: frozenset = frozenset()):
         super().__init__(forced=[])
-        self.sentence_decisions, self.names = decisions, names
+        self.sentence_decisions, self.names, self.missing = decisions, names, missing
+        self.filled = 0  # decisions answered from LATER_SLOTS, not from the sentence
 
     def _take(self, kind, name, domain):
-        n = len(self.decisions)
+        expected = decision_label(name, self.names)
+        slot = expected.rsplit(".", 1)[-1]
+        if slot in self.missing:
+            self.filled += 1
+            self.forced = [d.value for d in self.decisions] + [LATER_SLOTS[slot]]
+            return super()._take(kind, name, domain)
+        n = len(self.decisions) - self.filled
         if n >= len(self.sentence_decisions):
             raise SentenceError(
                 f"the sentence has {n} decisions; the space asks for more (next: {decision_label(name, self.names)})"
             )
         label, value = self.sentence_decisions[n]
-        expected = decision_label(name, self.names)
         if label != expected:
             raise SentenceError(f"decision {n}: the sentence has {label!r} where the space asks for {expected!r}")
         if isinstance(value, Loc):
@@ -236,9 +265,10 @@ class _SentenceSampler(Sampler):
         return super()._take(kind, name, domain)
 
 
-def check_workload(space, s: Sentence) -> None:
+def check_workload(space, s: Sentence) -> frozenset:
     """Raise SentenceError unless sentence `s` was written for this space's workload and
-    sketches: decisions that are legal in two spaces mean different programs in each."""
+    sketches: decisions that are legal in two spaces mean different programs in each. Returns
+    the template slots of LATER_SLOTS that the space has and the sentence predates."""
     stages = tuple(WrittenStage(**d) for d in describe_stages(space.outputs))
     if len(s.stages) != len(stages):
         raise SentenceError(
@@ -252,11 +282,13 @@ def check_workload(space, s: Sentence) -> None:
                 f"`{want}`. A sentence applies only to the workload it was written for"
             )
     skeleton = space_skeleton(space)
-    if s.sketches != skeleton:
+    missing = later_slots(s.sketches, skeleton)
+    if missing is None:
         raise SentenceError(
             f"the sentence's space line ({_sketches(s.sketches)}) is not this space's ({_sketches(skeleton)}); "
             "write the sentence from this space"
         )
+    return missing
 
 
 def _sketches(sketches) -> str:
@@ -266,16 +298,14 @@ def _sketches(sketches) -> str:
 def space_values(space, s: Sentence) -> list:
     """The space's decision values of sentence `s` (raises SentenceError if it is not a program
     of this space, or was written for another workload)."""
-    check_workload(space, s)
-    sampler = _SentenceSampler(s.decisions, space_names(space))
+    sampler = _SentenceSampler(s.decisions, space_names(space), check_workload(space, s))
     try:
         candidate = space._apply(sampler)
     except ScheduleError as e:
         raise SentenceError(f"the sentence is not a legal program of this space: {e}") from None
-    if len(candidate.decisions) != len(s.decisions):
-        raise SentenceError(
-            f"the sentence has {len(s.decisions)} decisions; the program takes {len(candidate.decisions)}"
-        )
+    if len(candidate.decisions) - sampler.filled != len(s.decisions):
+        taken = len(candidate.decisions) - sampler.filled
+        raise SentenceError(f"the sentence has {len(s.decisions)} decisions; the program takes {taken}")
     return candidate.values
 
 

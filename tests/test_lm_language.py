@@ -486,3 +486,30 @@ def test_programs_longer_than_the_models_context_are_dropped_with_a_warning(tok,
         assert bool(candidates) == expect_some  # the template sketch's two decisions fit in 30 tokens
         for c in candidates:
             assert space.replay(c.values).key == c.key
+
+
+def test_a_sentence_older_than_a_slot_replays_as_the_program_it_measured(monkeypatch):
+    """LATER_SLOTS: a GEMM space that grew the prefetch slot `l2` reads a sentence written
+    before it (its space line lacks the slot) as the same program, prefetch off; a space line
+    missing any other slot is still another space's."""
+    from minitc.templates import gemm_prefetch
+
+    out = tc.ops.matmul(tc.placeholder((64, 48), name="A"), tc.placeholder((48, 64), name="B"))
+    target = "llvm -mcpu=x86-64-v3 -num-cores=2"
+    line = hardware(target, measured={"gflops": 100.0, "gbps": 20.0})
+    monkeypatch.setattr(gemm_prefetch, "IN_DESIGN_SPACE", False)
+    before = Space(out, target)
+    programs = [before.replay(before.default_values())] + [before.sample(np.random.default_rng(n)) for n in range(4)]
+    texts = [str(sentence(before, line, c.decisions)) for c in programs]
+    space_line = next(line for line in texts[0].splitlines() if line.startswith("space "))
+    assert "matmul mr" in space_line and " l2" not in space_line
+    monkeypatch.setattr(gemm_prefetch, "IN_DESIGN_SPACE", True)
+    after = Space(out, target)
+    for c, text in zip(programs, texts):
+        if c.values[0] != "template":
+            continue
+        values = space_values(after, parse(text))
+        assert len(values) == len(c.values) + 1 and after.replay(values).trace == c.trace
+    template_text = texts[0]
+    with pytest.raises(SentenceError, match="space line .* is not this space's"):
+        space_values(after, parse(template_text.replace(" mr ", " ", 1)))

@@ -192,7 +192,7 @@ def _slots(space) -> dict:
     return {d.name.split(".")[-1]: d for d in c.decisions}
 
 
-def test_the_intel_server_gets_the_analytical_distance_among_its_candidates(monkeypatch):
+def test_the_intel_server_gets_the_analytical_distance_among_its_candidates():
     target = described("intel-sapphirerapids-kvm.json")
     hw = target.hardware
     out = _matmul(1024, 1024, 1024)
@@ -203,9 +203,7 @@ def test_the_intel_server_gets_the_analytical_distance_among_its_candidates(monk
     # t_k = 6 x 4 FMAs / 2 per cycle = 12 cycles; 16 cycles of L2 latency: 2 k steps ahead
     assert (tiles["mr"], tiles["nr"], d) == (6, 64, 2)
     assert CHOICES["matmul"](s, stage, target)["l2"] == (0, 2, 4, 8)
-    assert "l2" not in tiles and "l2" not in _slots(Space(out, target))  # not in the space by default
-    monkeypatch.setattr(prefetch, "IN_DESIGN_SPACE", True)
-    assert DEFAULTS["matmul"](s, stage, target)["l2"] == 0
+    assert tiles["l2"] == 0  # off unless measured better
     slots = _slots(Space(out, target))
     assert slots["l2"].value == 0 and d in slots["l2"].domain
 
@@ -214,10 +212,13 @@ def test_the_intel_server_gets_the_analytical_distance_among_its_candidates(monk
     "target",
     ["intel-sapphirerapids-kvm.json", "amd-zen4.json", "intel-haswell-avx2.json", AVX2, "llvm -num-cores=2"],
 )
-def test_by_default_no_space_has_the_slot(target):
+def test_every_cpu_gemm_space_has_the_slot_and_its_default_program_prefetches_nothing(target):
     target = described(target) if target.endswith(".json") else target
-    for out in (_matmul(), _bmm(2, 8, 16, 16), _dense_gelu(8, 16, 16)):
-        assert "l2" not in _slots(Space(out, target))
+    for out in (_matmul(), _bmm(2, 8, 16, 16), _dense_gelu(24, 16, 16)):  # 8 rows take the gemv template
+        space = Space(out, target)
+        slot = _slots(space)["l2"]
+        assert slot.value == 0 and len(slot.domain) > 1
+        assert '"prefetch"' not in space.replay(space.default_values()).trace
 
 
 def test_a_sentence_with_the_slot_prints_parses_and_replays_without_new_tokens(monkeypatch):

@@ -17,17 +17,14 @@ The description measures no latency yet (target/calibrate.py measures rates), so
 L2_LATENCY_CYCLES, the published figure of the server cores (Sapphire Rapids 16, Zen 4 14).
 The space also offers 2d and 4d: a busy L2 answers later than its idle latency.
 
-**Where the space offers it: nowhere yet, by default.** A new slot in a design space changes
-every sentence of it, and the language's replay (lm/language.py) refuses a sentence that lacks
-a slot the space asks for: offered on this Zen 5's measured description (two full-rate 512-bit
-pipes, like the Intel servers), the slot made lm/data's 1171 GEMM sentences of znver5-2c and,
-on the Intel host they came from, the 116 of rocketlake-2c unreadable. So the template's `l2`
-is ABSENT from its spaces (they and every recorded program are as before) until
-IN_DESIGN_SPACE is set: then every CPU description has the slot, default 0, candidates
-`candidates` (the analytical distance, twice and four times it). It can be set once the
-language reads a template slot missing from a sentence as its off value (docs/hardware.md says
-what that takes). The name `l2` is a word the vocabulary already has (the hardware line's), so
-sentences with the slot need no new token.
+**Where the space offers it: every CPU description.** The slot's default is 0 (off: no
+measurement here found it better, docs/hardware.md), its candidates `candidates` (the
+analytical distance, twice and four times it), so the evolutionary search and the language
+model can find the libraries' prefetching kernels on the machines where they pay. Sentences
+recorded before the slot existed (lm/data) still replay: the language reads a missing `l2` as
+0, the program they measured (lm/language.py LATER_SLOTS). IN_DESIGN_SPACE = False takes the
+slot out of every space. The name `l2` is a word the vocabulary already has (the hardware
+line's), so sentences with the slot need no new token.
 """
 
 from __future__ import annotations
@@ -40,7 +37,7 @@ import math
 ABSENT = inspect.Parameter.empty
 L2_LATENCY_CYCLES = 16  # load-to-use, in core cycles: Sapphire Rapids 16, Zen 4 and 5 14
 LOCALITY = 3  # llvm.prefetch's "keep in all levels": into L1
-IN_DESIGN_SPACE = False  # the l2 slot in the GEMM templates' spaces (see the module docstring)
+IN_DESIGN_SPACE = True  # the l2 slot in the GEMM templates' spaces (see the module docstring)
 
 
 def offered(hw) -> bool:
