@@ -3,8 +3,8 @@ reference interpreter consume.
 
 A `Kernel` has parameter buffers (inputs then outputs) and a body statement built from
 
-    For(var, extent, kind, body)     0 <= var < extent; kind: serial|parallel|vectorized|unrolled,
-                                     or a GPU binding (blockIdx.x, threadIdx.y, vthread, ...)
+    For(var, extent, kind, body,     0 <= var < extent; kind: serial|parallel|vectorized|unrolled,
+        prefetch=())                 or a GPU binding (blockIdx.x, threadIdx.y, vthread, ...)
     Store(buffer, indices, value)    buffer[indices] = value
     Seq(stmts)                       statements in order
     IfThenElse(cond, then, orelse)   guards (non-divisible splits, partial tiles)
@@ -20,16 +20,15 @@ A `Kernel` has parameter buffers (inputs then outputs) and a body statement buil
 and expressions from expr.py plus `Load(buffer, indices)`. Buffers are dense, row-major and have
 static shapes; indices are int64.
 
-A loop's kind may be a `LoopKind`: the plain kind plus prefetch requests (the schedule's
-`prefetch` step). It equals and hashes as its plain kind, so lowering, the verifier, the
-interpreter and the CUDA backend treat the loop as that kind; the LLVM backend expands the
-requests into `Prefetch` statements (backends/llvm/prefetch.py). The kind is the one property
-of a schedule's loop that lowering carries to the IR's `For` unchanged.
+A `For` may carry prefetch requests (`For.prefetch`, `PrefetchRequest`s from the schedule's
+`prefetch` step): the LLVM backend expands them into `Prefetch` statements
+(backends/llvm/prefetch.py), the other backends and the interpreter ignore them. A pass that
+rebuilds a loop keeps them (`dataclasses.replace`, or `prefetch=loop.prefetch`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from minitc import dtypes
 from minitc.expr import Expr, Var
@@ -92,6 +91,7 @@ class For(Stmt):
     extent: int
     kind: str
     body: Stmt
+    prefetch: tuple = ()  # PrefetchRequests: what to prefetch in each iteration (LLVM only)
 
 
 @dataclass(eq=False)
@@ -157,26 +157,6 @@ class PrefetchRequest:
     buffer: str
     ahead: int
     locality: int = 3
-
-
-class LoopKind(str):
-    """A loop kind (`serial`, `unrolled`, ...) carrying prefetch requests: equal to its plain
-    kind, so every pass that asks `kind == "serial"` still sees a serial loop."""
-
-    prefetch: tuple
-
-    def __new__(cls, kind: str, prefetch: tuple = ()):
-        self = super().__new__(cls, kind)
-        self.prefetch = tuple(prefetch)
-        return self
-
-    def __repr__(self):
-        return f"LoopKind({str(self)!r}, prefetch={self.prefetch!r})"
-
-
-def prefetch_requests(kind) -> tuple:
-    """The PrefetchRequests a loop kind carries (none for a plain string)."""
-    return getattr(kind, "prefetch", ())
 
 
 @dataclass(eq=False)
@@ -245,7 +225,7 @@ def stmt_exprs(s: Stmt) -> tuple:
 def map_stmt(s: Stmt, fn) -> Stmt:
     """Rebuild a statement tree bottom-up; `fn(stmt)` returns a replacement or None."""
     if isinstance(s, For):
-        s = For(s.var, s.extent, s.kind, map_stmt(s.body, fn))
+        s = replace(s, body=map_stmt(s.body, fn))
     elif isinstance(s, Allocate):
         s = Allocate(s.buffer, map_stmt(s.body, fn))
     elif isinstance(s, Seq):

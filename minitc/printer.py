@@ -20,6 +20,12 @@ dtypes and scopes, which parameters are inputs, loop kinds and extents, constant
 
 (the three `i_i` loops bind three distinct Var objects named `i_i`, hence `i_i_1`, `i_i_2`).
 
+A loop's prefetch requests print after its head, a `Prefetch` statement as a call, with the
+locality as the cache level the line is kept in (3: L1, 2: L2):
+
+    for k_i in unrolled(4):  # prefetch(B_local, +2, L1)
+        prefetch(B_local[k_o * 4 + (k_i + 2), j_pf * 8], L1)
+
 Constants: float32 `1.5`, float64 `1.5:f64`, int64 `3`, int32 `3:i32`, bool `True`; `inf`,
 `-inf`, `nan` as such. Casts print as `float32(x)`, intrinsics as `exp(x)`, `min/max/select` as
 calls, floor division and modulo as `//` and `%`, logic as `and`/`or`/`not`. Parentheses are
@@ -38,11 +44,26 @@ import math
 
 from minitc import dtypes
 from minitc.expr import Binary, Call, Cast, Compare, Const, Expr, Not, Select, Var
-from minitc.ir import GPU_TAGS, Allocate, Barrier, Buffer, For, IfThenElse, Kernel, Load, Seq, ShuffleXor, Stmt, Store
+from minitc.ir import (
+    GPU_TAGS,
+    Allocate,
+    Barrier,
+    Buffer,
+    For,
+    IfThenElse,
+    Kernel,
+    Load,
+    Prefetch,
+    Seq,
+    ShuffleXor,
+    Stmt,
+    Store,
+)
 
 INDENT = "    "
 
 LOOP_FORMS = {"serial": "range", "parallel": "parallel", "vectorized": "vectorized", "unrolled": "unrolled"}
+LOCALITIES = {3: "L1", 2: "L2", 1: "L3", 0: "nontemporal"}  # llvm.prefetch's locality: where the line stays
 
 
 # (symbol, precedence) for infix operators; higher binds tighter (Python's order).
@@ -114,6 +135,10 @@ def format_type(buffer: Buffer) -> str:
     return text if buffer.scope == "global" else f"{text} @{buffer.scope}"
 
 
+def _locality(level: int) -> str:
+    return LOCALITIES.get(level, f"locality {level}?")
+
+
 class _Printer:
     """Holds the naming state of one printing pass."""
 
@@ -141,6 +166,7 @@ class _Printer:
             Allocate: self._allocate,
             Barrier: self._barrier,
             ShuffleXor: self._shuffle,
+            Prefetch: self._prefetch,
         }
 
     # -- names ---------------------------------------------------------------------------------
@@ -191,8 +217,10 @@ class _Printer:
             head = f'for {self._bind(s.var)} in bind("{s.kind}", {extent}):'
         else:
             head = f"for {self._bind(s.var)} in {form}({extent}):"
-        if s.var.dtype != dtypes.INDEX:
-            head += f"  # {s.var.dtype}"
+        notes = [s.var.dtype] if s.var.dtype != dtypes.INDEX else []
+        notes += [f"prefetch({r.buffer}, +{r.ahead}, {_locality(r.locality)})" for r in s.prefetch]
+        if notes:
+            head += "  # " + "; ".join(notes)
         lines = [INDENT * indent + head] + self.stmt(s.body, indent + 1)
         if not was_bound:
             self.in_scope.discard(s.var)
@@ -222,6 +250,10 @@ class _Printer:
     def _shuffle(self, s: ShuffleXor, indent: int) -> list:
         acc = f"{self.name(s.buffer)}[0]"
         return [INDENT * indent + f"{acc} = {s.combiner}({acc}, shfl_xor({acc}, {s.offset}, width={s.width}))"]
+
+    def _prefetch(self, s: Prefetch, indent: int) -> list:
+        target = f"{self.name(s.buffer)}[{self._indices(s.indices)}]"
+        return [INDENT * indent + f"prefetch({target}, {_locality(s.locality)})"]
 
     def _allocate(self, s: Allocate, indent: int) -> list:
         b = s.buffer

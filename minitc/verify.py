@@ -11,7 +11,10 @@ with the path to it: `kernel matmul, in loop i_o > loop j: ...`. It checks
 - loop kinds: the kind is known; a `vectorized` loop has extent <= 64 and no loop or
   allocation inside; `parallel` loops do not nest; a store inside a parallel loop does not
   write a `local` buffer allocated outside that loop at an index that does not depend on the
-  parallel loop (every thread would write the same elements: a race).
+  parallel loop (every thread would write the same elements: a race);
+- prefetches: a `Prefetch` addresses a buffer in scope with int64 indices (it may point past
+  the buffer's end: a prefetch never faults) at a locality 0-3; a loop's prefetch requests are
+  `PrefetchRequest`s with a positive distance, on a serial or unrolled loop.
 """
 
 from __future__ import annotations
@@ -21,7 +24,21 @@ import numbers
 from minitc import dtypes
 from minitc.errors import IRError
 from minitc.expr import Var, walk
-from minitc.ir import LOOP_KINDS, Allocate, Barrier, For, IfThenElse, Kernel, Load, Seq, ShuffleXor, Store, walk_stmts
+from minitc.ir import (
+    LOOP_KINDS,
+    Allocate,
+    Barrier,
+    For,
+    IfThenElse,
+    Kernel,
+    Load,
+    Prefetch,
+    PrefetchRequest,
+    Seq,
+    ShuffleXor,
+    Store,
+    walk_stmts,
+)
 
 MAX_VECTOR_LANES = 64
 
@@ -53,6 +70,7 @@ class _Verifier:
             Allocate: self._allocate,
             Barrier: lambda s: None,
             ShuffleXor: self._shuffle,
+            Prefetch: self._prefetch,
         }
 
     def run(self) -> None:
@@ -96,6 +114,8 @@ class _Verifier:
             raise _Failure(f"loop {name} has unknown kind {s.kind!r}; expected one of {', '.join(LOOP_KINDS)}")
         if s.kind == "vectorized":
             self._check_vectorized(s, name)
+        if s.prefetch:
+            self._check_requests(s, name)
         if s.kind == "parallel" and self.parallel_depth > 0:
             raise _Failure(f"parallel loop {name} is nested inside another parallel loop; parallelise one level only")
         self.path.append(f"loop {name}")
@@ -120,6 +140,28 @@ class _Verifier:
                 )
             if isinstance(inner, Allocate):
                 raise _Failure(f"vectorized loop {name} contains an allocation of {inner.buffer.name}")
+
+    def _check_requests(self, s: For, name: str) -> None:
+        if s.kind not in ("serial", "unrolled"):
+            raise _Failure(f"{s.kind} loop {name} carries prefetch requests; only serial and unrolled loops can")
+        for r in s.prefetch:
+            if not isinstance(r, PrefetchRequest):
+                raise _Failure(f"loop {name} has prefetch request {r!r}; it must be an ir.PrefetchRequest")
+            if isinstance(r.ahead, bool) or not isinstance(r.ahead, numbers.Integral) or r.ahead < 1:
+                raise _Failure(f"loop {name} prefetches {r.buffer} {r.ahead!r} iterations ahead; it must be >= 1")
+
+    def _prefetch(self, s: Prefetch) -> None:
+        # no bounds: the last iterations prefetch past the buffer's end, which is harmless
+        self._access(s.buffer, s.indices, "prefetch of")
+        for n, index in enumerate(s.indices):
+            self.expr(index)
+            if index.dtype != dtypes.INDEX:
+                raise _Failure(
+                    f"index {n} of prefetch of {s.buffer.name} has dtype {index.dtype}; prefetch addresses are "
+                    f"{dtypes.INDEX} (cast it)"
+                )
+        if isinstance(s.locality, bool) or s.locality not in (0, 1, 2, 3):
+            raise _Failure(f"prefetch of {s.buffer.name} has locality {s.locality!r}; it must be 0, 1, 2 or 3")
 
     def _store(self, s: Store) -> None:
         self._access(s.buffer, s.indices, "store to")

@@ -16,7 +16,7 @@ from minitc.autotune.space import Space
 from minitc.backends.llvm.prefetch import expand_prefetches
 from minitc.errors import ScheduleError
 from minitc.interp import interpret
-from minitc.ir import For, Kernel, Prefetch, prefetch_requests, walk_stmts
+from minitc.ir import For, Kernel, Prefetch, walk_stmts
 from minitc.printer import format_expr
 from minitc.schedule.trace import Trace, step_call
 from minitc.target import hardware, parse_target
@@ -51,7 +51,7 @@ def _templated(out, target, **params):
 def _requests(s, target=AVX2) -> list:
     kernel = tc.lower(s, target=target)
     loops = [f for f in walk_stmts(kernel.body) if isinstance(f, For)]
-    return [prefetch_requests(f.kind) for f in loops if prefetch_requests(f.kind)]
+    return [f.prefetch for f in loops if f.prefetch]
 
 
 # -- the schedule step ---------------------------------------------------------------------------
@@ -69,7 +69,7 @@ def _hand_scheduled():
     return s, C
 
 
-def test_the_step_is_recorded_replayed_and_carried_by_the_loop_kind():
+def test_the_step_is_recorded_replayed_and_carried_by_the_loop():
     s, C = _hand_scheduled()
     step = s.trace.steps[-1]
     assert (step.kind, step.loops, step.args, step.decisions) == ("prefetch", ("k_i",), ("B_local", 3), (3,))
@@ -78,8 +78,8 @@ def test_the_step_is_recorded_replayed_and_carried_by_the_loop_kind():
     assert again.trace == s.trace
     (requests,) = _requests(again)
     assert [(r.buffer, r.ahead, r.locality) for r in requests] == [("B_local", 3, 3)]
-    kind = again.state.stage("matmul").loop("k_i").kind
-    assert kind == "unrolled" and prefetch_requests(kind)  # every pass still sees an unrolled loop
+    loop = again.state.stage("matmul").loop("k_i")
+    assert loop.kind == "unrolled" and loop.prefetch == requests
 
 
 @pytest.mark.parametrize(

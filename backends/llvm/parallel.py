@@ -23,6 +23,8 @@ A parallel loop inside another parallel loop (or of extent 1) runs serially in i
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from minitc.backends.llvm.builder import Function, Value
 from minitc.backends.llvm.vector import nodes
 from minitc.expr import Var
@@ -69,7 +71,7 @@ class ParallelEmitter:
             return self.emit_serial(s)
         trip, body = self.runtime_trip(s)  # the threads share min(extent, X) iterations, not extent
         if trip is not None:
-            s = For(s.var, s.extent, s.kind, body)
+            s = replace(s, body=body)
         variables, buffers = self.captures(s)
         task_name = f"{self.func_name}_par{self.module.par_count}"
         body_name = f"{task_name}_body"

@@ -1,5 +1,5 @@
-"""Software prefetch: the loops' prefetch requests (ir.LoopKind, the schedule's `prefetch`
-step) expanded into `Prefetch` statements, and those emitted as `llvm.prefetch`.
+"""Software prefetch: the loops' prefetch requests (`For.prefetch`, from the schedule's
+`prefetch` step) expanded into `Prefetch` statements, and those emitted as `llvm.prefetch`.
 
 A request on loop `k` for buffer `B` `ahead` iterations puts, at the top of each iteration of
 `k`, one prefetch per cache line that the iteration reads of `B`, at the indices of those reads
@@ -25,7 +25,7 @@ from minitc.arith import coefficient
 from minitc.backends.llvm.builder import scalar_type
 from minitc.backends.llvm.vector import expr_key, flat_index
 from minitc.expr import Var, binary, const, free_vars, substitute, walk
-from minitc.ir import For, Load, Prefetch, map_stmt, prefetch_requests, seq, stmt_children, stmt_exprs
+from minitc.ir import For, Load, Prefetch, map_stmt, seq, stmt_children, stmt_exprs
 
 LINE_BYTES = 64
 PREFETCH_DECLARATION = "declare void @llvm.prefetch.p0(ptr nocapture readonly, i32 immarg, i32 immarg, i32 immarg)"
@@ -33,14 +33,14 @@ MAX_PREFETCHES = 32  # per iteration and request; beyond it the request is dropp
 
 
 def expand_prefetches(body):
-    """`body` with every loop's prefetch requests expanded into Prefetch statements (and the
-    loop's kind back to its plain string)."""
+    """`body` with every loop's prefetch requests expanded into Prefetch statements at the
+    top of its body (and taken off the loop)."""
 
     def expand(s):
-        if not (isinstance(s, For) and prefetch_requests(s.kind)):
+        if not (isinstance(s, For) and s.prefetch):
             return None
-        ahead = [p for r in prefetch_requests(s.kind) for p in _prefetches(s, r)]
-        return For(s.var, s.extent, str(s.kind), seq(*ahead, s.body))
+        ahead = [p for r in s.prefetch for p in _prefetches(s, r)]
+        return For(s.var, s.extent, s.kind, seq(*ahead, s.body))
 
     return map_stmt(body, expand)
 

@@ -29,7 +29,7 @@ writes from overtaking slow readers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from minitc import ir
 from minitc.errors import ScheduleError
@@ -80,7 +80,7 @@ class _Lowerer:
             if s.kind in ir.THREAD_TAGS:
                 inner[s.kind] = (s.var, s.extent)
             looped = in_loop or (s.kind not in ir.GPU_TAGS or s.kind == "vthread") and s.extent > 1
-            return ir.For(s.var, s.extent, s.kind, self.stmt(s.body, inner, looped))
+            return replace(s, body=self.stmt(s.body, inner, looped))
         if isinstance(s, ir.Seq):
             return ir.seq(*(self.stmt(c, bound, in_loop) for c in s.stmts))
         if isinstance(s, ir.IfThenElse):

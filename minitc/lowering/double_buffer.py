@@ -31,6 +31,8 @@ turns double buffering off (for probing what it is worth; experiments/gpu_gemm_p
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from minitc import arith, ir
 from minitc.expr import Var, binary, compare, const, transform, walk
 from minitc.lowering.gpu import GpuLimits, map_launches
@@ -71,7 +73,7 @@ def _launch(part: ir.Stmt, limit: int) -> ir.Stmt:
         inner = ir.seq(ir.Barrier(), *in_place, ir.Barrier(), *compute)
         for buf in reversed(shared):
             inner = ir.Allocate(buf, inner)
-        return ir.For(node.var, node.extent, node.kind, inner)
+        return replace(node, body=inner)
 
     return ir.map_stmt(part, fn)
 
@@ -137,7 +139,7 @@ def _pipeline(loop: ir.For, shared: list, staged: list, compute: list) -> ir.Stm
         ir.Barrier(),
         *(_fresh(p) for p in prologue),
         ir.Barrier(),
-        ir.For(ko, n, loop.kind, _wrap(regs, step)),
+        ir.For(ko, n, loop.kind, _wrap(regs, step), loop.prefetch),
     )
     return _wrap([doubled[b] for b in shared], body)
 
@@ -167,7 +169,7 @@ def stage_fill(fill: ir.Stmt):
             if parts is None:
                 return None
             if s.kind in ir.GPU_TAGS:
-                return tuple(ir.For(s.var, s.extent, s.kind, p) for p in parts)
+                return tuple(replace(s, body=p) for p in parts)
             load_kind = "vectorized" if s.kind == "vectorized" and isinstance(s.body, ir.Store) else "unrolled"
             store_kind = "vectorized" if load_kind == "vectorized" and _contiguous(s.body, s.var) else "unrolled"
             return ir.For(s.var, s.extent, load_kind, parts[0]), ir.For(s.var, s.extent, store_kind, parts[1])
@@ -277,7 +279,7 @@ def _fresh(s: ir.Stmt) -> ir.Stmt:
 
     def fn(node):
         if isinstance(node, ir.For) and node.var in mapping:
-            return ir.For(mapping[node.var], node.extent, node.kind, node.body)
+            return replace(node, var=mapping[node.var])
         return None
 
     return ir.map_stmt(_subst(s, mapping), fn)

@@ -22,7 +22,7 @@ The simulator (backends/cuda/sim.py) then checks every access of a real run for 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from minitc import ir
 from minitc.errors import ScheduleError
@@ -263,7 +263,7 @@ def sink_guards(s: ir.Stmt) -> ir.Stmt:
         if isinstance(body, (ir.Barrier, ir.ShuffleXor)):
             return body
         if isinstance(body, ir.For):
-            return ir.For(body.var, body.extent, body.kind, push(cond, body.body))
+            return replace(body, body=push(cond, body.body))
         if isinstance(body, ir.Allocate):
             return ir.Allocate(body.buffer, push(cond, body.body))
         if isinstance(body, ir.Seq):

@@ -9,6 +9,8 @@ innermost loop they depend on.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from minitc import ir
 from minitc.errors import ScheduleError
 from minitc.expr import Const, Var, logical, substitute, transform, walk
@@ -124,7 +126,7 @@ class NestBuilder:
                 before, after = self.attached(st, st.loops[p].name)
                 stmt = _guard(ir.seq(*before, stmt, *after), skip.get(p, []))
             lp = st.loops[p]
-            stmt = ir.For(vars_[lp.name], info.extents[lp.name], lp.kind, stmt)
+            stmt = ir.For(vars_[lp.name], info.extents[lp.name], lp.kind, stmt, lp.prefetch)
             if attach:
                 stmt = self._allocate_attached(st, lp.name, stmt)
         if top or None in level:
@@ -153,7 +155,7 @@ class NestBuilder:
         for s in reversed(self.state.attached_to(st.name)):
             if s.attach.loop == loop and self.info[s.name].local:
                 body = ir.Allocate(self.buffers[s.name], body)
-        return ir.For(for_stmt.var, for_stmt.extent, for_stmt.kind, body)
+        return replace(for_stmt, body=body)
 
     def _outside_vars(self, info: StageInfo) -> set:
         own = set(info.vars.values())

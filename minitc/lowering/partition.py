@@ -28,6 +28,8 @@ they are emitted) stays within GROWTH times the original, plus MIN_BUDGET statem
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from minitc import ir
 from minitc.arith import bounds
 from minitc.expr import Binary, Compare, Var, binary, compare, const, walk
@@ -61,7 +63,7 @@ def _visit(stmt: ir.Stmt, ranges: dict, budget: list) -> ir.Stmt:
             done = _partition(stmt, ranges, budget)
             if done is not None:
                 return done
-        return ir.For(stmt.var, stmt.extent, stmt.kind, _visit(stmt.body, inner, budget))
+        return replace(stmt, body=_visit(stmt.body, inner, budget))
     if isinstance(stmt, ir.Seq):
         return ir.seq(*(_visit(s, ranges, budget) for s in stmt.stmts))
     if isinstance(stmt, ir.Allocate):
@@ -81,7 +83,7 @@ def _partition(loop: ir.For, ranges: dict, budget: list):
         return None
     live = _live_prefix(loop, ranges)
     if live < ext:  # the guards are false from `live` on: the loop just gets shorter
-        shorter = _clean(ir.For(v, live, loop.kind, loop.body), ranges, budget) if live else None
+        shorter = _clean(replace(loop, extent=live), ranges, budget) if live else None
         return ir.Seq(()) if shorter is None else shorter
     env = {**ranges, **inner}
     cuts = [p for p in (_true_prefix(g, v, ext, env) for g in guards) if 2 * p >= ext and p < ext]
@@ -102,7 +104,7 @@ def _partition(loop: ir.For, ranges: dict, budget: list):
         tail = _clean(tail_body, tail_ranges, budget)
         body = ir.IfThenElse(compare("lt", v, const(p)), head or ir.Seq(()), tail)
         return ir.For(v, ext, "parallel", body)
-    out = [ir.For(v, p, loop.kind, head)] if head is not None else []
+    out = [replace(loop, extent=p, body=head)] if head is not None else []
     if ext - p == 1:
         tail = _clean(_subst_stmt(loop.body, {v: const(p)}), ranges, budget)
         out.append(tail)
@@ -113,7 +115,7 @@ def _partition(loop: ir.For, ranges: dict, budget: list):
         tail_ranges[w] = (0, ext - p - 1)
         tail = _clean(moved, tail_ranges, budget)
         if tail is not None:
-            out.append(ir.For(w, ext - p, loop.kind, tail))
+            out.append(replace(loop, var=w, extent=ext - p, body=tail))
     return ir.seq(*out) if out else ir.Seq(())
 
 

@@ -76,7 +76,7 @@ def simplify_stmt(stmt: ir.Stmt, ranges: dict | None = None) -> ir.Stmt | None:
             return simplify_stmt(_subst_stmt(stmt.body, {stmt.var: Const(0, stmt.var.dtype)}), ranges)
         ranges[stmt.var] = (0, stmt.extent - 1)
         body = simplify_stmt(stmt.body, ranges)
-        return None if body is None else ir.For(stmt.var, stmt.extent, stmt.kind, body)
+        return None if body is None else replace(stmt, body=body)
     if isinstance(stmt, ir.Seq):
         parts = [simplify_stmt(s, ranges) for s in stmt.stmts]
         parts = [p for p in parts if p is not None]
@@ -157,7 +157,7 @@ def _subst_stmt(stmt: ir.Stmt, mapping: dict) -> ir.Stmt:
     if isinstance(stmt, ir.Store):
         return ir.Store(stmt.buffer, tuple(expr(i) for i in stmt.indices), expr(stmt.value))
     if isinstance(stmt, ir.For):
-        return ir.For(stmt.var, stmt.extent, stmt.kind, _subst_stmt(stmt.body, mapping))
+        return replace(stmt, body=_subst_stmt(stmt.body, mapping))
     if isinstance(stmt, ir.Seq):
         return ir.Seq(tuple(_subst_stmt(s, mapping) for s in stmt.stmts))
     if isinstance(stmt, ir.Allocate):

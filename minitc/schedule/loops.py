@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from minitc.errors import ScheduleError
-from minitc.ir import GPU_TAGS, LoopKind, PrefetchRequest, prefetch_requests
+from minitc.ir import GPU_TAGS, PrefetchRequest
 from minitc.schedule.state import Fuse, Loop, Split, State, unique_name
 
 MAX_VECTOR_LANES = 64
@@ -33,6 +33,11 @@ def split(state: State, stage: str, loop: str, factor=None, nparts=None) -> tupl
 
     `factor` fixes the inner extent, `nparts` the outer one. A factor that does not divide the
     extent is legal: lowering adds the guard shown. Returns (state, outer name, inner name).
+
+    The loop's prefetch requests move to the inner loop unchanged: i = i_o * 32 + i_i is linear
+    in i_i with i's coefficient, so i_i + ahead addresses iteration i + ahead (in the next
+    block when i_i + ahead >= 32: the index is not wrapped), one iteration of i_i being one of
+    i, and the loops inside i_i are those that were inside i.
     """
     if (factor is None) == (nparts is None):
         raise ScheduleError(f"split of loop {loop}: give exactly one of factor= or nparts=")
@@ -48,7 +53,10 @@ def split(state: State, stage: str, loop: str, factor=None, nparts=None) -> tupl
     else:
         f = _positive_int(nparts, "nparts", loop)
         ext_outer, ext_inner = f, -(-old.extent // f)
-    new_loops = (Loop(outer, ext_outer, "serial", old.reduce), Loop(inner, ext_inner, "serial", old.reduce))
+    new_loops = (
+        Loop(outer, ext_outer, "serial", old.reduce),
+        Loop(inner, ext_inner, "serial", old.reduce, prefetch=old.prefetch),
+    )
     loops = st.loops[:pos] + new_loops + st.loops[pos + 1 :]
     rel = Split(loop, outer, inner, f, nparts is not None)
     st = replace(st, loops=loops, relations=st.relations + (rel,))
@@ -79,6 +87,12 @@ def fuse(state: State, stage: str, loops: tuple) -> tuple[State, str]:
     kinds = {st.loops[p].reduce for p in positions}
     if len(kinds) > 1:
         raise ScheduleError(f"fuse: cannot fuse spatial and reduction loops ({', '.join(loops)}) of stage {stage}")
+    for p in positions:  # the fused index is a div/mod of each loop's: no iteration to shift by `ahead`
+        if st.loops[p].prefetch:
+            raise ScheduleError(
+                f"fuse: loop {st.loops[p].name} of stage {stage} carries a prefetch of "
+                f"{_requested(st.loops[p])}, which the fused loop cannot keep; fuse first, then prefetch"
+            )
     relations = list(st.relations)
     current = st.loops[positions[0]]
     taken = {lp.name for lp in st.loops} | _all_names(st)
@@ -137,13 +151,22 @@ def annotate(state: State, stage: str, loop: str, kind: str) -> State:
             f"cannot vectorize loop {loop} of stage {stage}: extent {lp.extent} exceeds {MAX_VECTOR_LANES} lanes; "
             "split it and vectorize the inner loop"
         )
-    if prefetch_requests(lp.kind) and kind in ("serial", "unrolled"):  # unrolled after its prefetch step
-        kind = LoopKind(kind, prefetch_requests(lp.kind))
+    if lp.prefetch and kind not in ORDERED_KINDS:
+        raise ScheduleError(
+            f"cannot make loop {loop} of stage {stage} {kind}: it carries a prefetch of {_requested(lp)}, and a "
+            f"{kind} loop has no iteration order to prefetch ahead in; make it {kind} before the prefetch step "
+            "and put the prefetch on a serial or unrolled loop"
+        )
     loops = tuple(replace(lp, kind=kind) if lp.name == loop else lp for lp in st.loops)
     return state.replace_stage(replace(st, loops=loops))
 
 
 PREFETCH_LOCALITIES = (2, 3)  # llvm.prefetch's: 3 keeps the line in L1, 2 in L2 (and outward)
+ORDERED_KINDS = ("serial", "unrolled")  # loops that run their iterations in order: they may prefetch
+
+
+def _requested(lp: Loop) -> str:
+    return ", ".join(f"{r.buffer} ({r.ahead} ahead)" for r in lp.prefetch)
 
 
 def prefetch(state: State, stage: str, loop: str, buffer: str, ahead: int, locality: int = 3) -> State:
@@ -158,8 +181,9 @@ def prefetch(state: State, stage: str, loop: str, buffer: str, ahead: int, local
                         C_local[i, j] += ...             ... (unchanged)
 
     Only a hint: results do not change, and the backends without prefetches (CUDA, the
-    interpreter) ignore it. The request travels on the loop's kind (ir.LoopKind), so later
-    kind annotations of the loop keep it, but a split or fuse of the loop drops it.
+    interpreter) ignore it. The request rides on the loop (`Loop.prefetch`, lowered to
+    `For.prefetch`): unroll keeps it, a split moves it to the inner loop (see split), while
+    fuse, parallel, vectorize and bind of the loop refuse it.
     """
     st = state.stage(stage)
     lp = st.loop(loop)
@@ -174,14 +198,13 @@ def prefetch(state: State, stage: str, loop: str, buffer: str, ahead: int, local
         raise ScheduleError(
             f"prefetch on loop {loop} of {stage}: locality {locality!r} is not one of {PREFETCH_LOCALITIES}"
         )
-    if lp.kind in GPU_TAGS + ("vectorized", "parallel"):
+    if lp.kind not in ORDERED_KINDS:
         raise ScheduleError(
             f"prefetch on loop {loop} of {stage}: a {lp.kind} loop has no iteration order to prefetch ahead in; "
             "put the prefetch on a serial or unrolled loop"
         )
-    requests = tuple(r for r in prefetch_requests(lp.kind) if r.buffer != buffer)
-    kind = LoopKind(lp.kind, requests + (PrefetchRequest(buffer, ahead, locality),))
-    loops = tuple(replace(lp, kind=kind) if lp.name == loop else lp for lp in st.loops)
+    requests = tuple(r for r in lp.prefetch if r.buffer != buffer) + (PrefetchRequest(buffer, ahead, locality),)
+    loops = tuple(replace(lp, prefetch=requests) if lp.name == loop else lp for lp in st.loops)
     return state.replace_stage(replace(st, loops=loops))
 
 
@@ -205,6 +228,11 @@ def bind(state: State, stage: str, loop: str, tag: str) -> State:
         )
     st = state.stage(stage)
     lp = st.loop(loop)
+    if lp.prefetch:
+        raise ScheduleError(
+            f"cannot bind loop {loop} of stage {stage} to {tag}: it carries a prefetch of {_requested(lp)}, a CPU "
+            "cache hint; bind a loop without one"
+        )
     if lp.reduce and tag not in ("vthread", "threadIdx.x"):
         raise ScheduleError(
             f"cannot bind loop {loop} of stage {stage} to {tag}: it is a reduction loop; only threadIdx.x "

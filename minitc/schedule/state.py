@@ -38,6 +38,7 @@ class Loop:
     extent: int  # nominal: from the full shape; lowering recomputes it from the inferred region
     kind: str = "serial"
     reduce: bool = False
+    prefetch: tuple = ()  # ir.PrefetchRequests of the `prefetch` step; lowering copies them to the For
 
 
 @dataclass(frozen=True)
