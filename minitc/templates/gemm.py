@@ -26,7 +26,8 @@ compute-bound, so it uses the full width even where 512-bit ops are split).
 With `l2 = d` (gemm_prefetch.py) each k step also prefetches B's row k + d into L1.
 
 Every tile size is a keyword argument, so each call is one point of the tuner's design space;
-the `@defaults` functions pick them for the shape and the target description (`gemm_blocking.pick_tiles`:
+the `@defaults` functions (gemm_stages.py, which also finds the operands and the epilogue)
+pick them for the shape and the target description (`gemm_blocking.pick_tiles`:
 the register tile from the target's vector registers and lanes, the panel from its L2; factors
 that divide the extents where possible; other shapes get guarded tails, which the LLVM backend
 peels off the hot loops, minitc/lowering/partition.py).
@@ -34,83 +35,29 @@ peels off the hot loops, minitc/lowering/partition.py).
 
 from __future__ import annotations
 
-import minitc.templates.gemm_blocking as blocking
 import minitc.templates.gemm_prefetch as prefetch
 from minitc.errors import ScheduleError
-from minitc.expr import Binary, Const
 from minitc.templates.gemm_prefetch import ABSENT
+
+# re-exported, as the other templates import them from here: cache_under_epilogue, epilogue_anchor, is_contraction
+from minitc.templates.gemm_stages import (  # noqa: F401
+    cache_under_epilogue,
+    epilogue_anchor,
+    gemm_choices,
+    gemm_defaults,
+    gemm_operands,
+    gemm_producer,
+    inline_epilogue,
+    inline_operands,
+    is_contraction,
+    weight_block,
+)
 from minitc.templates.registry import choices, defaults, template
 
 PARALLEL = ("auto", "n", "m", "batch", "none")
 
 
 # -- the shared template -----------------------------------------------------------------------
-
-
-def gemm_operands(s, acc: str) -> tuple:
-    """(A-role read, B-role read) of the product stage `acc`: the B operand is the one indexed
-    by the last output axis (it is loaded as vectors along j), A the one indexed by the row
-    axis (broadcast per row). Each is (stage name, dim of k, dim of the i or j axis)."""
-    st = s.state.stage(acc)
-    i_axis, j_axis = st.axes[-2], st.axes[-1]
-    (k_axis,) = st.reduce_axes
-    roles = {}
-    for r in st.reads():
-        dims = {}
-        for d, index in enumerate(r.indices):
-            for ax in (i_axis, j_axis, k_axis):
-                if index is ax:
-                    dims[ax] = d
-            if _block_of(index, j_axis, "mod"):  # W[j // B, k, j % B]: j's lanes are the last dim
-                dims[j_axis] = d
-        if k_axis not in dims:
-            continue
-        if j_axis in dims:
-            roles["b"] = (r.stage, dims[k_axis], dims[j_axis])
-        elif i_axis in dims:
-            roles["a"] = (r.stage, dims[k_axis], dims[i_axis])
-    if "a" not in roles or "b" not in roles:
-        raise ScheduleError(f"gemm template: stage {acc} is not a product of an [.., M, K] and a [.., K, N] operand")
-    return roles["a"], roles["b"]
-
-
-def is_contraction(s, stage: str) -> bool:
-    """Whether `stage` is a matrix product written by hand: a sum over one reduction axis of the
-    product of two reads, indexed like a GEMM's A ([.., M, K] or [.., K, M]) and B ([.., K, N]
-    or [.., N, K]) with at least two output axes. Such a `tc.compute` gets the matmul template
-    (`template_tag`): its steps only reorganise the loops, so they are correct on any stage
-    that gemm_operands can read."""
-    from minitc.te import Reduce
-
-    st = s.state.stage(stage)
-    body = st.body
-    if not isinstance(body, Reduce) or body.combiner != "sum" or len(body.axes) != 1 or len(st.axes) < 2:
-        return False
-    if not (isinstance(body.source, Binary) and body.source.op == "mul") or len(st.reads()) != 2:
-        return False
-    try:
-        gemm_operands(s, stage)
-    except ScheduleError:
-        return False
-    return True
-
-
-def _block_of(index, axis, op: str) -> int:
-    """B when `index` is `axis // B` or `axis % B` (as `op` says), else 0."""
-    if isinstance(index, Binary) and index.op == op and index.a is axis and isinstance(index.b, Const):
-        return int(index.b.value)
-    return 0
-
-
-def weight_block(s, acc: str) -> int:
-    """The block of a B operand stored in blocks of output columns ([N/B, K, B], read as
-    B[j // B, k, j % B]: dense's weight_block), else 0."""
-    st = s.state.stage(acc)
-    for r in st.reads():
-        blocks = [_block_of(index, st.axes[-1], "floordiv") for index in r.indices]
-        if any(blocks):
-            return max(blocks)
-    return 0
 
 
 def gemm_schedule(
@@ -353,54 +300,6 @@ def _auto_parallel(s, batch, jo, io, target) -> str:
     return "m" if _extent(s, io) >= 2 * cores else "n"
 
 
-# -- tile sizes (the choices: gemm_blocking.pick_tiles) -----------------------------------------
-
-
-def _shape(s, acc: str) -> tuple:
-    st = s.state.stage(acc)
-    M, N = st.shape[-2:]
-    (k,) = st.reduce_axes
-    batch = 1
-    for n in st.shape[:-2]:
-        batch *= n
-    return batch, M, N, k.extent
-
-
-def _defaults_for(s, acc: str, target) -> dict:
-    batch, M, N, K = _shape(s, acc)
-    p = blocking.pick_tiles(M, N, K, target, s.state.stage(acc).dtype, batch)
-    (_, a_k, a_i), (_, b_k, b_j) = gemm_operands(s, acc)
-    # a panel read by one row tile is not worth copying, unless B must be transposed
-    p["pack_b"] = (M > p["mr"] or b_k > b_j) and not weight_block(s, acc)
-    p["pack_a"] = a_k < a_i and N > p["nc"]  # A stored [.., K, M], read by several panels
-    p["parallel"] = "auto"
-    if prefetch.offered(target.hardware):
-        p["l2"] = 0  # off unless measured better (docs/hardware.md)
-    return p
-
-
-def _choices_for(s, acc: str, target) -> dict:
-    """The tuner's candidates from the analytical model: every register tile that fits the
-    hardware (rows, and columns as whole vectors of the target's width), the panel widths of
-    the default tile, and the k blocks of both orders (BLIS's kc from L1, minitc's from A's
-    sliver) with the mc that goes with BLIS's."""
-    batch, M, N, K = _shape(s, acc)
-    dtype = s.state.stage(acc).dtype
-    hw, vec, esize = target.hardware, target.lanes(dtype), 8 if dtype in ("float64", "int64") else 4
-    p = blocking.pick_tiles(M, N, K, target, dtype, batch)
-    tiles = blocking.register_tiles(hw)
-    blis_kc = blocking.kc_from_l1(hw, p["mr"], p["nr"], esize)
-    kcs = {blis_kc, blocking.k_block(hw, K, p["mr"], p["nr"], vec, esize, blocking.panel_bytes(target)), K // 2, K // 4}
-    return {
-        "mr": tuple(sorted({min(rows, M) for rows, _ in tiles})),
-        "nr": tuple(sorted({vecs * vec for _, vecs in tiles})),
-        "nc": tuple(p["nr"] * m for m in (1, 2, 4, 8, 16) if p["nr"] * m <= blocking.ceil_div(N, p["nr"]) * p["nr"]),
-        "kc": tuple(sorted(k // 4 * 4 for k in kcs if 16 <= k < K)),
-        "mc": (blocking.mc_from_l2(hw, min(blis_kc, K), p["mr"], esize),),
-        "l2": prefetch.candidates(hw, p["mr"], p["nr"] // vec),
-    }
-
-
 # -- the operators -----------------------------------------------------------------------------
 
 
@@ -408,21 +307,6 @@ def _matmul_like(s, out, target, **params):
     acc = out if params.get("kc") else s.stage_name(s.cache_write(out, "local"))
     gemm_schedule(s, out, acc, target, **params)
     inline_operands(s, acc)
-
-
-def inline_operands(s, acc: str) -> None:
-    """Inline the computed stages the product reads (a fused kernel's index prologue: the head
-    permutes of attention's q, k and v) into its reads and its packing copies, so the operands
-    are read in place from the kernel's inputs."""
-    todo = [acc]
-    while todo:
-        for name in s.state.stage(todo.pop()).read_stages():
-            st = s.state.stage(name)
-            if st.is_placeholder or st.reduce_axes or st.inline:
-                continue
-            if st.scope == "global":
-                s.compute_inline(name)
-            todo.append(name)
 
 
 # `l2`: prefetch B's row this many k steps ahead (0: none); a slot of the design space only where
@@ -472,61 +356,16 @@ def _params(given: dict) -> dict:
     return {**{n: given[n] for n in names}, "prefetch_b": prefetch.ahead(given["l2"])}
 
 
-def gemm_producer(s, out: str) -> str:
-    """The dense product stage under the epilogue `out`, directly or through elementwise stages."""
-    return epilogue_anchor(s, out, "dense", "dense_epilogue")
-
-
-def epilogue_anchor(s, out: str, tag: str, template_name: str) -> str:
-    """The reduction stage tagged `tag`: `out` itself, or the one under the elementwise
-    epilogue `out` (a fused kernel: bias, activation, a residual add), found through
-    elementwise stages only."""
-    if s.state.stage(out).tag == tag and s.state.stage(out).reduce_axes:
-        return out
-    todo, seen = [out], set()
-    while todo:
-        for name in s.state.stage(todo.pop()).read_stages():
-            st = s.state.stage(name)
-            if st.tag == tag and st.reduce_axes:
-                return name
-            if name not in seen and not st.is_placeholder and not st.reduce_axes:
-                seen.add(name)
-                todo.append(name)
-    raise ScheduleError(f"{template_name} template: {out} reads no {tag} product stage")
-
-
-def cache_under_epilogue(s, out: str, product: str, layout=None):
-    """A local cache of the product (its accumulator tile, stored transposed by `layout`) with
-    the epilogue between it and `out`, if any, inlined into the store."""
-    acc = s.cache_write(product, "local", layout=layout)
-    if product != out:
-        inline_epilogue(s, out, product)
-        s.compute_inline(product)
-    return acc
-
-
-def inline_epilogue(s, out: str, product: str) -> None:
-    """Inline the elementwise stages between `out` and the product (a fused epilogue chain:
-    bias, activation, a residual add), so `out` reads the product directly."""
-    todo = [out]
-    while todo:
-        for name in s.state.stage(todo.pop()).read_stages():
-            st = s.state.stage(name)
-            if name != product and not st.is_placeholder and not st.reduce_axes and not st.inline:
-                s.compute_inline(name)
-                todo.append(name)
-
-
 for _tag in ("matmul", "batch_matmul", "conv2d_gemm", "dense"):
-    defaults(_tag)(lambda s, out, target: _defaults_for(s, out, target))
-    choices(_tag)(lambda s, out, target: _choices_for(s, out, target))
+    defaults(_tag)(lambda s, out, target: gemm_defaults(s, out, target))
+    choices(_tag)(lambda s, out, target: gemm_choices(s, out, target))
 
 
 @defaults("dense_epilogue")
 def dense_epilogue_defaults(s, out, target) -> dict:
-    return _defaults_for(s, gemm_producer(s, out), target)
+    return gemm_defaults(s, gemm_producer(s, out), target)
 
 
 @choices("dense_epilogue")
 def dense_epilogue_choices(s, out, target) -> dict:
-    return _choices_for(s, gemm_producer(s, out), target)
+    return gemm_choices(s, gemm_producer(s, out), target)
