@@ -5,6 +5,7 @@ calibration cache. Nothing here depends on the host's cpu."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -157,3 +158,31 @@ def test_calibration_measures_this_host():
         assert 2 <= rate["latency"] <= 8 and 0.3 <= rate["per_cycle"] <= 4.5
     assert cal["read_bytes_per_cycle"]["l1d"] >= cal["read_bytes_per_cycle"].get("l2", 0) > 0
     assert cal["memory_gbps"] > 0.5
+    latency = cal["load_latency_cycles"]
+    assert 2 <= latency["l1d"] <= 8 and latency["l1d"] < latency.get("l2", 99)  # every x86 L1 answers in 3-6
+
+
+def test_the_pointer_chain_visits_every_line_once():
+    words, start = calibrate.pointer_chain(64 << 10, seed=3)
+    base, lines, seen, address = words.ctypes.data, words.size // 8, set(), start
+    for _ in range(lines):
+        assert address % 64 == 0 and address not in seen
+        seen.add(address)
+        address = int(words[(address - base) // 8])
+    assert address == start and len(seen) == lines == 1024
+
+
+def test_the_prefetch_distance_follows_the_measured_l2_latency():
+    """A recorded host without the latency (measured before it was) takes the constant; one
+    whose L2 answers twice as late prefetches twice as far ahead."""
+    from dataclasses import replace
+
+    from minitc.templates import gemm_prefetch
+
+    hw = _described("intel-sapphirerapids-kvm.json")
+    assert hw.l2_latency_cycles == 0 and gemm_prefetch.l2_latency(hw) == gemm_prefetch.L2_LATENCY_CYCLES
+    late = 2.0 * gemm_prefetch.L2_LATENCY_CYCLES  # cycles; a k step of 6 x 4 FMAs takes 24 / F
+    slow = replace(hw, load_latency_cycles={"l1d": 5.0, "l2": late})
+    ahead = gemm_prefetch.distance(slow, 6, 4)
+    assert ahead == math.ceil(late * hw.fma_per_cycle / 24) > gemm_prefetch.distance(hw, 6, 4)
+    assert hardware.Hardware.from_dict(slow.to_dict()) == slow

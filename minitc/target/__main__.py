@@ -43,6 +43,9 @@ def summary(t) -> str:
     lines.append(f"  caches: {caches}")
     reads = ", ".join(f"{k} {v:g}" for k, v in hw.read_bytes_per_cycle.items())
     lines.append(f"  reads (bytes/cycle, one core): {reads}; memory {hw.memory_gbps:g} GB/s")
+    if hw.load_latency_cycles:
+        latency = ", ".join(f"{k} {v:g}" for k, v in hw.load_latency_cycles.items())
+        lines.append(f"  load-to-use latency (cycles): {latency}")
     return "\n".join(lines)
 
 

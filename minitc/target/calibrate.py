@@ -16,6 +16,9 @@ gives a dict of plain numbers:
     stream_bytes_per_cycle[bits] a triad a = 3b + c over L2-resident arrays, in vectors of bits:
                               the width memory-bound kernels should use is the faster one
     memory_gbps               one core's read bandwidth from a buffer twice the L3
+    load_latency_cycles       {"l1d", "l2", "l3"}: load-to-use cycles of a chain of dependent
+                              loads whose lines live in that level (how far ahead a prefetch
+                              must ask: templates/gemm_prefetch.py)
 
 The kernels are written directly in LLVM IR (this layer sits below minitc's code generator):
 volatile loads that nothing consumes, so only the load ports limit them; FMA chains on
@@ -42,7 +45,7 @@ from pathlib import Path
 import llvmlite.binding as llvm
 import numpy as np
 
-VERSION = 1  # bump when the measurements change meaning: older cache files are measured again
+VERSION = 2  # bump when the measurements change meaning: older cache files are measured again
 SAMPLES = 5
 MIN_SECONDS = 0.004
 UNROLL = 16  # operations per loop iteration: the loop's own add/compare/branch is in the noise
@@ -186,6 +189,29 @@ def _triad_ir(lanes: int) -> str:
     return _sweep(f"triad_{lanes}", "ptr %a, ptr %b, ptr %c", body, 1, _splat(vec, lanes, "s", "3.0"))
 
 
+def _chase_ir() -> str:
+    """`chase(iters, p) -> p`: UNROLL dependent loads an iteration, each reading the address of
+    the next, so each waits the full load-to-use latency of the level the lines live in."""
+    body = [f"  %p{u + 1} = load volatile ptr, ptr %p{u}, align 8" for u in range(UNROLL)]
+    phis = [f"  %p0 = phi ptr [ %start, %entry ], [ %p{UNROLL}, %loop ]"]
+    return _loop("chase", "ptr %start", body, phis=phis, ret="ptr") + f"\n  ret ptr %p{UNROLL}\n}}"
+
+
+def pointer_chain(nbytes: int, seed: int = 0) -> tuple:
+    """(buffer, first line's address): an int64 buffer of about `nbytes` whose 64-byte lines
+    each hold the address of the next line of one random cycle through all of them. Random over
+    the whole buffer: visited page by page, the prefetchers fetched the rest of each page and
+    the Zen 5's L2 read 9 cycles, its L3 21 (16 and 56 this way, the published 14 and ~50 plus
+    TLB misses)."""
+    lines = max(nbytes // 64, 2)
+    raw = np.zeros(lines * 8 + 8, np.int64)
+    words = raw[(-raw.ctypes.data % 64) // 8 :][: lines * 8]
+    order = np.random.default_rng(seed).permutation(lines)
+    addresses = words.ctypes.data + order * 64
+    words[order * 8] = np.roll(addresses, -1)
+    return words, int(addresses[0])
+
+
 # -- running them ----------------------------------------------------------------------------------
 
 
@@ -231,7 +257,7 @@ def measure(cpu: str, features: str, facts) -> dict:
     registers = 32 if wide else 16
     widths = (8, 16) if wide else (8,)
     chains = min(registers - 4, 24)
-    parts = [_adds_ir()]
+    parts = [_adds_ir(), _chase_ir()]
     for lanes in widths:
         vec = f"<{lanes} x float>"
         parts.append(f"declare {vec} @llvm.fma.v{lanes}f32({vec}, {vec}, {vec})")
@@ -300,6 +326,17 @@ def measure(cpu: str, features: str, facts) -> dict:
     nvec = big.size // lanes // 8 * 8
     seconds, reps = _best_seconds(lambda n: read(n, big.ctypes.data, nvec), 1)
     result["memory_gbps"] = round(reps * nvec * lanes * 4 / seconds / 1e9, 1)
+    chase = ctypes.CFUNCTYPE(ptr, i64, ptr)(fn("chase"))
+    result["load_latency_cycles"] = {}
+    for level, key in ((1, "l1d"), (2, "l2"), (3, "l3")):
+        size = sizes.get(level, 0)
+        if size and (level == 1 or size > 2 * sizes.get(level - 1, 0)):
+            nbytes = size // 2 if level < 3 else min(size // (2 * max(1, facts.cpus)), 8 << 20)
+            nbytes = max(nbytes, 4 * sizes.get(level - 1, 0))  # mostly out of the level above
+            words, start = pointer_chain(nbytes)
+            seconds, iters = _best_seconds(lambda n, s=start: chase(n, s), 1 << 10)
+            result["load_latency_cycles"][key] = round(seconds / (iters * UNROLL) / cycle, 1)
+            del words
     del engine
     return result
 

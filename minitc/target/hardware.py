@@ -8,6 +8,7 @@ from the table of cpu names (cpus.py) only for a target that is not the host.
     hw.preferred_vector_bits   # the width memory-bound kernels use: the faster stream
     hw.cache(2)                # Cache(size, ways, line, shared_cpus)
     hw.read_bytes_per_cycle    # {"l1d", "l2", "l3"}: what one core reads per cycle from each
+    hw.l2_latency_cycles       # load-to-use latency of the L2 (0: not measured, a table target)
     hw.to_dict()               # for `python -m minitc.target`, records and reports
 
 Every derived fact comes from one measurement, so the description cannot contradict itself:
@@ -17,7 +18,7 @@ full-rate 512-bit FMAs and the preferred width are both read from the calibratio
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from minitc.target import cpus
 from minitc.target.host import Cache, HostFacts
@@ -42,6 +43,11 @@ class Hardware:
     read_bytes_per_cycle: dict  # {"l1d", "l2", "l3"}
     memory_gbps: float  # one core
     ghz: float
+    load_latency_cycles: dict = field(default_factory=dict)  # {"l1d", "l2", "l3"}; {} where not measured
+
+    @property
+    def l2_latency_cycles(self) -> float:
+        return self.load_latency_cycles.get("l2", 0.0)
 
     @property
     def fma_chains(self) -> int:
@@ -87,6 +93,7 @@ def from_calibration(core: str, facts: HostFacts, calibration: dict, vector_bits
         read_bytes_per_cycle=dict(calibration["read_bytes_per_cycle"]),
         memory_gbps=calibration["memory_gbps"],
         ghz=calibration["ghz"],
+        load_latency_cycles=dict(calibration.get("load_latency_cycles", {})),
     )
 
 

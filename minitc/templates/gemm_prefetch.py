@@ -13,8 +13,10 @@ when d x t_k covers the L2's load-to-use latency, so
 
     d = ceil(L2 latency / t_k) = ceil(lat_L2 x F / (mr x nv))
 
-The description measures no latency yet (target/calibrate.py measures rates), so lat_L2 is
-L2_LATENCY_CYCLES, the published figure of the server cores (Sapphire Rapids 16, Zen 4 14).
+lat_L2 is the host's measured load-to-use latency (`hw.l2_latency_cycles`, a pointer chase in
+target/calibrate.py: 16 cycles on a Zen 5); a description without it (a table target, a host
+recorded before the measurement) takes L2_LATENCY_CYCLES, the published figure of the server
+cores (Sapphire Rapids 16, Zen 4 14).
 The space also offers 2d and 4d: a busy L2 answers later than its idle latency.
 
 **Where the space offers it: every CPU description.** The slot's default is 0 (off: no
@@ -48,7 +50,7 @@ def offered(hw) -> bool:
 def l2_latency(hw) -> float:
     """The L2's load-to-use latency in cycles: measured where the description has it, else
     the constant."""
-    return getattr(hw, "l2_latency_cycles", 0) or L2_LATENCY_CYCLES
+    return hw.l2_latency_cycles or L2_LATENCY_CYCLES
 
 
 def distance(hw, mr: int, vecs: int) -> int:
