@@ -4,7 +4,9 @@ takes an elementwise prologue and a batch matmul the injective producers of its 
 
 - `fuse_elementwise_regions`: elementwise nodes that read one value along several paths which
   meet again (the tanh GELU) become one kernel, with the value's producer; a dense result
-  viewed to [batch, tokens, features] (GPT-2's MLP) takes the region as its epilogue in 2-D.
+  viewed to [batch, tokens, features] (GPT-2's MLP) takes the region as its epilogue in 2-D,
+  and an anchor behind single-reader elementwise ops (conv -> + bias -> y * sigmoid(y)) takes
+  those ops and the region.
 - `fuse_elementwise`: elementwise consumers join their producer's kernel (a `fused` node): a
   chain of elementwise and injective ops becomes one kernel, also across a view that only
   splits axes (GPT-2's query, key and value: slice, view and permute read the product in
@@ -187,7 +189,7 @@ def fuse_elementwise_regions(graph: Graph, target="llvm") -> Graph:
     g = graph.copy()
     users = {name: {u.name for u in readers} for name, readers in g.users().items()}
     producers, shapes = g.producers(), {name: v.shape for name, v in g.values().items()}
-    taken, groups = set(), {}
+    anchors, taken, groups = epilogue_anchors(target), set(), {}
     for node in g.nodes:
         if node.name in taken or len(users.get(node.name, ())) < 2:
             continue
@@ -196,12 +198,20 @@ def fuse_elementwise_regions(graph: Graph, target="llvm") -> Graph:
             continue
         taken.update(r.name for r in region)
         last = region[-1]
+        lead = _lead(g, node, producers, users, taken, anchors) if node.name not in g.outputs else None
+        if lead is not None and lead[0].op == "view":  # the chain and the region join a viewed dense in 2-D
+            anchor = _viewed_anchor(g, lead[0], producers, users, shapes, lead[1:] + region)
+            lead = None if anchor is None else [anchor, lead[0]] + lead[1:]
+        if lead is not None:  # bias, ... -> y * sigmoid(y): one kernel with the anchor behind the chain
+            taken.update(n.name for n in lead)
+            groups[last.name] = _led_region(lead, region)
+            continue
         anchor = _viewed_anchor(g, node, producers, users, shapes, region)
         if anchor is not None:  # a dense result viewed to 3-D: the region joins it in 2-D
             taken.update((node.name, anchor.name))
             groups[last.name] = _flat_region(anchor, node, region)
             continue
-        joins = _fusable_producer(node, epilogue_anchors(target)) and node.name not in g.outputs
+        joins = _fusable_producer(node, anchors) and node.name not in g.outputs
         body = ([node] if joins else []) + [m for r in region for m in _members(r)]
         if joins:
             taken.add(node.name)
@@ -209,6 +219,36 @@ def fuse_elementwise_regions(graph: Graph, target="llvm") -> Graph:
     nodes = [n for n in g.nodes if n.name not in taken or n.name in groups]
     g.nodes = [m for n in nodes for m in groups.get(n.name, [n])]
     return g.prune()  # passes.run_all simplifies the views the regions leave behind
+
+
+def _lead(g: Graph, node, producers: dict, users: dict, taken: set, anchors: tuple) -> list | None:
+    """[anchor, e1, ..., node] when the elementwise `node` (a region's start) reads an anchor's
+    result through a chain of elementwise ops of its shape, each read by nothing but the next
+    (a bias add before y * sigmoid(y)); [view, e1, ..., node] when the chain starts at a view
+    (a dense result viewed to 3-D, which `_viewed_anchor` checks); else None."""
+    if node.op not in ELEMENTWISE:
+        return None
+    for name in node.inputs:
+        p = producers.get(name)
+        if p is None or p.name in taken or p.name in g.outputs or users.get(name) != {node.name}:
+            continue
+        if p.shape != node.shape or p.body:
+            continue
+        if p.op in anchors or p.op == "view":
+            return [p, node]
+        chain = _lead(g, p, producers, users, taken, anchors)
+        if chain is not None:
+            return chain + [node]
+    return None
+
+
+def _led_region(lead: list, region: list) -> list:
+    """The anchor, its chain and the region as one kernel; a viewed dense ([anchor, view, ...])
+    computes the chain and the region in its 2-D shape."""
+    if lead[1].op == "view":
+        return _flat_region(lead[0], lead[1], lead[2:] + region)
+    last = region[-1]
+    return [_group(last.name, lead + [m for r in region for m in _members(r)], last.shape, last.dtype)]
 
 
 def _viewed_anchor(g: Graph, view, producers: dict, users: dict, shapes: dict, region: list):
