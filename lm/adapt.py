@@ -19,7 +19,8 @@
 3. **Keep it** in the user's cache directory, next to the `--learn` model
    (pipeline.adapted_model_path); the shipped checkpoint is never written.
 4. **Give the cost model this machine's head**: the shipped MTL-TLP model (lm/mtl.py, one
-   backbone trained on every CPU of the dataset) learns a head for this hardware description
+   backbone trained on every CPU of the dataset; or the MTL model MINITC_COST_MODEL names, the
+   one the tlm strategy ranks with then) learns a head for this hardware description
    from this machine's programs, the backbone unchanged. Without a shipped MTL model, a
    separate model is trained on the same programs as the language model (an ensemble, as
    `minitc lm cost-model` ships). Either is kept in the cache directory too
@@ -34,6 +35,7 @@ call's finalists and build its best kernel, which training data does not need.
 from __future__ import annotations
 
 import math
+import os
 import secrets
 import time
 import warnings
@@ -126,7 +128,7 @@ def adapt(
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = _finetune(checkpoint, out, here, rest, fingerprint, seconds, threads, say)
     started = time.monotonic()
-    cost = adapted_mtl_model([e for e, _ in here_entries], fingerprint)
+    cost = adapted_mtl_model([e for e, _ in here_entries], fingerprint, path=os.environ.get("MINITC_COST_MODEL"))
     if cost is None:  # no MTL model to give a head: a model of its own, as before MTL-TLP
         cost = train_cost_model([e for e, _ in here_entries + rest_entries], members=MEMBERS)[0]
     cost_path = adapted_cost_model_path(fingerprint)

@@ -16,6 +16,8 @@ the all-CPU model on a machine left out (docs/evaluation.md).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from minitc.autotune.cost_model import load_cost_model
 from minitc.autotune.mtl_model import MTLModel
 from minitc.errors import MinitcError
@@ -61,10 +63,13 @@ def fit_machine_head(model, entries: list, fingerprint: str, epochs: int = HEAD_
 
 def adapted_mtl_model(entries: list, fingerprint: str, path=None):
     """The shipped MTL-TLP model (or the one at `path`) with a head for `fingerprint` learned
-    from its entries, or None where there is no such model to start from."""
-    path = path or shipped_mtl_path()
+    from its entries, or None where there is no such model to start from (none there, or one
+    without heads)."""
+    path = Path(path) if path else shipped_mtl_path()
     if not path.exists():
         return None
     model = load_cost_model(path)
+    if not is_mtl(model):
+        return None
     fit_machine_head(model, entries, fingerprint)
     return model

@@ -139,6 +139,9 @@ def test_fit_machine_head_from_dataset_entries_and_the_shipped_lookup(trained, e
     adapted = mtl.adapted_mtl_model(entries, ZEN3, path=tmp_path / "mtl.pt")
     assert adapted.hardware == ZEN3 and adapted.machines == model.machines  # ZEN3's head trained further
     assert mtl.adapted_mtl_model(entries, ZEN3, path=tmp_path / "none.pt") is None
+    plain = tmp_path / "plain.pt"  # a cost model without heads (MINITC_COST_MODEL may name one): none to adapt
+    cost.train_cost_model(entries, epochs=1)[0].save(plain)
+    assert mtl.adapted_mtl_model(entries, ZEN3, path=plain) is None
 
 
 def test_errors_name_the_problem(trained, entries, tmp_path):
