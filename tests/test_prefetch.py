@@ -6,6 +6,7 @@ so nothing here depends on this host's cpu."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -243,8 +244,9 @@ def test_a_sentence_with_the_slot_prints_parses_and_replays_without_new_tokens(m
 
 
 def test_the_datasets_gemm_programs_replay_unchanged():
-    """lm/data's sentences of GEMMs (written before the slot existed) replay in today's spaces,
-    without a prefetch step: on an Intel description and on a Zen 5's (this kind of host's)."""
+    """lm/data's sentences of GEMMs replay in today's spaces, on an Intel description and on a
+    Zen 5's (this kind of host's): those written before the slot existed without a prefetch
+    step, those written since with one exactly where they chose a distance."""
     from minitc.lm.dataset import load
     from minitc.lm.language import parse, space_values
     from minitc.lm.training_set import workload
@@ -252,11 +254,13 @@ def test_the_datasets_gemm_programs_replay_unchanged():
     machines = ["rocketlake-2c-43bb2171", "znver5-2c-3cc6f2b4"]
     entries = load(hardware=machines, workloads=["matmul-256", "bert-attn-av"], sentences=False)
     assert {e.fingerprint for e in entries} == set(machines) and len(entries) >= 32
-    spaces = {}
+    spaces, older = {}, 0
     for e in entries:
         space = spaces.setdefault((e.name, e.target), Space(workload(e.name), e.target))
         trace = space.replay(space_values(space, parse(e.sentence))).trace
-        assert '"prefetch"' not in trace
+        older += ".l2 = " not in e.sentence
+        assert ('"prefetch"' in trace) == bool(re.search(r"\.l2 = [1-9]", e.sentence))
+    assert older >= 32
 
 
 def test_prefetches_leave_the_accumulators_in_registers():
