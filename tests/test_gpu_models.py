@@ -182,15 +182,20 @@ def test_on_the_gpu_a_model_runs_from_cuda_tensors_and_replays_a_cuda_graph(name
     assert report["total_ms"] > 0 and all(ms > 0 for ms in report["tasks_ms"].values())
 
 
-def test_tuning_a_model_for_the_gpu_measures_its_tasks_with_the_gpu_runner(tmp_path):
+@pytest.mark.parametrize("strategy", ["random", "tlm"])
+def test_tuning_a_model_for_the_gpu_measures_its_tasks_with_the_gpu_runner(tmp_path, strategy):
     """tc.compile(..., trials=) on a GPU target tunes each task with the GPU runner (here the
-    simulator's), writes records for the GPU, and a compile from them stays correct."""
+    simulator's), writes records for the GPU, and a compile from them stays correct; with the
+    tlm strategy the GPU language model writes every task's programs, all of them legal."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8)).eval()
     x = torch.randn(4, 16)
     db = str(tmp_path / "gpu.db")
-    tuned = tc.compile(model, (x,), target="cuda-sim", db=db, trials=4, strategy="random")
+    tuned = tc.compile(model, (x,), target="cuda-sim", db=db, trials=8 if strategy == "tlm" else 4, strategy=strategy)
     assert len(tuned.tune_results) == len(tuned.tasks) and all(r.best_ms is not None for r in tuned.tune_results)
+    if strategy == "tlm":
+        stats = [r.search_stats for r in tuned.tune_results]
+        assert all(s["generated"] > 0 and s["invalid"] == 0 for s in stats)
     from minitc.autotune.database import Database
 
     with Database(db) as records:
