@@ -24,6 +24,7 @@ PAGE = ROOT / "docs" / "results.md"
 
 # cpu-core: (host label, target label, files whose 2-thread ratios are combined by median)
 CPU_CORE = [
+    ("AMD EPYC Zen 5", "native", ["cpu-core-znver5-native-20261129.json"]),
     ("AMD EPYC Zen 5", "native", ["cpu-core-znver5-native-20261128.json"]),
     ("AMD EPYC Zen 5", "AVX2", [f"cpu-core-znver5-target-x86-64-v3-20261128{s}.json" for s in ("", "b")]),
     ("AMD EPYC Zen 5", "native", ["cpu-core-znver5-native-20261127.json", "cpu-core-znver5-native-20261127b.json"]),
@@ -38,6 +39,9 @@ CPU_WORKLOADS = ("matmul-512", "matmul-1024", "bmm-bert", "conv-resnet", "dense-
                  "eltwise-4m", "rowsum-4k")  # fmt: skip
 MODELS = [("AMD EPYC Zen 5", "models-znver5-20261128.json"), ("AMD EPYC Zen 5", "models-znver5-all-winograd.json")]
 TLM_EVAL = [  # (machine, what was evaluated, file)
+    ("AMD EPYC Zen 5", "the model of six CPUs (shipped since 2026-11-29)", "tlm-eval-znver5-cross6-20261129.json"),
+    ("AMD EPYC Zen 5 (left out)", "the five other CPUs' model", "tlm-eval-znver5-left-out-with-intel-20261129.json"),
+    ("AMD EPYC Zen 5 (left out)", "after `minitc lm adapt`", "tlm-eval-znver5-left-out-adapted-20261129.json"),
     ("AMD EPYC Zen 5", "the shipped model and cost model", "tlm-eval-znver5-shipped-default-cost-model.json"),
     ("AMD EPYC Zen 4 (never seen)", "the shipped model", "tlm-eval-znver4-shipped.json"),
     ("AMD EPYC Zen 4 (never seen)", "after `minitc lm adapt`", "tlm-eval-znver4-adapted.json"),
