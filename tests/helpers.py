@@ -21,6 +21,16 @@ def check_golden(name: str, text: str, update: bool) -> None:
     assert text == path.read_text(), f"{path} differs; rerun with --update-golden if the change is intended"
 
 
+def experiment(name: str):
+    """The script experiments/<name>.py as a module (experiments/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parent.parent / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def model_graph(model, inputs, target: str):
     """The graph `tc.compile(model, inputs, target=target)` runs, without building its kernels
     (which a host that lacks the target's features could not)."""
@@ -31,13 +41,15 @@ def model_graph(model, inputs, target: str):
 
 
 def template_with(out, target, **params) -> tc.Schedule:
-    """The template of `out`'s operator with its defaults for `target`, overridden by `params`."""
-    from minitc.templates import DEFAULTS, TEMPLATES, load_templates
+    """The template `tc.build` takes for `out` (templates.template_tag) with its defaults for
+    `target` (a string or a target), overridden by `params`."""
+    from minitc.target import parse_target
+    from minitc.templates import DEFAULTS, TEMPLATES, template_tag
 
-    load_templates()
+    target = parse_target(target)
     s = tc.Schedule(out)
     name = s.state.outputs[0]
-    tag = s.state.stage(name).tag
+    tag = template_tag(s, name)
     TEMPLATES[tag](s, name, target, **dict(DEFAULTS[tag](s, name, target), **params))
     return s
 

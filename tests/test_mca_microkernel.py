@@ -6,22 +6,10 @@ hosts of tests/fixtures/hosts), so nothing here depends on this host's cpu."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from helpers import experiment
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _experiment():
-    spec = importlib.util.spec_from_file_location("mca_microkernel", ROOT / "experiments" / "mca_microkernel.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-mca = _experiment()
+mca = experiment("mca_microkernel")
 TOOLS = mca.mca_tools()
 needs_mca = pytest.mark.skipif(not TOOLS, reason="no llvm-mca on the PATH (Debian: apt-get install llvm-19)")
 

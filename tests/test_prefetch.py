@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import template_with
 
 import minitc as tc
 from minitc.autotune.space import Space
@@ -21,7 +22,7 @@ from minitc.ir import For, Kernel, Prefetch, walk_stmts
 from minitc.printer import format_expr
 from minitc.schedule.trace import Trace, step_call
 from minitc.target import hardware, parse_target
-from minitc.templates import CHOICES, DEFAULTS, TEMPLATES, template_tag
+from minitc.templates import CHOICES, DEFAULTS, template_tag
 from minitc.templates import gemm_prefetch as prefetch
 
 AVX2 = "llvm -mcpu=x86-64-v3 -num-cores=2"
@@ -41,14 +42,6 @@ def _matmul(M=24, K=20, N=24):
     return tc.ops.matmul(ph((M, K), name="A"), ph((K, N), name="B"))
 
 
-def _templated(out, target, **params):
-    s = tc.Schedule(out)
-    stage = s.state.outputs[0]
-    tag = template_tag(s, stage)
-    TEMPLATES[tag](s, stage, parse_target(target), **{**DEFAULTS[tag](s, stage, parse_target(target)), **params})
-    return s
-
-
 def _requests(s, target=AVX2) -> list:
     kernel = tc.lower(s, target=target)
     loops = [f for f in walk_stmts(kernel.body) if isinstance(f, For)]
@@ -58,13 +51,19 @@ def _requests(s, target=AVX2) -> list:
 # -- the schedule step ---------------------------------------------------------------------------
 
 
-def _hand_scheduled():
+def _k_blocked():
+    """A matmul with B read through a local copy and k split by 4 inside i: (s, C, B_local, k_i, j)."""
     C = _matmul()
     s = tc.Schedule(C)
     BL = s.cache_read(s.tensor("B"), "local", [C])
     i, j, k = s.loops(C)
     ko, ki = s.split(k, factor=4)
     s.reorder(i, ko, ki, j)
+    return s, C, BL, ki, j
+
+
+def _hand_scheduled():
+    s, C, BL, ki, _ = _k_blocked()
     s.unroll(ki)
     s.prefetch(ki, BL, ahead=3)
     return s, C
@@ -93,12 +92,7 @@ def test_the_step_is_recorded_replayed_and_carried_by_the_loop():
     ],
 )
 def test_illegal_prefetches_say_why(call, match):
-    C = _matmul()
-    s = tc.Schedule(C)
-    BL = s.cache_read(s.tensor("B"), "local", [C])
-    i, j, k = s.loops(C)
-    ko, ki = s.split(k, factor=4)
-    s.reorder(i, ko, ki, j)
+    s, C, BL, ki, j = _k_blocked()
     s.vectorize(j)
     with pytest.raises(ScheduleError, match=match):
         call(s, C, ki, BL)
@@ -147,7 +141,7 @@ CASES = {
 def test_prefetching_gemms_match_numpy(name, params):
     make, reference = CASES[name]
     out = make()
-    s = _templated(out, AVX2, **params)
+    s = template_with(out, AVX2, **params)
     assert any(st.kind == "prefetch" for st in s.trace.steps)
     assert "llvm.prefetch" in tc.codegen(s, AVX2)
     a_shape, b_shape = [st.shape for st in s.state.stages if st.is_placeholder]
@@ -170,7 +164,7 @@ def test_a_prefetching_dense_with_its_epilogue_matches_numpy(M, block):
         weights = np.ascontiguousarray(w.reshape(N // block, block, K).transpose(0, 2, 1))
     else:
         out, weights = _dense_gelu(M, K, N), w
-    s = _templated(out, AVX2, l2=4)
+    s = template_with(out, AVX2, l2=4)
     assert "llvm.prefetch" in tc.codegen(s, AVX2)
     y = np.zeros((M, N), "float32")
     tc.build(s, AVX2)(x, weights, bias, y)
@@ -180,8 +174,8 @@ def test_a_prefetching_dense_with_its_epilogue_matches_numpy(M, block):
 
 def test_l2_zero_or_absent_is_the_program_without_prefetch():
     out = _matmul()
-    plain = _templated(out, AVX2)
-    assert _templated(out, AVX2, l2=0).trace == plain.trace
+    plain = template_with(out, AVX2)
+    assert template_with(out, AVX2, l2=0).trace == plain.trace
     assert all(st.kind != "prefetch" for st in plain.trace.steps)
 
 
@@ -273,7 +267,7 @@ def test_prefetches_leave_the_accumulators_in_registers():
     from minitc.backends.llvm.codegen import render
 
     target = described("intel-sapphirerapids-kvm.json")
-    s = _templated(_matmul(1024, 1024, 1024), target, l2=2)
+    s = template_with(_matmul(1024, 1024, 1024), target, l2=2)
     assert DEFAULTS["matmul"](tc.Schedule(_matmul(1024, 1024, 1024)), "matmul", target)["kc"]  # in place
     with jit._LOCK:
         module, machine = jit.optimized_module(render(lower_schedule(s, target), target, name="k"), "k", target)

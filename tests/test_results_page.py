@@ -1,17 +1,15 @@
 """docs/results.md is written from experiments/results/ by experiments/results_page.py: it must
 match the data it quotes (issue 43: results out of the README, generated, never drifting)."""
 
-import importlib.util
 from pathlib import Path
+
+from helpers import experiment
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _page_module():
-    spec = importlib.util.spec_from_file_location("results_page", ROOT / "experiments" / "results_page.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return experiment("results_page")
 
 
 def test_the_results_page_matches_the_stored_results():
