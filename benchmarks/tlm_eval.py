@@ -303,7 +303,7 @@ def leave_out_model(base, out, *, data=None, target: str = "llvm", threads=None,
     one is refused: more fine-tuning would not make it forget them."""
     from minitc.lm.data import dataset_demonstrations
     from minitc.lm.dataset import DATA_DIR, load
-    from minitc.lm.hardware import hardware, same_machine, trained_hardware
+    from minitc.lm.hardware import hardware, of_kind, same_machine, trained_hardware
     from minitc.lm.model import LMError
     from minitc.lm.pipeline import SHIPPED, finetune, load_model
     from minitc.target import hardware_fingerprint, parse_target
@@ -318,7 +318,7 @@ def leave_out_model(base, out, *, data=None, target: str = "llvm", threads=None,
             "copy of it cannot evaluate the model on hardware it has not seen: start from a checkpoint "
             "that was not (--lm, e.g. the one `minitc lm pretrain` wrote)"
         )
-    entries, held = without_hardware(same_kind(load(data), target), fingerprint)
+    entries, held = without_hardware(of_kind(load(data), target), fingerprint)
     if held:
         say(f"leave-out: fine-tuning {base.name} on {len(entries)} programs, without the {held} of {fingerprint}")
     else:
@@ -328,15 +328,6 @@ def leave_out_model(base, out, *, data=None, target: str = "llvm", threads=None,
     return finetune(base, None, out, demos=demos, source=f"{data} without {fingerprint}", stage=stage, threads=threads)
 
 
-def same_kind(entries: list, target) -> list:
-    """The entries measured on devices of `target`'s kind (CPUs for a CPU target): a CPU model
-    learns nothing from GPU programs."""
-    from minitc.lm.hardware import is_gpu_line
-    from minitc.target import is_gpu
-
-    return [e for e in entries if is_gpu_line(e.hardware) == is_gpu(target)]
-
-
 def leave_out_cost_model(out, *, data=None, target: str = "llvm", members=None, epochs=30, say=None) -> dict:
     """Train the cost model the tlm strategy ranks with (MTL-TLP, lm/mtl.py, an ensemble as
     shipped) on the dataset without this host's hardware description, into `out`: a left-out
@@ -344,12 +335,13 @@ def leave_out_cost_model(out, *, data=None, target: str = "llvm", members=None, 
     one has its head and its backbone saw its programs)."""
     from minitc.lm.cost import MEMBERS
     from minitc.lm.dataset import DATA_DIR, load
+    from minitc.lm.hardware import of_kind
     from minitc.lm.mtl import train_mtl_model
     from minitc.target import hardware_fingerprint, parse_target
 
     say = say or (lambda msg: None)
     fingerprint = hardware_fingerprint(parse_target(target))
-    entries, held = without_hardware(same_kind(load(Path(data or DATA_DIR)), target), fingerprint)
+    entries, held = without_hardware(of_kind(load(Path(data or DATA_DIR)), target), fingerprint)
     start = time.perf_counter()
     say(f"leave-out: training the cost model on {len(entries)} programs, without the {held} of {fingerprint}")
     model, used, _ = train_mtl_model(entries, epochs=epochs, members=members or MEMBERS)

@@ -150,10 +150,10 @@ def cost_model_cmd(data_dir, out_dir, epochs, min_programs, members, mtl_only):
     backbone, a head per description); each an ensemble of --members trainings."""
     from minitc.lm.cost import ALL_CPUS, COST_DIR, train_cost_model
     from minitc.lm.dataset import load
-    from minitc.lm.hardware import is_gpu_line
+    from minitc.lm.hardware import of_kind
     from minitc.lm.mtl import MTL, train_mtl_model
 
-    entries = [e for e in load(data_dir) if not is_gpu_line(e.hardware)]
+    entries = of_kind(load(data_dir), "llvm")
     folder = Path(out_dir) if out_dir else COST_DIR
     folder.mkdir(parents=True, exist_ok=True)
     counts: dict = {}

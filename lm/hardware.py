@@ -46,6 +46,14 @@ def is_gpu_line(line) -> bool:
     return str(line).startswith("hardware cuda ")
 
 
+def of_kind(entries: list, target) -> list:
+    """The dataset entries measured on devices of `target`'s kind (CPUs for a CPU target): a
+    CPU model learns nothing from GPU programs."""
+    from minitc.target import is_gpu
+
+    return [e for e in entries if is_gpu_line(e.hardware) == is_gpu(target)]
+
+
 def cache_dir() -> Path:
     import os
 

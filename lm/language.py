@@ -248,9 +248,7 @@ class _SentenceSampler(Sampler):
             return super()._take(kind, name, domain)
         n = len(self.decisions) - self.filled
         if n >= len(self.sentence_decisions):
-            raise SentenceError(
-                f"the sentence has {n} decisions; the space asks for more (next: {decision_label(name, self.names)})"
-            )
+            raise SentenceError(f"the sentence has {n} decisions; the space asks for more (next: {expected})")
         label, value = self.sentence_decisions[n]
         if label != expected:
             raise SentenceError(f"decision {n}: the sentence has {label!r} where the space asks for {expected!r}")
@@ -303,8 +301,8 @@ def space_values(space, s: Sentence) -> list:
         candidate = space._apply(sampler)
     except ScheduleError as e:
         raise SentenceError(f"the sentence is not a legal program of this space: {e}") from None
-    if len(candidate.decisions) - sampler.filled != len(s.decisions):
-        taken = len(candidate.decisions) - sampler.filled
+    taken = len(candidate.decisions) - sampler.filled
+    if taken != len(s.decisions):
         raise SentenceError(f"the sentence has {len(s.decisions)} decisions; the program takes {taken}")
     return candidate.values
 

@@ -231,6 +231,19 @@ def _best_seconds(call, iters: int) -> tuple:
     return best, iters
 
 
+def _resident_bytes(level: int, sizes: dict, cpus: int) -> int:
+    """A buffer size that lives in cache `level` (sizes: bytes per level) and mostly out of the
+    level above: half the L1 or L2, a core's share of the L3 (at most 8 MiB), at least four
+    times the level above; 0 where the level is unknown or not twice the one above."""
+    size, above = sizes.get(level, 0), sizes.get(level - 1, 0)
+    if level == 1:
+        return size // 2
+    if not size > 2 * above > 0:
+        return 0
+    nbytes = size // 2 if level == 2 else min(size // (2 * max(1, cpus)), 8 << 20)
+    return max(nbytes, 4 * above)
+
+
 def _aligned(n: int) -> np.ndarray:
     """n float32 ones starting on a cache line (each page touched: no shared zero page)."""
     raw = np.ones(n + 16, np.float32)
@@ -315,9 +328,8 @@ def measure(cpu: str, features: str, facts) -> dict:
     read = ctypes.CFUNCTYPE(None, i64, ptr, i64)(fn(f"read_{lanes}"))
     result["read_bytes_per_cycle"] = {"l1d": round(result["loads_per_cycle"][str(32 * lanes)] * 4 * lanes, 1)}
     for level, key in ((2, "l2"), (3, "l3")):
-        if sizes.get(level, 0) > 2 * sizes.get(level - 1, 0) > 0:
-            nbytes = sizes[level] // 2 if level == 2 else min(sizes[3] // (2 * max(1, facts.cpus)), 8 << 20)
-            nbytes = max(nbytes, 4 * sizes.get(level - 1, 0))
+        nbytes = _resident_bytes(level, sizes, facts.cpus)
+        if nbytes:
             data = _aligned(nbytes // 4)
             nvec = data.size // lanes // 8 * 8
             seconds, reps = _best_seconds(lambda n, d=data, v=nvec: read(n, d.ctypes.data, v), 1)
@@ -329,10 +341,8 @@ def measure(cpu: str, features: str, facts) -> dict:
     chase = ctypes.CFUNCTYPE(ptr, i64, ptr)(fn("chase"))
     result["load_latency_cycles"] = {}
     for level, key in ((1, "l1d"), (2, "l2"), (3, "l3")):
-        size = sizes.get(level, 0)
-        if size and (level == 1 or size > 2 * sizes.get(level - 1, 0)):
-            nbytes = size // 2 if level < 3 else min(size // (2 * max(1, facts.cpus)), 8 << 20)
-            nbytes = max(nbytes, 4 * sizes.get(level - 1, 0))  # mostly out of the level above
+        nbytes = _resident_bytes(level, sizes, facts.cpus)
+        if nbytes:
             words, start = pointer_chain(nbytes)
             seconds, iters = _best_seconds(lambda n, s=start: chase(n, s), 1 << 10)
             result["load_latency_cycles"][key] = round(seconds / (iters * UNROLL) / cycle, 1)
