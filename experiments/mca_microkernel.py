@@ -50,7 +50,7 @@ DESCRIPTIONS = (
     ("x86-64-v3", None, "x86-64-v3", ("x86-64-v3",)),  # the table's AVX2 target
     ("host", None, None, (None,)),
 )
-WORKLOADS = ("matmul-1024", "dense-bert-ffn-gelu", "bmm-bert")
+WORKLOADS = ("matmul-1024", "dense-bert-ffn-gelu", "bmm-bert", "conv-resnet", "conv-resnet-7x7")
 FMA = re.compile(r"^\s*(vfn?m(add|sub)\d{3}p[sd])\s+(.*)$")
 
 
@@ -70,7 +70,8 @@ def described_target(fixture: str | None, mcpu: str | None, cores: int = 2):
 
 def workload(name: str, lanes: int):
     """The output tensor of one GEMM, as the cpu-core suite (or, for the FFN, the model
-    compiler: weights packed in blocks of a vector, pack_dense_weights) builds it."""
+    compiler: weights packed in blocks of a vector, pack_dense_weights) builds it, or of a
+    direct convolution on NCHW data (rows of 56 and 7 columns: vectors of 14 and 7 lanes)."""
     ph = tc.placeholder
     if name == "matmul-1024":
         return tc.ops.matmul(ph((1024, 1024), name="A"), ph((1024, 1024), name="B"))
@@ -79,6 +80,9 @@ def workload(name: str, lanes: int):
     if name == "dense-bert-ffn-gelu":
         X, W, b = ph((128, 768), name="X"), ph((3072 // lanes, 768, lanes), name="W"), ph((3072,), name="b")
         return tc.ops.dense(X, W, b, activation="gelu", weight_block=lanes)
+    if name.startswith("conv-resnet"):  # ResNet's 3x3 convolutions of the first and the last stage
+        c, hw = (512, 7) if name.endswith("7x7") else (64, 56)
+        return tc.ops.conv2d(ph((1, c, hw, hw), name="X"), ph((c, c, 3, 3), name="W"), padding=1)
     raise ValueError(f"unknown workload {name!r}; one of {', '.join(WORKLOADS)}")
 
 

@@ -115,6 +115,7 @@ class Codegen(ExprEmitter, MemoryEmitter, ParallelEmitter, PrefetchEmitter):
         self._shadow: list = []
         self._flat_memo: dict = {}  # values keep the keyed objects alive, so ids stay unique
         self._classify_memo: dict = {}
+        self._accumulators = None  # vector.updated_buffers, found on the first masked-load choice
         self._hazard_memo: dict = {}
         self.alias_md: dict = {}  # Buffer -> ", !alias.scope !a, !noalias !b" for its accesses
 
