@@ -147,7 +147,9 @@ def run_model(
         say(f"{spec.name}: minitc: {mine.error or f'compiled in {mine.setup_s:.1f} s'}")
     if "minitc-tuned" in systems and trials:
         say(f"{spec.name}: tc.compile with {trials} trials")
-        built["minitc-tuned"], _ = setup_minitc("minitc-tuned", model, inputs, target, trials=trials, db=db)
+        built["minitc-tuned"], tuned_facts = setup_minitc("minitc-tuned", model, inputs, target, trials=trials, db=db)
+        # the choices are the tuned compile's (the templates' compile reads no records)
+        facts.update({k: v for k, v in tuned_facts.items() if k in ("tuned_kept", "tuned_dropped")})
     onnx_bytes = None
     if "onnxruntime" in systems and not gpu:
         onnx_bytes = _onnx_for(model, inputs, built, notes, say, spec.name)

@@ -99,6 +99,30 @@ def test_suite_runs_a_small_model_end_to_end(tmp_path, monkeypatch):
     assert "slowest tasks" in result.output
 
 
+def test_the_suite_reports_the_tuned_compiles_choices(tmp_path, monkeypatch):
+    """tuned_kept / tuned_dropped count the choices of the compile that read the records (they
+    came from the templates' compile, which reads none, and were always 0). Random programs
+    differ from the templates', so some tasks are contested."""
+    pytest.importorskip("transformers", reason="tiny-bert is a transformers BertModel: pip install transformers")
+    import minitc.benchmarks.models as suite
+
+    real = suite.setup_minitc
+
+    def random_search(name, *args, **options):
+        return real(name, *args, **({**options, "strategy": "random"} if name == "minitc-tuned" else options))
+
+    monkeypatch.setattr(suite, "setup_minitc", random_search)
+    monkeypatch.setenv("MINITC_MODELS_SYSTEMS", "minitc,minitc-tuned")
+    path, db = tmp_path / "models.json", tmp_path / "records.db"
+    args = ["--suite", "models", "--workloads", "tiny-bert", "--trials", "40", "--db", str(db)]
+    result = CliRunner().invoke(main, ["bench", *args, "--repeats", "1", "--budget", "0", "--no-machine", "-q",
+                                       "--json", str(path)])  # fmt: skip
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    (rec,) = json.loads(path.read_text())
+    assert rec["systems"]["minitc-tuned"]["error"] is None and rec["trials"] == 40
+    assert rec["tuned_kept"] + rec["tuned_dropped"] > 0, rec
+
+
 def test_the_suite_runs_a_model_for_the_gpu_at_two_batch_sizes(tmp_path, monkeypatch):
     """--target cuda-sim: minitc's kernels on the simulator, the same records as on a GPU."""
     pytest.importorskip("transformers", reason="tiny-bert is a transformers BertModel: pip install transformers")
