@@ -24,6 +24,7 @@ PAGE = ROOT / "docs" / "results.md"
 
 # cpu-core: (host label, target label, files whose 2-thread ratios are combined by median)
 CPU_CORE = [
+    ("AMD EPYC Zen 5", "native", [f"cpu-core-znver5-native-20261129{s}.json" for s in ("c", "d")]),
     ("AMD EPYC Zen 5", "native", ["cpu-core-znver5-native-20261129.json"]),
     ("AMD EPYC Zen 5", "native", ["cpu-core-znver5-native-20261128.json"]),
     ("AMD EPYC Zen 5", "AVX2", [f"cpu-core-znver5-target-x86-64-v3-20261128{s}.json" for s in ("", "b")]),
@@ -37,7 +38,12 @@ CPU_CORE = [
 ]
 CPU_WORKLOADS = ("matmul-512", "matmul-1024", "bmm-bert", "conv-resnet", "dense-bert-ffn", "softmax-bert",
                  "eltwise-4m", "rowsum-4k")  # fmt: skip
-MODELS = [("AMD EPYC Zen 5", "models-znver5-20261128.json"), ("AMD EPYC Zen 5", "models-znver5-all-winograd.json")]
+MODELS = [
+    ("AMD EPYC Zen 5", "models-znver5-tuned-20261129.json"),
+    ("AMD EPYC Zen 5", "models-znver5-mbv2-tuned-1500-20261129.json"),
+    ("AMD EPYC Zen 5", "models-znver5-20261128.json"),
+    ("AMD EPYC Zen 5", "models-znver5-all-winograd.json"),
+]
 TLM_EVAL = [  # (machine, what was evaluated, file)
     ("AMD EPYC Zen 5", "the model of six CPUs (shipped since 2026-11-29)", "tlm-eval-znver5-cross6-20261129.json"),
     ("AMD EPYC Zen 5 (left out)", "the five other CPUs' model", "tlm-eval-znver5-left-out-with-intel-20261129.json"),
@@ -109,22 +115,31 @@ def cpu_core_section() -> list:
 
 def models_section() -> list:
     out = [
-        "## Whole models, templates only (`models`, 2 threads)",
+        "## Whole models (`models`, 2 threads)",
         "",
-        "Milliseconds per call; the last column is minitc against the faster of ONNX Runtime and",
-        "Inductor (> 1: minitc is faster).",
+        'Milliseconds per call; "vs best peer" is minitc against the faster of ONNX Runtime and',
+        "Inductor (> 1: minitc is faster), with the operators' templates and, where the run tuned",
+        "(`--trials N`: trials over the model's tasks, tuning seconds), with the records chosen",
+        "task by task inside the model.",
         "",
-        "| host | date | model | minitc | ONNX Runtime | Inductor | eager | vs best peer |",
-        "|---|---|---|---|---|---|---|---|",
+        "| host | date | model | minitc | tuned (trials, s) | ONNX Runtime | Inductor | eager | vs best peer "
+        "| tuned vs best peer |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for host, f in MODELS:
         for r in load(f):
             peers = [r.get("onnxruntime_ms"), r.get("inductor_ms")]
             best = min((p for p in peers if p), default=None)
-            ratio = best / r["minitc_ms"] if best and r.get("minitc_ms") else None
-            cells = [fmt(r.get(k), 1) for k in ("minitc_ms", "onnxruntime_ms", "inductor_ms", "eager_ms")]
-            date = r["run"]["date"][:10]
-            out.append(f"| {host} | {date} | {r['model']} | " + " | ".join(cells) + f" | {fmt(ratio)} |")
+            tuned = r.get("minitc_tuned_ms")
+
+            def ratio(ms):
+                return best / ms if best and ms else None
+
+            tuning = f"{fmt(tuned, 2)} ({r['trials']}, {r['tuning_s']:.0f})" if tuned else ""
+            cells = [fmt(r.get("minitc_ms"), 2), tuning]
+            cells += [fmt(r.get(k), 2) for k in ("onnxruntime_ms", "inductor_ms", "eager_ms")]
+            cells += [fmt(ratio(r.get("minitc_ms"))), fmt(ratio(tuned)) if tuned else ""]
+            out.append(f"| {host} | {r['run']['date'][:10]} | {r['model']} | " + " | ".join(cells) + " |")
     out += ["", "Command: " + commands([f for _, f in MODELS]), ""]
     return out
 
