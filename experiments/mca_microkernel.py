@@ -1,12 +1,15 @@
 """The GEMM templates' micro-kernels on CPUs we cannot run on, read by llvm-mca (issue 41).
 
-    python experiments/mca_microkernel.py [--json F] [--iterations 100]
+    python experiments/mca_microkernel.py [--json F] [--iterations 100] [--only LABELS]
+    python experiments/mca_microkernel.py --only intel-server --models resnet50,bert-base
 
 For each hardware description (a recorded host of tests/fixtures/hosts, a table cpu, this host)
 the templates pick their tiles as they would on that machine (the description is given to the
 target, nothing runs); each GEMM of the cpu-core suite (matmul 1024^3, the BERT FFN dense
 128x768->3072 with packed weights + bias + GELU as the model compiler fuses it, the BERT batch
-matmul) is compiled to assembly for the description's -mcpu, the innermost loop holding the
+matmul, ResNet's 3x3 convolutions on NCHW data; with --models every task of those models as
+tc.compile builds them for that description) is compiled to assembly for the description's
+-mcpu, the innermost loop holding the
 FMAs (the micro-kernel) is cut out and given to every llvm-mca on the PATH that knows a model
 for the -mcpu. Each row: register tile, FMAs per iteration, llvm-mca's cycles per iteration, the
 FMA-bound cycles (FMAs over the FMA rate llvm-mca's model itself gives, probed on a block of
@@ -84,6 +87,22 @@ def workload(name: str, lanes: int):
         c, hw = (512, 7) if name.endswith("7x7") else (64, 56)
         return tc.ops.conv2d(ph((1, c, hw, hw), name="X"), ph((c, c, 3, 3), name="W"), padding=1)
     raise ValueError(f"unknown workload {name!r}; one of {', '.join(WORKLOADS)}")
+
+
+def model_workloads(name: str, target) -> list:
+    """[(task, output tensor)] of a models-suite model as tc.compile would compile it for `target`
+    (its graph passes and layout choices), without running anything."""
+    import warnings
+
+    from minitc.benchmarks.models_zoo import select
+    from minitc.frontend import extract_tasks, passes
+    from minitc.frontend.importer import import_model
+
+    model, inputs = select([name])[0].make()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.export's
+        graph = passes.run_all(import_model(model, inputs), target, "auto")
+    return [(str(task), task.outputs) for task in extract_tasks(graph, target)]
 
 
 def template_params(out, target) -> dict:
@@ -243,13 +262,16 @@ def bottleneck(m: dict, fma_cycles: float, cycles: float) -> str:
 # -- one row per (description, workload, llvm-mca) ---------------------------------------------
 
 
-def analyse(label, fixture, mcpu, mca_cpus, tools, iterations=100) -> list:
-    """Rows of one description: each workload's micro-kernel under each llvm-mca model."""
+def analyse(label, fixture, mcpu, mca_cpus, tools, iterations=100, models=()) -> list:
+    """Rows of one description: each workload's micro-kernel (or, with `models`, each task's of
+    those models) under each llvm-mca model."""
     target = described_target(fixture, mcpu)
     hw = target.hardware
+    named = [(name, workload(name, target.lanes("float32"))) for name in WORKLOADS] if not models else []
+    for model in models:
+        named += [(f"{model}: {task}", out) for task, out in model_workloads(model, target)]
     rows = []
-    for name in WORKLOADS:
-        out = workload(name, target.lanes("float32"))
+    for name, out in named:
         params = template_params(out, target)
         meta = {"description": label, "fixture": fixture, "cpu": target.cpu, "target": target.string,
                 "workload": name, **params, "fma_per_cycle": hw.fma_per_cycle, "fma_chains": hw.fma_chains}  # fmt: skip
@@ -310,6 +332,7 @@ def main(argv=None):
     ap.add_argument("--only", help="comma-separated description labels")
     ap.add_argument("--asm", nargs="*", help="assembly files to read instead (e.g. an older commit's kernels)")
     ap.add_argument("--mca-cpu", default="skylake-avx512", help="llvm-mca's -mcpu for --asm files")
+    ap.add_argument("--models", help="comma-separated models-suite models: their tasks instead of the GEMMs")
     args = ap.parse_args(argv)
     tools = mca_tools()
     if not tools:
@@ -321,7 +344,8 @@ def main(argv=None):
         rows += loop_rows(Path(path).read_text(), meta, [args.mca_cpu], tools, args.iterations)
     for label, fixture, mcpu, mca_cpus in () if args.asm else DESCRIPTIONS:
         if wanted is None or label in wanted:
-            rows += analyse(label, fixture, mcpu, mca_cpus, tools, args.iterations)
+            models = args.models.split(",") if args.models else ()
+            rows += analyse(label, fixture, mcpu, mca_cpus, tools, args.iterations, models)
     print(table(rows))
     path = Path(args.json or RESULTS / f"mca-microkernel-{datetime.date.today():%Y%m%d}.json")
     host = parse_target("llvm").cpu
