@@ -18,6 +18,23 @@ def fake_cupy(monkeypatch, tmp_path):
     return install_fake_cupy(monkeypatch, tmp_path)
 
 
+@pytest.fixture(scope="module")
+def hw():
+    """The host's CPU hardware line of the tensor-language tests, with explicit measurements: no
+    machine measurement runs in tests (test_lm_gpu.py has the GPU's)."""
+    from minitc.lm.hardware import hardware
+
+    return hardware("llvm", measured={"gflops": 200.0, "gbps": 30.0})
+
+
+@pytest.fixture(scope="module")
+def tok():
+    """The tokenizer of the shipped vocabulary."""
+    from minitc.lm.tokenizer import Tokenizer
+
+    return Tokenizer.default()
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _private_records_db(tmp_path_factory):
     """Tests never read or write the user's tuning records."""

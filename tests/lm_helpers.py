@@ -1,9 +1,8 @@
-"""Helpers shared by the tensor-language tests (test_lm_language.py, test_lm_gpu.py,
-test_lm_gpu_model.py)."""
+"""Helpers shared by the tensor-language tests (test_lm_language.py, test_lm_decode.py,
+test_lm_gpu.py, test_lm_gpu_model.py); their fixtures `hw` and `tok` are in conftest.py."""
 
 from minitc.autotune.cost_model import torch_threads
 from minitc.errors import ScheduleError
-from minitc.lm.hardware import hardware
 from minitc.lm.language import Loc, parse, sentence, space_values
 from minitc.lm.strategy import DECODING_THREADS
 
@@ -69,8 +68,3 @@ def check_domain(tok, kind, domain, prompt: str) -> int:
     text = prompt + " ".join(f"v = {detokenize(tok.decode(seq))}" for seq in sequences)
     assert typed(parse(text).values) == typed(values)
     return len(values)
-
-
-def explicit_hardware():
-    """The host's hardware line with explicit measurements: no machine measurement runs in tests."""
-    return hardware("llvm", measured={"gflops": 200.0, "gbps": 30.0})

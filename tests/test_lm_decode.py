@@ -5,14 +5,12 @@ match numpy; greedy and top-1 decoding write one program."""
 import numpy as np
 import pytest
 import torch
-from lm_helpers import explicit_hardware
 
 import minitc as tc
 from minitc.autotune.space import Space
 from minitc.lm.decode import Decoder
 from minitc.lm.language import parse, sentence, space_values
 from minitc.lm.model import ModelConfig, TensorLM
-from minitc.lm.tokenizer import Tokenizer
 
 DECODE_OPS = [
     "matmul",
@@ -29,16 +27,6 @@ DECODE_OPS = [
     "bias_add",
 ]
 DECODE_PER_OP = 90  # ~1000 decoded programs in all
-
-
-@pytest.fixture(scope="module")
-def hw():
-    return explicit_hardware()
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return Tokenizer.default()
 
 
 @pytest.fixture(scope="module")

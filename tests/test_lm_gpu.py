@@ -75,12 +75,7 @@ WORKLOADS = {
 
 @pytest.fixture(scope="module")
 def hw():
-    return hardware("cuda")
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return Tokenizer.default()
+    return hardware("cuda")  # conftest.py's `tok`
 
 
 @pytest.fixture(scope="module")

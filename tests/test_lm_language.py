@@ -5,7 +5,7 @@ tokens (constrained decoding: test_lm_decode.py)."""
 import numpy as np
 import pytest
 import torch
-from lm_helpers import check_domain, check_round_trip, draw, explicit_hardware, where
+from lm_helpers import check_domain, check_round_trip, draw, where
 
 import minitc as tc
 from minitc.autotune.space import Space
@@ -24,16 +24,6 @@ SPACES_PER_OP, SAMPLES_PER_OP_SPACE, SAMPLES_PER_WORKLOAD = 3, 16, 20  # 1200 + 
 
 
 # -- shared set-up ---------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def hw():
-    return explicit_hardware()
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return Tokenizer.default()
 
 
 @pytest.fixture(scope="module")
