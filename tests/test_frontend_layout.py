@@ -12,7 +12,7 @@ from torch import nn  # noqa: E402
 import minitc as tc  # noqa: E402
 from minitc.errors import ConfigError  # noqa: E402
 from minitc.frontend.graph import Graph, Node, Value  # noqa: E402
-from minitc.frontend.layout import block_channels, block_of  # noqa: E402
+from minitc.frontend.layout import block_channels, block_of, padded_channels  # noqa: E402
 from minitc.target import parse_target  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:torch")
@@ -72,11 +72,12 @@ def test_the_block_is_the_targets_vector_lanes():
         assert graph.constants[convs[1].inputs[1]].shape == (32 // block, 32 // block, 3, 3, block, block)
 
 
-def test_half_vectors_where_channels_fill_only_those():
-    """MobileNet-V2 on 16 lanes: its 24-channel values in blocks of 8, the others of 16; a
-    convolution reads one block size and writes the other."""
-    assert [block_of(c, 16) for c in (16, 24, 32, 12)] == [16, 8, 16, None]
-    assert [block_of(c, 8) for c in (8, 24, 4)] == [8, 8, None]
+def test_channels_that_fill_half_vectors_are_padded_to_whole_ones():
+    """MobileNet-V2 on 16 lanes: its 24 channels are blocked by 16 and padded to 32 (zero
+    weights for the padded channels); 8 lanes divide 24; 12 channels stay NCHW."""
+    assert [block_of(c, 16) for c in (16, 24, 32, 12)] == [16, 16, 16, None]
+    assert [padded_channels(c, 16) for c in (16, 24, 40, 3)] == [16, 32, 48, 3]
+    assert [block_of(c, 8) for c in (8, 24, 4)] == [8, 8, None] and padded_channels(24, 8) == 24
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.ReLU6(), nn.Conv2d(16, 24, 1), nn.Conv2d(24, 32, 1)).eval()
     x = torch.randn(1, 3, 14, 14)
@@ -84,11 +85,56 @@ def test_half_vectors_where_channels_fill_only_those():
     compiled = tc.compile(model, (x,), target=AVX512) if runs_here else None
     graph = compiled.graph if runs_here else model_graph(model, (x,), AVX512)
     convs = [b for n in graph.nodes for b in (n.body or [n]) if b.op == "conv2d_nchwc"]
-    assert [c.shape[-1] for c in convs] == [16, 8, 16]
-    assert [graph.constants[c.inputs[1]].shape[-2:] for c in convs] == [(3, 16), (16, 8), (8, 16)]
+    assert [c.shape for c in convs] == [(1, 1, 7, 7, 16), (1, 2, 7, 7, 16), (1, 2, 7, 7, 16)]
+    w24, w32 = (graph.constants[c.inputs[1]] for c in convs[1:])
+    assert w24.shape == (2, 1, 1, 1, 16, 16) and not w24[1, :, :, :, :, 8:].any()  # output channels 24..31
+    assert w32.shape == (2, 2, 1, 1, 16, 16) and not w32[:, 1, :, :, 8:, :].any()  # input channels 24..31
     if runs_here:
         with torch.no_grad():
             close(compiled(x), model(x))
+
+
+class PaddedEdges(nn.Module):
+    """24-channel values through every kind of blocked reader: a bias and a batch norm, a
+    division by a per-channel constant, a residual add, a depthwise convolution, a pool, a
+    graph output, a division by an activation (not blocked) and the global average pool."""
+
+    def __init__(self):
+        super().__init__()
+        self.expand = nn.Conv2d(8, 24, 1)
+        self.bn = nn.BatchNorm2d(24)
+        self.dw = nn.Conv2d(24, 24, 3, 1, 1, groups=24)
+        self.project = nn.Conv2d(24, 24, 1)
+        self.register_buffer("scale", torch.linspace(0.5, 2.0, 24).reshape(1, 24, 1, 1))
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.expand(x))) / self.scale
+        z = self.project(torch.relu(self.dw(y))) + y
+        pooled = nn.functional.max_pool2d(z, 2)
+        ratio = z / (torch.sigmoid(z) + 1.0)
+        return pooled, ratio, z.mean(dim=(2, 3))
+
+
+def test_padded_channels_are_dropped_wherever_a_value_leaves_the_blocked_layout():
+    torch.manual_seed(0)
+    model, x = PaddedEdges().eval(), torch.randn(1, 8, 6, 6)
+    with torch.no_grad():
+        model.bn.running_mean.uniform_(-1, 1)
+        model.bn.running_var.uniform_(0.5, 2)
+    runs_here = parse_target(AVX512).is_host_compatible
+    compiled = tc.compile(model, (x,), target=AVX512) if runs_here else None
+    graph = compiled.graph if runs_here else model_graph(model, (x,), AVX512)
+    blocked = [b for n in graph.nodes for b in (n.body or [n]) if len(b.shape) == 5 and b.op not in ("view", "permute")]
+    assert blocked and all(b.shape[1:] in ((2, 6, 6, 16), (2, 3, 3, 16), (2, 1, 1, 16)) for b in blocked), blocked
+    slices = [n for n in graph.nodes if n.op == "slice"]
+    assert slices and all(n.attrs["axis"] == 1 and n.shape[1] == 24 for n in slices)
+    divisors = [graph.constants[i] for n in graph.nodes for b in (n.body or [n]) if b.op == "div" for i in b.inputs
+                if i in graph.constants]  # fmt: skip
+    assert any(d.shape[-1] == 16 and (d.reshape(-1)[24:] == 1).all() for d in divisors)  # padded with 1, not 0
+    if runs_here:
+        with torch.no_grad():
+            for got, want in zip(compiled(x), model(x)):
+                close(got, want)
 
 
 def test_a_graph_output_and_an_unblocked_reader_get_nchw_back():

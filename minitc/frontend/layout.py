@@ -9,9 +9,14 @@ blocked kernel) is it converted back, by a `permute` kernel; a network input is 
 the way in. ONNX Runtime's NCHWc transformer does the same; the gain is that no kernel
 transposes between NCHW and the vector-of-channels order its micro-kernel computes in.
 
-A value's block is the target's vector lanes for the dtype when they divide its channels, else
-half of them (MobileNet-V2's 24 channels with 16-lane AVX-512 vectors); a convolution may read
-one block size and write another. A value whose channels fill neither stays NCHW.
+A value's block is the target's vector lanes for the dtype when they divide its channels. Where
+only half of them (at least 8) do, as MobileNet-V2's 24 channels with 16-lane AVX-512 vectors,
+the value is padded with zero channels to whole vectors (24 -> 32): half-width vectors ran its
+1x1 convolutions at half the FMA rate, and padding adds at most a third. The padded channels of
+a weight, bias or per-channel constant are 0 (a divisor's 1), so the padded channels of a value
+stay finite and the next convolution reads them with zero weights; where the value leaves the
+blocked region, a slice drops them. A value whose channels fill neither stays NCHW, and a
+network's input of a few colours is one block of its channels.
 
     %relu = fused[conv2d, add, relu](%x, %w, %b)           float32[1, 64, 56, 56]
 becomes
@@ -35,12 +40,28 @@ SUFFIX = "_nchwc"
 
 
 def block_of(channels: int, lanes: int) -> int | None:
-    """The channels per block of a value with `channels` channels: the lanes, or half of them
-    (at least 8), or None when neither divides the channels."""
+    """The channels per block of a value with `channels` channels: the lanes when they or half of
+    them (at least 8) divide the channels (the value then padded: padded_channels), else None."""
     for block in (lanes, lanes // 2):
         if block >= 8 and channels % block == 0:
-            return block
+            return lanes
     return None
+
+
+def padded_channels(channels: int, lanes: int) -> int:
+    """The channels of a value's blocked layout: whole blocks of block_of(channels, lanes)."""
+    block = block_of(channels, lanes) or channels
+    return -(-channels // block) * block
+
+
+def _pad_axis(array, axis: int, size: int, fill: float = 0.0):
+    """`array` with its `axis` extended to `size` by `fill`."""
+    extra = size - array.shape[axis]
+    if extra == 0:
+        return array
+    widths = [(0, 0)] * array.ndim
+    widths[axis] = (0, extra)
+    return np.pad(array, widths, constant_values=fill)
 
 
 WINOGRAD_MIN_TILES = 32
@@ -80,7 +101,7 @@ class _Blocker:
         return node.name
 
     def to_blocks(self, name: str, block: int) -> str:
-        """The blocked value of `name` (converting it once)."""
+        """The blocked value of `name` (converting it once); `block` divides its channels."""
         if name in self.blocked:
             return self.blocked[name]
         n, c, h, w = self.shapes[name]
@@ -105,18 +126,27 @@ class _Blocker:
             src = self._emit(
                 Node(f"{name}_nchw", "permute", (src,), {"dims": (0, 1, 4, 2, 3)}, (n, cb, c, h, w), dtype)
             )
-        self._emit(Node(name, "view", (src,), {"shape": shape}, shape, dtype))
+        self._emit_unpadded(name, src, shape, self.shapes[name])
         self.nchw.add(name)
         return name
+
+    def _emit_unpadded(self, name: str, src: str, shape: tuple, want: tuple) -> None:
+        """`name`: `src` viewed as `shape`, its padded channels (axis 1, past want[1]) sliced off."""
+        if shape[1] == want[1]:
+            self._emit(Node(name, "view", (src,), {"shape": want}, want, self.dtypes[src]))
+            return
+        view = self._emit(Node(f"{name}_padded", "view", (src,), {"shape": shape}, shape, self.dtypes[src]))
+        self._emit(Node(name, "slice", (view,), {"axis": 1, "start": 0, "step": 1}, want, self.dtypes[src]))
 
     def _constant(self, base: str, array) -> str:
         name = self.g.add_constant(f"{base}{SUFFIX}", array, taken=self.shapes)
         self.shapes[name], self.dtypes[name] = array.shape, str(array.dtype)
         return name
 
-    def _per_channel(self, name: str, channels: int):
+    def _per_channel(self, name: str, channels: int, fill: float = 0.0):
         """A constant that broadcasts per channel over [N, C, H, W] ([C, 1, 1], [1, C, 1, 1]) or
-        a single element, in the blocked layout; None for anything else."""
+        a single element, in the blocked layout, its padded channels `fill`; None for anything
+        else."""
         array = self.g.constants.get(name)
         if array is None:
             return None
@@ -125,8 +155,9 @@ class _Blocker:
         shape = array.shape
         if len(shape) < 3 or shape[-3:] != (channels, 1, 1) or any(d != 1 for d in shape[:-3]):
             return None
-        block = block_of(channels, self.lanes)
-        blocked = array.reshape(shape[:-3] + (channels // block, block, 1, 1))
+        block, padded = block_of(channels, self.lanes), padded_channels(channels, self.lanes)
+        array = _pad_axis(array, array.ndim - 3, padded, fill)
+        blocked = array.reshape(shape[:-3] + (padded // block, block, 1, 1))
         return self._constant(name, np.moveaxis(blocked, -3, -1))
 
     # -- nodes -------------------------------------------------------------------------------------
@@ -140,11 +171,15 @@ class _Blocker:
             return False
         if x in self.blocked:
             xb = self.blocked[x]
-        elif block_of(C, self.lanes) or C < self.lanes:  # a network's input: one block of its few channels
-            xb = self.to_blocks(x, block_of(C, self.lanes) or C)
+        elif padded_channels(C, self.lanes) == C and block_of(C, self.lanes):
+            xb = self.to_blocks(x, block_of(C, self.lanes))
+        elif C < self.lanes:  # a network's input: one block of its few channels
+            xb = self.to_blocks(x, C)
         else:
             return False
         cb = self.shapes[xb][-1]
+        # zero weights for the padded output channels and for the input's padded channels
+        weight = _pad_axis(_pad_axis(weight, 0, padded_channels(K, self.lanes)), 1, self.shapes[xb][1] * cb)
         if winograd_pays(weight.shape, node.attrs, cb, self.lanes, node.shape[2:]):
             u = self._constant(node.inputs[1], winograd_weights(weight, cb, kb))
             self._blocked_node(node, "conv2d_winograd_nchwc", (xb, u), node.attrs)
@@ -159,9 +194,10 @@ class _Blocker:
         if x not in self.blocked or weight is None or weight.shape[0] != self.shapes[x][1]:
             return False  # only a multiplier of 1, on data already blocked
         w = weight.reshape(weight.shape[0], weight.shape[-2], weight.shape[-1])
-        C, R, S = w.shape
-        block = self.shapes[self.blocked[x]][-1]
-        wb = np.ascontiguousarray(w.reshape(C // block, block, R, S).transpose(0, 2, 3, 1))
+        _, R, S = w.shape
+        blocks, _, _, block = self.shapes[self.blocked[x]][1:]
+        w = _pad_axis(w, 0, blocks * block)  # zero filters for padded channels
+        wb = np.ascontiguousarray(w.reshape(blocks, block, R, S).transpose(0, 2, 3, 1))
         self._blocked_node(
             node, "depthwise_conv2d_nchwc", (self.blocked[x], self._constant(node.inputs[1], wb)), node.attrs
         )
@@ -171,16 +207,19 @@ class _Blocker:
         if len(node.shape) != 4 or not any(i in self.blocked for i in node.inputs):
             return False
         channels = node.shape[1]
+        padded = padded_channels(channels, self.lanes) != channels
+        if padded and node.op == "div" and node.inputs[1] not in self.g.constants:
+            return False  # x / y over padded channels would divide by their zeros
         inputs = []
-        for i in node.inputs:
+        for n, i in enumerate(node.inputs):
             if i in self.blocked:
                 inputs.append(self.blocked[i])
             elif i in self.g.constants:
-                converted = self._per_channel(i, channels)
+                converted = self._per_channel(i, channels, fill=1.0 if (node.op, n) == ("div", 1) else 0.0)
                 if converted is None:
                     return False
                 inputs.append(converted)
-            elif self.shapes[i] == node.shape and block_of(channels, self.lanes):
+            elif self.shapes[i] == node.shape and block_of(channels, self.lanes) and not padded:
                 inputs.append(self.to_blocks(i, block_of(channels, self.lanes)))
             else:
                 return False
@@ -197,14 +236,14 @@ class _Blocker:
         n, cb, _, _, c = self.shapes[src]
         shape = (n, cb, 1, 1, c) if node.attrs["keepdims"] else (n, cb, c)
         reduced = self._emit(Node(f"{node.name}{SUFFIX}", node.op, (src,), dict(node.attrs), shape, node.dtype))
-        self._emit(Node(node.name, "view", (reduced,), {"shape": node.shape}, node.shape, node.dtype))
+        self._emit_unpadded(node.name, reduced, (n, cb * c) + node.shape[2:], node.shape)
         self.nchw.add(node.name)
         return True
 
     def _blocked_node(self, node: Node, op: str, inputs: tuple, attrs: dict) -> None:
         n, k, h, w = node.shape
         block = block_of(k, self.lanes)
-        shape = (n, k // block, h, w, block)
+        shape = (n, padded_channels(k, self.lanes) // block, h, w, block)
         self.blocked[node.name] = self._emit(Node(f"{node.name}{SUFFIX}", op, inputs, dict(attrs), shape, node.dtype))
 
     def run(self) -> Graph:
