@@ -97,7 +97,8 @@ def test_channels_that_fill_half_vectors_are_padded_to_whole_ones():
 class PaddedEdges(nn.Module):
     """24-channel values through every kind of blocked reader: a bias and a batch norm, a
     division by a per-channel constant, a residual add, a depthwise convolution, a pool, a
-    graph output, a division by an activation (not blocked) and the global average pool."""
+    graph output, a division by an activation and an exp (neither blocked: padded channels stay
+    finite) and the global average pool."""
 
     def __init__(self):
         super().__init__()
@@ -111,7 +112,7 @@ class PaddedEdges(nn.Module):
         y = torch.relu(self.bn(self.expand(x))) / self.scale
         z = self.project(torch.relu(self.dw(y))) + y
         pooled = nn.functional.max_pool2d(z, 2)
-        ratio = z / (torch.sigmoid(z) + 1.0)
+        ratio = z / (torch.sigmoid(z) + 1.0) + torch.exp(z - 4.0)
         return pooled, ratio, z.mean(dim=(2, 3))
 
 

@@ -208,8 +208,8 @@ class _Blocker:
             return False
         channels = node.shape[1]
         padded = padded_channels(channels, self.lanes) != channels
-        if padded and node.op == "div" and node.inputs[1] not in self.g.constants:
-            return False  # x / y over padded channels would divide by their zeros
+        if padded and (node.op == "exp" or (node.op == "div" and node.inputs[1] not in self.g.constants)):
+            return False  # padded channels must stay finite: no division by their zeros, no exp overflow
         inputs = []
         for n, i in enumerate(node.inputs):
             if i in self.blocked:
