@@ -39,6 +39,8 @@ CPU_CORE = [
 CPU_WORKLOADS = ("matmul-512", "matmul-1024", "bmm-bert", "conv-resnet", "dense-bert-ffn", "softmax-bert",
                  "eltwise-4m", "rowsum-4k")  # fmt: skip
 MODELS = [
+    ("AMD EPYC Zen 5", "models-znver5-mbv2-padded-20261129.json"),
+    ("AMD EPYC Zen 5", "models-znver5-mbv2-padded-20261129b.json"),
     ("AMD EPYC Zen 5", "models-znver5-tuned-20261129.json"),
     ("AMD EPYC Zen 5", "models-znver5-mbv2-tuned-1500-20261129.json"),
     ("AMD EPYC Zen 5", "models-znver5-20261128.json"),
