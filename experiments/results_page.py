@@ -26,6 +26,7 @@ PAGE = ROOT / "docs" / "results.md"
 CPU_CORE = [
     ("AMD EPYC Zen 5", "native", [f"cpu-core-znver5-native-20261129{s}.json" for s in ("c", "d")]),
     ("AMD EPYC Zen 5", "native", ["cpu-core-znver5-native-20261129.json"]),
+    ("AMD EPYC Zen 5", "AVX2", ["cpu-core-znver5-target-x86-64-v3-20261129.json"]),
     ("AMD EPYC Zen 5", "native", ["cpu-core-znver5-native-20261128.json"]),
     ("AMD EPYC Zen 5", "AVX2", [f"cpu-core-znver5-target-x86-64-v3-20261128{s}.json" for s in ("", "b")]),
     ("AMD EPYC Zen 5", "native", ["cpu-core-znver5-native-20261127.json", "cpu-core-znver5-native-20261127b.json"]),
