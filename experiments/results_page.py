@@ -36,6 +36,8 @@ CPU_CORE = [
     ("AMD EPYC Zen 3", "native", ["cpu-core-znver3.json"]),
     ("AMD EPYC Zen 3", "AVX2", ["cpu-core-znver3-target-x86-64-v3.json"]),
     ("AMD EPYC Zen 2", "native", ["cpu-core-znver2.json"]),
+    # issue 41's host 1 (../shared/measurements/intel-xeon-2026-11-28), with the code of that day
+    ("Intel Xeon, KVM (Sapphire Rapids class)", "native", ["cpu-core-intel-xeon-kvm-native-20261128.json"]),
 ]
 CPU_WORKLOADS = ("matmul-512", "matmul-1024", "bmm-bert", "conv-resnet", "dense-bert-ffn", "softmax-bert",
                  "eltwise-4m", "rowsum-4k")  # fmt: skip
@@ -46,6 +48,7 @@ MODELS = [
     ("AMD EPYC Zen 5", "models-znver5-mbv2-tuned-1500-20261129.json"),
     ("AMD EPYC Zen 5", "models-znver5-20261128.json"),
     ("AMD EPYC Zen 5", "models-znver5-all-winograd.json"),
+    ("Intel Xeon, KVM (Sapphire Rapids class)", "models-intel-xeon-kvm-20261128.json"),  # issue 41's host 1
 ]
 TLM_EVAL = [  # (machine, what was evaluated, file)
     ("AMD EPYC Zen 5", "the model of six CPUs (shipped since 2026-11-29)", "tlm-eval-znver5-cross6-20261129.json"),
@@ -300,6 +303,10 @@ def page() -> str:
         "machine; the runs' full records (versions, machine measurements, per-task breakdowns) are",
         "in the files. Discussion: [benchmarks.md](benchmarks.md), [models.md](models.md),",
         "[evaluation.md](evaluation.md), [gpu.md](gpu.md), [hardware.md](hardware.md).",
+        "",
+        "The Intel Xeon rows are the measurements that opened issue 41, with the code of",
+        "2026-11-28; no Intel host has been reachable since (docs/hardware.md has what llvm-mca",
+        "predicts for the kernels of today's code there).",
         "",
     ]
     sections = (cpu_core_section, tuned_section, models_section, dynamic_section, generate_section, tlm_section)
