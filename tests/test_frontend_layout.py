@@ -74,9 +74,10 @@ def test_the_block_is_the_targets_vector_lanes():
 
 def test_channels_that_fill_half_vectors_are_padded_to_whole_ones():
     """MobileNet-V2 on 16 lanes: its 24 channels are blocked by 16 and padded to 32 (zero
-    weights for the padded channels); 8 lanes divide 24; 12 channels stay NCHW."""
-    assert [block_of(c, 16) for c in (16, 24, 32, 12)] == [16, 16, 16, None]
-    assert [padded_channels(c, 16) for c in (16, 24, 40, 3)] == [16, 32, 48, 3]
+    weights for the padded channels), 8 channels blocked by 8; 8 lanes divide 24; 12 channels
+    stay NCHW."""
+    assert [block_of(c, 16) for c in (16, 24, 32, 12, 8)] == [16, 16, 16, None, 8]  # 8 -> 16 would double the work
+    assert [padded_channels(c, 16) for c in (16, 24, 40, 3, 8)] == [16, 32, 48, 3, 8]
     assert [block_of(c, 8) for c in (8, 24, 4)] == [8, 8, None] and padded_channels(24, 8) == 24
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.ReLU6(), nn.Conv2d(16, 24, 1), nn.Conv2d(24, 32, 1)).eval()

@@ -12,7 +12,8 @@ transposes between NCHW and the vector-of-channels order its micro-kernel comput
 A value's block is the target's vector lanes for the dtype when they divide its channels. Where
 only half of them (at least 8) do, as MobileNet-V2's 24 channels with 16-lane AVX-512 vectors,
 the value is padded with zero channels to whole vectors (24 -> 32): half-width vectors ran its
-1x1 convolutions at half the FMA rate, and padding adds at most a third. The padded channels of
+1x1 convolutions at half the FMA rate, and padding adds at most a third (8 channels, which
+padding would double, keep blocks of 8). The padded channels of
 a weight, bias or per-channel constant are 0 (a divisor's 1), so the padded channels of a value
 stay finite and the next convolution reads them with zero weights; where the value leaves the
 blocked region, a slice drops them. A value whose channels fill neither stays NCHW, and a
@@ -40,11 +41,15 @@ SUFFIX = "_nchwc"
 
 
 def block_of(channels: int, lanes: int) -> int | None:
-    """The channels per block of a value with `channels` channels: the lanes when they or half of
-    them (at least 8) divide the channels (the value then padded: padded_channels), else None."""
-    for block in (lanes, lanes // 2):
-        if block >= 8 and channels % block == 0:
-            return lanes
+    """The channels per block of a value with `channels` channels: the lanes when they divide the
+    channels, or when half of them (at least 8) do and the value has more than one vector of
+    channels (then padded: padded_channels); half the lanes for fewer channels, whose padding
+    would double the work; None when neither divides the channels."""
+    if channels % lanes == 0:
+        return lanes
+    half = lanes // 2
+    if half >= 8 and channels % half == 0:
+        return lanes if channels > lanes else half
     return None
 
 
