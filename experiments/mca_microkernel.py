@@ -95,14 +95,12 @@ def model_workloads(name: str, target) -> list:
     import warnings
 
     from minitc.benchmarks.models_zoo import select
-    from minitc.frontend import extract_tasks, passes
-    from minitc.frontend.importer import import_model
+    from minitc.frontend.compiler import model_tasks
 
     model, inputs = select([name])[0].make()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.export's
-        graph = passes.run_all(import_model(model, inputs), target, "auto")
-    return [(str(task), task.outputs) for task in extract_tasks(graph, target)]
+        return [(str(task), task.outputs) for task in model_tasks(model, inputs, target)]
 
 
 def template_params(out, target) -> dict:
@@ -338,13 +336,13 @@ def main(argv=None):
     if not tools:
         raise SystemExit("no llvm-mca on the PATH (Debian: apt-get install llvm-14 or llvm-19)")
     wanted = set(args.only.split(",")) if args.only else None
+    models = args.models.split(",") if args.models else ()
     rows = []
     for path in args.asm or ():
         meta = {"description": Path(path).stem, "workload": Path(path).name}
         rows += loop_rows(Path(path).read_text(), meta, [args.mca_cpu], tools, args.iterations)
     for label, fixture, mcpu, mca_cpus in () if args.asm else DESCRIPTIONS:
         if wanted is None or label in wanted:
-            models = args.models.split(",") if args.models else ()
             rows += analyse(label, fixture, mcpu, mca_cpus, tools, args.iterations, models)
     print(table(rows))
     path = Path(args.json or RESULTS / f"mca-microkernel-{datetime.date.today():%Y%m%d}.json")

@@ -136,15 +136,12 @@ def models_section() -> list:
         for r in load(f):
             peers = [r.get("onnxruntime_ms"), r.get("inductor_ms")]
             best = min((p for p in peers if p), default=None)
-            tuned = r.get("minitc_tuned_ms")
-
-            def ratio(ms):
-                return best / ms if best and ms else None
-
+            mine, tuned = r.get("minitc_ms"), r.get("minitc_tuned_ms")
+            ratio, tuned_ratio = (best / ms if best and ms else None for ms in (mine, tuned))
             tuning = f"{fmt(tuned, 2)} ({r['trials']}, {r['tuning_s']:.0f})" if tuned else ""
-            cells = [fmt(r.get("minitc_ms"), 2), tuning]
+            cells = [fmt(mine, 2), tuning]
             cells += [fmt(r.get(k), 2) for k in ("onnxruntime_ms", "inductor_ms", "eager_ms")]
-            cells += [fmt(ratio(r.get("minitc_ms"))), fmt(ratio(tuned)) if tuned else ""]
+            cells += [fmt(ratio), fmt(tuned_ratio) if tuned else ""]
             out.append(f"| {host} | {r['run']['date'][:10]} | {r['model']} | " + " | ".join(cells) + " |")
     out += ["", "Command: " + commands([f for _, f in MODELS]), ""]
     return out

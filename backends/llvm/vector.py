@@ -96,15 +96,11 @@ def updated_buffers(body) -> set:
     """Buffers some store updates in place (`acc[i] = acc[i] + ..`): the accumulators."""
     found = set()
     for st in walk_stmts(body):
-        if isinstance(st, Store) and st.buffer not in found:
-            target = None
-            for n in nodes(st.value):
-                if isinstance(n, Load) and n.buffer is st.buffer:
-                    target = target or [expr_key(i) for i in st.indices]
-                    if [expr_key(i) for i in n.indices] != target:
-                        continue
-                    found.add(st.buffer)
-                    break
+        if not isinstance(st, Store) or st.buffer in found:
+            continue
+        reads = [n.indices for n in nodes(st.value) if isinstance(n, Load) and n.buffer is st.buffer]
+        if reads and list(map(expr_key, st.indices)) in [list(map(expr_key, r)) for r in reads]:
+            found.add(st.buffer)
     return found
 
 

@@ -122,6 +122,14 @@ def extract_tasks(graph, target: str = "llvm") -> list:
     return list(tasks.values())
 
 
+def model_tasks(model, example_inputs, target: str = "llvm", layout: str = "auto") -> list:
+    """The tasks `tc.compile(model, example_inputs, target=target)` would build (the import, the
+    graph passes and extract_tasks), without building them: for inspecting the kernels of a
+    target this host cannot run."""
+    graph = passes.run_all(import_model(model, [as_torch(x) for x in example_inputs]), target, layout)
+    return extract_tasks(graph, target)
+
+
 def build_kernels(tasks, target: str) -> dict:
     """{node name: compiled kernel}: each task's trace replayed and built once."""
     kernels = {}

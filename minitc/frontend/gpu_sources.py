@@ -13,18 +13,15 @@ from __future__ import annotations
 
 from minitc.backends import lower_gpu
 from minitc.backends.cuda.codegen import render_program
-from minitc.frontend import passes
-from minitc.frontend.compiler import as_torch, extract_tasks, template_trace_or_naive
-from minitc.frontend.importer import import_model
+from minitc.frontend.compiler import model_tasks, template_trace_or_naive
 from minitc.schedule import Schedule
 
 
 def model_sources(model, example_inputs, target: str = "cuda", layout: str = "auto") -> list:
     """[(ModelTask, CUDA C)] for every distinct kernel of the model, in first-use order; each
     task's `trace` is set to the template trace its source was rendered from."""
-    graph = passes.run_all(import_model(model, [as_torch(x) for x in example_inputs]), target, layout)
     sources = []
-    for k, task in enumerate(extract_tasks(graph, target)):
+    for k, task in enumerate(model_tasks(model, example_inputs, target, layout)):
         task.trace = template_trace_or_naive(task, target)
         program = lower_gpu(Schedule(task.outputs).replay(task.trace), target, name=f"g{k}")
         sources.append((task, render_program(program)))
