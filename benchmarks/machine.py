@@ -16,12 +16,11 @@ import platform
 import time
 from dataclasses import asdict, dataclass, field
 
-import llvmlite.binding as llvm
-
 from minitc.backends.llvm import runtime
 from minitc.backends.llvm.probe import check_kernels, measure_fma, measure_triad, triad_arrays
 from minitc.backends.llvm.runtime import get_num_threads, set_num_threads
 from minitc.benchmarks.timing import BackgroundLoad
+from minitc.target import host_cpu_name
 from minitc.target.host import read_host_facts
 
 
@@ -31,7 +30,7 @@ class Machine:
 
     cpu: str
     cpus: int
-    llvm_cpu: str = ""  # LLVM's name for the host CPU (znver2, ...)
+    llvm_cpu: str = ""  # the LLVM cpu name the host's code is built for (znver2, sapphirerapids, ...)
     fma_gflops: dict = field(default_factory=dict)  # best sample
     fma_gflops_median: dict = field(default_factory=dict)
     triad_gbps: dict = field(default_factory=dict)  # best sample
@@ -74,9 +73,9 @@ def _round(x, digits=3):
 
 @functools.lru_cache(maxsize=None)
 def host_cpu() -> dict:
-    """The CPU this process runs on: its model name and LLVM's name for it (what the records
-    call the host, whatever target the kernels were built for)."""
-    return {"cpu": cpu_name(), "llvm_cpu": llvm.get_host_cpu_name()}
+    """The CPU this process runs on: its model name and the LLVM cpu name its target is built
+    for (what the records call the host, whatever target the kernels were built for)."""
+    return {"cpu": cpu_name(), "llvm_cpu": host_cpu_name()}
 
 
 def cpu_name() -> str:
@@ -91,7 +90,7 @@ def measure_machine(threads=(1, 2), progress=None) -> Machine:
     before = get_num_threads()
     check_kernels()
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    m = Machine(cpu=cpu_name(), cpus=cpus, llvm_cpu=llvm.get_host_cpu_name())
+    m = Machine(cpu=cpu_name(), cpus=cpus, llvm_cpu=host_cpu_name())
     tasks = max(threads)
     arrays = triad_arrays()
     try:

@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import llvmlite.binding as llvm
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -20,7 +19,7 @@ from minitc.benchmarks.machine import cpu_name
 from minitc.benchmarks.runner import bench_target, mismatch, prepare
 from minitc.benchmarks.timing import Timing, measure, quiesce, settle, wait_for_quiet
 from minitc.cli import main
-from minitc.target import parse_target
+from minitc.target import host_cpu_name, parse_target
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--repeats", "3", "--budget", "0.02", "-q"]
@@ -89,8 +88,8 @@ def test_smoke_json_schema(smoke):
         assert other_rate not in r
         assert r["error"] is None, r["error"]
         assert r["suite"] == "smoke" and r["kind"] in ("compute", "memory")
-        assert r["target"] == parse_target("llvm").string and r["target_description"]["cpu"] == llvm.get_host_cpu_name()
-        assert r["host"] == {"cpu": r["machine"]["cpu"], "llvm_cpu": llvm.get_host_cpu_name()}
+        assert r["target"] == parse_target("llvm").string and r["target_description"]["cpu"] == host_cpu_name()
+        assert r["host"] == {"cpu": r["machine"]["cpu"], "llvm_cpu": host_cpu_name()}
         for impl in ("minitc", "numpy", "torch"):
             assert r[f"{impl}_ms"] > 0
         assert r["best_library"] in ("numpy", "torch")
@@ -333,13 +332,13 @@ def test_smoke_suite_for_an_avx2_target(tmp_path):
     assert result.exit_code == 0, result.output + repr(result.exception)
     target = parse_target(AVX2)
     assert f"target: {target.string}: 256-bit vectors, 16 vector registers, L1d 32 KiB" in result.output
-    assert f"host: {cpu_name()} ({llvm.get_host_cpu_name()})" in result.output
+    assert f"host: {cpu_name()} ({host_cpu_name()})" in result.output
     records = json.loads(path.read_text())
     assert [r["workload"] for r in records] == names.split(",")
     for r in records:
         assert r["error"] is None and r["minitc_ms"] > 0
         assert r["target"] == target.string and r["target_description"] == target.describe()
-        assert r["host"]["llvm_cpu"] == llvm.get_host_cpu_name()
+        assert r["host"]["llvm_cpu"] == host_cpu_name()
         assert f"--target '{AVX2}'" in r["run"]["command"]
 
 

@@ -21,7 +21,7 @@ import hashlib
 
 from minitc.errors import BuildError
 from minitc.lowering.probes import switches_off
-from minitc.target.cpu import CPU_FEATURES, LLVMTarget, enabled_features, parse_cpu_target, simd_width
+from minitc.target.cpu import CPU_FEATURES, LLVMTarget, enabled_features, host_cpu_name, parse_cpu_target, simd_width
 from minitc.target.gpu import CudaTarget, GpuLimits, parse_cuda_target
 
 Target = LLVMTarget | CudaTarget
@@ -86,6 +86,7 @@ __all__ = [
     "Target",
     "enabled_features",
     "hardware_fingerprint",
+    "host_cpu_name",
     "is_gpu",
     "parse_cpu_target",
     "parse_cuda_target",

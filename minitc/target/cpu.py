@@ -193,6 +193,12 @@ def _host() -> dict:
     }
 
 
+def host_cpu_name() -> str:
+    """The LLVM cpu name code for the host is built for: LLVM's own name for it, unless the
+    host's feature flags contradict that name (host.trusted_cpu_name)."""
+    return _host()["cpu"]
+
+
 def parse_cpu_target(target) -> LLVMTarget:
     """Parse an `llvm ...` target string (an LLVMTarget passes through unchanged).
     Raises BuildError for anything else, naming the bad part and what is accepted."""
