@@ -31,6 +31,17 @@ def experiment(name: str):
     return module
 
 
+def table_target(cpu: str, extra: str = "", cores: int = 2):
+    """`llvm -mcpu=CPU` described by the table of cpu names (target/cpus.py) on every host. A
+    named cpu that is the host's own would otherwise be described by this host's calibration,
+    so a test of what a description implies would follow the machine it runs on."""
+    from minitc.target import hardware, parse_target
+
+    target = parse_target(f"llvm -mcpu={cpu}{extra} -num-cores={cores}")
+    target.__dict__["hardware"] = hardware.from_table(target.cpu, target.vector_bits, target.vector_registers)
+    return target
+
+
 def model_graph(model, inputs, target: str):
     """The graph `tc.compile(model, inputs, target=target)` runs, without building its kernels
     (which a host that lacks the target's features could not)."""

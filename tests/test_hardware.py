@@ -186,3 +186,49 @@ def test_the_prefetch_distance_follows_the_measured_l2_latency():
     ahead = gemm_prefetch.distance(slow, 6, 4)
     assert ahead == math.ceil(late * hw.fma_per_cycle / 24) > gemm_prefetch.distance(hw, 6, 4)
     assert hardware.Hardware.from_dict(slow.to_dict()) == slow
+
+
+@pytest.fixture
+def simulate_host(monkeypatch):
+    """`simulate_host(fixture)`: this process takes the recorded machine for its host (its
+    cpuinfo, caches, LLVM's name for it and its calibration), as target/cpu.py reads a host."""
+    from minitc.target import cpu
+
+    def simulate(name: str) -> dict:
+        rec = _record(name)
+        facts = host.facts_from(rec["cpuinfo"], tuple(host.Cache(**c) for c in rec["caches"]))
+        triple = cpu._host()["triple"]
+        fake = {"cpu": host.trusted_cpu_name(rec["llvm_cpu"], facts), "features": "", "triple": triple, "cores": 2}
+        monkeypatch.setattr(cpu, "_host", lambda: fake)
+        monkeypatch.setattr(cpu, "host_facts", lambda: facts)
+        monkeypatch.setattr(calibrate, "calibration", lambda name, features, facts: rec["calibration"])
+        return rec
+
+    return simulate
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_each_recorded_machine_as_the_host(name, simulate_host):
+    """The host target of a recorded machine: its trusted core, its measured description (the
+    same one tests pin with hardware.from_record), and the tiles the GEMM template derives from
+    it; a named cpu of the table that is not this host keeps the table's description."""
+    from helpers import table_target
+
+    from minitc.target import parse_target
+
+    simulate_host(name)
+    t = parse_target("llvm -num-cores=2")
+    core, bits, registers, full_rate, preferred, _ = EXPECTED[name]
+    assert t.is_host and t.cpu == core and t.string == f"llvm -mcpu={core} -num-cores=2"
+    assert t.hardware == _described(name) and t.describe()["source"] == "measured"
+    assert (t.vector_bits, t.vector_registers, t.full_rate_512, t.preferred_vector_bits) == (
+        bits,
+        registers,
+        full_rate,
+        preferred,
+    )
+    tiles = gemm_blocking.pick_tiles(128, 3072, 768, t)
+    assert (tiles["mr"], tiles["nr"], tiles["kc"]) == DENSE_TILES[name]
+    other = "haswell" if core != "haswell" else "znver4"
+    assert not parse_target(f"llvm -mcpu={other}").is_host
+    assert parse_target(f"llvm -mcpu={other}").hardware == table_target(other).hardware

@@ -10,7 +10,7 @@ import re
 
 import numpy as np
 import pytest
-from helpers import interpret_outputs, random_inputs, roundtrip
+from helpers import interpret_outputs, random_inputs, roundtrip, table_target
 from lm_helpers import check_round_trip
 
 import minitc as tc
@@ -19,7 +19,6 @@ from minitc.backends.llvm import jit
 from minitc.backends.llvm.codegen import render
 from minitc.lm.hardware import hardware
 from minitc.schedule.rfactor import rfactor
-from minitc.target import parse_target
 from minitc.templates import DEFAULTS, load_templates, template_schedule
 
 load_templates()
@@ -323,7 +322,7 @@ def vector_partial_loops(text: str) -> list:
 def test_templates_vectorize_along_the_reduced_axis(cpu):
     """Each reduction along the contiguous axis has vector partial loops of whole vectors that
     load the input contiguously (the loop variable is the last index); AVX-512 code uses zmm."""
-    target = parse_target(f"llvm -mcpu={cpu} -num-cores=2")
+    target = table_target(cpu)
     simd = target.preferred_lanes("float32")
     for name, out in _workloads().items():
         kernel = tc.lower(template_schedule(out, target))
@@ -357,7 +356,7 @@ def test_default_lanes_follow_the_target(cpu, lanes):
     row; none (SLP rows) for rows under two vectors, or not whole vectors and under four. The
     reduce template takes a cache line of each row (16 floats) where the row has four of them,
     else the same, and reads four rows side by side on Zen 5 only (cpus.ROW_STREAMS)."""
-    target = parse_target(f"llvm -mcpu={cpu} -num-cores=2")
+    target = table_target(cpu)
     for k, expected in lanes.items():
         s = tc.Schedule(rows((4, k))[1])
         reduce = DEFAULTS["reduce"](s, "Y", target)

@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 import pytest
+from helpers import table_target
 
 import minitc as tc
 from minitc.backends.llvm import jit
@@ -51,7 +52,7 @@ def test_templates_follow_the_target(cpu):
     """Vector loops are whole vectors of the target: of its full width for GEMM, of its preferred
     width for memory-bound kernels (256 bits where 512-bit ops are split), at most one for conv2d;
     the assembly uses the target's registers: zmm for AVX-512, ymm and never zmm for AVX2."""
-    target = parse_target(f"llvm -mcpu={cpu} -num-cores=2")
+    target = table_target(cpu)
     lanes = simd_width(target, "float32")
     assert lanes == (16 if cpu in ("skylake-avx512", "znver4", "sapphirerapids") else 8)
     for name, (out, _) in _workloads().items():
@@ -131,15 +132,13 @@ DESCRIPTIONS = {
 
 
 def _target(cpu: str, extra: str = ""):
-    return parse_target(f"llvm -mcpu={cpu}{extra} -num-cores=2")
+    return table_target(cpu, extra)
 
 
 @pytest.mark.parametrize("cpu", DESCRIPTIONS)
 def test_target_description(cpu):
     t = _target(cpu)
     bits, registers, full_rate, preferred = DESCRIPTIONS[cpu]
-    if t.is_host:  # the host's own cpu is measured, not looked up
-        full_rate, preferred = t.hardware.full_rate_512, t.hardware.preferred_vector_bits
     assert (t.vector_bits, t.vector_registers, t.full_rate_512, t.preferred_vector_bits) == (
         bits,
         registers,
@@ -151,8 +150,7 @@ def test_target_description(cpu):
     d = t.describe()
     assert (d["vector_bits"], d["vector_registers"], d["preferred_vector_bits"]) == (bits, registers, preferred)
     assert d["num_cores"] == 2 and set(d["caches"]) == {"l1d", "l2", "l3"}
-    if not t.is_host:  # the host's own cpu reads its caches from sysfs
-        assert d["caches"] == cpus.known_caches(cpu)
+    assert d["caches"] == cpus.known_caches(cpu)
 
 
 @pytest.mark.skipif(parse_target("llvm").vector_bits != 512, reason="the host has no AVX-512")
