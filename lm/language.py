@@ -239,6 +239,14 @@ class _SentenceSampler(Sampler):
         self.sentence_decisions, self.names, self.missing = decisions, names, missing
         self.filled = 0  # decisions answered from LATER_SLOTS, not from the sentence
 
+    def recorded(self, name: str):
+        """The sentence's value for slot `name` (None for a slot it predates, or a location)."""
+        n = len(self.decisions) - self.filled
+        if decision_label(name, self.names).rsplit(".", 1)[-1] in self.missing or n >= len(self.sentence_decisions):
+            return None
+        value = self.sentence_decisions[n][1]
+        return None if isinstance(value, Loc) else value
+
     def _take(self, kind, name, domain):
         expected = decision_label(name, self.names)
         slot = expected.rsplit(".", 1)[-1]

@@ -1,5 +1,6 @@
 """Tokens of the tensor language, from a closed vocabulary derived from the grammar and the
-design spaces, so that every legal decision of every workload can be written.
+templates' declared parameters (minitc/templates/params.py), so that every legal decision of
+every workload can be written.
 
 Numbers are written digit by digit, with a different token for a number's first digit (`7`)
 and its later digits (`##7`): `(8 1 64 1)` is `( 8 1 6 ##4 1 )`, so any tile factor, extent or
@@ -21,20 +22,23 @@ prompts without that line, as those models were trained. Last, the channel-block
 tags and template parameters (`conv2d_nchwc`, `pixels`), and the implicit-GEMM convolution's
 tags (`conv2d_gemm`, `im2col`), later template parameters (`streams`) and the Winograd
 convolution's tags: an older vocabulary reads them as `<unk>`, and the decoder still writes
-only legal values for them.
+only legal values for them. The parameters' words (names, named values) come from the
+templates' schemas; a word a schema adds later is appended at the very end (`schema_tokens`),
+until it is frozen into LATER_PARAMS (tests/test_lm_gpu.py asks for that), so that no later
+schema moves it.
 """
 
 from __future__ import annotations
 
 import re
 
-from minitc.autotune import space
 from minitc.errors import MinitcError
 from minitc.expr import BINARY_OPS, COMPARE_OPS, INTRINSICS
 from minitc.lm.language import Loc, Sentence
 from minitc.target.cpu import CPU_FEATURES
-from minitc.templates import TEMPLATES, load_templates
-from minitc.templates.gpu import GPU_TEMPLATES, load_gpu_templates
+from minitc.templates import PARAMS, TEMPLATES, load_templates
+from minitc.templates.gpu import GPU_PARAMS, GPU_TEMPLATES, load_gpu_templates
+from minitc.templates.params import OneOf
 
 SPECIAL = ["<pad>", "<bos>", "<eos>", "<unk>"]
 KEYWORDS = (
@@ -54,6 +58,12 @@ TAGS = (
 TARGETS = ["llvm", "cuda"]
 # Slot names of the generic rules (autotune/space_rules.py) and label pieces (describe.decision_label).
 RULE_SLOTS = ["sketch", "inline", "cache_write", "parallel", "unroll", "location", "cache", "local"]
+# The sketch names and the template words of the first vocabulary, in its order (frozen: the
+# shipped lm/checkpoints/cpu.pt was trained with these ids); the schemas' other words follow.
+FIRST_TEMPLATE_WORDS = (
+    "template generic mr nr nc ku kc mc kb ohb owv lanes rcb kgroups oht vector rows chunk unroll_window pack_b "
+    "pack_a auto n m batch none tile root"
+).split()
 
 # -- GPU tokens (appended after the CPU vocabulary) ------------------------------------------------
 GPU_KEYWORDS = ["sms", "warp", "smem", "regs", "threads"]  # the GPU hardware line
@@ -81,35 +91,20 @@ class TokenizerError(MinitcError):
     """A value or sentence that the vocabulary cannot write."""
 
 
-def _params(templates: dict) -> list:
-    """Keyword parameters of the templates, module by module in name order (the order in which
-    load_templates imports them, whatever imported some of them first), each module's in its
-    order of registration."""
-    import inspect
-
-    fns = sorted(templates.values(), key=lambda fn: fn.__module__)  # stable: registration order within a module
-    return [p.name for fn in fns for p in list(inspect.signature(fn).parameters.values())[3:]]
-
-
-def _design_space_words() -> list:
-    """Template parameter names, categorical string values and sketch names of the CPU design
-    spaces (in the order of the first vocabulary: candidate lists, then parameters)."""
-    load_templates()
-    params = [
-        p
-        for p in _params({t: fn for t, fn in TEMPLATES.items() if t not in BLOCKED_TAGS + WINOGRAD_TAGS})
-        if p not in LATER_PARAMS
-    ]
-    words = ["template", "generic"] + [name for name in space.CANDIDATES if name in params] + params
-    for name in ("parallel", "pad"):
-        words += [v for v in space._domain(name, "") if v]
-    return words
+def schema_words(templates: dict, schemas: dict, tags=None) -> list:
+    """The words of the templates' declared parameters (their names, then the named values of
+    their domains), module by module in name order (the order in which load_templates imports
+    them, whatever imported some of them first), each module's templates in registration order."""
+    tags = sorted(tags if tags is not None else templates, key=lambda tag: templates[tag].__module__)
+    params = [p for tag in tags for p in schemas[tag]]
+    values = [v for p in params if isinstance(p.domain, OneOf) for v in p.domain.values if isinstance(v, str)]
+    return list(dict.fromkeys([p.name for p in params] + values))
 
 
 def _gpu_design_space_words() -> list:
-    """Parameter names of the GPU templates (minitc/templates/gpu)."""
+    """The words of the GPU templates' parameters (minitc/templates/gpu)."""
     load_gpu_templates()
-    return _params(GPU_TEMPLATES)
+    return schema_words(GPU_TEMPLATES, GPU_PARAMS)
 
 
 def _cpu_names() -> list:
@@ -122,7 +117,7 @@ def cpu_vocab() -> list:
     words = SPECIAL + KEYWORDS + DTYPES + DIGITS + INDEX + ["sum", "max", "min"]
     words += [f"s{n}" for n in range(MAX_STAGES)] + [f"a{n}" for n in range(MAX_AXES)]
     words += [f"@{n}" for n in range(MAX_LOCATIONS)]
-    words += TAGS + TARGETS + RULE_SLOTS + _design_space_words() + _cpu_names()
+    words += TAGS + TARGETS + RULE_SLOTS + FIRST_TEMPLATE_WORDS + _cpu_names()
     words += list(BINARY_OPS) + list(COMPARE_OPS) + list(INTRINSICS) + ["select", "cast", "not"]
     return list(dict.fromkeys(words))  # unique, in a fixed order
 
@@ -138,17 +133,26 @@ def blocked_tokens() -> list:
     """The tags of the channel-blocked operators and their templates' new parameter names."""
     load_templates()
     known = set(cpu_vocab())
-    params = _params({tag: TEMPLATES[tag] for tag in BLOCKED_TAGS})
-    return [w for w in dict.fromkeys(BLOCKED_TAGS + params) if w not in known]
+    return [w for w in dict.fromkeys(BLOCKED_TAGS + schema_words(TEMPLATES, PARAMS, BLOCKED_TAGS)) if w not in known]
+
+
+def schema_tokens(vocab: list) -> list:
+    """The words of every template's parameters, CPU and GPU, that `vocab` lacks."""
+    load_templates()
+    known = set(vocab)
+    words = schema_words(TEMPLATES, PARAMS) + _gpu_design_space_words()
+    return [w for w in dict.fromkeys(words) if w not in known]
 
 
 def default_vocab() -> list:
     """The vocabulary of new models: the CPU vocabulary, then the GPU tokens, then the later
     keywords, then the channel-blocked operators' words, then the implicit GEMM's tags, then
     later template parameters, then the Winograd convolution's tags, then the matrix-vector
-    templates' (appended, so a token keeps its id in every vocabulary that has it)."""
+    templates', then any word of the templates' parameters still missing (appended, so a token
+    keeps its id in every vocabulary that has it)."""
     later = IMPLICIT_GEMM_TAGS + LATER_PARAMS + WINOGRAD_TAGS + GEMV_TAGS
-    return cpu_vocab() + gpu_tokens() + LATER_KEYWORDS + blocked_tokens() + later
+    vocab = cpu_vocab() + gpu_tokens() + LATER_KEYWORDS + blocked_tokens() + later
+    return vocab + schema_tokens(vocab)
 
 
 _INDEX_PIECES = re.compile(r"a\d+|\d+|[-+*?]")

@@ -53,7 +53,7 @@ def test_default_window_kernel_against_numpy(case):
     s = tc.Schedule(out)
     params = window_defaults(s, s.state.outputs[0], "cuda-sim")
     source = tc.codegen(out, "cuda", db=False)
-    if "threads" in params:  # a global pool: one warp a window, shuffles between its threads
+    if params["threads"]:  # a global pool: one warp a window, shuffles between its threads
         assert case.startswith("global") and "__shfl_xor_sync" in source
     else:  # a 2-D block of columns x (rows, channels), the window unrolled
         assert not case.startswith("global") and re.search(r"block \(\d+, \d+, 1\)", source)

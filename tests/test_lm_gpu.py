@@ -12,7 +12,7 @@ from lm_helpers import check_domain, check_round_trip, draw, one_torch_thread, w
 
 import minitc as tc
 from minitc.autotune import gpu_space_rules
-from minitc.autotune.space import CANDIDATES, Space
+from minitc.autotune.space import Space
 from minitc.lm.decode import Decoder
 from minitc.lm.hardware import ARCH_SMS, gpu_hardware, hardware
 from minitc.lm.language import (
@@ -41,7 +41,10 @@ from minitc.lm.tokenizer import (
     cpu_vocab,
     default_vocab,
     gpu_tokens,
+    schema_tokens,
 )
+from minitc.templates.gpu import GPU_PARAMS, load_gpu_templates
+from minitc.templates.params import OneOf
 
 OPS = sorted(tc.ops.OPS)
 SPACES_PER_OP, SAMPLES_PER_OP_SPACE = 2, 10  # 500 programs over every op
@@ -291,14 +294,17 @@ def test_every_legal_gpu_value_and_label_has_tokens(op_samples, workload_samples
         (True, False),
     ):
         domains.setdefault(tuple(values), None)
-    for name in ("bm", "bn", "tm", "tn", "bk", "kt", "vk", "wt", "vw", "bc"):
-        domains.setdefault(tuple(CANDIDATES[name]), None)
+    load_gpu_templates()
+    for params in GPU_PARAMS.values():
+        for p in params:
+            domains.setdefault(p.domain.values if isinstance(p.domain, OneOf) else p.candidates, None)
     assert len(domains) > 20 and sum(check_domain(tok, "categorical", domain, _TINY_PROMPT) for domain in domains) >= 80
 
 
 def test_gpu_tokens_are_appended_after_the_cpu_vocabulary(tok):
     cpu = cpu_vocab()
     later = LATER_KEYWORDS + blocked_tokens() + IMPLICIT_GEMM_TAGS + LATER_PARAMS + WINOGRAD_TAGS + GEMV_TAGS
+    assert not schema_tokens(cpu + gpu_tokens() + later), "freeze the parameters' new words into LATER_PARAMS"
     assert tok.vocab == default_vocab() == cpu + gpu_tokens() + later
     assert blocked_tokens() == [
         "conv2d_nchwc",

@@ -86,6 +86,13 @@ class Sampler:
         self.decisions.append(Decision(kind, name, domain, value))
         return value
 
+    def recorded(self, name: str):
+        """The value the next decision (slot `name`) replays, or None when drawing: a design
+        space offers a recorded value that is legal beyond what this machine derives (a template
+        parameter's domain, templates/params.py)."""
+        n = len(self.decisions)
+        return self.forced[n] if self.forced is not None and n < len(self.forced) else None
+
     def perfect_tile(self, name: str, extent: int, parts: int, max_innermost: int | None = None) -> tuple:
         """Factors (outermost first) that multiply to exactly `extent`."""
         return self._take("tile", name, factorizations(int(extent), int(parts), max_innermost))

@@ -3,10 +3,12 @@
 A workload's space has up to two sketches:
 
 - `template`: the operator's hand template (minitc/templates, or minitc/templates/gpu for a
-  CUDA target) with each keyword parameter a categorical decision over candidates: the fixed
-  CANDIDATES, the values the template's `@choices` derive from the shape and the hardware (the
-  GEMMs: every register tile that fits, both orders' k blocks), and the template's own
-  default, so the hand-written schedule is one point of the space;
+  CUDA target) with each declared parameter (templates/params.py) a categorical decision over
+  what it offers: its fixed candidates, the values the template's `@choices` derive from the
+  shape and the hardware that lie in its domain (the GEMMs: every register tile that fits,
+  both orders' k blocks), and the template's own default, so the hand-written schedule is one
+  point of the space. What is legal is the parameter's domain, the same on every machine: a
+  program recorded on another machine replays here;
 - `generic`: the MetaSchedule-style rules of space_rules.py (gpu_space_rules.py on a GPU), for any
   computation.
 
@@ -20,7 +22,6 @@ decisions (what mutation, the database and the language model use).
 from __future__ import annotations
 
 import hashlib
-import inspect
 from dataclasses import dataclass
 
 from minitc.autotune.generators import ScheduleFn, SpaceGenerator, generators_of
@@ -29,100 +30,51 @@ from minitc.autotune.workload import Workload
 from minitc.errors import ConfigError, ScheduleError
 from minitc.schedule.recorder import Schedule
 from minitc.target import is_gpu, parse_target
-from minitc.templates import CHOICES, DEFAULTS, TEMPLATES, load_templates, template_tag
-
-
-def _divisors(n: int) -> list:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-# Candidate values per template parameter name (shape-independent; the default is added).
-CANDIDATES = {
-    "mr": (1, 2, 3, 4, 5, 6, 8),
-    "nr": (8, 16, 24, 32),
-    "nc": (16, 32, 48, 64, 96, 128, 192, 256),
-    "ku": (1, 2, 4, 8),
-    "kc": (0, 64, 128, 256, 512),
-    "mc": (0, 32, 64, 128),
-    "kb": (1, 2, 3, 4, 6, 8),
-    "ohb": (1, 2, 3, 4, 7),
-    "owv": (1, 2, 3, 4),
-    "lanes": (4, 7, 8, 16),
-    "rcb": (0, 4, 8, 16, 32),
-    "kgroups": (1, 2, 4),
-    "oht": (1, 2, 4, 8, 14),
-    "pixels": (2, 4, 6, 7, 8, 14),
-    "vector": (8, 16, 32, 64),
-    "rows": (1, 2, 4, 8, 16),
-    "streams": (1, 2, 4, 8),
-    "chunk": (64, 128, 256, 512, 1024),
-    # GPU templates
-    "bm": (16, 32, 64, 128),
-    "bn": (16, 32, 64, 128),
-    "tm": (1, 2, 4, 8),
-    "tn": (1, 2, 4, 8),
-    "bk": (4, 8, 16, 32),
-    "kt": (2, 4, 8, 16),
-    "vk": (1, 2, 4, 8),
-    "wt": (4, 8, 16, 32),
-    "vw": (1, 2, 4),
-    "bc": (4, 8, 16),
-    "threads": (8, 16, 32, 64, 128, 256, 512, 1024),  # threads per row (GPU reduce.py)
-}
-BOOLEAN = (False, True)
-
-
-def _domain(name: str, default, derived=()):
-    if isinstance(default, bool):
-        return BOOLEAN
-    if isinstance(default, str):
-        options = {"parallel": ("auto", "n", "m", "batch", "none"), "pad": ("tile", "inline", "root")}
-        return tuple(dict.fromkeys(options.get(name, ()) + (default,)))
-    values = set(CANDIDATES.get(name, ())) | set(derived) | {default}
-    return tuple(sorted(values, key=lambda v: (v is None, v)))
+from minitc.templates import CHOICES, DEFAULTS, PARAMS, TEMPLATES, load_templates, template_tag
 
 
 def _registry(target) -> tuple:
-    """(templates, defaults, choices) for the target: the GPU ones for a CUDA target."""
+    """(templates, their parameters, defaults, choices) for the target: the GPU ones for a CUDA
+    target."""
     if is_gpu(target):
-        from minitc.templates.gpu import GPU_DEFAULTS, GPU_TEMPLATES, load_gpu_templates
+        from minitc.templates.gpu import GPU_DEFAULTS, GPU_PARAMS, GPU_TEMPLATES, load_gpu_templates
 
         load_gpu_templates()
-        return GPU_TEMPLATES, GPU_DEFAULTS, {}
+        return GPU_TEMPLATES, GPU_PARAMS, GPU_DEFAULTS, {}
     load_templates()
-    return TEMPLATES, DEFAULTS, CHOICES
+    return TEMPLATES, PARAMS, DEFAULTS, CHOICES
 
 
 def template_params(tag: str, s, out: str, target, sampler: Sampler) -> dict:
-    """Draw a value for every keyword parameter of the tag's template, from the shape-independent
-    CANDIDATES, the template's `@choices` for this shape and target, and its default."""
-    templates, defaults_of, choices_of = _registry(target)
-    fn = templates[tag]
-    defaults = dict(defaults_of[tag](s, out, target)) if tag in defaults_of else {}
+    """Draw a value for every declared parameter of the tag's template (templates/params.py)
+    among what its Param offers: its candidates, the values the template's `@choices` derive
+    for this shape and target, and its default. A replayed value is legal wherever it lies in
+    the parameter's domain, whatever this machine derives."""
+    choices_of = _registry(target)[3]
     derived = dict(choices_of[tag](s, out, target)) if tag in choices_of else {}
     params = {}
-    for p in list(inspect.signature(fn).parameters.values())[3:]:
-        if p.kind is not p.KEYWORD_ONLY and p.kind is not p.POSITIONAL_OR_KEYWORD:
-            continue
-        default = defaults.get(p.name, p.default)
-        if default is inspect.Parameter.empty:
-            continue
-        domain = _domain(p.name, default, derived.get(p.name, ()))
-        params[p.name] = sampler.categorical(f"{out}.{p.name}", domain)
+    for p, default in _declared(tag, s, out, target):
+        name = f"{out}.{p.name}"
+        try:
+            offered = p.offered(default, derived.get(p.name, ()), sampler.recorded(name))
+        except ValueError as e:
+            raise ScheduleError(f"the {tag} template: {e}") from None
+        params[p.name] = sampler.categorical(name, offered)
     return params
+
+
+def _declared(tag: str, s, out: str, target) -> list:
+    """(Param, default) of the template's parameters that its @defaults set for this shape and
+    target: one it leaves out (the prefetch slot where gemm_prefetch.offered is false) is no
+    decision of the space, and the template's own default applies."""
+    _, schemas, defaults_of, _ = _registry(target)
+    defaults = dict(defaults_of[tag](s, out, target)) if tag in defaults_of else {}
+    return [(p, defaults[p.name]) for p in schemas[tag] if p.name in defaults]
 
 
 def template_defaults(tag: str, s, out: str, target) -> dict:
     """The values `tc.build` uses, as the space's decisions would give them."""
-    templates, defaults_of, _ = _registry(target)
-    fn = templates[tag]
-    defaults = dict(defaults_of[tag](s, out, target)) if tag in defaults_of else {}
-    out_params = {}
-    for p in list(inspect.signature(fn).parameters.values())[3:]:
-        default = defaults.get(p.name, p.default)
-        if default is not inspect.Parameter.empty:
-            out_params[p.name] = default
-    return out_params
+    return {p.name: default for p, default in _declared(tag, s, out, target)}
 
 
 @dataclass
@@ -146,7 +98,7 @@ class Candidate:
 
 
 class TemplateSketch(SpaceGenerator):
-    """The operator's hand template with each keyword parameter a categorical decision."""
+    """The operator's hand template with each declared parameter a categorical decision."""
 
     name = "template"
 

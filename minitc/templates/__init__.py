@@ -4,14 +4,14 @@ space the tuner searches.
 
 A template is registered for an operator tag (`tc.compute(..., tag=...)`, set by `tc.ops`):
 
-    @template("matmul")
+    @template("matmul", GEMM_PARAMS)                  # its parameters: minitc/templates/params.py
     def schedule_matmul(s, out, target, mr=6, nr=16, ...): ...
 
     @defaults("matmul")
     def matmul_defaults(s, out, target) -> dict: ...   # good tile sizes for this host
 
     @choices("matmul")
-    def matmul_choices(s, out, target) -> dict: ...    # {param: values}: more of the tuner's candidates
+    def matmul_choices(s, out, target) -> dict: ...    # {param: values}: priors of the tuner's search
 
 `template_schedule(outputs, target)` looks up the template of the (single) output's tag and
 applies it with its defaults; `tc.build(tensor)` uses it. A hand-written matrix product
@@ -24,10 +24,10 @@ from __future__ import annotations
 from minitc.errors import ScheduleError
 from minitc.schedule.recorder import Schedule
 from minitc.target import is_gpu, parse_target
-from minitc.templates.registry import CHOICES, DEFAULTS, SPECIALIZED, TEMPLATES, choices, defaults, template
+from minitc.templates.registry import CHOICES, DEFAULTS, PARAMS, SPECIALIZED, TEMPLATES, choices, defaults, template
 
 __all__ = [
-    "CHOICES", "DEFAULTS", "SPECIALIZED", "TEMPLATES", "choices", "defaults", "template", "load_templates",
+    "CHOICES", "DEFAULTS", "PARAMS", "SPECIALIZED", "TEMPLATES", "choices", "defaults", "template", "load_templates",
     "template_schedule", "template_tag",
 ]  # fmt: skip
 

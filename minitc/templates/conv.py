@@ -38,9 +38,81 @@ from minitc.target.cpu import SPLIT_512_BITS
 from minitc.templates.conv_channels import channel_defaults, schedule_conv2d_channels, unroll_micro_kernel
 from minitc.templates.gemm import cache_under_epilogue, epilogue_anchor
 from minitc.templates.gemm_blocking import kernel_efficiency
+from minitc.templates.params import PLACES, SWITCH, Ints, Param
 from minitc.templates.registry import defaults, template
 
 SPARE_REGISTERS = 4  # vector registers left to the weight broadcast and the input vectors
+
+# -- the parameters (shared with conv_nchwc.py and winograd.py) -----------------------------------
+_TILE = "the micro-kernel whose accumulators fit the registers with the best FMA efficiency per padded work: "
+KB = Param(
+    "kb",
+    "output channels (or channel blocks) per micro-kernel",
+    Ints(1, 64),
+    _TILE + "up to 16, dividing K where it can",
+    candidates=(1, 2, 3, 4, 6, 8),
+)
+OHB = Param(
+    "ohb",
+    "output rows per micro-kernel",
+    Ints(1, 64),
+    _TILE + "up to 8, dividing the rows where it can",
+    candidates=(1, 2, 3, 4, 7),
+)
+OWV = Param(
+    "owv",
+    "vectors of output columns per micro-kernel",
+    Ints(1, 64),
+    _TILE + "dividing a row's vectors",
+    candidates=(1, 2, 3, 4),
+)
+LANES = Param(
+    "lanes",
+    "output columns per vector",
+    Ints(1, 64),
+    "the row's preferred vector width (target lanes), narrower for a short or strided row",
+    candidates=(4, 7, 8, 16),
+)
+RCB = Param(
+    "rcb",
+    "input channels per reduction block (0: all)",
+    Ints(0, 65536),
+    "the most channels dividing C whose input rows and weights fit half the L1d",
+    candidates=(0, 4, 8, 16, 32),
+)
+UNROLL_WINDOW = Param(
+    "unroll_window",
+    "unroll the window's loops (ry, rx)",
+    SWITCH,
+    "true for windows up to 5x5 (7x7 for the sliding-window templates)",
+)
+PAD = Param(
+    "pad",
+    "where the padded input is computed: per task (tile), in the loads (inline), or once (root)",
+    PLACES,
+    "tile (conv2d_nchwc: root; inline for an input block narrower than a vector)",
+)
+OHT = Param(
+    "oht",
+    "output rows per parallel task",
+    Ints(1, 65536),
+    "the most rows (a multiple of ohb, or a divisor) whose tile stays in the L1d, with tasks for every core",
+    candidates=(1, 2, 4, 8, 14),
+)
+CONV_PARAMS = (
+    KB, OHB, OWV, LANES, RCB,
+    Param("kgroups", "parallel groups of output-channel blocks per row tile", Ints(1, 64),
+          "the fewest groups that balance the row tiles over the cores (static makespan)", candidates=(1, 2, 4)),
+    UNROLL_WINDOW, PAD,
+)  # fmt: skip
+WINDOW_PARAMS = (
+    OHT,
+    Param(OHB.name, OHB.meaning, OHB.domain, "up to 4 rows dividing OH whose accumulators fit half the registers",
+          OHB.candidates),
+    Param(OWV.name, OWV.meaning, OWV.domain, "the most vectors of a row whose accumulators fit a quarter of the "
+          "registers", OWV.candidates),
+    LANES, UNROLL_WINDOW, PAD,
+)  # fmt: skip
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -144,7 +216,7 @@ def _static_makespan(works: list, threads: int) -> float:
 # -- conv2d --------------------------------------------------------------------------------------
 
 
-@template("conv2d")
+@template("conv2d", CONV_PARAMS)
 def schedule_conv2d(s, out, target, kb=4, ohb=3, owv=1, lanes=8, rcb=0, kgroups=1, unroll_window=True, pad="tile"):
     """Direct NCHW convolution (see the module docstring). kb: output channels, ohb: output rows
     and owv: vectors of `lanes` output columns per micro-kernel; rcb: input channels per
@@ -292,20 +364,20 @@ def _window_defaults(s, out, target) -> dict:
     return dict(oht=oht, ohb=ohb, owv=owv, lanes=lanes, unroll_window=R * S <= 49, pad="tile")
 
 
-@template("depthwise_conv2d")
+@template("depthwise_conv2d", WINDOW_PARAMS)
 def schedule_depthwise_conv2d(s, out, target, oht=8, ohb=2, owv=2, lanes=8, unroll_window=True, pad="tile"):
     """Depthwise convolution: oht output rows per parallel task, ohb x owv accumulator vectors
     of `lanes` columns; unroll_window unrolls ry and rx; pad: "tile", "inline" or "root"."""
     _schedule_window(s, out, target, oht, ohb, owv, lanes, unroll_window, pad)
 
 
-@template("max_pool2d")
+@template("max_pool2d", WINDOW_PARAMS)
 def schedule_max_pool2d(s, out, target, oht=8, ohb=2, owv=2, lanes=8, unroll_window=True, pad="tile"):
     """Max pooling; the parameters are those of the depthwise_conv2d template."""
     _schedule_window(s, out, target, oht, ohb, owv, lanes, unroll_window, pad)
 
 
-@template("avg_pool2d")
+@template("avg_pool2d", WINDOW_PARAMS)
 def schedule_avg_pool2d(s, out, target, oht=8, ohb=2, owv=2, lanes=8, unroll_window=True, pad="tile"):
     """Average pooling; the parameters are those of the depthwise_conv2d template."""
     _schedule_window(s, out, target, oht, ohb, owv, lanes, unroll_window, pad)

@@ -30,11 +30,18 @@ The window template: a task per (image, channel block, `oht` output rows), an ac
 from __future__ import annotations
 
 from minitc import dtypes
-from minitc.templates.conv import _place_pad, find_pad_stage
+from minitc.templates.conv import KB, OHB, OHT, PAD, RCB, UNROLL_WINDOW, _place_pad, find_pad_stage
 from minitc.templates.conv_channels import MAX_ACCUMULATORS, unroll_micro_kernel
 from minitc.templates.gemm import cache_under_epilogue, epilogue_anchor
 from minitc.templates.gemm_blocking import kernel_efficiency
+from minitc.templates.params import Ints, Param
 from minitc.templates.registry import defaults, template
+
+PIXELS = Param("pixels", "output columns per micro-kernel", Ints(1, 4096),
+               "the micro-tile with the most FMAs per load whose accumulators fit the registers, dividing the row",
+               candidates=(2, 4, 6, 7, 8, 14))  # fmt: skip
+NCHWC_PARAMS = (KB, PIXELS, OHB, RCB, UNROLL_WINDOW, PAD)
+NCHWC_WINDOW_PARAMS = (OHT, PIXELS, UNROLL_WINDOW, PAD)
 
 WINDOW_TAGS = ("depthwise_conv2d_nchwc", "max_pool2d_nchwc", "avg_pool2d_nchwc")
 
@@ -47,7 +54,7 @@ def _registers_per_vector(target, dtype: str, block: int) -> int:
     return _cdiv(block * dtypes.bits(dtype), target.vector_bits)
 
 
-@template("conv2d_nchwc")
+@template("conv2d_nchwc", NCHWC_PARAMS)
 def schedule_conv2d_nchwc(s, out, target, kb=2, pixels=7, ohb=1, rcb=0, unroll_window=True, pad="root"):
     """kb: output-channel blocks and pixels: output columns of the micro-kernel; ohb: output
     rows per task; rcb: input-channel blocks per reduction block (0: all); unroll_window:
@@ -185,7 +192,7 @@ def _window_defaults(tag):
 
 
 def _register_window(tag):
-    @template(tag)
+    @template(tag, NCHWC_WINDOW_PARAMS)
     def schedule(s, out, target, oht=1, pixels=7, unroll_window=True, pad="tile"):
         """oht: output rows per task; pixels: output columns per accumulator tile;
         unroll_window: unroll ry and rx; pad: "tile", "inline" or "root"."""

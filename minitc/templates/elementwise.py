@@ -15,7 +15,23 @@ from __future__ import annotations
 
 from minitc import dtypes
 from minitc.errors import ScheduleError
+from minitc.templates.params import SWITCH, Ints, Param
 from minitc.templates.registry import defaults, template
+
+VECTOR = Param(
+    "vector",
+    "lanes of the vectorized elementwise loops",
+    Ints(1, 1024),
+    "the target's preferred vector width (lanes) for the dtype",
+    candidates=(8, 16, 32, 64),
+)
+PARALLEL = Param(
+    "parallel",
+    "run the outer loop in parallel",
+    SWITCH,
+    "true where the data is large enough to pay for the threads (worth_parallel)",
+)
+INLINE = Param("inline", "inline the elementwise producers", SWITCH, "true")
 
 MAX_LANES = 64
 PARALLEL_MIN_BYTES = 256 * 1024  # below this a thread-pool launch costs more than it saves
@@ -129,7 +145,7 @@ def schedule_injective(s, out: str, target, *, vector: int, parallel: bool) -> N
     parallelize(s, outer, parallel)
 
 
-@template("elementwise")
+@template("elementwise", (VECTOR, PARALLEL, INLINE))
 def schedule_elementwise(s, out, target, vector=32, parallel=True, inline=True):
     """Elementwise chain ending in `out`: producers inlined (`inline`), the last axis
     vectorized with `vector` lanes (fewer when they divide it), outer rows `parallel`."""

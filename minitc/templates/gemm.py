@@ -52,9 +52,38 @@ from minitc.templates.gemm_stages import (  # noqa: F401
     is_contraction,
     weight_block,
 )
+from minitc.templates.params import SWITCH, Ints, OneOf, Param
 from minitc.templates.registry import choices, defaults, template
 
 PARALLEL = ("auto", "n", "m", "batch", "none")
+TILE = "gemm_blocking.pick_tiles: "  # the register tile and blocks, from the target description
+
+GEMM_PARAMS = (
+    Param("mr", "rows of the register tile (A's rows broadcast per k step)", Ints(1, 16),
+          TILE + "the register tile with the least padded work per FMA efficiency (vector registers, "
+          "FMA latency and rate, loads per cycle)", candidates=(1, 2, 3, 4, 5, 6, 8)),
+    Param("nr", "columns of the register tile (whole vectors of B)", Ints(1, 128),
+          TILE + "that tile's vectors times the target's lanes", candidates=(8, 16, 24, 32)),
+    Param("nc", "columns of a packed B panel, one parallel task's share", Ints(1, 4096),
+          TILE + "as many register tiles as fit a quarter of the L2 (the L3's share with k blocks), "
+          "dividing N, two panels per core", candidates=(16, 32, 48, 64, 96, 128, 192, 256)),
+    Param("ku", "unroll of the k loop", Ints(1, 16), "4, else 2, else 1: the largest that divides K",
+          candidates=(1, 2, 4, 8)),
+    Param("kc", "k block (0: none; else the BLIS order, the output accumulated in place)", Ints(0, 16384),
+          TILE + "0 where B's micro-panel fits half the L1; the BLIS kc from the L1 where the L2 cannot "
+          "feed B's stream; else A's sliver in half the L1", candidates=(0, 64, 128, 256, 512)),
+    Param("mc", "rows of A per block of the BLIS order (0: not blocked)", Ints(0, 65536), "0",
+          candidates=(0, 32, 64, 128)),
+    Param("pack_b", "copy B's panel contiguous (transposed if stored [N, K])", SWITCH,
+          "true unless one row tile reads the panel (and B needs no transpose) or W is stored blocked"),
+    Param("pack_a", "copy an A stored [K, M] transposed first", SWITCH,
+          "true for an A stored [K, M] that several panels read"),
+    Param("parallel", "the loop run in parallel: batches, column panels (n), row tiles (m), none, or auto",
+          OneOf(PARALLEL), "auto: whole batches if they spread over the cores, else panels, else rows"),
+    Param("l2", "prefetch B's row this many k steps ahead (0: none)", Ints(0, 256),
+          "0 (off unless measured better); gemm_prefetch.candidates offers the L2 latency's distance, "
+          "2x and 4x"),
+)  # fmt: skip
 
 
 # -- the shared template -----------------------------------------------------------------------
@@ -309,11 +338,10 @@ def _matmul_like(s, out, target, **params):
     inline_operands(s, acc)
 
 
-# `l2`: prefetch B's row this many k steps ahead (0: none); a slot of the design space only where
-# gemm_prefetch.offered (ABSENT: see there), named by a word the language's vocabulary has
+# `l2` is a slot of the design space only where gemm_prefetch.offered (ABSENT: see there)
 
 
-@template("matmul")
+@template("matmul", GEMM_PARAMS)
 def schedule_matmul(
     s, out, target, mr=6, nr=16, nc=16, ku=4, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto", l2=ABSENT
 ):
@@ -321,8 +349,8 @@ def schedule_matmul(
     _matmul_like(s, out, target, **_params(locals()))
 
 
-@template("conv2d_gemm")  # Y[n] = W @ col[n], col (im2col) computed inline into B's packing
-@template("batch_matmul")
+@template("conv2d_gemm", GEMM_PARAMS)  # Y[n] = W @ col[n], col (im2col) computed inline into B's packing
+@template("batch_matmul", GEMM_PARAMS)
 def schedule_batch_matmul(
     s, out, target, mr=6, nr=16, nc=16, ku=4, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto", l2=ABSENT
 ):
@@ -330,7 +358,7 @@ def schedule_batch_matmul(
     _matmul_like(s, out, target, **_params(locals()))
 
 
-@template("dense")
+@template("dense", GEMM_PARAMS)
 def schedule_dense(
     s, out, target, mr=4, nr=24, nc=24, ku=4, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto", l2=ABSENT
 ):
@@ -338,7 +366,7 @@ def schedule_dense(
     _matmul_like(s, out, target, **_params(locals()))
 
 
-@template("dense_epilogue")
+@template("dense_epilogue", GEMM_PARAMS)
 def schedule_dense_epilogue(
     s, out, target, mr=4, nr=24, nc=24, ku=4, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto", l2=ABSENT
 ):

@@ -107,6 +107,7 @@ def gemm_defaults(s, acc: str, target) -> dict:
     # a panel read by one row tile is not worth copying, unless B must be transposed
     p["pack_b"] = (M > p["mr"] or b_k > b_j) and not weight_block(s, acc)
     p["pack_a"] = a_k < a_i and N > p["nc"]  # A stored [.., K, M], read by several panels
+    p["mc"] = 0  # rows of A not blocked (the space offers blocks from the L2: gemm_choices)
     p["parallel"] = "auto"
     if prefetch.offered(target.hardware):
         p["l2"] = 0  # off unless measured better (docs/hardware.md)

@@ -50,9 +50,44 @@ from dataclasses import dataclass
 
 from minitc import dtypes
 from minitc.errors import ScheduleError
-from minitc.templates.elementwise import check_int, extent, pick_tile, worth_parallel
+from minitc.templates.elementwise import PARALLEL, check_int, extent, pick_tile, worth_parallel
 from minitc.templates.gemm import epilogue_anchor, gemm_operands, gemm_schedule, inline_epilogue, weight_block
+from minitc.templates.params import Ints, Param
 from minitc.templates.registry import choices, defaults, specializes, template
+
+_PANEL = Param(
+    "nc",
+    "output columns per parallel task (whole tiles)",
+    Ints(1, 65536),
+    "whole tiles, about TASKS_PER_CORE tasks per core",
+    candidates=(16, 32, 48, 64, 96, 128, 192, 256),
+)
+_KU = Param(
+    "ku",
+    "unroll of the k loop",
+    Ints(1, 16),
+    "4, 2 or 1 (gemv_dot: 2 or 1), dividing the k steps",
+    candidates=(1, 2, 4, 8),
+)
+GEMV_PARAMS = (
+    Param(
+        "nr",
+        "columns of the register tile (whole vectors of W)",
+        Ints(1, 4096),
+        "the fewest weight streams whose step keeps up with the L2 (gemv_vectors) times the lanes",
+        candidates=(8, 16, 24, 32),
+    ),
+    _PANEL,
+    _KU,
+    PARALLEL,
+)
+GEMV_DOT_PARAMS = (
+    Param("rows", "rows of W read side by side", Ints(1, 1024),
+          "the fewest weight streams whose step keeps up with the L2 (dot_rows)", candidates=(1, 2, 4, 8, 16)),
+    Param("lanes", "partial sums per row of W (0: one product per step)", Ints(0, 1024),
+          "one cache line of W's row (at least a preferred vector), fewer for a short K", candidates=(4, 7, 8, 16)),
+    _PANEL, _KU, PARALLEL,
+)  # fmt: skip
 
 # Rows of X these templates take. A tile of 8 rows x 1 vector, W's vector and a broadcast fit
 # the 16 registers of AVX2; and with 2 M flops per 4-byte weight every x86 core is still
@@ -166,7 +201,7 @@ def gemv_vectors(target, M: int, N: int, dtype: str, block: int = 0) -> int:
     return vectors
 
 
-@template("gemv")
+@template("gemv", GEMV_PARAMS)
 def schedule_gemv(s, out, target, nr=64, nc=256, ku=4, parallel=True):
     """All M rows in one register tile of nr columns over the whole of K, W read in place,
     parallel over panels of nc columns (module docstring)."""
@@ -225,7 +260,7 @@ def dot_rows(target, M: int, N: int, lanes: int, dtype: str) -> int:
     return min(N, rows)
 
 
-@template("gemv_dot")
+@template("gemv_dot", GEMV_DOT_PARAMS)
 def schedule_gemv_dot(s, out, target, rows=4, lanes=16, nc=64, ku=2, parallel=True):
     """Dot products of X's rows with `rows` rows of W at a time, `lanes` partial sums each,
     then the horizontal step and the epilogue per tile; parallel over panels of nc rows of W

@@ -26,6 +26,8 @@ from __future__ import annotations
 from minitc import dtypes
 from minitc.errors import ScheduleError
 from minitc.templates.elementwise import (
+    PARALLEL,
+    VECTOR,
     check_int,
     default_vector,
     extent,
@@ -35,13 +37,36 @@ from minitc.templates.elementwise import (
     pick_tile,
     worth_parallel,
 )
-from minitc.templates.reduce import check_lanes, default_lanes, input_bytes, pick_chunk, schedule_reduction
+from minitc.templates.params import Ints, Param
+from minitc.templates.reduce import (
+    CHUNK_PARAM,
+    PARTIALS,
+    check_lanes,
+    default_lanes,
+    input_bytes,
+    pick_chunk,
+    schedule_reduction,
+)
 from minitc.templates.registry import defaults, template
 
 ROWS = 8
 SOFTMAX_ROWS = 32  # a tile of short rows (attention's 128) is mostly per-tile overhead at 8 rows
 CHUNK = 64
 TILE_BYTES = 32 * 1024  # the exp tile of softmax stays in L1 (with the input rows, in L2)
+
+
+def _rows(default: str) -> Param:
+    return Param("rows", "rows per tile of the statistics", Ints(1, 1024), default, candidates=(1, 2, 4, 8, 16))
+
+
+SOFTMAX_PARAMS = (
+    _rows("as many as keep the exp tile within TILE_BYTES, up to 32"),
+    VECTOR,
+    PARTIALS,
+    CHUNK_PARAM,
+    PARALLEL,
+)
+LAYER_NORM_PARAMS = (_rows(f"{ROWS}"), VECTOR, PARTIALS, PARALLEL)
 
 
 def producer(s, name: str, tag: str) -> str:
@@ -129,7 +154,7 @@ def column_tiles(
     parallelize(s, [tile], parallel)
 
 
-@template("softmax")
+@template("softmax", SOFTMAX_PARAMS)
 def schedule_softmax(s, out, target, rows=ROWS, vector=32, lanes=8, chunk=CHUNK, parallel=True):
     """softmax: max, exp and sum computed per tile of `rows` rows (last axis; `lanes` vector
     partial results per row for max and sum, 0 for none) or of `chunk` columns (other axes)
@@ -188,7 +213,7 @@ def softmax_defaults(s, out, target) -> dict:
     }
 
 
-@template("layer_norm")
+@template("layer_norm", LAYER_NORM_PARAMS)
 def schedule_layer_norm(s, out, target, rows=ROWS, vector=32, lanes=8, parallel=True):
     """layer_norm over the last axis: mean and variance per tile of `rows` rows (`lanes`
     vector partial results per row, 0 for none) in the `parallel` row-tile loop; the

@@ -64,6 +64,8 @@ from minitc import dtypes
 from minitc.errors import ScheduleError
 from minitc.expr import IterVar, walk
 from minitc.templates.elementwise import (
+    PARALLEL,
+    VECTOR,
     check_int,
     default_vector,
     extent,
@@ -73,11 +75,39 @@ from minitc.templates.elementwise import (
     pick_tile,
     worth_parallel,
 )
+from minitc.templates.params import Ints, Param
 from minitc.templates.registry import defaults, template
 
 CHUNK_BYTES = 16 * 1024  # accumulators per column chunk: a whole 16 KiB row segment per pass
 # (long contiguous runs keep the prefetchers streaming; the chunk of accumulators stays in L1)
 CHUNK = CHUNK_BYTES // 4
+
+# -- the parameters (shared with norm.py) --------------------------------------------------------
+PARTIALS = Param(
+    "lanes",
+    "vector partial results per row of a reduction along it (0: none)",
+    Ints(0, 1024),
+    "whole registers of the target's preferred width (default_lanes), 0 for short rows; reduce: one "
+    "cache line of a long row",
+    candidates=(4, 7, 8, 16),
+)
+CHUNK_PARAM = Param(
+    "chunk",
+    "columns per tile when the reduced axis is not the contiguous one",
+    Ints(1, 65536),
+    "16 KiB of accumulators, at least one chunk per core (softmax: its tile fits TILE_BYTES)",
+    candidates=(64, 128, 256, 512, 1024),
+)
+REDUCE_PARAMS = (
+    VECTOR,
+    PARTIALS,
+    Param("rows", "rows per tile", Ints(1, 1024), "the target's preferred lanes (the final step fills a vector)",
+          candidates=(1, 2, 4, 8, 16)),
+    CHUNK_PARAM,
+    PARALLEL,
+    Param("streams", "rows of a tile read side by side", Ints(1, 64),
+          "the target's row streams (what its prefetchers follow at once)", candidates=(1, 2, 4, 8)),
+)  # fmt: skip
 MIN_STEPS = 4  # steps of the vector partial loop at least (fewer lanes for shorter rows)
 LINE_BYTES = 64  # a cache line on every x86-64
 
@@ -284,7 +314,7 @@ def full_partials(s, name: str, c, *, lanes: int, cores: int) -> None:
         vector_partials(s, c, extent(s, c))
 
 
-@template("reduce")
+@template("reduce", REDUCE_PARAMS)
 def schedule_reduce(s, out, target, vector=32, lanes=8, rows=8, chunk=CHUNK, parallel=True, streams=1):
     """sum/max/min/mean over any axes: vector lanes over the kept contiguous axis (`vector`,
     column chunks of `chunk`), or, when the contiguous axis is reduced, `lanes` vector partial

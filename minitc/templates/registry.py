@@ -1,10 +1,13 @@
-"""The registries the CPU templates fill as their modules load (`@template`, `@defaults`,
-`@choices`); minitc.templates reads them. Kept apart so that a template module imports this
-small module, not the package that loads it."""
+"""The registries the CPU templates fill as their modules load (`@template` with the template's
+declared parameters, `@defaults`, `@choices`); minitc.templates reads them. Kept apart so that
+a template module imports this small module, not the package that loads it."""
 
 from __future__ import annotations
 
+from minitc.templates.params import check_signature
+
 TEMPLATES: dict = {}  # tag -> fn(s, out_stage_name, target, **params)
+PARAMS: dict = {}  # tag -> its template's parameters (params.Param), in the order of its keywords
 DEFAULTS: dict = {}  # tag -> fn(s, out_stage_name, target) -> params
 CHOICES: dict = {}  # tag -> fn(s, out_stage_name, target) -> {param: candidate values for this target}
 SPECIALIZED: dict = {}  # stage tag -> [fn(s, out_stage_name) -> the tag of the template for this shape, or None]
@@ -23,11 +26,26 @@ def registrar(table: dict):
     return by_tag
 
 
-template = registrar(TEMPLATES)  # @template("matmul"): the schedule function of a tag
+def template_registrar(table: dict, schemas: dict):
+    """`@template_registrar(TABLE, SCHEMAS)(tag, params)` puts the function in TABLE and its
+    declared parameters in SCHEMAS under `tag`."""
+
+    def by_tag(tag: str, params: tuple = ()):
+        def register(fn):
+            check_signature(fn, params)
+            table[tag], schemas[tag] = fn, tuple(params)
+            return fn
+
+        return register
+
+    return by_tag
+
+
+template = template_registrar(TEMPLATES, PARAMS)  # @template("matmul", GEMM_PARAMS): a tag's schedule function
 defaults = registrar(DEFAULTS)  # @defaults("matmul"): its tile sizes for a shape and target
-# @choices("matmul"): the candidate values a tag's parameters take in the tuner's design space
-# beyond the shape-independent ones (minitc/autotune/space.py), derived from the shape and the
-# target's hardware, so the space holds what the analytical model would also pick
+# @choices("matmul"): values of a tag's parameters derived from the shape and the target's
+# hardware, which the tuner's design space offers where they lie in the parameter's domain
+# (minitc/autotune/space.py), so the space holds what the analytical model would also pick
 choices = registrar(CHOICES)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from minitc.errors import ScheduleError
 from minitc.templates.conv import _place_pad
-from minitc.templates.conv_nchwc import _registers_per_vector, micro_tile
+from minitc.templates.conv_nchwc import KB, PIXELS, _registers_per_vector, micro_tile
 from minitc.templates.gemm import epilogue_anchor, inline_epilogue
 from minitc.templates.registry import defaults, template
 
@@ -49,7 +49,7 @@ def _stages(s, out: str) -> tuple:
     return _read_tagged(s, input_, "pad"), input_, gemm
 
 
-@template(TAG)
+@template(TAG, (KB, PIXELS))
 def schedule_conv2d_winograd_nchwc(s, out, target, kb=2, pixels=7):
     """kb: output-channel blocks and pixels: tiles of a row in the channel products' micro-kernel."""
     pad, input_, gemm = _stages(s, out)

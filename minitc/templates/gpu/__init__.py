@@ -16,6 +16,7 @@ from minitc.schedule.recorder import Schedule
 from minitc.templates.elementwise import inline_producers
 from minitc.templates.gpu.registry import (  # noqa: F401  (the registry, read here and re-exported)
     GPU_DEFAULTS,
+    GPU_PARAMS,
     GPU_TEMPLATES,
     MAX_THREADS,
     SHARED_BYTES,

@@ -23,11 +23,27 @@ from minitc.errors import ScheduleError
 from minitc.lowering.probes import switch_on
 from minitc.templates.conv import conv_producer, find_pad_stage
 from minitc.templates.gemm import cache_under_epilogue
-from minitc.templates.gpu.gemm import cooperative_fetch, vector_registers
+from minitc.templates.gpu.gemm import SHARED, cooperative_fetch, vector_registers
 from minitc.templates.gpu.registry import MAX_THREADS, SHARED_BYTES, defaults, template, unrolled_k_steps
+from minitc.templates.params import Ints, OneOf, Param
+
+GPU_CONV_PARAMS = (
+    Param("kt", "threads along the output channels of a block", Ints(1, 1024),
+          "doubled up to 8 while the block stays within 512 threads", candidates=(2, 4, 8, 16)),
+    Param("vk", "output channels per thread (a float4 of weights for 4)", Ints(1, 64), "4 where it divides K, else 1",
+          candidates=(1, 2, 4, 8)),
+    Param("wt", "threads along the output columns of a block", Ints(1, 1024),
+          "the row, if up to 32 columns, else a divisor of it from 8 to 32", candidates=(4, 8, 16, 32)),
+    Param("vw", "output columns per thread", OneOf((1, 2, 4)), "1"),
+    Param("bc", "input channels per shared tile", Ints(1, 1024), "8, 4 or 2, dividing C", candidates=(4, 8, 16)),
+    SHARED,
+    Param("oht", "threads along the output rows of a block", Ints(1, 1024),
+          "the most rows dividing OH with up to 128 pixels a block", candidates=(1, 2, 4, 8, 14)),
+    Param("ohb", "output rows per thread", Ints(1, 64), "1", candidates=(1, 2, 3, 4, 7)),
+)  # fmt: skip
 
 
-@template("conv2d")
+@template("conv2d", GPU_CONV_PARAMS)
 def schedule_conv2d(s, out, target, kt=8, vk=4, wt=16, vw=1, bc=8, shared=True, oht=1, ohb=1):
     for name, v in (("kt", kt), ("vk", vk), ("wt", wt), ("vw", vw), ("bc", bc), ("oht", oht), ("ohb", ohb)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -150,4 +166,4 @@ def conv2d_defaults(s, out, target) -> dict:
     while kt < 8 and 2 * kt * oht * wt <= BLOCK_THREADS and 2 * kt * vk <= K:
         kt *= 2
     bc = next((b for b in (8, 4, 2) if C % b == 0), min(C, 8))
-    return {"kt": kt, "vk": vk, "wt": wt, "vw": 1, "bc": bc, "oht": oht, "ohb": 1}
+    return {"kt": kt, "vk": vk, "wt": wt, "vw": 1, "bc": bc, "shared": True, "oht": oht, "ohb": 1}

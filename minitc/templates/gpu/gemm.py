@@ -29,6 +29,22 @@ from __future__ import annotations
 from minitc.errors import ScheduleError
 from minitc.templates.gemm import gemm_operands, gemm_producer, inline_epilogue, inline_operands
 from minitc.templates.gpu.registry import MAX_THREADS, defaults, template, unrolled_k_steps
+from minitc.templates.params import SWITCH, Ints, Param
+
+_TILES = "pick_gpu_tiles: "
+SHARED = Param("shared", "stage the operands' tiles in shared memory", SWITCH, "true")
+GPU_GEMM_PARAMS = (
+    Param("bm", "output rows per block", Ints(1, 1024), _TILES + "128 (64 for short products), halved until "
+          "there are blocks for every SM", candidates=(16, 32, 64, 128)),
+    Param("bn", "output columns per block", Ints(1, 1024), _TILES + "as bm", candidates=(16, 32, 64, 128)),
+    Param("tm", "output rows per thread (registers)", Ints(1, 64), _TILES + "4, up to 16 for large products",
+          candidates=(1, 2, 4, 8)),
+    Param("tn", "output columns per thread (registers)", Ints(1, 64), _TILES + "4, up to 8 for large products",
+          candidates=(1, 2, 4, 8)),
+    Param("bk", "k per shared tile", Ints(1, 256), _TILES + "16 (8 for the largest tiles), dividing K",
+          candidates=(4, 8, 16, 32)),
+    SHARED,
+)  # fmt: skip
 
 
 def gemm_gpu(s, out: str, acc: str, target, *, bm, bn, tm, tn, bk, shared=True, gathered=()):
@@ -215,10 +231,10 @@ def schedule_product(s, out, target, bm=64, bn=64, tm=4, tn=4, bk=16, shared=Tru
 # in this order, before dense_epilogue: the language model lists template parameters in
 # registration order (lm/tokenizer.py)
 for _tag in ("matmul", "batch_matmul", "dense"):
-    template(_tag)(schedule_product)
+    template(_tag, GPU_GEMM_PARAMS)(schedule_product)
 
 
-@template("dense_epilogue")
+@template("dense_epilogue", GPU_GEMM_PARAMS)
 def schedule_dense_epilogue(s, out, target, bm=64, bn=64, tm=4, tn=4, bk=16, shared=True):
     """The epilogue is the output; the product under it becomes each thread's register tile.
     The elementwise stages between them (bias, activation, a residual add) are inlined into it."""
@@ -227,7 +243,7 @@ def schedule_dense_epilogue(s, out, target, bm=64, bn=64, tm=4, tn=4, bk=16, sha
     gemm_gpu(s, out, product, target, bm=bm, bn=bn, tm=tm, tn=tn, bk=bk, shared=shared)
 
 
-@template("conv2d_gemm")
+@template("conv2d_gemm", GPU_GEMM_PARAMS)
 def schedule_conv2d_gemm(s, out, target, bm=64, bn=64, tm=4, tn=4, bk=16, shared=True):
     """The implicit GEMM Y[n] = W @ col[n] (tc.ops.conv2d_gemm): the weight rows are A (float4
     fills), the im2col matrix B, computed from the padded input straight into its shared tile."""
@@ -243,7 +259,7 @@ def _defaults(s, out, target) -> dict:
     batch = st.shape[0] if len(st.shape) == 3 else 1
     # B's shared tile is laid out [k][n] for every operand layout (dense's W[n, k] included)
     sms = getattr(target, "sm_count", 0) or 132
-    return pick_gpu_tiles(*_gemm_shape(s, acc), sms=sms, batch=batch, rows_of_b=True)
+    return {**pick_gpu_tiles(*_gemm_shape(s, acc), sms=sms, batch=batch, rows_of_b=True), "shared": True}
 
 
 for _tag in ("matmul", "batch_matmul", "conv2d_gemm", "dense", "dense_epilogue"):

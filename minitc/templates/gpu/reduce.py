@@ -36,10 +36,24 @@ from minitc.lowering.allreduce import WARP
 from minitc.templates.elementwise import inline_producers
 from minitc.templates.gpu.registry import MAX_THREADS, defaults, template
 from minitc.templates.norm import producer, softmax_axis
+from minitc.templates.params import Ints, Param
 from minitc.templates.reduce import contiguous_axis, contiguous_reduce_loop
 
 BLOCK = 128  # threads per block of the defaults: 4 warps, many blocks per SM
 PER_THREAD = 16  # elements of a row per thread (and pass) the defaults aim at
+
+
+THREADS = Param(
+    "threads",
+    "threads per row (a cross-thread reduction)",
+    Ints(1, 1024),
+    "a warp for rows of up to 512 values, doubled (16 values a thread) up to 1024",
+    candidates=(8, 16, 32, 64, 128, 256, 512, 1024),
+)
+ROWS = Param(
+    "rows", "rows per block", Ints(1, 1024), "as many as make 128 threads a block", candidates=(1, 2, 4, 8, 16)
+)
+REDUCE_PARAMS = (THREADS, ROWS)
 
 
 def _check(name: str, threads, rows) -> None:
@@ -89,7 +103,7 @@ def row_statistics(s, out: str, stats: list, threads: int, rows: int) -> None:
         cross_thread(s, name, threads)
 
 
-@template("softmax")
+@template("softmax", REDUCE_PARAMS)
 def schedule_softmax(s, out, target, threads=WARP, rows=4):
     """softmax over the last axis in one launch: `rows` rows a block, `threads` threads a row."""
     _check("softmax", threads, rows)
@@ -103,7 +117,7 @@ def schedule_softmax(s, out, target, threads=WARP, rows=4):
     row_statistics(s, out, stats, threads, rows)
 
 
-@template("layer_norm")
+@template("layer_norm", REDUCE_PARAMS)
 def schedule_layer_norm(s, out, target, threads=WARP, rows=4):
     """layer_norm in one launch: mean and variance by cross-thread reductions, `rows` rows a
     block, `threads` threads a row."""
@@ -130,7 +144,7 @@ def contiguous_run(state, st) -> list:
     return axes[len(axes) - max(run, 1) :]
 
 
-@template("reduce")
+@template("reduce", REDUCE_PARAMS)
 def schedule_reduce(s, out, target, threads=WARP, rows=4):
     """sum/max/min/mean whose contiguous axis is reduced: `threads` threads reduce a row (the
     contiguous run of reduced axes, fused) together, `rows` rows a block; otherwise one thread

@@ -30,14 +30,32 @@ from __future__ import annotations
 from minitc.errors import ScheduleError
 from minitc.templates.conv import find_pad_stage
 from minitc.templates.gemm import cache_under_epilogue, epilogue_anchor
-from minitc.templates.gpu.reduce import pick
+from minitc.templates.gpu.reduce import ROWS, THREADS, pick
 from minitc.templates.gpu.registry import MAX_THREADS, defaults, template
+from minitc.templates.params import Ints, Param
 
 WINDOW_TAGS = ("depthwise_conv2d", "max_pool2d", "avg_pool2d")
 UNROLLED_WINDOW = 49  # windows up to 7x7 are unrolled (as the CPU's sliding-window template does)
 BLOCK = 256  # threads a block the defaults aim at
 ROW_WIDTH = 32  # output columns a block spans at most by default (one warp's worth)
 GLOBAL_WINDOW = 4  # windows this many times larger than the output (a global pool): reduced across threads
+
+
+WINDOW_PARAMS = (
+    Param("wt", "output columns per block (a thread each)", Ints(1, 1024),
+          "the row, if up to 32 columns, else a divisor of it from 16 to 32", candidates=(4, 8, 16, 32)),
+    Param("oht", "row tiles per block", Ints(1, 1024), "a divisor of the row tiles making up to 256 threads",
+          candidates=(1, 2, 4, 8, 14)),
+    Param("ohb", "output rows per thread", Ints(1, 64), "2 where it divides the rows, else 1",
+          candidates=(1, 2, 3, 4, 7)),
+    Param("kt", "channels per block", Ints(1, 1024), "a divisor of C making up to 256 threads",
+          candidates=(2, 4, 8, 16)),
+    Param("threads", "threads per window, reduced across them (0: the register tiles instead)", Ints(0, 1024),
+          "0; for a global pool (a window 4x its output or more) a warp, more for windows over 512 values",
+          candidates=THREADS.candidates),
+    Param("rows", "windows per block of the cross-thread reduction", ROWS.domain,
+          "1; global pools: 128 threads a block", candidates=ROWS.candidates),
+)  # fmt: skip
 
 
 def _check(params: dict) -> None:
@@ -131,7 +149,7 @@ def _schedule(s, out, target, wt=ROW_WIDTH, oht=4, ohb=2, kt=1, threads=0, rows=
 
 
 for _tag in WINDOW_TAGS:
-    template(_tag)(_schedule)
+    template(_tag, WINDOW_PARAMS)(_schedule)
 
 
 def window_defaults(s, out, target) -> dict:
@@ -145,7 +163,7 @@ def window_defaults(s, out, target) -> dict:
     _, C, OH, OW = s.state.stage(anchor).shape
     R, S = (a.extent for a in s.state.stage(anchor).reduce_axes)
     if R * S >= 16 and OH * OW * GLOBAL_WINDOW <= R * S:
-        return pick(R * S)
+        return {"wt": ROW_WIDTH, "oht": 4, "ohb": 2, "kt": 1, **pick(R * S)}  # the tiles' unused
     wt = OW if OW <= ROW_WIDTH else max((d for d in range(16, ROW_WIDTH + 1) if OW % d == 0), default=ROW_WIDTH)
     ohb = 2 if OH % 2 == 0 else 1
     tiles = -(-OH // ohb)
@@ -153,7 +171,7 @@ def window_defaults(s, out, target) -> dict:
     oht = max((d for d in range(1, fit + 1) if tiles % d == 0 and 2 * d > fit), default=fit)
     fit = max(1, min(C, BLOCK // (wt * oht)))
     kt = max(d for d in range(1, fit + 1) if C % d == 0)
-    return {"wt": wt, "oht": oht, "ohb": ohb, "kt": kt}
+    return {"wt": wt, "oht": oht, "ohb": ohb, "kt": kt, "threads": 0, "rows": 1}
 
 
 for _tag in WINDOW_TAGS:

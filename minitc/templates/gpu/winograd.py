@@ -16,7 +16,7 @@ GEMM template's tiling. V and M are global temporaries, about 4x the input and t
 from __future__ import annotations
 
 from minitc.templates.gemm import inline_epilogue
-from minitc.templates.gpu.gemm import _gemm_shape, gemm_gpu, pick_gpu_tiles
+from minitc.templates.gpu.gemm import GPU_GEMM_PARAMS, _gemm_shape, gemm_gpu, pick_gpu_tiles
 from minitc.templates.gpu.registry import defaults, template
 from minitc.templates.winograd import NCHW_TAG as TAG
 from minitc.templates.winograd import nchw_stages
@@ -34,7 +34,7 @@ def _thread_per(s, outer: list, inner: list, threads: int = 256):
     return ti
 
 
-@template(TAG)
+@template(TAG, GPU_GEMM_PARAMS)
 def schedule_conv2d_winograd(s, out, target, bm=64, bn=64, tm=4, tn=4, bk=16, shared=True):
     patch, data, gemm = nchw_stages(s, out)
     inline_epilogue(s, out, gemm)  # the output transform and a fused epilogue: one stage, a thread per 2x2 tile
@@ -65,4 +65,4 @@ def winograd_defaults(s, out, target) -> dict:
         dividing = [b for b in range(64, 15, -4) if N % b == 0]
         if dividing:
             tiles["bn"] = dividing[0]
-    return tiles
+    return {**tiles, "shared": True}
