@@ -18,8 +18,13 @@ Protocol (each global sits on its own 64-byte line, so hot words do not false-sh
 * ``claim`` packs ``generation << 32 | next_task``. Threads claim tasks with a ``cmpxchg`` on
   the whole word. To publish a job the launcher first *closes* the word (next_task all ones),
   then writes ``task``/``closure``/``num_tasks`` and ``done = 0``, then opens it at
-  ``(generation + 1) << 32``. A worker that read the job fields around a stale claim word
-  therefore always fails its cmpxchg: it can never run a task with another job's fields.
+  ``(generation + 1) << 32``. A worker reads the job fields only after reading an *open*
+  word, and then claims with that word's generation: fields it read are that job's or a newer
+  one's, and a newer job has already moved the generation on, so its cmpxchg fails. A worker
+  can never run a task with another job's fields. (A closed word already carries the new
+  generation: a worker that took the fields after a closed word could read the previous job's
+  task and closure, then claim a task of the new job with them once it opened. That ran the
+  last kernel's task on a dead stack frame, issue 55; the worker now waits for the open word.)
 * The launcher then bumps the futex word ``wake`` and calls ``FUTEX_WAKE`` only when some
   worker is asleep (``sleepers > 0``). Workers spin on ``wake`` for SPIN_ITERS ``pause``
   iterations, then sleep in ``FUTEX_WAIT``, so an idle pool burns no CPU.
@@ -48,6 +53,12 @@ MAX_POOLED_TASKS = 2**31 - 1  # task index must fit the low half of ``claim`` an
 # enough that an idle pool goes quiet almost at once.
 SPIN_ITERS = 4096
 SYMBOLS = ("minitc_parallel_launch", "minitc_num_threads") + workspace_ir.SYMBOLS  # the ABI kernel modules declare
+
+# thread_pool_module(force_interleaving=True), for tests: the launcher and one worker meet at
+# three points so that the worker reads the claim word while a job is being published (the
+# interleaving of issue 55); each wait gives up after this many pauses (~50-300 ms: a loaded
+# machine may not run the worker for a while), so a worker that misses a point only slows it
+RENDEZVOUS_PAUSES = 2_000_000
 
 _LOW32 = 0xFFFFFFFF  # generation range, and the "job closed" task index
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}
@@ -88,7 +99,8 @@ def _call_task(b, task, closure, t, n):
 class _RuntimeIR:
     """Builds the runtime module: one method per generated function."""
 
-    def __init__(self, arch):
+    def __init__(self, arch, force_interleaving=False):
+        self.force_interleaving = force_interleaving
         self.is_x86 = arch == "x86_64"
         self.sys_futex = _SYS_FUTEX[arch]
         self.mod = ir.Module(name="minitc_runtime")
@@ -134,6 +146,8 @@ class _RuntimeIR:
         # CPU for worker k (0-based) when pinning: cpus[k % ncpus]; ncpus = 0 disables pinning
         self.cpus = g("cpus", ir.ArrayType(_i32, MAX_THREADS), None)
         self.ncpus = g("ncpus", _i64, 0)
+        if self.force_interleaving:
+            self.probe = g("probe", _i32, 0)  # the handshake of _rendezvous
 
     def _fn(self, name, ret, args, internal=True):
         fn = ir.Function(self.mod, ir.FunctionType(ret, args), name=name)
@@ -195,6 +209,44 @@ class _RuntimeIR:
         b.atomic_rmw("sub", sleep_count, _c(_i32, 1), "seq_cst")
         b.branch(spin)
 
+    def _rendezvous(self, b, point):
+        """With force_interleaving (tests only), the handshake at `point`: "claim" (worker,
+        before reading the claim word) waits until a job is being published; "fields" (worker,
+        after reading the job's fields) tells the launcher, then waits until the job is open;
+        "skip" (worker, not helping with the word it read) tells the launcher; "publish"
+        (launcher, after closing the claim word) waits to be told."""
+        if not self.force_interleaving:
+            return
+        closed = lambda b: b.icmp_unsigned("==", self._claim_index(b), _c(_i64, _LOW32))  # noqa: E731
+        if point == "claim":
+            self._wait_until(b, closed)
+        elif point in ("fields", "skip"):
+            b.store_atomic(_c(_i32, 1), self.probe, "seq_cst", 4)
+            if point == "fields":
+                self._wait_until(b, lambda b: b.not_(closed(b)))
+        else:
+            self._wait_until(b, lambda b: b.icmp_unsigned("!=", b.load_atomic(self.probe, "seq_cst", 4), _c(_i32, 0)))
+            b.store_atomic(_c(_i32, 0), self.probe, "seq_cst", 4)
+
+    def _claim_index(self, b):
+        return b.and_(b.load_atomic(self.claim, "seq_cst", 8), _c(_i64, _LOW32))
+
+    def _wait_until(self, b, condition):
+        """Pause until `condition(b)` holds or RENDEZVOUS_PAUSES pauses have passed."""
+        fn, entry = b.function, b.block
+        loop, again, done = (fn.append_basic_block(k) for k in ("rendezvous", "rendezvous_pause", "rendezvous_done"))
+        b.branch(loop)
+        b.position_at_end(loop)
+        i = b.phi(_i64)
+        i.add_incoming(_c(_i64, 0), entry)
+        b.cbranch(condition(b), done, again)
+        b.position_at_end(again)
+        b.call(self.pause, [])
+        i1 = b.add(i, _c(_i64, 1))
+        i.add_incoming(i1, again)
+        b.cbranch(b.icmp_unsigned("<", i1, _c(_i64, RENDEZVOUS_PAUSES)), loop, done)
+        b.position_at_end(done)
+
     # -- the pool -------------------------------------------------------------------------
 
     def _work_fn(self):
@@ -251,12 +303,24 @@ class _RuntimeIR:
         b.position_at_end(work)
         seen = b.phi(_i32)
         seen.add_incoming(seen0, entry)
+        self._rendezvous(b, "claim")
         word = b.load_atomic(self.claim, "seq_cst", 8)
         allowed = b.icmp_unsigned("<", wid, b.load_atomic(self.job_workers, "seq_cst", 8))
-        b.cbranch(allowed, help_, wait)
+        # A closed word is a job being published: its fields may still be the last job's. Wait
+        # for the wake-up that follows the opening (the module docstring's protocol).
+        is_open = b.icmp_unsigned("!=", b.and_(word, _c(_i64, _LOW32)), _c(_i64, _LOW32))
+        if self.force_interleaving:
+            skip = fn.append_basic_block("skip")
+            b.cbranch(b.and_(allowed, is_open), help_, skip)
+            b.position_at_end(skip)
+            self._rendezvous(b, "skip")
+            b.branch(wait)
+        else:
+            b.cbranch(b.and_(allowed, is_open), help_, wait)
         b.position_at_end(help_)
         # These reads may belong to a newer job than ``word``: rt_work's cmpxchg rejects that.
         fields = [b.load_atomic(gv, "seq_cst", 8) for gv in (self.task, self.closure, self.ntasks)]
+        self._rendezvous(b, "fields")
         b.call(self.work, [b.lshr(word, _c(_i64, 32)), *fields])
         b.branch(wait)
 
@@ -326,6 +390,7 @@ class _RuntimeIR:
         gen = b.and_(b.add(b.lshr(b.load(self.claim), _c(_i64, 32)), _c(_i64, 1)), _c(_i64, _LOW32))
         opened = b.shl(gen, _c(_i64, 32))
         b.store_atomic(b.or_(opened, _c(_i64, _LOW32)), self.claim, "seq_cst", 8)  # closed
+        self._rendezvous(b, "publish")
         job = {self.task: task, self.closure: closure, self.ntasks: n, self.job_workers: avail}
         for gv, val in job.items():
             b.store_atomic(val, gv, "seq_cst", 8)
@@ -390,10 +455,12 @@ class _RuntimeIR:
         b.ret_void()
 
 
-def thread_pool_module(arch):
+def thread_pool_module(arch, force_interleaving=False):
     """The runtime ``ir.Module`` for ``arch`` (one of SUPPORTED_ARCHS): the pool, ABI functions
-    and the ``minitc_rt_set_*`` setters the Python side calls through ctypes."""
-    return _RuntimeIR(arch).mod
+    and the ``minitc_rt_set_*`` setters the Python side calls through ctypes.
+    ``force_interleaving`` (tests only) makes a worker meet the launcher at the points of
+    ``_RuntimeIR._rendezvous``: the worker then reads every job while it is being published."""
+    return _RuntimeIR(arch, force_interleaving).mod
 
 
 def bench_module():
