@@ -2,14 +2,16 @@
 source and to a callable.
 
 Given output tensors rather than a Schedule, the schedule is the operator's template for the
-target (minitc/templates/), or the best tuning record for the workload on this machine where
-records are asked for (`db=` or a `with tc.records(DB):` block) and have one; without a
-target, the naive loop nest. The same call builds the same code on every machine unless records
+target (minitc/templates/), or for a computation without one the generic design space's
+analytical default (autotune/default_schedule.py), or the best tuning record for the workload
+on this machine where records are asked for (`db=` or a `with tc.records(DB):` block) and have
+one; without a target, the naive loop nest. The same call builds the same code on every machine unless records
 are asked for. The backends (minitc.backends) do the rest.
 """
 
 from __future__ import annotations
 
+from minitc.autotune.default_schedule import default_schedule
 from minitc.autotune.tuner import tuned_schedule
 from minitc.backends import build_schedule, codegen_schedule, lower_schedule
 from minitc.backends import lower_gpu as _lower_gpu
@@ -18,13 +20,12 @@ from minitc.ir import Kernel
 from minitc.schedule import Schedule
 from minitc.schedule.recorder import output_tensors
 from minitc.te import Tensor
-from minitc.templates import template_schedule
 
 
 def _as_schedule(what, target: str | None = None, db=None) -> Schedule:
     """A Schedule as given; for output tensors the tuned schedule of the records asked for
-    (`db`, else a tc.records block's; database.applied_records), else the template for
-    `target`; the naive nest when target is None."""
+    (`db`, else a tc.records block's; database.applied_records), else the default for
+    `target` (its template or the generic default); the naive nest when target is None."""
     if isinstance(what, Schedule):
         return what
     if isinstance(what, Tensor) or (
@@ -34,7 +35,7 @@ def _as_schedule(what, target: str | None = None, db=None) -> Schedule:
         if target is None:
             return Schedule(outputs)
         tuned = tuned_schedule(outputs, target, db)
-        return tuned if tuned is not None else template_schedule(outputs, target)
+        return tuned if tuned is not None else default_schedule(outputs, target)
     raise ScheduleError(f"expected a Schedule, an output tensor or a list of them, got {type(what).__name__}")
 
 

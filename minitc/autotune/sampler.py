@@ -60,6 +60,7 @@ class Sampler:
         self.on_invalid = on_invalid
         self.decisions: list = []
         self._probs = None  # the weights of the categorical being drawn (None: uniform)
+        self._default = None  # the rule's analytical default for the slot being drawn (DefaultSampler's answer)
 
     def _draw(self, kind: str, domain: tuple):
         """A random value of the slot (weighted by `probs` for a categorical that has them)."""
@@ -93,17 +94,24 @@ class Sampler:
         n = len(self.decisions)
         return self.forced[n] if self.forced is not None and n < len(self.forced) else None
 
-    def perfect_tile(self, name: str, extent: int, parts: int, max_innermost: int | None = None) -> tuple:
-        """Factors (outermost first) that multiply to exactly `extent`."""
-        return self._take("tile", name, factorizations(int(extent), int(parts), max_innermost))
+    def perfect_tile(self, name: str, extent: int, parts: int, max_innermost: int | None = None, default=None) -> tuple:
+        """Factors (outermost first) that multiply to exactly `extent`. `default`: the factors
+        the rule derives from the target, which DefaultSampler takes (a random draw ignores it)."""
+        self._default = _plain(list(default)) if default is not None else None
+        try:
+            return self._take("tile", name, factorizations(int(extent), int(parts), max_innermost))
+        finally:
+            self._default = None
 
-    def categorical(self, name: str, candidates, probs=None) -> object:
-        """One of `candidates`, drawn with weights `probs` (default uniform)."""
+    def categorical(self, name: str, candidates, probs=None, default=None) -> object:
+        """One of `candidates`, drawn with weights `probs` (default uniform); `default` as for
+        perfect_tile."""
         self._probs = tuple(probs) if probs is not None else None
+        self._default = _plain(default)
         try:
             return self._take("categorical", name, tuple(_plain(c) for c in candidates))
         finally:
-            self._probs = None
+            self._probs = self._default = None
 
     def compute_location(self, name: str, candidates) -> object:
         """One of `candidates`: loop names, or "root" / "inline"."""
@@ -115,9 +123,10 @@ class Sampler:
 
 
 class DefaultSampler(Sampler):
-    """Answers every slot with its default (sampling.default_choice: the most balanced tiling,
-    the most probable categorical, the root location), as a schedule program gets outside
-    tuning; its decisions are the program `tc.build` of the user's schedule runs."""
+    """Answers every slot with its default: the rule's analytical default where the rule gives
+    one (space_rules.py derives them from the target), else sampling.default_choice (the most
+    balanced tiling, the most probable categorical, the root location), as a schedule program
+    gets outside tuning; its decisions are the program `tc.build` runs."""
 
     def __init__(self, first=None):
         super().__init__(forced=None)
@@ -130,6 +139,8 @@ class DefaultSampler(Sampler):
             value = self.first
             if value not in domain:
                 raise ScheduleError(f"decision 0 ({name}): {value!r} is not one of its legal values {domain}")
+        elif self._default is not None and self._default in domain:
+            value = self._default
         else:
             value = default_choice(kind, domain, self._probs)
         self.decisions.append(Decision(kind, name, domain, value))

@@ -168,8 +168,11 @@ class Space:
     def first_program(self) -> Candidate | None:
         """What `tc.build` runs, as a program of this space: the hand template with its
         defaults, else the first user schedule program with its instructions' defaults, else
-        None (tc.tune's `template_first` measures it first)."""
+        the generic rules' analytical defaults (rule_defaults.py), else None (tc.tune's
+        `template_first` measures it first)."""
         if "template" in self.sketches:
             return self.replay(self.default_values())
         fns = [g for g in self.generators if isinstance(g, ScheduleFn)]
-        return self._apply(DefaultSampler(first=fns[0].name)) if fns else None
+        if fns:
+            return self._apply(DefaultSampler(first=fns[0].name))
+        return self._apply(DefaultSampler(first="generic")) if "generic" in self.sketches else None

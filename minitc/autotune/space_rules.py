@@ -20,6 +20,8 @@ passes a list of rules to one space (`GenericSketch(rules=...)`, generators.py).
 
 from __future__ import annotations
 
+from minitc.autotune import rule_defaults
+from minitc.autotune.rule_defaults import NO_TILE, RegisterTile
 from minitc.autotune.sampler import Sampler
 from minitc.errors import ConfigError
 
@@ -60,41 +62,53 @@ def _loop_groups(s, stage: str):
     return st, spatial, reduce
 
 
-def tile(s, stage: str, sampler: Sampler, s_levels: int, r_levels: int, prefix: str = "") -> tuple:
+def tile(
+    s, stage: str, sampler: Sampler, s_levels: int, r_levels: int, prefix: str = "", regs: RegisterTile = NO_TILE
+) -> tuple:
     """Split every spatial loop into `s_levels` and every reduction loop into `r_levels`
-    perfect tiles; returns (spatial levels, reduction levels), each a list of loop lists."""
+    perfect tiles; returns (spatial levels, reduction levels), each a list of loop lists. The
+    defaults: `regs`'s extent innermost and the rest outermost; reductions whole in the last
+    level (inside the register tile)."""
     st, spatial, reduce = _loop_groups(s, stage)
     S = [[] for _ in range(s_levels)]
     R = [[] for _ in range(r_levels)]
     for n, lp in enumerate(spatial):
         cap = MAX_LANES if n == len(spatial) - 1 else None
-        factors = sampler.perfect_tile(f"{prefix}{stage}.{lp.name}", st.loop(lp.name).extent, s_levels, cap)
+        extent, inner = st.loop(lp.name).extent, regs.of(lp.name)
+        default = (extent // inner,) + (1,) * (s_levels - 2) + (inner,)
+        factors = sampler.perfect_tile(f"{prefix}{stage}.{lp.name}", extent, s_levels, cap, default=default)
         for level, part in enumerate(split_levels(s, lp, factors)):
             S[level].append(part)
     for lp in reduce:
-        factors = sampler.perfect_tile(f"{prefix}{stage}.{lp.name}", st.loop(lp.name).extent, r_levels)
+        extent = st.loop(lp.name).extent
+        default = (1,) * (r_levels - 1) + (extent,)
+        factors = sampler.perfect_tile(f"{prefix}{stage}.{lp.name}", extent, r_levels, default=default)
         for level, part in enumerate(split_levels(s, lp, factors)):
             R[level].append(part)
     return S, R
 
 
-def parallelize(s, outer: list, sampler: Sampler, name: str) -> None:
+def parallelize(s, outer: list, sampler: Sampler, name: str, target=None) -> None:
     """Fuse the first n of the outer spatial loops (n sampled, 0 = serial) into a parallel loop."""
-    n = sampler.categorical(f"{name}.parallel", tuple(range(len(outer) + 1)))
+    st = s.state.stage(name)
+    default = rule_defaults.parallel_loops([st.loop(lp.name).extent for lp in outer], target)
+    n = sampler.categorical(f"{name}.parallel", tuple(range(len(outer) + 1)), default=default)
     if n:
         s.parallel(s.fuse(*outer[:n]) if n > 1 else outer[0])
 
 
-def vectorize_and_unroll(s, stage: str, sampler: Sampler, name: str) -> None:
+def vectorize_and_unroll(s, stage: str, sampler: Sampler, name: str, regs: RegisterTile = NO_TILE) -> None:
     """Vectorize the innermost loop if it is spatial and short enough; unroll the innermost
-    loops whose iteration count stays within the sampled unroll step."""
+    loops whose iteration count stays within the sampled unroll step (by default, the
+    register tile's)."""
     st = s.state.stage(stage)
     loops = s.loops(stage)
     inner = st.loops[-1]
     vectorized = not inner.reduce and 1 < inner.extent <= MAX_LANES
     if vectorized:
         s.vectorize(loops[-1])
-    step = sampler.categorical(f"{name}.unroll", UNROLL_STEPS)
+    default = rule_defaults.unroll_step(UNROLL_STEPS, regs.size) if regs.inner else None
+    step = sampler.categorical(f"{name}.unroll", UNROLL_STEPS, default=default)
     body = inner.extent if vectorized else 1
     for lp, meta in reversed(list(zip(loops, st.loops))[: len(loops) - int(vectorized)]):
         if body * meta.extent > step:
@@ -104,25 +118,27 @@ def vectorize_and_unroll(s, stage: str, sampler: Sampler, name: str) -> None:
             s.unroll(lp)
 
 
-def multi_level_tiling(s, stage: str, sampler: Sampler) -> None:
-    """SSRSRS on `stage`, optionally through a local write cache (sampled)."""
+def multi_level_tiling(s, stage: str, sampler: Sampler, target=None) -> None:
+    """SSRSRS on `stage`, optionally through a local write cache (sampled). The defaults
+    (rule_defaults.py): through the cache, a register tile for `target`, parallel outer tiles."""
     st = s.state.stage(stage)
-    use_cache = bool(st.reduce_axes) and sampler.categorical(f"{stage}.cache_write", (True, False))
+    regs = rule_defaults.register_tile(st, target, MAX_LANES)
+    use_cache = bool(st.reduce_axes) and sampler.categorical(f"{stage}.cache_write", (True, False), default=True)
     if not use_cache:
-        S, R = tile(s, stage, sampler, 4, 2)
+        S, R = tile(s, stage, sampler, 4, 2, regs=regs)
         s.reorder(*S[0], *S[1], *R[0], *S[2], *R[1], *S[3])
-        parallelize(s, S[0], sampler, stage)
-        vectorize_and_unroll(s, stage, sampler, stage)
+        parallelize(s, S[0], sampler, stage, target)
+        vectorize_and_unroll(s, stage, sampler, stage, regs)
         return
     cache = s.cache_write(stage, "local")
-    S, _ = tile(s, stage, sampler, 2, 0)  # the copy-out: tiles of the S0 x S1 levels
+    S, _ = tile(s, stage, sampler, 2, 0, regs=regs)  # the copy-out: tiles of the S0 x S1 levels
     s.reorder(*S[0], *S[1])
     s.compute_at(cache, S[0][-1])
-    S2, R = tile(s, cache.name, sampler, 2, 2, prefix="cache.")
+    S2, R = tile(s, cache.name, sampler, 2, 2, prefix="cache.", regs=regs)
     s.reorder(*R[0], *S2[0], *R[1], *S2[1])
-    parallelize(s, S[0][:-1] or S[0], sampler, stage)
-    vectorize_and_unroll(s, stage, sampler, stage)
-    vectorize_and_unroll(s, cache.name, sampler, cache.name)
+    parallelize(s, S[0][:-1] or S[0], sampler, stage, target)
+    vectorize_and_unroll(s, stage, sampler, stage, regs)
+    vectorize_and_unroll(s, cache.name, sampler, cache.name, regs)
 
 
 def compute_locations(s, anchor: str, sampler: Sampler) -> None:
@@ -183,7 +199,7 @@ class MultiLevelTiling(ScheduleRule):
     name = "multi-level-tiling"
 
     def apply(self, s, out, target, sampler):
-        multi_level_tiling(s, out, sampler)
+        multi_level_tiling(s, out, sampler, target)
 
 
 class ComputeLocation(ScheduleRule):

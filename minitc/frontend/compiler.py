@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from minitc.autotune.database import applied_records, default_path
+from minitc.autotune.default_schedule import default_schedule
 from minitc.autotune.task_scheduler import tune_tasks
 from minitc.autotune.tuner import tuned_schedule
 from minitc.driver import build
@@ -39,7 +40,6 @@ from minitc.frontend.passes import LAYOUTS
 from minitc.schedule import Schedule
 from minitc.target import is_gpu, parse_target
 from minitc.te import placeholder
-from minitc.templates import template_schedule
 
 
 class UnsupportedOpsError(MinitcError):
@@ -156,11 +156,12 @@ def _report_fallbacks(graph, fallback: bool) -> None:
 
 
 def template_trace_or_naive(task, target: str):
-    """The trace of the task's template; where the template refuses the task (an unusual but
-    valid shape), its naive loop nest, with a warning naming the task and the reason: a model
+    """The trace of the task's default schedule (its template, else the generic default:
+    autotune/default_schedule.py); where the template refuses the task (an unusual but valid
+    shape), its naive loop nest, with a warning naming the task and the reason: a model
     compiles slower, never not at all."""
     try:
-        return template_schedule(task.outputs, target).trace
+        return default_schedule(task.outputs, target).trace
     except ScheduleError as e:
         warn_user(f"minitc: no template schedule for task {task}: {e}; it runs as the naive loop nest")
         s = Schedule(task.outputs)

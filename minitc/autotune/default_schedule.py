@@ -1,0 +1,34 @@
+"""The schedule `tc.build` runs for output tensors when no tuning record applies: the
+operator's hand template, else the generic design space's analytical default
+(space_rules.py with rule_defaults.py: a register tile, parallel outer tiles, unrolled), so a
+computation written with `tc.compute` that no template covers is not left as the naive loop
+nest, whose cost a user would only find out by timing it. The same program is the first one
+`tc.tune` measures (Space.first_program)."""
+
+from __future__ import annotations
+
+from minitc.autotune.space import Space
+from minitc.errors import ConfigError, ScheduleError
+from minitc.schedule.recorder import Schedule
+from minitc.target import is_gpu
+from minitc.templates import template_schedule
+
+
+def generic_default(outputs, target) -> Schedule | None:
+    """The generic space's program with every decision at its analytical default, or None
+    where the generic rules do not apply (several outputs, a GPU target: its kernels need
+    thread bindings, which the GPU templates give)."""
+    if is_gpu(target):
+        return None
+    try:
+        return Space(outputs, target, "generic").first_program().schedule
+    except (ScheduleError, ConfigError):
+        return None
+
+
+def default_schedule(outputs, target) -> Schedule:
+    """The hand template for `target`; without one, the generic default; else the naive nest."""
+    s = template_schedule(outputs, target)
+    if s.trace.steps:  # a template scheduled it
+        return s
+    return generic_default(outputs, target) or s

@@ -1,0 +1,97 @@
+"""The generic rules' analytical defaults: the decisions multi-level tiling takes outside tuning
+(sampler.DefaultSampler), derived from the target description the way the GEMM templates
+derive theirs (templates/gemm_blocking.py). A computation that has no template therefore
+builds as a register-blocked, vectorized, parallel program, not as the naive loop nest.
+
+For a stage with spatial axes S and reduction axes R:
+
+- the last spatial axis is the vector axis, and the spatial axis before it (the first one of
+  extent > 1, going outwards) gives the rows of a register tile of rows x vectors
+  accumulators: the tile of `gemm_blocking.register_tiles` whose extents divide the axes' and
+  that `gemm_blocking.efficiency` rates best;
+- the whole reduction runs inside that tile, so its accumulators stay in registers;
+- the outer tiles are fused into the parallel loop until every core has several chunks;
+- the register tile is unrolled.
+
+Search samples every other value of the same slots; these are only where it starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from minitc.target import is_gpu
+from minitc.templates.gemm_blocking import efficiency, register_tiles
+
+CHUNKS_PER_CORE = 4  # parallel iterations per core, so uneven chunks still balance
+
+
+@dataclass(frozen=True)
+class RegisterTile:
+    """The inner extent of each spatial axis in the register tile (1 for axes not named)."""
+
+    inner: dict
+
+    def of(self, axis: str) -> int:
+        return self.inner.get(axis, 1)
+
+    @property
+    def size(self) -> int:
+        out = 1
+        for n in self.inner.values():
+            out *= n
+        return out
+
+
+NO_TILE = RegisterTile({})
+
+
+def _largest_divisor(n: int, at_most: int) -> int:
+    return max(d for d in range(1, min(n, at_most) + 1) if n % d == 0)
+
+
+def register_tile(stage, target, max_lanes: int) -> RegisterTile:
+    """The register tile of `stage` (a schedule state's Stage, before tiling) on `target`."""
+    spatial = [lp for lp in stage.loops if not lp.reduce]
+    if target is None or is_gpu(target) or not spatial:
+        return NO_TILE
+    hw, lanes = target.hardware, target.lanes(stage.dtype)
+    vector = spatial[-1]
+    rows = next((lp for lp in reversed(spatial[:-1]) if lp.extent > 1), None)
+    best = None
+    for tile_rows, vecs in register_tiles(hw):
+        cols = vecs * lanes
+        if vector.extent % cols or cols > max_lanes:
+            continue
+        r = _largest_divisor(rows.extent, tile_rows) if rows is not None else 1
+        score = (efficiency(hw, r, vecs), r * vecs)
+        if best is None or score > best[0]:
+            best = (score, r, cols)
+    if best is None:  # no whole vectors divide the axis: a part of one, and rows as for one vector
+        cols = _largest_divisor(vector.extent, min(lanes, max_lanes))
+        one_vector = [t for t, v in register_tiles(hw) if v == 1] or [1]
+        r = _largest_divisor(rows.extent, max(one_vector)) if rows is not None else 1
+        best = (None, r, cols)
+    _, r, cols = best
+    inner = {vector.name: cols}
+    if rows is not None:
+        inner[rows.name] = r
+    return RegisterTile(inner)
+
+
+def parallel_loops(extents: list, target) -> int:
+    """How many of the outer loops (of these extents, outermost first) to fuse into the parallel
+    loop: the fewest that give every core CHUNKS_PER_CORE iterations, else all of them."""
+    cores = getattr(target, "num_cores", 1) if target is not None else 1
+    product = 1
+    for n, extent in enumerate(extents, 1):
+        product *= extent
+        if product >= cores * CHUNKS_PER_CORE:
+            return n
+    return len(extents)
+
+
+def unroll_step(steps: tuple, body: int) -> int:
+    """The smallest unroll step that unrolls a register tile of `body` elements (the largest
+    step where none does)."""
+    return next((step for step in steps if step >= body), steps[-1])

@@ -1,0 +1,115 @@
+"""The default of a computation no template covers (issue 52, item 1): `tc.build` runs the
+generic design space's analytical default (autotune/default_schedule.py, rule_defaults.py), a
+register-blocked, vectorized, parallel program, never the naive loop nest; `tc.tune` measures
+that program first, so tuning can only improve on the build. Structural checks pin recorded
+target descriptions; every kernel is checked against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import table_target
+
+import minitc as tc
+from minitc.autotune.database import Database
+from minitc.autotune.default_schedule import default_schedule, generic_default
+from minitc.autotune.rule_defaults import parallel_loops, register_tile
+from minitc.autotune.space import Space
+from minitc.autotune.tuner import decode_trace
+from minitc.schedule import Schedule
+
+
+def conv_nhwc(n=1, h=14, w=14, c=16, k=32):
+    """A 3x3 convolution in NHWC written by hand: three reduction axes, no template."""
+    X = tc.placeholder((n, h + 2, w + 2, c), name="X")
+    W = tc.placeholder((3, 3, c, k), name="W")
+    rh, rw, rc = tc.reduce_axis(3, "rh"), tc.reduce_axis(3, "rw"), tc.reduce_axis(c, "rc")
+    Y = tc.compute(
+        (n, h, w, k),
+        lambda b, y, x, o: tc.sum(X[b, y + rh, x + rw, rc] * W[rh, rw, rc, o], axis=[rh, rw, rc]),
+        name="Y",
+    )
+
+    def reference(x, wt):
+        out = np.zeros((n, h, w, k), "float32")
+        for dy in range(3):
+            for dx in range(3):
+                out += np.einsum("nyxc,ck->nyxk", x[:, dy : dy + h, dx : dx + w], wt[dy, dx])
+        return out
+
+    return Y, reference
+
+
+def contraction_2k(m=24, a=6, b=8, n=48):
+    """Y[i, j] = sum_(p, q) X[i, p, q] * W[p, q, j]: two reduced axes, no GEMM template."""
+    X, W = tc.placeholder((m, a, b), name="X"), tc.placeholder((a, b, n), name="W")
+    p, q = tc.reduce_axis(a, "p"), tc.reduce_axis(b, "q")
+    Y = tc.compute((m, n), lambda i, j: tc.sum(X[i, p, q] * W[p, q, j], axis=[p, q]), name="Y")
+    return Y, lambda x, w: np.einsum("ipq,pqj->ij", x, w)
+
+
+def squared_deviations(m=16, n=40):
+    """A reduction that is no contraction (the control): sum_j (X[i, j] - mean[i])^2."""
+    X, mean = tc.placeholder((m, n), name="X"), tc.placeholder((m,), name="mean")
+    r = tc.reduce_axis(n, "r")
+    Y = tc.compute((m,), lambda i: tc.sum((X[i, r] - mean[i]) * (X[i, r] - mean[i]), axis=r), name="Y")
+    return Y, lambda x, mu: ((x - mu[:, None]) ** 2).sum(axis=1)
+
+
+CASES = {"conv-nhwc": conv_nhwc, "contraction-2k": contraction_2k, "squared-deviations": squared_deviations}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_build_without_a_template_is_not_the_naive_nest(name):
+    out, reference = CASES[name]()
+    s = default_schedule(out, "llvm")
+    assert s.trace.steps and s.trace.steps == generic_default(out, "llvm").trace.steps
+    assert Schedule(out).trace.steps == ()  # what it replaced
+    text = str(tc.lower(out, target="llvm"))
+    assert "parallel(" in text and ("vectorized(" in text or name == "squared-deviations"), text
+    rng = np.random.default_rng(0)
+    f = tc.build(out, "llvm")
+    inputs = [rng.standard_normal(b.shape).astype("float32") for b in f.kernel.inputs]
+    np.testing.assert_allclose(f(*inputs), reference(*inputs), rtol=1e-4, atol=1e-4)
+
+
+# cpu -> (rows of the register tile, its columns) for the NHWC convolution of 56 x 56 x 64
+REGISTER_TILES = {"skylake-avx512": (14, 32), "znver4": (14, 32), "haswell": (4, 16), "znver2": (4, 16)}
+
+
+@pytest.mark.parametrize("cpu", REGISTER_TILES)
+def test_the_register_tile_follows_the_description(cpu):
+    """Rows x vectors accumulators that fit the register file (plus a vector per column and a
+    broadcast) and hide the FMA latency, of extents that divide the axes."""
+    target = table_target(cpu)
+    out, _ = conv_nhwc(h=56, w=56, c=64, k=64)
+    st = Schedule(out).state.stage("Y")
+    tile = register_tile(st, target, 64)
+    rows, cols = REGISTER_TILES[cpu]
+    assert (tile.of("x"), tile.of("o"), tile.of("y")) == (rows, cols, 1)
+    vecs = cols // target.lanes("float32")
+    assert rows * vecs + vecs + 1 <= target.vector_registers
+    text = str(tc.lower(Space(out, target, "generic").first_program().schedule))
+    assert f"unrolled({rows})" in text and f"vectorized({cols})" in text
+
+
+def test_parallel_loops_give_every_core_work():
+    class Cores:
+        num_cores = 8
+
+    assert parallel_loops([56, 4, 2], Cores()) == 1  # 56 >= 8 x 4 chunks
+    assert parallel_loops([4, 16, 2], Cores()) == 2
+    assert parallel_loops([2, 2], Cores()) == 2  # all there is
+
+
+def test_tune_measures_the_default_first_and_never_returns_worse(tmp_path):
+    out, reference = contraction_2k()
+    db = tmp_path / "r.db"
+    r = tc.tune(out, trials=3, strategy="random", db=db, batch=3, seed=0)
+    with Database(db) as d:
+        measured = [decode_trace(rec.trace)[1] for rec in d.records(r.workload) if rec.ok]
+    assert default_schedule(out, "llvm").trace.to_json() in {t.to_json() for t in measured}
+    assert str(r.kernel.kernel) in {str(tc.lower(Schedule(out).replay(t))) for t in measured}  # the best measured
+    rng = np.random.default_rng(1)
+    inputs = [rng.standard_normal(b.shape).astype("float32") for b in r.kernel.kernel.inputs]
+    np.testing.assert_allclose(r.kernel(*inputs), reference(*inputs), rtol=1e-4, atol=1e-4)
