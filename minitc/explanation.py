@@ -6,7 +6,9 @@ also the time and GFLOP/s after each step, each build checked against the numpy 
     print(tc.explain(s, measure=True).text(diff=True))   # only the lines each step changed
 
 `trace_differences(a, b)` says how one trace differs from another (`minitc explain --db` uses it
-to show how a tuned program differs from the template).
+to show how a tuned program differs from the template). A program of an operator's template
+(its defaults, or a record's `decisions`) is shown with the template's parameters first, each
+with its meaning (`template_parameters`; minitc/templates/params.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from minitc.autotune.runner import mismatch, random_array
+from minitc.autotune.space import Space
 from minitc.backends import build_schedule, lower_schedule
 from minitc.errors import MinitcError
 from minitc.schedule import Schedule
@@ -61,10 +64,15 @@ class Explanation:
     flops: float | None = None  # of one call, where known: then times also read as GFLOP/s
     target: str = "llvm"
     measured: bool = False
+    parameters: list = field(default_factory=list)  # (name, value, meaning) of a template's program
 
     def text(self, diff: bool = False) -> str:
         """All steps as text; `diff=True` shows each loop nest as its changes from the one before."""
         out, before = [], ""
+        if self.parameters:
+            out.append("the template's parameters (docs/parameters.md):")
+            out += [f"  {name} = {value}: {meaning}" for name, value, meaning in self.parameters]
+            out.append("")
         for st in self.steps:
             out.append(f"{st.number:3d}. {st.call}{self._timing(st)}")
             out.append(f"     {st.why}")
@@ -101,19 +109,27 @@ class Explanation:
 
 
 def explain(
-    schedule: Schedule, target: str = "llvm", measure: bool = False, flops: float | None = None, budget_s: float = 1.0
+    schedule: Schedule,
+    target: str = "llvm",
+    measure: bool = False,
+    flops: float | None = None,
+    budget_s: float = 1.0,
+    decisions: list | None = None,
 ) -> Explanation:
     """Replay `schedule`'s trace on a fresh schedule of the same outputs, one step at a time.
 
     With `measure`, each program is built for `target`, checked against numpy and timed (median
     of calls within about `budget_s`; at least one call, so a slow naive nest costs one run).
-    `flops` (of one call) defaults to an estimate from the reductions (a multiply-add counts 2)."""
+    `flops` (of one call) defaults to an estimate from the reductions (a multiply-add counts 2).
+    The template's parameters are listed for its own program, or for the record whose decision
+    values `decisions` are given."""
     if not isinstance(schedule, Schedule):
         raise MinitcError(f"explain takes a Schedule, got {type(schedule).__name__}")
     outputs = schedule.outputs
     flops = flops if flops is not None else estimate_flops(outputs)
     check = _Reference(outputs) if measure else None
-    result = Explanation(flops=flops, target=target, measured=measure)
+    parameters = template_parameters(outputs, target, decisions, schedule.trace)
+    result = Explanation(flops=flops, target=target, measured=measure, parameters=parameters)
     current = Schedule(outputs)
     first = ExplainedStep(
         0,
@@ -132,6 +148,20 @@ def explain(
             break
         result.steps.append(_fill(st, current, target, check, budget_s))
     return result
+
+
+def template_parameters(outputs, target, decisions: list | None = None, trace=None) -> list:
+    """(name, value, meaning) of each template parameter of a program of `outputs` on `target`:
+    the one with these decision values, else the template's own (tc.build's); with `trace`,
+    only if the program's trace is that one. [] for a program of no template."""
+    try:
+        space = Space(outputs, target, "template")
+        candidate = space.replay(decisions) if decisions else space.first_program()
+    except MinitcError:  # no template for the operator, or decisions of another sketch
+        return []
+    if trace is not None and candidate.trace != trace.to_json():
+        return []
+    return [(p.name, d.value, p.meaning) for p, d in space.parameters(candidate)]
 
 
 def trace_differences(trace, reference) -> list:

@@ -85,6 +85,10 @@ def test_template_steps_lower_one_by_one_for_a_pinned_target():
     vectorized = [st for st in e.steps if st.call.startswith("vectorize")]
     assert vectorized and all("(8 lanes per vector on this target)" in st.why for st in vectorized)
     assert e.flops is not None  # softmax's max and sum reductions
+    # the template's program: its parameters first, each with its value and meaning
+    assert [name for name, _, _ in e.parameters] == ["rows", "vector", "lanes", "chunk", "parallel"]
+    assert "the template's parameters" in e.text() and "  rows = " in e.text() and ": rows per tile" in e.text()
+    assert tc.explain(quickstart_schedule(matmul(32))).parameters == []  # a program of no template's
 
 
 def test_flops_estimate_and_trace_differences():
@@ -137,11 +141,12 @@ def test_cli_explains_a_template_with_measurements(tmp_path):
 def test_cli_explains_the_best_record_and_its_differences(tmp_path):
     db = tmp_path / "records.db"
     C = tc.ops.matmul(tc.placeholder((32, 32), "float32", name="A"), tc.placeholder((32, 32), "float32", name="B"))
-    tc.tune(C, trials=4, strategy="random", db=db, batch=4, seed=3, template_first=False)
+    tc.tune(C, trials=4, strategy="random", db=db, batch=4, seed=3, template_first=False, space="template")
     r = run("explain", "--db", str(db), "--workload", "matmul", "--shape", "32,32,32")
     assert r.exit_code == 0, r.output
     assert "the best record of matmul 32x32 32x32" in r.output
     assert "how the best record differs from the template" in r.output
+    assert "the template's parameters" in r.output and "  mr = " in r.output  # the record's, with meanings
     assert any(line.startswith(("  + ", "  - ")) for line in r.output.splitlines()) or "(the same steps)" in r.output
     # by its key: the workload decoded from the database, the op read from its tag and attrs
     by_key = run("explain", "--db", str(db), "--workload", workload_key(C)[:10])

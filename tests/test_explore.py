@@ -109,7 +109,8 @@ def test_llvm_assembly_and_cuda_views(server, matmul):
     asm = api(server, "view", {**matmul, "view": "asm", "target": "llvm -mcpu=znver2 -num-cores=2"})
     assert "define" in llvm["text"] and "ret" in asm["text"]
     gpu = api(server, "schedule", {**matmul, "kind": "template", "target": "cuda"})
-    assert "s.bind(" in gpu["schedule"]
+    assert "s.bind(" in gpu["schedule"] and "#   bm = " in gpu["schedule"]  # the parameters, with meanings
+    assert "output rows per block" in gpu["schedule"]
     cuda = api(server, "view", {**matmul, "schedule": gpu["schedule"], "view": "cuda"})
     assert cuda["ok"] and "__global__" in cuda["text"]
     refused = api(server, "run", {**matmul, "schedule": gpu["schedule"]})

@@ -165,6 +165,14 @@ class Space:
         params = template_defaults(self.tag, s, self.out, self.target)
         return ["template"] + list(params.values())
 
+    def parameters(self, candidate: Candidate) -> list:
+        """(Param, Decision) of the template parameters a candidate of the template sketch sets
+        (templates/params.py: their meanings and domains); [] for another sketch."""
+        if candidate.sketch != "template":
+            return []
+        declared = {f"{self.out}.{p.name}": p for p in _registry(self.target)[1][self.tag]}
+        return [(declared[d.name], d) for d in candidate.decisions if d.name in declared]
+
     def first_program(self) -> Candidate | None:
         """What `tc.build` runs, as a program of this space: the hand template with its
         defaults, else the first user schedule program with its instructions' defaults, else

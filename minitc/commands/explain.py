@@ -59,9 +59,9 @@ def explain_cmd(source, workload, db, target, measure, diff, **kwargs):
     source = source or workload
     if not source:
         raise click.UsageError("give a script (FILE.py), an op with --shape, or --db with --workload")
-    flops, differences = None, None
+    flops, differences, decisions = None, None, None
     if db is not None:
-        schedule, flops, differences = _best_record(Path(db), source, shape, options, target)
+        schedule, flops, differences, decisions = _best_record(Path(db), source, shape, options, target)
     elif _is_script(source):
         if shape or options:
             raise click.UsageError("--shape and op options go with an op, not with a script")
@@ -70,7 +70,7 @@ def explain_cmd(source, workload, db, target, measure, diff, **kwargs):
         call = parse_call(source, shape, options, hint="SOURCE")
         schedule, flops = template_schedule(call.build(), target), call.flops()
         click.echo(f"the template schedule of {call.label()} for {target}:")
-    explanation = tc.explain(schedule, target=target, measure=measure, flops=flops)
+    explanation = tc.explain(schedule, target=target, measure=measure, flops=flops, decisions=decisions)
     click.echo(explanation.text(diff=diff), nl=False)
     if differences is not None:
         click.echo("\nhow the best record differs from the template (- template only, + record only):")
@@ -115,7 +115,8 @@ def _script_schedule(source: str) -> Schedule:
 
 
 def _best_record(path: Path, source: str, shape, options, target: str) -> tuple:
-    """(schedule of the best record, FLOPs or None, its differences from the template)."""
+    """(schedule of the best record, FLOPs or None, its differences from the template, its
+    decision values or None)."""
     tstring, hw = machine_key(target)
     out, call, key, desc, problem = resolve_workload(path, source, shape, options, "--workload")
     if out is None:
@@ -127,7 +128,7 @@ def _best_record(path: Path, source: str, shape, options, target: str) -> tuple:
         best = db.best(key, tstring, hw) or db.best(key, tstring)
     if not best:
         raise click.ClickException(f"no successful record of {label} in {path} for {tstring}")
-    _, trace = decode_trace(best[0].trace)
+    decisions, trace = decode_trace(best[0].trace)
     click.echo(f"the best record of {label} in {path}: {best[0].median_ms:.4g} ms (#{best[0].id})")
     schedule = Schedule(out).replay(trace)
     try:
@@ -135,4 +136,4 @@ def _best_record(path: Path, source: str, shape, options, target: str) -> tuple:
     except Exception as e:  # noqa: BLE001 - a workload decoded without the attrs its template reads
         click.echo(f"(no comparison with the template, which does not take the decoded workload: {e!r})")
         differences = None
-    return schedule, call.flops() if call else None, differences
+    return schedule, call.flops() if call else None, differences, decisions

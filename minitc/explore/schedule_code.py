@@ -3,6 +3,7 @@ operator template's) written out as the `Schedule` calls that replay it.
 
     naive_code(out, "C")                    # s = tc.Schedule(C); i, j, k = s.loops(C); # hints
     trace_code(template_schedule(C), "C", {"C": C, "A": A, "B": B})
+    parameter_comments(C, "llvm")           # the template's parameters, as comments above it
 
 Loops and stages become Python variables named after them (`j_o, j_i = s.split(j, ...)`), so
 the code reads like one written by hand; a stage with no variable in the expression code is
@@ -16,6 +17,7 @@ import keyword
 
 import minitc as tc
 from minitc.errors import ScheduleError
+from minitc.explanation import template_parameters
 from minitc.schedule.kinds import STEP_TABLE, LoopArg, StageArg, StageList
 from minitc.schedule.state import LoopRef
 
@@ -70,6 +72,16 @@ def naive_code(out, var: str) -> str:
         '# Or press "template" for the schedule of minitc\'s operator template.',
     ]
     return "\n".join(lines) + "\n"
+
+
+def parameter_comments(out, target: str) -> str:
+    """Comment lines with the operator template's parameters for `target`: each value and its
+    meaning (docs/parameters.md); "" for an operator without a template."""
+    rows = template_parameters(out, target)
+    if not rows:
+        return ""
+    lines = [f"# the template's parameters for {target} (docs/parameters.md):"]
+    return "\n".join(lines + [f"#   {name} = {value}: {meaning}" for name, value, meaning in rows]) + "\n"
 
 
 class _Writer:

@@ -22,7 +22,7 @@ import numpy as np
 
 import minitc as tc
 from minitc.explore import ops
-from minitc.explore.schedule_code import naive_code, trace_code
+from minitc.explore.schedule_code import naive_code, parameter_comments, trace_code
 from minitc.ops.calls import OpCall
 from minitc.te import ComputeOp
 from minitc.templates import template_schedule
@@ -144,7 +144,8 @@ def job_schedule(payload: dict) -> dict:
     if payload.get("kind") == "template":
         target = payload.get("target") or "llvm"
         s = template_schedule(program.output, target)
-        return {"schedule": trace_code(s, program.output_var, program.namespace)}
+        code = trace_code(s, program.output_var, program.namespace)
+        return {"schedule": parameter_comments(program.output, target) + code}
     return {"schedule": naive_code(program.output, program.output_var)}
 
 
