@@ -40,7 +40,7 @@ def conv_nhwc(n=1, h=14, w=14, c=16, k=32):
     return Y, reference
 
 
-def contraction_2k(m=24, a=6, b=8, n=48):
+def contraction_2k(m=48, a=6, b=8, n=64):
     """Y[i, j] = sum_(p, q) X[i, p, q] * W[p, q, j]: two reduced axes, no GEMM template."""
     X, W = tc.placeholder((m, a, b), name="X"), tc.placeholder((a, b, n), name="W")
     p, q = tc.reduce_axis(a, "p"), tc.reduce_axis(b, "q")
@@ -48,7 +48,7 @@ def contraction_2k(m=24, a=6, b=8, n=48):
     return Y, lambda x, w: np.einsum("ipq,pqj->ij", x, w)
 
 
-def squared_deviations(m=16, n=40):
+def squared_deviations(m=64, n=1024):
     """A reduction that is no contraction (the control): sum_j (X[i, j] - mean[i])^2."""
     X, mean = tc.placeholder((m, n), name="X"), tc.placeholder((m,), name="mean")
     r = tc.reduce_axis(n, "r")
@@ -93,13 +93,17 @@ def test_the_register_tile_follows_the_description(cpu):
     assert f"unrolled({rows})" in text and f"vectorized({cols})" in text
 
 
-def test_parallel_loops_give_every_core_work():
+def test_parallel_loops_give_every_core_work_that_pays_for_the_threads():
     class Cores:
         num_cores = 8
 
-    assert parallel_loops([56, 4, 2], Cores()) == 1  # 56 >= 8 x 4 chunks
-    assert parallel_loops([4, 16, 2], Cores()) == 2
-    assert parallel_loops([2, 2], Cores()) == 2  # all there is
+    big = 1 << 20
+    assert parallel_loops([56, 4, 2], Cores(), big) == 1  # 56 >= 8 x 4 chunks
+    assert parallel_loops([4, 16, 2], Cores(), big) == 2
+    assert parallel_loops([2, 2], Cores(), big) == 2  # all there is
+    assert parallel_loops([56, 4, 2], Cores(), 4 * 448) == 0  # a launch costs more than the work
+    tiny, _ = squared_deviations(m=4, n=8)
+    assert "parallel(" not in str(tc.lower(tiny, target="llvm"))
 
 
 def test_tune_measures_the_default_first_and_never_returns_worse(tmp_path):

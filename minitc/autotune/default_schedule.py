@@ -11,7 +11,7 @@ from minitc.autotune.space import Space
 from minitc.errors import ConfigError, ScheduleError
 from minitc.schedule.recorder import Schedule
 from minitc.target import is_gpu
-from minitc.templates import template_schedule
+from minitc.templates import TEMPLATES, load_templates, template_schedule, template_tag
 
 
 def generic_default(outputs, target) -> Schedule | None:
@@ -29,6 +29,14 @@ def generic_default(outputs, target) -> Schedule | None:
 def default_schedule(outputs, target) -> Schedule:
     """The hand template for `target`; without one, the generic default; else the naive nest."""
     s = template_schedule(outputs, target)
-    if s.trace.steps:  # a template scheduled it
-        return s
-    return generic_default(outputs, target) or s
+    if not is_gpu(target) and not has_template(outputs):
+        return generic_default(outputs, target) or s
+    return s
+
+
+def has_template(outputs) -> bool:
+    """Whether a CPU template covers the computation (one may leave a tiny computation as it
+    is); several outputs count as covered: the generic space takes one."""
+    load_templates()
+    s = Schedule(outputs)
+    return len(s.state.outputs) != 1 or template_tag(s, s.state.outputs[0]) in TEMPLATES

@@ -10,7 +10,8 @@ For a stage with spatial axes S and reduction axes R:
   accumulators: the tile of `gemm_blocking.register_tiles` whose extents divide the axes' and
   that `gemm_blocking.efficiency` rates best;
 - the whole reduction runs inside that tile, so its accumulators stay in registers;
-- the outer tiles are fused into the parallel loop until every core has several chunks;
+- the outer tiles are fused into the parallel loop until every core has several chunks,
+  where the work pays for the threads (the elementwise template's rule);
 - the register tile is unrolled.
 
 Search samples every other value of the same slots; these are only where it starts.
@@ -20,7 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from minitc import dtypes
 from minitc.target import is_gpu
+from minitc.templates.elementwise import worth_parallel
 from minitc.templates.gemm_blocking import efficiency, register_tiles
 
 CHUNKS_PER_CORE = 4  # parallel iterations per core, so uneven chunks still balance
@@ -79,10 +82,23 @@ def register_tile(stage, target, max_lanes: int) -> RegisterTile:
     return RegisterTile(inner)
 
 
-def parallel_loops(extents: list, target) -> int:
+def work_bytes(stage) -> int:
+    """The stage's loop iterations (reductions included, before any split) times its element
+    size: what a parallel launch has to pay for."""
+    out = dtypes.bits(stage.dtype) // 8
+    for lp in stage.loops:
+        out *= lp.extent
+    return out
+
+
+def parallel_loops(extents: list, target, work_bytes: int) -> int:
     """How many of the outer loops (of these extents, outermost first) to fuse into the parallel
-    loop: the fewest that give every core CHUNKS_PER_CORE iterations, else all of them."""
-    cores = getattr(target, "num_cores", 1) if target is not None else 1
+    loop: none where `work_bytes` (an iteration's element per iteration) does not pay for a
+    thread-pool launch, else the fewest that give every core CHUNKS_PER_CORE iterations, else
+    all of them."""
+    if target is None or not worth_parallel(work_bytes, target):
+        return 0
+    cores = target.num_cores
     product = 1
     for n, extent in enumerate(extents, 1):
         product *= extent

@@ -88,10 +88,11 @@ def tile(
     return S, R
 
 
-def parallelize(s, outer: list, sampler: Sampler, name: str, target=None) -> None:
-    """Fuse the first n of the outer spatial loops (n sampled, 0 = serial) into a parallel loop."""
+def parallelize(s, outer: list, sampler: Sampler, name: str, target=None, work: int = 0) -> None:
+    """Fuse the first n of the outer spatial loops (n sampled, 0 = serial) into a parallel loop;
+    by default as many as spread `work` bytes over the target's cores (rule_defaults.py)."""
     st = s.state.stage(name)
-    default = rule_defaults.parallel_loops([st.loop(lp.name).extent for lp in outer], target)
+    default = rule_defaults.parallel_loops([st.loop(lp.name).extent for lp in outer], target, work)
     n = sampler.categorical(f"{name}.parallel", tuple(range(len(outer) + 1)), default=default)
     if n:
         s.parallel(s.fuse(*outer[:n]) if n > 1 else outer[0])
@@ -122,12 +123,12 @@ def multi_level_tiling(s, stage: str, sampler: Sampler, target=None) -> None:
     """SSRSRS on `stage`, optionally through a local write cache (sampled). The defaults
     (rule_defaults.py): through the cache, a register tile for `target`, parallel outer tiles."""
     st = s.state.stage(stage)
-    regs = rule_defaults.register_tile(st, target, MAX_LANES)
+    regs, work = rule_defaults.register_tile(st, target, MAX_LANES), rule_defaults.work_bytes(st)
     use_cache = bool(st.reduce_axes) and sampler.categorical(f"{stage}.cache_write", (True, False), default=True)
     if not use_cache:
         S, R = tile(s, stage, sampler, 4, 2, regs=regs)
         s.reorder(*S[0], *S[1], *R[0], *S[2], *R[1], *S[3])
-        parallelize(s, S[0], sampler, stage, target)
+        parallelize(s, S[0], sampler, stage, target, work)
         vectorize_and_unroll(s, stage, sampler, stage, regs)
         return
     cache = s.cache_write(stage, "local")
@@ -136,7 +137,7 @@ def multi_level_tiling(s, stage: str, sampler: Sampler, target=None) -> None:
     s.compute_at(cache, S[0][-1])
     S2, R = tile(s, cache.name, sampler, 2, 2, prefix="cache.", regs=regs)
     s.reorder(*R[0], *S2[0], *R[1], *S2[1])
-    parallelize(s, S[0][:-1] or S[0], sampler, stage, target)
+    parallelize(s, S[0][:-1] or S[0], sampler, stage, target, work)
     vectorize_and_unroll(s, stage, sampler, stage, regs)
     vectorize_and_unroll(s, cache.name, sampler, cache.name, regs)
 
