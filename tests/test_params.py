@@ -170,3 +170,30 @@ def test_the_vocabulary_writes_every_parameter_and_keeps_the_shipped_models_ids(
     for _, schemas in _schemas():
         for p in (p for params in schemas.values() for p in params if isinstance(p.domain, OneOf)):
             assert all(tok.value_tokens(v)[-1] == ";" for v in p.domain.values)  # raises for a missing token
+
+
+def _extremes(domain) -> tuple:
+    return domain.values if isinstance(domain, OneOf) else (domain.lo, domain.hi)
+
+
+@pytest.mark.parametrize("target", ["intel-haswell-avx2.json", "cuda-sim"])
+def test_every_parameter_takes_the_ends_of_its_domain(target):
+    """A template accepts every value of its parameters' domains: each end of each domain, the
+    others at their defaults, lowers, or is a ScheduleError (a combination the space re-draws),
+    never another error."""
+    outs = list(_workloads())[:4] if target == "cuda-sim" else list(_workloads())
+    target = target if target == "cuda-sim" else described(target)
+    lowered = 0
+    for out in outs:
+        space = Space(out, target)
+        first = space.replay(space.default_values())
+        for n, (p, _) in enumerate(space.parameters(first), 1):
+            for value in _extremes(p.domain):
+                values = first.values
+                values[n] = value
+                try:
+                    tc.lower(space.replay(values).schedule, target=space.target.string)
+                    lowered += 1
+                except ScheduleError:
+                    pass
+    assert lowered >= 40
