@@ -36,7 +36,8 @@ if_then_else = select
 
 def compile(model, example_inputs, target: str = "llvm", db=None, **options):  # noqa: A001
     """Compile a PyTorch model for inputs like `example_inputs`; options: fallback, trials,
-    strategy, progress (minitc.frontend.compile_model says what they do; imports torch)."""
+    strategy, scheduler, runner, space, progress, layout, dynamic_shapes
+    (minitc.frontend.compile_model says what they do; imports torch)."""
     from minitc.frontend import compile_model
 
     return compile_model(model, example_inputs, target=target, db=db, **options)

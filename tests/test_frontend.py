@@ -350,6 +350,39 @@ def test_tuning_across_the_model_writes_records_that_a_second_compile_uses(tmp_p
     close(again(x), tuned(x))
 
 
+def test_tc_compile_passes_the_scheduler_the_runner_and_the_space_to_every_task(tmp_path):
+    """tc.compile(model, trials=N, scheduler=..., runner=..., space=...): the runner measures
+    every task's candidates (here a LocalRunner of one's own, counting), the scheduler picks the
+    rounds, and the space is each task's (the generic rules only: no template program)."""
+    from minitc.autotune.database import Database
+    from minitc.autotune.runner import LocalRunner
+    from minitc.autotune.tuner import decode_trace
+
+    class Counting(LocalRunner):
+        measured = 0
+
+        def run(self, task, built):
+            Counting.measured += len(built)
+            return super().run(task, built)
+
+    torch.manual_seed(0)
+    model, x = MLP().eval(), torch.randn(4, 16)
+    db = tmp_path / "records.db"
+    runner = Counting()
+    try:
+        compiled = tc.compile(
+            model, (x,), db=db, trials=4, strategy="random", scheduler="round-robin", runner=runner, space="generic"
+        )
+    finally:
+        runner.close()
+    assert Counting.measured >= 4 and [r.trials for r in compiled.tune_results] == [2, 2]
+    with Database(db) as records:
+        traces = [r.trace for task in compiled.tune_results for r in records.records(task.workload)]
+    assert len(traces) >= 4 and {decode_trace(t)[0][0] for t in traces} == {"generic"}
+    with torch.no_grad():
+        close(compiled(x), model(x))
+
+
 def test_benchmark_reports_the_total_and_each_task():
     torch.manual_seed(0)
     compiled = tc.compile(EncoderLayer().eval(), (torch.randn(2, 8, 32),))

@@ -132,6 +132,20 @@ def test_same_best_program_as_the_local_runner(runner, tmp_path):
     assert remote_ms[local_best] <= CLOSE * min(remote_ms.values()), (remote_ms, local_best)
 
 
+def test_a_whole_model_tunes_on_the_cluster(runner, tmp_path):
+    """tc.compile(model, trials=N, runner=RayRunner): every task's candidates are built and
+    measured on the nodes, and the compiled model matches eager."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).eval()
+    x = torch.randn(4, 16)
+    before = runner.stats["candidates"]
+    compiled = tc.compile(model, (x,), db=tmp_path / "ray.db", trials=4, strategy="random", runner=runner)
+    assert runner.stats["candidates"] - before >= 4 and sum(r.trials for r in compiled.tune_results) == 4
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+
+
 CLOSE = 1.3  # a winner within this factor of the other run's best is "the same best program"
 
 

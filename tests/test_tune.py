@@ -163,6 +163,44 @@ def test_gradient_scheduler(tmp_path):
     assert sum(r.trials for r in results) == 8 and all(r.trials >= 2 for r in results)
 
 
+def test_task_schedulers_are_a_plug_point(tmp_path):
+    """Round robin shares the rounds evenly; a TaskScheduler of one's own is asked for every
+    round after the first pass, with the live tasks, their weights and their bests; a name no
+    scheduler has, or a choice that is no live task, is a ConfigError."""
+    from minitc.autotune.task_scheduler import TASK_SCHEDULERS, TaskScheduler
+
+    assert set(TASK_SCHEDULERS) == {"gradient", "round-robin"}
+    A, B, C = _matmul(16)
+    X = tc.placeholder((8, 16), name="X")
+    tasks = [(C, 1.0), (tc.ops.softmax(X), 5.0)]
+    even = tune_tasks(tasks, trials=6, strategy="random", db=tmp_path / "t.db", batch=1, scheduler="round-robin")
+    assert [r.trials for r in even] == [3, 3]
+
+    class Second(TaskScheduler):
+        name = "second"
+
+        def __init__(self):
+            self.asked = []
+
+        def next_task(self, live, weights, bests, rng):
+            self.asked.append((list(live), list(weights), [len(b) for b in bests]))
+            return live[-1]
+
+    mine = Second()
+    results = tune_tasks(tasks, trials=5, strategy="random", db=tmp_path / "t2.db", batch=1, scheduler=mine)
+    assert [r.trials for r in results] == [1, 4]
+    assert mine.asked[0] == ([0, 1], [1.0, 5.0], [1, 1]) and len(mine.asked) == 3
+    with pytest.raises(tc.ConfigError, match="unknown task scheduler 'fastest'.*gradient, round-robin"):
+        tune_tasks(tasks, trials=2, db=tmp_path / "t3.db", scheduler="fastest")
+
+    class Wrong(TaskScheduler):
+        def next_task(self, live, weights, bests, rng):
+            return 7
+
+    with pytest.raises(tc.ConfigError, match="chose 7, not a live task"):
+        tune_tasks(tasks, trials=4, strategy="random", db=tmp_path / "t4.db", batch=1, scheduler=Wrong)
+
+
 def test_a_task_whose_strategy_fails_stops_and_the_others_go_on(tmp_path, monkeypatch):
     from minitc.autotune import registry
     from minitc.autotune.task_scheduler import TuningWarning

@@ -181,7 +181,7 @@ class CompiledModel:
     ):
         self.model, self.target, self.db, self.fallback, self.layout = model, target, db, fallback, layout
         self.dynamic = dynamic  # dynamic.DynamicShapes: one graph per bucket of sizes, compiled on first use
-        self.tuning = tuning or {}  # tune_tasks options: trials, strategy, progress
+        self.tuning = tuning or {}  # tune_tasks options: trials, strategy, progress, scheduler, runner, space
         self.example_inputs = tuple(example_inputs)
         self.tune_results: list = []
         self.choices: list = []  # the template's program or the records' best, per contested task (choice.py)
@@ -374,6 +374,9 @@ def compile_model(
     progress=None,
     layout: str = "auto",
     dynamic_shapes=None,
+    scheduler="gradient",
+    runner=None,
+    space=None,
 ) -> CompiledModel:
     """Compile the `torch.nn.Module` `model` for inputs like `example_inputs` (a tuple of
     tensors, or one tensor). `target`: a CPU target (`llvm`, `llvm -mcpu=...`), `cuda` (an NVIDIA
@@ -382,19 +385,27 @@ def compile_model(
     `db`: the records database whose best programs are candidates (each kept only where it is
     faster inside the model than the template's: choice.py) and where tuning writes. Without
     `db`, the templates, unless inside a `tc.records(...)` block or after tuning (which writes
-    to the user's database, default_path). `trials`: measurements spread over the model's tasks by expected gain
-    (minitc.autotune.task_scheduler), with `strategy`; `progress(task index, session)` after
-    each round. `fallback=False` raises UnsupportedOpsError, listing every operator minitc
-    cannot compile, instead of running them through PyTorch. `layout`: "auto" keeps a CNN's
-    activations in channel blocks where the target's vectors fill them (NCHW[c],
-    minitc/frontend/layout.py), "nchw" keeps PyTorch's layout. `dynamic_shapes`: torch.export's
+    to the user's database, default_path). `trials`: measurements spread over the model's tasks
+    by `scheduler` (a name of minitc.autotune.task_scheduler.TASK_SCHEDULERS, by default
+    "gradient": by expected gain, or a TaskScheduler), with `strategy`, measured by `runner` (a
+    Runner or a registered runner's name: `tc.RayRunner(address)` measures on a Ray cluster),
+    in the design space `space` (tc.tune's: "template", "generic", a SpaceGenerator...);
+    `progress(task index, session)` after each round. `fallback=False` raises
+    UnsupportedOpsError, listing every operator minitc cannot compile, instead of running them
+    through PyTorch. `layout`: "auto" keeps a CNN's activations in channel blocks where the
+    target's vectors fill them (NCHW[c], minitc/frontend/layout.py), "nchw" keeps PyTorch's
+    layout. `dynamic_shapes`: torch.export's
     argument (`{"input_ids": {1: torch.export.Dim("seq", max=512)}}`): one compile serves every
     size in the Dims' ranges, one specialisation per bucket of sizes used (dynamic.py)."""
     if layout not in LAYOUTS:
         raise ConfigError(f"layout must be one of {', '.join(map(repr, LAYOUTS))}, got {layout!r}")
     if not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)
-    tuning = {"trials": trials, "strategy": strategy, "progress": progress} if trials else None
+    tuning = None
+    if trials:
+        tuning = dict(
+            trials=trials, strategy=strategy, progress=progress, scheduler=scheduler, runner=runner, space=space
+        )
     dynamic = None
     if dynamic_shapes is not None:
         dynamic = DynamicShapes.of_program(export(model, tuple(example_inputs), dynamic_shapes))
