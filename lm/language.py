@@ -207,37 +207,33 @@ def sentence_decision(decision, names: dict) -> tuple:
     return decision_label(decision.name, names), value
 
 
-# Template slots added to design spaces after sentences were recorded, and the value that
-# gives the program those sentences measured: a sentence without the slot replays with it, so
-# a space can grow without making the dataset unreadable. The value must be in the slot's
-# domain on every description.
-LATER_SLOTS = {"l2": 0}  # B's software prefetch distance (templates/gemm_prefetch.py): 0 = none
-
-
-def later_slots(written: tuple, skeleton: tuple) -> frozenset | None:
-    """The LATER_SLOTS that `skeleton` (the space's) has and the sentence's space line
-    `written` lacks; None where the two differ otherwise."""
+def later_slots(written: tuple, skeleton: tuple, later: dict) -> dict | None:
+    """The slots of `later` (template parameters added after sentences were recorded: their
+    Param's `before`, templates/params.py) that `skeleton` (the space's) has and the sentence's
+    space line `written` lacks, with the values that give the programs those sentences
+    measured; None where the two differ otherwise. So a space can grow without making the
+    dataset unreadable."""
     if [name for name, _ in written] != [name for name, _ in skeleton]:
         return None
-    missing = set()
+    missing = {}
     for (_, have), (_, want) in zip(written, skeleton):
         gone = [slot for slot in want if slot not in have]
-        if [slot for slot in want if slot in have] != list(have) or any(slot not in LATER_SLOTS for slot in gone):
+        if [slot for slot in want if slot in have] != list(have) or any(slot not in later for slot in gone):
             return None
-        missing.update(gone)
-    return frozenset(missing)
+        missing.update((slot, later[slot]) for slot in gone)
+    return missing
 
 
 class _SentenceSampler(Sampler):
     """Replays a sentence's decisions in the space: checks each label and value against the
     slot the space asks for and turns `@N` back into a loop name. A template slot the sentence
-    predates (`missing`, from LATER_SLOTS) takes the value its program had, without a decision
-    of the sentence."""
+    predates (`missing`: slot -> value, later_slots) takes the value its program had, without
+    a decision of the sentence."""
 
-    def __init__(self, decisions: tuple, names: dict, missing: frozenset = frozenset()):
+    def __init__(self, decisions: tuple, names: dict, missing: dict | None = None):
         super().__init__(forced=[])
-        self.sentence_decisions, self.names, self.missing = decisions, names, missing
-        self.filled = 0  # decisions answered from LATER_SLOTS, not from the sentence
+        self.sentence_decisions, self.names, self.missing = decisions, names, missing or {}
+        self.filled = 0  # decisions answered from `missing`, not from the sentence
 
     def recorded(self, name: str):
         """The sentence's value for slot `name` (None for a slot it predates, or a location)."""
@@ -252,7 +248,7 @@ class _SentenceSampler(Sampler):
         slot = expected.rsplit(".", 1)[-1]
         if slot in self.missing:
             self.filled += 1
-            self.forced = [d.value for d in self.decisions] + [LATER_SLOTS[slot]]
+            self.forced = [d.value for d in self.decisions] + [self.missing[slot]]
             return super()._take(kind, name, domain)
         n = len(self.decisions) - self.filled
         if n >= len(self.sentence_decisions):
@@ -271,10 +267,11 @@ class _SentenceSampler(Sampler):
         return super()._take(kind, name, domain)
 
 
-def check_workload(space, s: Sentence) -> frozenset:
+def check_workload(space, s: Sentence) -> dict:
     """Raise SentenceError unless sentence `s` was written for this space's workload and
     sketches: decisions that are legal in two spaces mean different programs in each. Returns
-    the template slots of LATER_SLOTS that the space has and the sentence predates."""
+    the template slots that the space has and the sentence predates, with their values
+    (later_slots)."""
     stages = tuple(WrittenStage(**d) for d in describe_stages(space.outputs))
     if len(s.stages) != len(stages):
         raise SentenceError(
@@ -288,7 +285,8 @@ def check_workload(space, s: Sentence) -> frozenset:
                 f"`{want}`. A sentence applies only to the workload it was written for"
             )
     skeleton = space_skeleton(space)
-    missing = later_slots(s.sketches, skeleton)
+    later = {p.name: p.before for p in space.declared() if p.before is not None}
+    missing = later_slots(s.sketches, skeleton, later)
     if missing is None:
         raise SentenceError(
             f"the sentence's space line ({_sketches(s.sketches)}) is not this space's ({_sketches(skeleton)}); "

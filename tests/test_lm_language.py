@@ -390,7 +390,7 @@ def test_programs_longer_than_the_models_context_are_dropped_with_a_warning(tok,
 
 
 def test_a_sentence_older_than_a_slot_replays_as_the_program_it_measured(monkeypatch):
-    """LATER_SLOTS: a GEMM space that grew the prefetch slot `l2` reads a sentence written
+    """A parameter's `before`: a GEMM space that grew the prefetch slot `l2` reads a sentence written
     before it (its space line lacks the slot) as the same program, prefetch off; a space line
     missing any other slot is still another space's."""
     from minitc.templates import gemm_prefetch

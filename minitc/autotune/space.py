@@ -165,12 +165,16 @@ class Space:
         params = template_defaults(self.tag, s, self.out, self.target)
         return ["template"] + list(params.values())
 
+    def declared(self) -> tuple:
+        """The template's declared parameters (templates/params.py), () without a template."""
+        return _registry(self.target)[1][self.tag] if "template" in self.sketches else ()
+
     def parameters(self, candidate: Candidate) -> list:
         """(Param, Decision) of the template parameters a candidate of the template sketch sets
         (templates/params.py: their meanings and domains); [] for another sketch."""
         if candidate.sketch != "template":
             return []
-        declared = {f"{self.out}.{p.name}": p for p in _registry(self.target)[1][self.tag]}
+        declared = {f"{self.out}.{p.name}": p for p in self.declared()}
         return [(declared[d.name], d) for d in candidate.decisions if d.name in declared]
 
     def first_program(self) -> Candidate | None:

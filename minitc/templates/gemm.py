@@ -82,7 +82,7 @@ GEMM_PARAMS = (
           OneOf(PARALLEL), "auto: whole batches if they spread over the cores, else panels, else rows"),
     Param("l2", "prefetch B's row this many k steps ahead (0: none)", Ints(0, 256),
           "0 (off unless measured better); gemm_prefetch.candidates offers the L2 latency's distance, "
-          "2x and 4x"),
+          "2x and 4x", before=0),
 )  # fmt: skip
 
 

@@ -24,8 +24,8 @@ measurement here found it better, docs/hardware.md), its candidates `candidates`
 analytical distance, twice and four times it), so the evolutionary search and the language
 model can find the libraries' prefetching kernels on the machines where they pay. Sentences
 recorded before the slot existed (lm/data) still replay: the language reads a missing `l2` as
-0, the program they measured (lm/language.py LATER_SLOTS). IN_DESIGN_SPACE = False takes the
-slot out of every space. The name `l2` is a word the vocabulary already has (the hardware
+0, the program they measured (the `l2` Param's `before`, gemm.py). IN_DESIGN_SPACE = False
+takes the slot out of every space. The name `l2` is a word the vocabulary already has (the hardware
 line's), so sentences with the slot need no new token.
 """
 

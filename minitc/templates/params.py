@@ -61,13 +61,16 @@ def word(value) -> str:
 class Param:
     """One template parameter: `meaning` in a line, the `domain` of legal values, and how the
     template's @defaults derive the `default` from the shape and the target description;
-    `candidates`: values every search also offers (shape- and machine-independent)."""
+    `candidates`: values every search also offers (shape- and machine-independent); `before`:
+    for a parameter added to a template after programs were recorded, the value that gives
+    the programs they measured (a recorded sentence without it replays with it), else None."""
 
     name: str
     meaning: str
     domain: Ints | OneOf
     default: str
     candidates: tuple = ()
+    before: object = None
 
     def __post_init__(self):
         outside = [v for v in self.candidates if v not in self.domain]
