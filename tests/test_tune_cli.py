@@ -90,6 +90,8 @@ def test_show_best_record_and_loop_nest(tuned):
     text = by_key.output
     assert f"workload {data['workload']}" in text and "op: matmul --shape 32,32,32" in text
     assert "best record #" in text and "trace (" in text and "decisions:" in text and "sketch =" in text
+    # a template program's parameters with their meanings (docs/parameters.md)
+    assert ('sketch = "template"' in text) == ("mr = " in text) == (": rows of the register tile" in text)
     assert "loop nest of the best record:" in text and "def matmul_kernel(" in text and "for " in text
     by_op = run("show", "matmul", "--shape", "32,32,32", "--db", db, "--llvm")
     assert by_op.exit_code == 0, by_op.output

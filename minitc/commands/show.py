@@ -129,12 +129,18 @@ def resolve_key(path: Path, prefix: str) -> tuple:
 
 
 def _decision_lines(out, values, target) -> list:
-    """Named decisions (replayed in the design space), or the bare values if that fails."""
+    """Named decisions (replayed in the design space), a template parameter's with its meaning,
+    or the bare values if that fails."""
     try:
-        cand = Space(out, target).replay(values, strict=True)
+        space = Space(out, target)
+        cand = space.replay(values, strict=True)
     except Exception:  # noqa: BLE001 - an older record or another design space
         return [f"  values: {values}"]
-    return [f"  {d.name} = {json_arg(d.value)}   ({len(d.domain)} choices)" for d in cand.decisions]
+    meanings = {d.name: f": {p.meaning}" for p, d in space.parameters(cand)}
+    return [
+        f"  {d.name} = {json_arg(d.value)}   ({len(d.domain)} choices){meanings.get(d.name, '')}"
+        for d in cand.decisions
+    ]
 
 
 @click.command("show", help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
