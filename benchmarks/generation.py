@@ -94,7 +94,7 @@ def measure(name: str, prompt_len: int, new: int, threads: int, rounds: int = 3,
 
     import torch
 
-    from minitc.benchmarks.timing import thread_limit
+    from minitc.timing import thread_limit
 
     if new < 2:
         raise ValueError(f"new must be >= 2 (the decode time is that of tokens 2 to new), got {new}")

@@ -51,7 +51,7 @@ import numpy as np
 import minitc as tc
 from minitc.benchmarks.gpu_suites import GpuWorkload
 from minitc.benchmarks.report import GPU_IMPLS, rounded, short, sig
-from minitc.benchmarks.timing import FLUSH_MIB, Timer
+from minitc.timing import FLUSH_MIB, Timer
 
 TARGET = "cuda"  # minitc's target; DEVICE: torch's (the tests run the suite on "cuda-sim" and "cpu")
 DEVICE = "cuda"

@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass, field
 from minitc.backends.llvm import runtime
 from minitc.backends.llvm.probe import check_kernels, measure_fma, measure_triad, triad_arrays
 from minitc.backends.llvm.runtime import get_num_threads, set_num_threads
-from minitc.benchmarks.timing import BackgroundLoad
 from minitc.target import host_cpu_name
 from minitc.target.host import read_host_facts
+from minitc.timing import BackgroundLoad
 
 
 @dataclass

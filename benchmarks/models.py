@@ -24,7 +24,7 @@ compile alone takes longer than the test budget).
 PyTorch eager's output is computed once, first; every system's output is compared with it: max
 abs error, and relative error = max abs error / max |eager|. A system off by more than RTOL
 relative, or failing to build or run, is an error and is not timed. One more call measures
-memory, then the systems that passed are timed interleaved (benchmarks/timing.py `measure`)
+memory, then the systems that passed are timed interleaved (minitc/timing.py `measure`)
 with thread_limit(n) in force for minitc, torch and BLAS.
 
 Memory: `peak_rss_mib` is the process's peak resident memory (Linux VmHWM, reset through
@@ -88,7 +88,7 @@ from minitc.benchmarks.models_systems import (
     synchronized,
 )
 from minitc.benchmarks.report import short, sig
-from minitc.benchmarks.timing import BackgroundLoad, measure, thread_limit, wait_for_quiet
+from minitc.timing import BackgroundLoad, measure, thread_limit, wait_for_quiet
 
 SYSTEMS_ENV = "MINITC_MODELS_SYSTEMS"
 FACTS = (  # the record's facts about minitc's compiled model and the process's memory

@@ -9,7 +9,7 @@ import shlex
 
 import click
 
-from minitc.benchmarks.timing import torch_module
+from minitc.timing import torch_module
 
 
 def versions() -> dict:

@@ -17,9 +17,9 @@ import minitc as tc
 from minitc.benchmarks.machine import host_cpu
 from minitc.benchmarks.report import CPU_IMPLS, rounded, short, sig
 from minitc.benchmarks.suites import Workload
-from minitc.benchmarks.timing import BackgroundLoad, measure, thread_limit, torch_module, wait_for_quiet
 from minitc.errors import BuildError
 from minitc.target import LLVMTarget, enabled_features, is_gpu, parse_target
+from minitc.timing import BackgroundLoad, measure, thread_limit, torch_module, wait_for_quiet
 
 LIBRARIES = ("numpy", "torch")
 HOST_TARGET = "llvm"

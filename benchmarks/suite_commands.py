@@ -26,9 +26,9 @@ from minitc.benchmarks.plots import models_plot, plot, plot_curves, tlm_curves
 from minitc.benchmarks.provenance import run_context, run_stamp
 from minitc.benchmarks.runner import bench_target, run_suite
 from minitc.benchmarks.suites import pick, select
-from minitc.benchmarks.timing import wait_for_quiet
 from minitc.benchmarks.tuning import TUNE_SUITES, run_tune_suite
 from minitc.errors import MinitcError
+from minitc.timing import wait_for_quiet
 
 
 @dataclass(frozen=True)

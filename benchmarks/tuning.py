@@ -50,8 +50,8 @@ from minitc.benchmarks.progress import TuneProgress
 from minitc.benchmarks.report import rounded, short, sig
 from minitc.benchmarks.runner import against_libraries, mismatch, rated, torch_callable
 from minitc.benchmarks.suites import CPU_CORE, SMOKE, Workload
-from minitc.benchmarks.timing import BackgroundLoad, measure, thread_limit, wait_for_quiet
 from minitc.lm.cost import shipped_cost_model_path
+from minitc.timing import BackgroundLoad, measure, thread_limit, wait_for_quiet
 
 TUNE_SUITES = {
     "cpu-tune": CPU_CORE,

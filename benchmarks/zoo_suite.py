@@ -27,8 +27,8 @@ def measure(name: str, threads: list, rounds: int, inductor: bool = False) -> di
     from minitc.benchmarks.models_systems import compare
     from minitc.benchmarks.models_zoo import MODELS
     from minitc.benchmarks.report import short
-    from minitc.benchmarks.timing import thread_limit
     from minitc.frontend import unsupported
+    from minitc.timing import thread_limit
 
     row = {"model": name, "fallbacks": {}, "error": None, "timing": {}}
     try:
@@ -61,7 +61,7 @@ def measure(name: str, threads: list, rounds: int, inductor: bool = False) -> di
 def speeds(fns: dict, rounds: int) -> dict:
     """The systems timed in turn (timing.alternate): {name_ms: median, speed: eager over minitc,
     vs_inductor: Inductor over minitc}, each ratio the median over rounds."""
-    from minitc.benchmarks.timing import alternate
+    from minitc.timing import alternate
 
     ms = alternate(fns, rounds)
     mine = np.array(ms["minitc"])

@@ -16,8 +16,8 @@ import numpy as np
 
 import minitc as tc
 from minitc.benchmarks.suites import select
-from minitc.benchmarks.timing import measure, thread_limit, torch_module
 from minitc.templates import template_schedule
+from minitc.timing import measure, thread_limit, torch_module
 
 
 def parse_value(text: str):

@@ -19,7 +19,7 @@ import torch
 import minitc as tc
 from minitc.benchmarks.machine import cpu_name
 from minitc.benchmarks.models_zoo import bert
-from minitc.benchmarks.timing import measure, thread_limit
+from minitc.timing import measure, thread_limit
 
 
 def timed(fn):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import numpy as np
 
@@ -22,6 +21,7 @@ import minitc as tc
 from minitc.autotune.space import Space
 from minitc.benchmarks.suites import SUITES
 from minitc.target import parse_target
+from minitc.timing import measure
 
 SWEPT = ("mr", "nr", "nc", "ku", "kc", "mc", "pack_a", "pack_b", "parallel")
 
@@ -42,16 +42,8 @@ def variants(space: Space) -> list:
 
 
 def timed(fns: dict, rounds: int) -> dict:
-    """Median seconds per call of each function, interleaved round by round."""
-    times = {k: [] for k in fns}
-    for fn in fns.values():  # a first call of each warms its code and pages; not counted
-        fn()
-    for _ in range(rounds):
-        for k, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - start)
-    return {k: float(np.median(v)) for k, v in times.items()}
+    """Median seconds per call of each function, interleaved round by round (minitc.timing)."""
+    return {k: t.median for k, t in measure(fns, repeats=rounds).items()}
 
 
 def sweep(workload, rounds: int) -> list:

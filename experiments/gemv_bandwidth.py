@@ -38,10 +38,10 @@ import minitc as tc
 from minitc.backends.llvm.jit import compile_kernel
 from minitc.backends.llvm.probe import TRIAD_ELEMS, triad_arrays, triad_kernel
 from minitc.benchmarks.provenance import run_stamp
-from minitc.benchmarks.timing import BackgroundLoad, measure, thread_limit, wait_for_quiet
 from minitc.ops import reference
 from minitc.target import parse_target
 from minitc.templates import TEMPLATES, template_schedule, template_tag
+from minitc.timing import BackgroundLoad, measure, thread_limit, wait_for_quiet
 
 # (model, layer, K, N, epilogue): epilogue "bias", "bias_gelu", "bias_residual", "none" or "residual"
 LAYERS = [

@@ -29,10 +29,10 @@ import numpy as np
 from gpu_gemm_probe import lowered_with  # a script in the same folder (on sys.path when run)
 
 import minitc as tc
-from minitc.benchmarks.timing import Timer
 from minitc.schedule import Schedule
 from minitc.templates.gpu import GPU_DEFAULTS, GPU_TEMPLATES, bind_unbound, load_gpu_templates
 from minitc.templates.gpu.conv import conv2d_defaults
+from minitc.timing import Timer
 
 LAYERS = {  # name: (N, C, H, K, R, stride)
     "resnet50-l3-b8": (8, 256, 14, 256, 3, 1),  # the gpu-core convolution

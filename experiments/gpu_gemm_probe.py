@@ -26,9 +26,9 @@ import numpy as np
 
 import minitc as tc
 from minitc.benchmarks.gpu_suites import select
-from minitc.benchmarks.timing import Timer
 from minitc.schedule import Schedule
 from minitc.templates.gpu import GPU_TEMPLATES, bind_unbound, load_gpu_templates
+from minitc.timing import Timer
 
 WORKLOADS = ("matmul-4096", "dense-bert-ffn", "conv-resnet50-l3")
 VARIANTS = [  # matmul template parameters (the defaults for 4096^3 are the first)

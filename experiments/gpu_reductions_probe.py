@@ -5,7 +5,7 @@ real GPU against torch. Needs CuPy and torch with CUDA; well under 60 s on an H1
 
 1. softmax 49152x512, layer_norm 4096x768 and 49152x512, row sum 4096x4096 with the default
    templates (one launch each): checked against float64 torch, then timed against torch with
-   CUDA events (medians, L2 flushed; benchmarks/timing.Timer), with the GB/s of one read
+   CUDA events (medians, L2 flushed; minitc/timing.Timer), with the GB/s of one read
    of the input and one write of the output.
 2. softmax 49152x512 with other (threads, rows) template parameters, to see which pay.
 """
@@ -18,9 +18,9 @@ import time
 import numpy as np
 
 import minitc as tc
-from minitc.benchmarks.timing import Timer
 from minitc.schedule import Schedule
 from minitc.templates.gpu import GPU_TEMPLATES, bind_unbound, load_gpu_templates
+from minitc.timing import Timer
 
 SOFTMAX_VARIANTS = [(32, 4), (32, 8), (64, 2), (64, 4), (128, 1), (128, 2), (256, 1), (512, 1)]
 

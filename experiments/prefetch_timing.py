@@ -7,7 +7,7 @@ prefetch, side by side in one process (issue 41; minitc/templates/gemm_prefetch.
 
 Each workload is the cpu-core suite's: matmul 1024^3, the BERT FFN dense 128x768->3072 + bias +
 relu, the BERT batch matmul 12 x 128x64x128. Every program is the template's default for the
-target with only `l2` (and `a_panels`) changed, checked against numpy, then timed with benchmarks.timing.measure
+target with only `l2` (and `a_panels`) changed, checked against numpy, then timed with minitc.timing.measure
 (interleaved rounds, medians). With --mca, nothing runs: the same programs for a recorded host
 (tests/fixtures/hosts) go through llvm-mca's Skylake-server model as in mca_microkernel.py.
 """
@@ -20,10 +20,10 @@ import json
 import numpy as np
 
 import minitc as tc
-from minitc.benchmarks.timing import measure, thread_limit
 from minitc.target import parse_target
 from minitc.templates import DEFAULTS, gemm, template_tag
 from minitc.templates import gemm_prefetch as prefetch
+from minitc.timing import measure, thread_limit
 
 ph = tc.placeholder
 

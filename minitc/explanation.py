@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,6 +28,7 @@ from minitc.schedule.kinds import STEP_TABLE
 from minitc.schedule.trace import Step, step_call
 from minitc.target import parse_target
 from minitc.te_eval import evaluate
+from minitc.timing import measure
 
 RTOL = 1e-3  # each step's output against numpy, as the tuner checks its candidates
 
@@ -220,15 +220,9 @@ class _Reference:
         self.expected = evaluate(list(outputs), dict(zip(tensors, self.inputs)))
 
     def time(self, fn, budget_s: float) -> float:
-        start = time.perf_counter()
+        """Median ms per call of the checked kernel `fn` (minitc.timing.measure)."""
         got = fn(*self.inputs)
-        once = time.perf_counter() - start
         wrong = mismatch(got if isinstance(got, tuple) else (got,), self.expected, RTOL)
         if wrong:
             raise MinitcError(wrong)
-        samples = []
-        for _ in range(max(1, min(50, int(budget_s / max(once, 1e-6))))):
-            t = time.perf_counter()
-            fn(*self.inputs)
-            samples.append(time.perf_counter() - t)
-        return 1e3 * float(np.median(samples))
+        return 1e3 * measure({"kernel": lambda: fn(*self.inputs)}, repeats=50, budget_s=budget_s)["kernel"].median

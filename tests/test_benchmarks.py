@@ -17,9 +17,9 @@ import minitc as tc
 from minitc.benchmarks import suites as wl
 from minitc.benchmarks.machine import cpu_name
 from minitc.benchmarks.runner import bench_target, mismatch, prepare
-from minitc.benchmarks.timing import Timing, measure, quiesce, settle, wait_for_quiet
 from minitc.cli import main
 from minitc.target import host_cpu_name, parse_target
+from minitc.timing import Timing, measure, quiesce, settle, wait_for_quiet
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--repeats", "3", "--budget", "0.02", "-q"]

@@ -42,7 +42,7 @@ LAYERS = [
     ("backends", ("minitc.backends",)),
     ("operator templates", ("minitc.templates",)),
     ("tuning", ("minitc.autotune",)),
-    ("API and model front end", ("minitc.driver", "minitc.explanation", "minitc.frontend", "minitc")),
+    ("API and model front end", ("minitc.driver", "minitc.explanation", "minitc.timing", "minitc.frontend", "minitc")),
     ("language model", ("minitc.lm",)),
     ("benchmarks", ("minitc.benchmarks",)),
     ("command line", ("minitc.cli", "minitc.commands", "minitc.explore", "minitc.__main__")),

@@ -19,7 +19,7 @@ import numpy as np
 
 import minitc as tc
 from minitc.benchmarks.machine import host_cpu
-from minitc.benchmarks.timing import measure
+from minitc.timing import measure
 
 FAST = os.environ.get("MINITC_TUTORIAL_FAST") == "1"
 rng = np.random.default_rng(0)
@@ -401,7 +401,7 @@ except tc.ScheduleError as e:
 #
 # The same matmul at a larger size, built with several of the schedules above, against the
 # GEMM template (`tc.build(tc.ops.matmul(A, B))`, see `docs/scheduling.md`) and
-# numpy's BLAS. Medians of interleaved repeats (`minitc.benchmarks.timing.measure`). Expect
+# numpy's BLAS. Medians of interleaved repeats (`minitc.timing.measure`). Expect
 # the reordered loop to beat the naive one by an order of magnitude (contiguous rows,
 # vectorized by LLVM), the register tile to gain again (accumulators in registers), and
 # `parallel` to scale with the cores that are free. On a shared machine the parallel rows are

@@ -28,7 +28,7 @@ import numpy as np
 
 import minitc as tc
 from minitc.benchmarks.machine import host_cpu, measure_machine
-from minitc.benchmarks.timing import measure
+from minitc.timing import measure
 
 FAST = os.environ.get("MINITC_TUTORIAL_FAST") == "1"
 OUT = Path(os.environ.get("MINITC_TUTORIAL_OUT", "tutorial-output"))
@@ -88,7 +88,7 @@ print(f"FMA peak: {PEAK_1:.1f} GFLOP/s on 1 thread, {PEAK:.1f} GFLOP/s on {THREA
 #
 # `matmul()` defines a fresh `C = A @ B` for each step (a schedule belongs to one
 # computation). `run_step` builds a schedule, checks its result against numpy, times it with
-# `minitc.benchmarks.timing.measure` (warm-up, then the median of at least three samples) and
+# `minitc.timing.measure` (warm-up, then the median of at least three samples) and
 # keeps a row for the table. Slow steps get only those three samples.
 
 # %%

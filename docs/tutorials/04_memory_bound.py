@@ -26,7 +26,7 @@ import torch
 
 import minitc as tc
 from minitc.benchmarks.machine import host_cpu, measure_machine
-from minitc.benchmarks.timing import measure, thread_limit
+from minitc.timing import measure, thread_limit
 
 FAST = os.environ.get("MINITC_TUTORIAL_FAST") == "1"
 OUT = Path(os.environ.get("MINITC_TUTORIAL_OUT", "tutorial-output"))

@@ -32,8 +32,8 @@ from minitc.autotune.registry import strategy_names
 from minitc.autotune.space import Space
 from minitc.autotune.tuner import decode_trace
 from minitc.benchmarks.machine import host_cpu
-from minitc.benchmarks.timing import measure
 from minitc.schedule.trace import step_call
+from minitc.timing import measure
 
 FAST = os.environ.get("MINITC_TUTORIAL_FAST") == "1"
 OUT = Path(os.environ.get("MINITC_TUTORIAL_OUT", "tutorial-output"))

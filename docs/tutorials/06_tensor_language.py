@@ -22,12 +22,12 @@ import torch
 import minitc as tc
 from minitc.autotune.space import Space
 from minitc.benchmarks.machine import host_cpu
-from minitc.benchmarks.timing import measure
 from minitc.lm.decode import Decoder
 from minitc.lm.hardware import hardware
 from minitc.lm.language import Loc, SentenceError, parse, sentence, space_values
 from minitc.lm.pipeline import SHIPPED, load_model
 from minitc.lm.strategy import HardwareWarning, hardware_warning
+from minitc.timing import measure
 
 FAST = os.environ.get("MINITC_TUTORIAL_FAST") == "1"
 OUT = Path(os.environ.get("MINITC_TUTORIAL_OUT", "tutorial-output"))
@@ -264,7 +264,7 @@ print(f"random: {sketches.count('template')} template and {sketches.count('gener
 #
 # Each candidate holds its schedule, so `tc.build` compiles it like any hand-written one.
 # Every kernel is checked against numpy before it is timed; the timings are interleaved
-# medians (`minitc.benchmarks.timing.measure`). The figures depend on this CPU: its vector
+# medians (`minitc.timing.measure`). The figures depend on this CPU: its vector
 # width, caches and cores.
 
 # %%

@@ -25,8 +25,8 @@ from torch import nn
 import minitc as tc
 import minitc.frontend
 from minitc.benchmarks.machine import host_cpu
-from minitc.benchmarks.timing import BackgroundLoad, measure
 from minitc.frontend.memory import lifetimes
+from minitc.timing import BackgroundLoad, measure
 
 FAST = os.environ.get("MINITC_TUTORIAL_FAST") == "1"
 OUT = Path(os.environ.get("MINITC_TUTORIAL_OUT", "tutorial-output"))
@@ -180,7 +180,7 @@ print(f"agrees with PyTorch eager: max difference {float((y - expected).abs().ma
 #
 # `compiled.benchmark()` runs the plan and reports the median time in all and per task
 # (summed over the nodes that run it). Against PyTorch eager we time both the same way,
-# interleaved (`minitc.benchmarks.timing.measure`). The figures depend on this CPU and on
+# interleaved (`minitc.timing.measure`). The figures depend on this CPU and on
 # how busy the machine is; at these small shapes a call takes well under a millisecond, and
 # fixed costs per operator (PyTorch's dispatch, minitc's per-step overhead) count. When
 # another process keeps a core busy, a multi-threaded library's threads wait for each other

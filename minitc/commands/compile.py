@@ -112,8 +112,8 @@ def compile_cmd(model_spec, trials, strategy, target, db, threads, show_graph, j
     """
     import torch
 
-    from minitc.benchmarks.timing import measure, thread_limit
     from minitc.frontend import unsupported
+    from minitc.timing import measure, thread_limit
 
     if strategy not in strategy_names():
         raise click.BadParameter(f"choose one of {', '.join(strategy_names())}", param_hint="--strategy")
@@ -228,7 +228,7 @@ def _tile(x, dim: int, n: int):
 def _check_dynamic(model, compiled, inputs, sizes, name, compile_s, json_path) -> None:
     """Check against eager and time at the range's ends and sizes between (the compiles of the
     buckets they fall in included in the first call)."""
-    from minitc.benchmarks.timing import measure
+    from minitc.timing import measure
 
     _, lo, hi, _ = sizes[0]
     points = sorted({lo, (lo + hi) // 3, (2 * lo + 2 * hi) // 3, hi})

@@ -16,9 +16,9 @@ import numpy as np
 import minitc as tc
 from minitc import te_eval
 from minitc.benchmarks.baselines import numpy_fn, workload_for
-from minitc.benchmarks.timing import measure
 from minitc.explanation import estimate_flops
 from minitc.te import ComputeOp, graph
+from minitc.timing import measure
 
 COMPUTE_BOUND_INTENSITY = 2.0  # flops per byte above which a hand-typed expression is rated in GFLOP/s
 

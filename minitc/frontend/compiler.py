@@ -18,7 +18,6 @@ compiled (`fallback=False` makes them an error instead).
 from __future__ import annotations
 
 import functools
-import time
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -40,6 +39,7 @@ from minitc.frontend.passes import LAYOUTS
 from minitc.schedule import Schedule
 from minitc.target import is_gpu, parse_target
 from minitc.te import placeholder
+from minitc.timing import measure
 
 
 class UnsupportedOpsError(MinitcError):
@@ -293,21 +293,22 @@ class CompiledModel:
         task description), and of the nodes run through PyTorch (`torch_ms`)."""
         arrays = _arrays(self.example_inputs)
         plan = self._select(self.example_inputs)
-        totals, steps = [], []
-        for _ in range(repeats + 1):
-            times: dict = {}
-            start = time.perf_counter()
-            plan.run(arrays, times)
-            totals.append(time.perf_counter() - start)
-            steps.append(times)
+        plan.run(arrays)  # the first call checks and binds the kernel calls
+        steps: list = []  # each timed call's seconds per node
+
+        def call():
+            steps.append({})
+            plan.run(arrays, steps[-1])
+
+        total = measure({"model": call}, repeats=repeats)["model"].median
         of_node = {n: str(t) for t in self.tasks for n in t.nodes}
         per_task: dict = {}
-        for name in steps[1]:
+        for name in steps[0]:
             key = of_node.get(name, "torch" if name in plan.torch_nodes else "views")
-            per_task.setdefault(key, []).append([s[name] for s in steps[1:]])
+            per_task.setdefault(key, []).append([s[name] for s in steps])
         summed = {k: 1e3 * float(np.median(np.sum(v, axis=0))) for k, v in per_task.items()}
         return {
-            "total_ms": 1e3 * float(np.median(totals[1:])),
+            "total_ms": 1e3 * total,
             "tasks_ms": {k: v for k, v in summed.items() if k not in ("torch", "views")},
             "torch_ms": summed.get("torch", 0.0),
         }

@@ -1,4 +1,5 @@
-"""Timing, the one module every suite times with: on the CPU `measure` (warm-up, interleaved
+"""Timing, the one module everything that times a kernel uses (the benchmark suites, `tc.explain`,
+a compiled model's `benchmark`, the experiments): on the CPU `measure` (warm-up, interleaved
 repeats, median and spread) and `thread_limit` (thread control for all three libraries at
 once); on the GPU `Timer` (CUDA events); and `alternate` (whole systems in turn, the zoo's
 speed table).
@@ -42,7 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-import minitc as tc
+from minitc.backends.llvm.runtime import get_num_threads, set_num_threads
 
 SETTLE_S = 0.25  # at most this long of untimed calls before a sample
 SETTLE_CALLS = 50
@@ -204,16 +205,16 @@ def thread_limit(n: int):
     from threadpoolctl import threadpool_limits
 
     torch = torch_module()
-    before_tc = tc.get_num_threads()
+    before_tc = get_num_threads()
     before_torch = torch.get_num_threads() if torch else None
-    tc.set_num_threads(n)
+    set_num_threads(n)
     if torch:
         torch.set_num_threads(n)
     try:
         with threadpool_limits(limits=n, user_api="blas"):
             yield
     finally:
-        tc.set_num_threads(before_tc)
+        set_num_threads(before_tc)
         if torch:
             torch.set_num_threads(before_torch)
 
