@@ -21,11 +21,12 @@ def check_golden(name: str, text: str, update: bool) -> None:
     assert text == path.read_text(), f"{path} differs; rerun with --update-golden if the change is intended"
 
 
-def experiment(name: str):
-    """The script experiments/<name>.py as a module (experiments/ is not a package)."""
+def experiment(name: str, folder: str = "experiments"):
+    """The script <folder>/<name>.py of the repository as a module (experiments/ and docs/ are
+    not packages)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).parent.parent / "experiments" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parent.parent / folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

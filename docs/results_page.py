@@ -1,8 +1,8 @@
 """docs/results.md, written from the stored results in experiments/results/ (issue 43): the
 headline tables cannot drift from the data, and every row names its machine and command.
 
-    python experiments/results_page.py            # rewrite docs/results.md
-    python experiments/results_page.py --check    # exit 1 if docs/results.md is stale
+    python docs/results_page.py            # rewrite docs/results.md
+    python docs/results_page.py --check    # exit 1 if docs/results.md is stale
 
 To show a new result, store its JSON in experiments/results/ and add it to a table below.
 tests/test_results_page.py checks that the page matches the data.
@@ -295,7 +295,7 @@ def page() -> str:
     lines = [
         "# Results",
         "",
-        "Written by `python experiments/results_page.py` from the JSON in",
+        "Written by `python docs/results_page.py` from the JSON in",
         "[experiments/results/](../experiments/results/); do not edit by hand. Each table names the",
         "machine; the runs' full records (versions, machine measurements, per-task breakdowns) are",
         "in the files. Discussion: [benchmarks.md](benchmarks.md), [models.md](models.md),",
@@ -320,7 +320,7 @@ def main() -> int:
     text = page()
     if args.check:
         if PAGE.read_text() != text:
-            print(f"{PAGE} is stale: run python experiments/results_page.py", file=sys.stderr)
+            print(f"{PAGE} is stale: run python docs/results_page.py", file=sys.stderr)
             return 1
         return 0
     PAGE.write_text(text)
