@@ -5,10 +5,13 @@ builds as a register-blocked, vectorized, parallel program, not as the naive loo
 
 For a stage with spatial axes S and reduction axes R:
 
-- the last spatial axis is the vector axis, and the spatial axis before it (the first one of
-  extent > 1, going outwards) gives the rows of a register tile of rows x vectors
-  accumulators: the tile of `gemm_blocking.register_tiles` whose extents divide the axes' and
-  that `gemm_blocking.efficiency` rates best;
+- the last spatial axis is the vector axis, and an axis of the rows gives the rows of a
+  register tile of rows x vectors accumulators: for a contraction (templates/contraction.py:
+  a sum of products, a convolution written by hand included) its innermost M axis, which the
+  vector operand does not read, so each vector loaded serves every row; else the spatial axis
+  before the vector one (the first of extent > 1, going outwards). The tile is the one of
+  `gemm_blocking.register_tiles` whose extents divide the axes' and that
+  `gemm_blocking.efficiency` rates best;
 - the whole reduction runs inside that tile, so its accumulators stay in registers;
 - the outer tiles are fused into the parallel loop until every core has several chunks,
   where the work pays for the threads (the elementwise template's rule);
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 
 from minitc import dtypes
 from minitc.target import is_gpu
+from minitc.templates.contraction import find_contraction
 from minitc.templates.elementwise import worth_parallel
 from minitc.templates.gemm_blocking import efficiency, register_tiles
 
@@ -59,8 +63,8 @@ def register_tile(stage, target, max_lanes: int) -> RegisterTile:
     if target is None or is_gpu(target) or not spatial:
         return NO_TILE
     hw, lanes = target.hardware, target.lanes(stage.dtype)
-    vector = spatial[-1]
-    rows = next((lp for lp in reversed(spatial[:-1]) if lp.extent > 1), None)
+    vector, row_axes = spatial[-1], _row_axes(stage)
+    rows = next((lp for lp in reversed(spatial[:-1]) if lp.extent > 1 and lp.name in row_axes), None)
     best = None
     for tile_rows, vecs in register_tiles(hw):
         cols = vecs * lanes
@@ -89,6 +93,15 @@ def work_bytes(stage) -> int:
     for lp in stage.loops:
         out *= lp.extent
     return out
+
+
+def _row_axes(stage) -> set:
+    """The axes a register tile's rows may take: a contraction's M and batch axes (not read by
+    the operand loaded as vectors), else any spatial axis."""
+    found = find_contraction(stage)
+    if found is None or not (found.m or found.batch):
+        return {ax.name for ax in stage.axes}
+    return set(found.m) | set(found.batch)
 
 
 def parallel_loops(extents: list, target, work_bytes: int) -> int:
