@@ -21,6 +21,7 @@ from unittest.mock import patch
 import click
 
 from minitc.benchmarks import report, tlm_eval, tlm_report
+from minitc.benchmarks.handwritten import HANDWRITTEN
 from minitc.benchmarks.machine import measure_machine
 from minitc.benchmarks.plots import models_plot, plot, plot_curves, tlm_curves
 from minitc.benchmarks.provenance import run_context, run_stamp
@@ -336,6 +337,13 @@ SUITE_TABLE = {
             ("smoke", "cpu-core's kinds of operator at small shapes, for a quick check."),
         )
     },
+    "handwritten": Suite(
+        "Operators written with tc.compute (no tc.ops): their default builds against numpy and torch (handwritten.py).",
+        run_cpu,
+        CPU,
+        lambda names: pick(HANDWRITTEN, names, "handwritten"),
+        helps={"target": CPU_TARGET},
+    ),
     **{
         name: Suite(
             f"Tune {what} with each strategy; time the results against the template, numpy and torch.",
@@ -345,7 +353,11 @@ SUITE_TABLE = {
             defaults={"threads": _all_cpus},
             helps=TUNING_HELP,
         )
-        for name, what in (("cpu-tune", "cpu-core's workloads"), ("smoke-tune", "three tiny workloads"))
+        for name, what in (
+            ("cpu-tune", "cpu-core's workloads"),
+            ("smoke-tune", "three tiny workloads"),
+            ("handwritten-tune", "the handwritten operators"),
+        )
     },
     **{
         name: Suite(

@@ -45,6 +45,7 @@ import minitc as tc
 from minitc.autotune.cost_model import RandomModel, default_cost_model
 from minitc.autotune.runner import LocalBuilder, LocalRunner
 from minitc.autotune.tuner import recorded_trials, tune
+from minitc.benchmarks.handwritten import HANDWRITTEN
 from minitc.benchmarks.programs import is_template, template_kernel_ms
 from minitc.benchmarks.progress import TuneProgress
 from minitc.benchmarks.report import rounded, short, sig
@@ -56,6 +57,7 @@ from minitc.timing import BackgroundLoad, measure, thread_limit, wait_for_quiet
 TUNE_SUITES = {
     "cpu-tune": CPU_CORE,
     "smoke-tune": [w for w in SMOKE if w.name in ("matmul-64", "softmax-small", "dense-small")],
+    "handwritten-tune": HANDWRITTEN,
 }
 
 
