@@ -117,3 +117,29 @@ def test_tune_measures_the_default_first_and_never_returns_worse(tmp_path):
     rng = np.random.default_rng(1)
     inputs = [rng.standard_normal(b.shape).astype("float32") for b in r.kernel.kernel.inputs]
     np.testing.assert_allclose(r.kernel(*inputs), reference(*inputs), rtol=1e-4, atol=1e-4)
+
+
+def test_a_handwritten_epilogue_of_a_handwritten_product_takes_the_gemm_template():
+    """gelu(A @ B + bias) and relu(A @ B) + R in separate computes: the product gets the GEMM
+    template's register tile and the epilogue is applied as each tile is stored (not the
+    generic default, which would leave the product at the root as a naive nest)."""
+    import math
+
+    from minitc.templates import template_tag
+
+    m, k, n = 48, 40, 64
+    A, B = tc.placeholder((m, k), name="A"), tc.placeholder((k, n), name="B")
+    bias, R = tc.placeholder((n,), name="bias"), tc.placeholder((m, n), name="R")
+    r = tc.reduce_axis(k, "r")
+    P = tc.compute((m, n), lambda i, j: tc.sum(A[i, r] * B[r, j], axis=r), name="P")
+    Z = tc.compute((m, n), lambda i, j: P[i, j] + bias[j], name="Z")
+    gelu = tc.compute((m, n), lambda i, j: 0.5 * Z[i, j] * (1.0 + tc.erf(Z[i, j] * 0.70710678)), name="G")
+    residual = tc.compute((m, n), lambda i, j: tc.max(P[i, j], 0.0) + R[i, j], name="Y")
+    rng = np.random.default_rng(0)
+    a, b, c, res = (rng.standard_normal(s).astype("float32") for s in ((m, k), (k, n), (n,), (m, n)))
+    z = a @ b + c
+    expected = {"G": 0.5 * z * (1 + np.vectorize(math.erf)(z / np.sqrt(2))), "Y": np.maximum(a @ b, 0) + res}
+    for out, args in ((gelu, (a, b, c)), (residual, (a, b, res))):
+        assert template_tag(Schedule(out), out.name) == "matmul_epilogue"
+        assert "unrolled(" in str(tc.lower(out, target="llvm")) and "P[" in str(tc.lower(out, target="llvm"))
+        np.testing.assert_allclose(tc.build(out, "llvm")(*args), expected[out.name], rtol=1e-4, atol=1e-4)

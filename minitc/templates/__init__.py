@@ -52,8 +52,8 @@ def load_templates() -> None:
 def template_tag(s, out: str) -> str:
     """The tag whose CPU template schedules stage `out`: its own, or the one a specialization
     names for its shape (a dense of a few rows: "gemv", gemv.py), or "matmul" for a matrix
-    product written by hand with tc.compute (gemm.is_contraction), which would otherwise run
-    as the naive loop nest."""
+    product written by hand with tc.compute (gemm.is_contraction), "matmul_epilogue" for an
+    elementwise epilogue of one (bias, activation: gemm.contraction_under)."""
     load_templates()
     tag = s.state.stage(out).tag
     for specialize in SPECIALIZED.get(tag, ()):
@@ -62,9 +62,11 @@ def template_tag(s, out: str) -> str:
             return special
     if tag in TEMPLATES:
         return tag
-    from minitc.templates.gemm import is_contraction
+    from minitc.templates.gemm import contraction_under, is_contraction
 
-    return "matmul" if is_contraction(s, out) else tag
+    if is_contraction(s, out):
+        return "matmul"
+    return "matmul_epilogue" if not s.state.stage(out).reduce_axes and contraction_under(s, out) else tag
 
 
 def template_schedule(outputs, target="llvm", **params) -> Schedule:

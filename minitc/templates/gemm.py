@@ -42,6 +42,7 @@ from minitc.templates.gemm_prefetch import ABSENT
 # re-exported, as the other templates import them from here: cache_under_epilogue, epilogue_anchor, is_contraction
 from minitc.templates.gemm_stages import (  # noqa: F401
     cache_under_epilogue,
+    contraction_under,
     epilogue_anchor,
     gemm_choices,
     gemm_defaults,
@@ -373,9 +374,21 @@ def schedule_dense_epilogue(
     """act(X @ W.T + bias), or any elementwise epilogue of the product: the product is computed
     per output tile into a register accumulator (compute_at), and the epilogue (inlined into
     one stage) is applied as the tile is stored."""
-    product = gemm_producer(s, out)
+    _with_epilogue(s, out, gemm_producer(s, out), target, _params(locals()))
+
+
+@template("matmul_epilogue", GEMM_PARAMS)
+def schedule_matmul_epilogue(
+    s, out, target, mr=6, nr=16, nc=16, ku=4, kc=0, mc=0, pack_b=True, pack_a=False, parallel="auto", l2=ABSENT
+):
+    """An elementwise epilogue of a matrix product written by hand (templates/__init__.py's
+    template_tag finds one): as dense_epilogue, the epilogue applied as each tile is stored."""
+    _with_epilogue(s, out, contraction_under(s, out), target, _params(locals()))
+
+
+def _with_epilogue(s, out, product, target, params: dict) -> None:
     inline_epilogue(s, out, product)
-    gemm_schedule(s, out, product, target, **_params(locals()))
+    gemm_schedule(s, out, product, target, **params)
 
 
 def _params(given: dict) -> dict:
@@ -397,3 +410,13 @@ def dense_epilogue_defaults(s, out, target) -> dict:
 @choices("dense_epilogue")
 def dense_epilogue_choices(s, out, target) -> dict:
     return gemm_choices(s, gemm_producer(s, out), target)
+
+
+@defaults("matmul_epilogue")
+def matmul_epilogue_defaults(s, out, target) -> dict:
+    return gemm_defaults(s, contraction_under(s, out), target)
+
+
+@choices("matmul_epilogue")
+def matmul_epilogue_choices(s, out, target) -> dict:
+    return gemm_choices(s, contraction_under(s, out), target)

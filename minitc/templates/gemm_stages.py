@@ -67,6 +67,21 @@ def is_contraction(s, stage: str) -> bool:
     return True
 
 
+def contraction_under(s, out: str) -> str | None:
+    """The matrix product written by hand (is_contraction) under the elementwise epilogue `out`
+    (bias, activation, a residual add: elementwise stages only), or None."""
+    todo, seen = [out], set()
+    while todo:
+        for name in s.state.stage(todo.pop()).read_stages():
+            st = s.state.stage(name)
+            if st.reduce_axes and is_contraction(s, name):
+                return name
+            if name not in seen and not st.is_placeholder and not st.reduce_axes:
+                seen.add(name)
+                todo.append(name)
+    return None
+
+
 def _block_of(index, axis, op: str) -> int:
     """B when `index` is `axis // B` or `axis % B` (as `op` says), else 0."""
     if isinstance(index, Binary) and index.op == op and index.a is axis and isinstance(index.b, Const):
