@@ -132,10 +132,11 @@ def test_the_second_call_captures_the_steps_and_later_calls_replay_them(monkeypa
 
     monkeypatch.setattr(DevicePlan, "_execute", counting)
     monkeypatch.setattr(DevicePlan, "_capture", capture)
-    plan.capture, plan._calls, plan._replay = True, 0, None
+    plan.capture_again()
     inputs = [torch.randn(1, 3, 12, 12) for _ in range(4)]
     outputs = [compiled(x) for x in inputs]
     assert len(captures) == 1 and runs == [0, 1, 1, 1, 1]  # plain, captured + replayed, replayed x2
+    assert plan.replaying
     with torch.no_grad():
         for x, y in zip(inputs, outputs):
             _close(y, model(x))
@@ -174,7 +175,7 @@ def test_on_the_gpu_a_model_runs_from_cuda_tensors_and_replays_a_cuda_graph(name
     with torch.no_grad():
         expected = model(*inputs)
         results = [compiled(*inputs) for _ in range(3)]  # plain, captured, replayed
-    assert compiled.plan._replay is not None
+    assert compiled.plan.replaying
     for y in results:
         assert y.device.type == "cuda"
         _close(y.cpu(), expected.cpu())

@@ -16,6 +16,7 @@ from minitc.autotune.space import Space
 from minitc.autotune.space_rules import RULES, ScheduleRule, register_rule, unregister_rule
 from minitc.autotune.tuner import decode_trace, tuned_schedule
 from minitc.schedule import Trace
+from minitc.target import parse_target
 
 
 def _workload(m=32, n=48, k=16):
@@ -141,11 +142,24 @@ class _nothing:
 def test_records_of_two_spaces_share_the_workload(tmp_path):
     """A trace is a trace: the default space's tuning reads the user space's records (its
     programs count as measured; their decisions are not replayed in another space)."""
+    from minitc.autotune.database import Database
+
     Y, P = _workload()
     db = tmp_path / "r.db"
-    tc.tune(Y, space=fused_space(Y, P), strategy="random", trials=2, batch=2, db=db, seed=0)
+    first = tc.tune(Y, space=fused_space(Y, P), strategy="random", trials=2, batch=2, db=db, seed=0)
+    with Database(db) as d:
+        fused = {rec.trace for rec in d.records(first.workload)}
     r = tc.tune(Y, strategy=_strategy("evolutionary"), trials=2, batch=2, db=db, seed=0)
-    assert r.trials == 2 and r.kernel is not None
+    assert r.trials == 2 and r.workload == first.workload  # one workload, whatever the space
+    with Database(db) as d:
+        records = d.records(r.workload)
+        (best,) = d.best(r.workload, parse_target("llvm").string)
+    later = {rec.trace for rec in records} - fused
+    assert {decode_trace(t)[0][0] for t in fused} == {"fused"}
+    assert later and {decode_trace(t)[0][0] for t in later} <= {"template", "generic"}  # never the fused space's
+    assert r.best_trace == best.trace  # the fastest program of both spaces
+    args, expected = _inputs()
+    np.testing.assert_allclose(r.kernel(*args), expected, rtol=1e-4, atol=1e-4)
 
 
 class _Blocked(ScheduleRule):

@@ -73,6 +73,16 @@ class DevicePlan:
         return torch.empty(value.shape, dtype=torch_dtype(value.dtype), device=self.device)
 
     @property
+    def replaying(self) -> bool:
+        """Whether calls replay the captured CUDA graph (from the second call on, when capturing)."""
+        return self._replay is not None
+
+    def capture_again(self) -> None:
+        """Capture the steps at the second call from now, even on the simulator's device (which
+        otherwise runs them plainly: it has no CUDA graphs)."""
+        self.capture, self._calls, self._replay, self._captured = True, 0, None, None
+
+    @property
     def torch_nodes(self) -> set:
         return {node.name for kind, node, _ in self.steps if kind == "torch"}
 
