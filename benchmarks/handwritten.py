@@ -175,13 +175,14 @@ def variance(name: str, rows: int, cols: int) -> Workload:
 
 
 S = {"m": 512, "k": 512, "n": 512}
+HEADS = {"b": 1, "h": 12, "q": 128, "k": 128, "d": 64}  # BERT-base's 12 heads at 128 tokens
 HANDWRITTEN = [
     _einsum_workload("gemm-ab", "mk,kn->mn", S, "GEMM A·B"),
     _einsum_workload("gemm-atb", "km,kn->mn", S, "GEMM Aᵀ·B"),
     _einsum_workload("gemm-abt", "mk,nk->mn", S, "GEMM A·Bᵀ"),
     _einsum_workload("gemm-atbt", "km,nk->mn", S, "GEMM Aᵀ·Bᵀ"),
-    _einsum_workload("heads-scores", "bhqd,bhkd->bhqk", {"b": 1, "h": 12, "q": 128, "k": 128, "d": 64}, "attention scores"),
-    _einsum_workload("heads-values", "bhqk,bhkd->bhqd", {"b": 1, "h": 12, "q": 128, "k": 128, "d": 64}, "attention values"),
+    _einsum_workload("heads-scores", "bhqd,bhkd->bhqk", HEADS, "attention scores"),
+    _einsum_workload("heads-values", "bhqk,bhkd->bhqd", HEADS, "attention values"),
     _einsum_workload("contract-3d", "bsk,kn->bsn", {"b": 4, "s": 128, "k": 768, "n": 768}, "3-D x 2-D"),
     _einsum_workload("linear-3d", "bsk,nk->bsn", {"b": 4, "s": 128, "k": 768, "n": 768}, "3-D x a [N, K] weight"),
     _einsum_workload("gemm-tall", "mk,kn->mn", {"m": 8192, "k": 64, "n": 64}, "tall-skinny GEMM"),
