@@ -98,9 +98,7 @@ def grouped_conv(name: str, hw: int, c: int, groups: int) -> Workload:
         rc = tc.reduce_axis(per, "rc")
         return tc.compute(
             (1, c, hw, hw),
-            lambda n, o, y, x: tc.sum(
-                X[n, o // per * per + rc, y + rh, x + rw] * W[o, rc, rh, rw], axis=[rc, rh, rw]
-            ),
+            lambda n, o, y, x: tc.sum(X[n, o // per * per + rc, y + rh, x + rw] * W[o, rc, rh, rw], axis=[rc, rh, rw]),
             name="Y",
         )
 
