@@ -23,9 +23,10 @@ tags and template parameters (`conv2d_nchwc`, `pixels`), and the implicit-GEMM c
 tags (`conv2d_gemm`, `im2col`), later template parameters (`streams`) and the Winograd
 convolution's tags: an older vocabulary reads them as `<unk>`, and the decoder still writes
 only legal values for them. The parameters' words (names, named values) come from the
-templates' schemas; a word a schema adds later is appended at the very end (`schema_tokens`),
-until it is frozen into LATER_PARAMS (tests/test_lm_gpu.py asks for that), so that no later
-schema moves it.
+templates' schemas, and every template's tag is a word (a space line names its template); a word that a
+later template or parameter brings is appended at the very end (`schema_tokens`), until it is
+frozen into LATER_PARAMS or LATER_TEMPLATES (tests/test_lm_gpu.py asks for that), so that no
+later schema moves it.
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ LATER_PARAMS = ["streams"]
 WINOGRAD_TAGS = ["conv2d_winograd_nchwc", "winograd_input", "winograd_gemm", "conv2d_winograd", "winograd_patch"]
 # Then the templates a dense of a few rows takes (minitc/templates/gemv.py; their parameters are already words).
 GEMV_TAGS = ["gemv", "gemv_dot"]
+# Then the tags of templates added since (a space line names its template: `template : matmul_epilogue mr ...`).
+LATER_TEMPLATES = ["matmul_epilogue"]
 
 
 class TokenizerError(MinitcError):
@@ -137,10 +140,11 @@ def blocked_tokens() -> list:
 
 
 def schema_tokens(vocab: list) -> list:
-    """The words of every template's parameters, CPU and GPU, that `vocab` lacks."""
+    """The templates' tags (a sentence's space line names its template) and the words of their
+    parameters, CPU and GPU, that `vocab` lacks."""
     load_templates()
     known = set(vocab)
-    words = schema_words(TEMPLATES, PARAMS) + _gpu_design_space_words()
+    words = sorted(TEMPLATES) + schema_words(TEMPLATES, PARAMS) + _gpu_design_space_words() + sorted(GPU_TEMPLATES)
     return [w for w in dict.fromkeys(words) if w not in known]
 
 
@@ -148,9 +152,9 @@ def default_vocab() -> list:
     """The vocabulary of new models: the CPU vocabulary, then the GPU tokens, then the later
     keywords, then the channel-blocked operators' words, then the implicit GEMM's tags, then
     later template parameters, then the Winograd convolution's tags, then the matrix-vector
-    templates', then any word of the templates' parameters still missing (appended, so a token
-    keeps its id in every vocabulary that has it)."""
-    later = IMPLICIT_GEMM_TAGS + LATER_PARAMS + WINOGRAD_TAGS + GEMV_TAGS
+    templates', then later templates' tags, then any template tag or parameter word still
+    missing (appended, so a token keeps its id in every vocabulary that has it)."""
+    later = IMPLICIT_GEMM_TAGS + LATER_PARAMS + WINOGRAD_TAGS + GEMV_TAGS + LATER_TEMPLATES
     vocab = cpu_vocab() + gpu_tokens() + LATER_KEYWORDS + blocked_tokens() + later
     return vocab + schema_tokens(vocab)
 

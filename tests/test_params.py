@@ -156,14 +156,16 @@ def test_the_parameters_page_is_up_to_date():
 
 
 def test_the_vocabulary_writes_every_parameter_and_keeps_the_shipped_models_ids():
-    """The language model's vocabulary has a token for every parameter's name and named value,
-    and each shipped checkpoint's vocabulary is its beginning (the ids it was trained with)."""
+    """The language model's vocabulary has a token for every template's tag and every
+    parameter's name and named value, and each shipped checkpoint's vocabulary is its
+    beginning (the ids it was trained with)."""
     from minitc.lm.model import load_checkpoint
     from minitc.lm.pipeline import SHIPPED, SHIPPED_GPU
     from minitc.lm.tokenizer import Tokenizer, schema_tokens
 
     tok = Tokenizer.default()
     assert schema_tokens([]) and not schema_tokens(tok.vocab)
+    assert all(set(templates) <= set(tok.vocab) for templates, _ in _schemas())  # a space line names its template
     for path in (SHIPPED, SHIPPED_GPU):
         _, vocab, _ = load_checkpoint(path)
         assert tok.vocab[: len(vocab)] == vocab, path
