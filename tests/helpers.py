@@ -12,6 +12,7 @@ from minitc.ir import Buffer, For, Kernel, Load, Store
 from minitc.verify import verify
 
 GOLDEN = Path(__file__).parent / "golden"
+HOSTS = Path(__file__).parent / "fixtures" / "hosts"  # recorded machines: python -m minitc.target --record
 
 
 def check_golden(name: str, text: str, update: bool) -> None:
@@ -30,6 +31,23 @@ def experiment(name: str, folder: str = "experiments"):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def host_record(fixture: str) -> dict:
+    """A recorded machine of tests/fixtures/hosts (its cpuinfo, caches, LLVM's name, calibration)."""
+    import json
+
+    return json.loads((HOSTS / fixture).read_text())
+
+
+def recorded_target(fixture: str, cores: int = 2):
+    """An LLVM target for a recorded machine, with that machine's description (not this host's)."""
+    from minitc.target import hardware, parse_target
+
+    hw = hardware.from_record(host_record(fixture))
+    target = parse_target(f"llvm -mcpu={hw.core} -num-cores={cores}")
+    target.__dict__["hardware"] = hw  # a cached_property: set its cache
+    return target
 
 
 def table_target(cpu: str, extra: str = "", cores: int = 2):

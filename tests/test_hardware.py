@@ -6,18 +6,14 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
+from helpers import host_record
 
 from minitc.target import calibrate, hardware, host
 from minitc.templates import gemm_blocking
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hosts"
-
-
-def _record(name: str) -> dict:
-    return json.loads((FIXTURES / name).read_text())
+_record = host_record
 
 
 def _described(name: str):

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from test_prefetch import HOSTS, described
+from helpers import HOSTS, recorded_target
 
 import minitc as tc
 from minitc.autotune.space import Space
@@ -84,7 +84,7 @@ def _workloads():
 def test_every_default_lies_in_its_domain_on_each_recorded_host(fixture):
     """The defaults each host derives are points of the host-independent space: the hand
     template's program replays, and every value offered is legal."""
-    target = described(fixture)
+    target = recorded_target(fixture)
     for out in _workloads():
         space = Space(out, target)
         for d in space.replay(space.default_values()).decisions[1:]:
@@ -97,7 +97,8 @@ def test_a_value_another_host_derived_replays_here_and_one_outside_the_domain_do
     candidate on the recorded Intel server (0, 2, 4, 8): it replays, as every value of the
     slot's domain does; a distance beyond the domain is refused."""
     space = Space(
-        tc.ops.matmul(ph((256, 256), name="A"), ph((256, 256), name="B")), described("intel-sapphirerapids-kvm.json")
+        tc.ops.matmul(ph((256, 256), name="A"), ph((256, 256), name="B")),
+        recorded_target("intel-sapphirerapids-kvm.json"),
     )
     values = space.default_values()
     decisions = space.replay(values).decisions
@@ -135,7 +136,7 @@ def test_the_whole_dataset_replays_on_the_recorded_hosts():
         else:
             key = (e.name, FIXTURES[n % len(FIXTURES)], int(re.search(r"-num-cores=(\d+)", e.target).group(1)))
         if key not in spaces:
-            spaces[key] = Space(workload(e.name), e.target if len(key) == 2 else described(key[1], key[2]))
+            spaces[key] = Space(workload(e.name), e.target if len(key) == 2 else recorded_target(key[1], key[2]))
         try:
             values = space_values(spaces[key], e.parsed)
         except SentenceError as err:
@@ -184,7 +185,7 @@ def test_every_parameter_takes_the_ends_of_its_domain(target):
     others at their defaults, lowers, or is a ScheduleError (a combination the space re-draws),
     never another error."""
     outs = list(_workloads())[:4] if target == "cuda-sim" else list(_workloads())
-    target = target if target == "cuda-sim" else described(target)
+    target = target if target == "cuda-sim" else recorded_target(target)
     lowered = 0
     for out in outs:
         space = Space(out, target)

@@ -5,14 +5,12 @@ so nothing here depends on this host's cpu."""
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import template_with
+from helpers import recorded_target, template_with
 
 import minitc as tc
 from minitc.autotune.space import Space
@@ -22,21 +20,12 @@ from minitc.interp import interpret
 from minitc.ir import For, Kernel, Prefetch, walk_stmts
 from minitc.printer import format_expr
 from minitc.schedule.trace import Trace, step_call
-from minitc.target import hardware, parse_target
+from minitc.target import parse_target
 from minitc.templates import CHOICES, DEFAULTS, template_tag
 from minitc.templates import gemm_prefetch as prefetch
 
 AVX2 = "llvm -mcpu=x86-64-v3 -num-cores=2"
-HOSTS = Path(__file__).parent / "fixtures" / "hosts"
 ph = tc.placeholder
-
-
-def described(fixture: str, cores: int = 2):
-    """An LLVM target for a recorded host, with that host's description (not this one's)."""
-    hw = hardware.from_record(json.loads((HOSTS / fixture).read_text()))
-    target = parse_target(f"llvm -mcpu={hw.core} -num-cores={cores}")
-    target.__dict__["hardware"] = hw  # a cached_property: set its cache
-    return target
 
 
 def _matmul(M=24, K=20, N=24):
@@ -188,7 +177,7 @@ def _slots(space) -> dict:
 
 
 def test_the_intel_server_gets_the_analytical_distance_among_its_candidates():
-    target = described("intel-sapphirerapids-kvm.json")
+    target = recorded_target("intel-sapphirerapids-kvm.json")
     hw = target.hardware
     out = _matmul(1024, 1024, 1024)
     s = tc.Schedule(out)
@@ -208,7 +197,7 @@ def test_the_intel_server_gets_the_analytical_distance_among_its_candidates():
     ["intel-sapphirerapids-kvm.json", "amd-zen4.json", "intel-haswell-avx2.json", AVX2, "llvm -num-cores=2"],
 )
 def test_every_cpu_gemm_space_has_the_slot_and_its_default_program_prefetches_nothing(target):
-    target = described(target) if target.endswith(".json") else target
+    target = recorded_target(target) if target.endswith(".json") else target
     for out in (_matmul(), _bmm(2, 8, 16, 16), _dense_gelu(24, 16, 16)):  # 8 rows take the gemv template
         space = Space(out, target)
         slot = _slots(space)["l2"]
@@ -222,7 +211,7 @@ def test_a_sentence_with_the_slot_prints_parses_and_replays_without_new_tokens(m
     from minitc.lm.tokenizer import Tokenizer, cpu_vocab
 
     monkeypatch.setattr(prefetch, "IN_DESIGN_SPACE", True)
-    target = described("intel-sapphirerapids-kvm.json")
+    target = recorded_target("intel-sapphirerapids-kvm.json")
     space = Space(_matmul(), target)
     values = space.default_values()
     decisions = space.replay(values).decisions
@@ -266,7 +255,7 @@ def test_prefetches_leave_the_accumulators_in_registers():
     from minitc.backends.llvm import jit
     from minitc.backends.llvm.codegen import render
 
-    target = described("intel-sapphirerapids-kvm.json")
+    target = recorded_target("intel-sapphirerapids-kvm.json")
     s = template_with(_matmul(1024, 1024, 1024), target, l2=2)
     assert DEFAULTS["matmul"](tc.Schedule(_matmul(1024, 1024, 1024)), "matmul", target)["kc"]  # in place
     with jit._LOCK:
