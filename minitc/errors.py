@@ -35,6 +35,12 @@ class IRError(MinitcError):
     """The loop-nest IR is malformed (raised by the verifier)."""
 
 
+class RuntimeCheckError(MinitcError):
+    """The checked mode (MINITC_CHECK=1) caught a kernel call that would read or write memory
+    that is not its own: a null or stray pointer, a buffer of the wrong shape, an output over a
+    value still in use, or a write past the end of an output."""
+
+
 class RaceError(ScheduleError):
     """GPU threads of a schedule race on memory: the simulator saw two threads touch the same
     element, at least one writing, with no barrier between them."""

@@ -1,4 +1,8 @@
+import os
+
 import pytest
+
+os.environ.setdefault("MINITC_CHECK", "1")  # model plans run checked in the tests (minitc/frontend/checked.py)
 
 
 def pytest_addoption(parser):

@@ -15,6 +15,7 @@ import time
 
 import llvmlite.binding as llvm
 
+from minitc.backends.llvm.fault_ir import ACTION_BYTES, FAULT_SIGNALS, HANDLER, NOTE, OLD_ACTIONS, add_fault_report
 from minitc.backends.llvm.thread_pool_ir import (
     MAX_THREADS,
     SPIN_ITERS,
@@ -25,6 +26,7 @@ from minitc.backends.llvm.thread_pool_ir import (
 )
 from minitc.errors import BuildError, ConfigError
 
+_SA_SIGINFO, _SA_ONSTACK = 4, 0x08000000  # Linux's sigaction flags (x86_64 and aarch64)
 _build_lock = threading.Lock()
 _rt = None  # the _Runtime once built; never freed (worker threads execute its code)
 
@@ -53,8 +55,10 @@ class _Runtime:
                 f"the minitc parallel runtime needs Linux on x86_64 or aarch64, "
                 f"not {llvm.get_process_triple()}; use a serial schedule instead"
             )
+        module = thread_pool_module(arch)
+        add_fault_report(module)
         try:
-            self.engine = _jit(thread_pool_module(arch))
+            self.engine = _jit(module)
         except RuntimeError as err:  # a bug in this file, not a user error
             raise BuildError(f"minitc parallel runtime failed to compile: {err}") from err
         address = self.engine.get_function_address
@@ -67,7 +71,22 @@ class _Runtime:
         self.set_spin = setter(address("minitc_rt_set_spin"))
         self.release_workspace = ctypes.CFUNCTYPE(None)(address("minitc_workspace_release"))
         self._pin_workers(address)
+        self.note = ctypes.c_void_p.from_address(self.engine.get_global_value_address(NOTE))
+        self._install_fault_report(address(HANDLER))
         self.bench = None  # built by the first launch_overhead_us()
+
+    def _install_fault_report(self, handler: int) -> None:
+        """fault_ir.py's handler for FAULT_SIGNALS, ahead of the actions it replaces (kept in
+        the module for the handler to put back); MINITC_FAULT_REPORT=0 leaves them alone."""
+        if os.environ.get("MINITC_FAULT_REPORT", "1") == "0":
+            return
+        libc = ctypes.CDLL(None, use_errno=True)
+        action = (ctypes.c_uint8 * ACTION_BYTES)()
+        ctypes.c_uint64.from_buffer(action, 0).value = handler  # sa_sigaction
+        ctypes.c_int32.from_buffer(action, 136).value = _SA_SIGINFO | _SA_ONSTACK  # sa_flags, after the sigset
+        old = self.engine.get_global_value_address(OLD_ACTIONS)
+        for k, signal in enumerate(FAULT_SIGNALS):
+            libc.sigaction(signal, action, ctypes.c_void_p(old + k * ACTION_BYTES))
 
     def _pin_workers(self, address) -> None:
         cpus = _pinning_cpus()
@@ -134,6 +153,17 @@ def ensure_runtime():
         # worker threads are sleeping in.
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(rt))
         _rt = rt
+
+
+def running_note():
+    """The runtime's note of what is running (a ctypes c_void_p: set `.value` to the address of
+    a NUL-terminated string, or None), which a fault's report prints (fault_ir.py); None where
+    the runtime cannot be built."""
+    try:
+        ensure_runtime()
+    except BuildError:
+        return None
+    return _rt.note
 
 
 def runtime_symbols():

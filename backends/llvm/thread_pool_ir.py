@@ -65,6 +65,12 @@ _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}
 SUPPORTED_ARCHS = tuple(_SYS_FUTEX)  # Linux only
 _FUTEX_WAIT_PRIVATE, _FUTEX_WAKE_PRIVATE = 128, 129
 _SIG_BLOCK = 0
+# Workers block every signal but the ones a fault raises in the faulting thread (SIGILL,
+# SIGABRT, SIGBUS, SIGFPE, SIGSEGV: 4, 6, 7, 8, 11 on x86_64 and aarch64 Linux; bit n - 1 of the
+# set). Blocking those too made Linux kill the process without running any handler when a
+# worker faulted: faulthandler and fault_ir.py's report printed nothing (issue 55).
+_FAULT_SIGNALS = (4, 6, 7, 8, 11)
+_BLOCKED_LOW = -1 & ~sum(1 << (n - 1) for n in _FAULT_SIGNALS)
 
 _i32, _i64 = ir.IntType(32), ir.IntType(64)
 _ptr = ir.IntType(8).as_pointer()  # prints as "i8*" or "ptr"; LLVM 22 reads both as ptr
@@ -142,7 +148,7 @@ class _RuntimeIR:
         self.spin_iters = g("spin_iters", _i64, SPIN_ITERS)  # pauses before a futex sleep
         self.num_workers = g("num_workers", _i64, 0)  # worker threads created so far
         self.tids = g("tids", ir.ArrayType(_i64, MAX_THREADS), None)
-        self.sigset = g("sigset", ir.ArrayType(_i64, 16), [-1] * 16)  # a full sigset_t
+        self.sigset = g("sigset", ir.ArrayType(_i64, 16), [_BLOCKED_LOW] + [-1] * 15)  # a sigset_t
         # CPU for worker k (0-based) when pinning: cpus[k % ncpus]; ncpus = 0 disables pinning
         self.cpus = g("cpus", ir.ArrayType(_i32, MAX_THREADS), None)
         self.ncpus = g("ncpus", _i64, 0)
@@ -292,7 +298,7 @@ class _RuntimeIR:
         """rt_worker(id): thread body. Help with the current job, then wait for the next."""
         fn, b = self._fn("rt_worker", _ptr, [_ptr])
         wid = b.ptrtoint(fn.args[0], _i64)
-        # Signals belong to the Python main thread, not to pool threads.
+        # Signals belong to the Python main thread, not to pool threads (but for their faults).
         b.call(self.pthread_sigmask, [_c(_i32, _SIG_BLOCK), b.bitcast(self.sigset, _ptr), _c(_ptr, None)])
         self._pin(fn, b, wid)
         seen0 = b.load_atomic(self.wake, "seq_cst", 4)

@@ -196,6 +196,7 @@ class CompiledModel:
             if bucket not in self._variants:
                 self._variants[bucket] = self._compile(None, bucket)
             self.graph, self.tasks, self.plan = self._variants[bucket]
+            self.plan.label = self.label
             return self.plan
         # numpy and CuPy arrays are inputs too (compiled as torch tensors of the same data)
         signature = tuple(tuple(t.shape) for t in inputs if isinstance(t, torch.Tensor) or hasattr(t, "__array__"))
@@ -210,7 +211,13 @@ class CompiledModel:
                 warn_user(f"minitc: new input shapes {list(signature)}: compiling the model again")
             self._variants[signature] = self._compile([as_torch(t) for t in inputs])
         self.graph, self.tasks, self.plan = self._variants[signature]
+        self.plan.label = self.label
         return self.plan
+
+    @property
+    def label(self) -> str:
+        """What a fault's report calls this model (runtime.RunningNotes): its module's class."""
+        return f"model {type(self.model).__name__}" if self.model is not None else f"the model of {self.source}"
 
     def _compile(self, inputs, bucket=None):
         """(graph, tasks, plan) for `inputs`' shapes, or with dynamic shapes for `bucket` (the

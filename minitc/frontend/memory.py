@@ -37,10 +37,11 @@ def nbytes(node) -> int:
     return math.prod(node.shape) * np.dtype(node.dtype).itemsize
 
 
-def plan_arena(graph) -> tuple:
-    """({result name: byte offset}, arena size in bytes)."""
+def plan_arena(graph, guard: int = 0) -> tuple:
+    """({result name: byte offset}, arena size in bytes). `guard`: bytes kept free after each
+    result (the checked mode's guard words, minitc/frontend/checked.py)."""
     spans = lifetimes(graph)
-    sizes = {n.name: nbytes(n) for n in graph.nodes if n.name in spans}
+    sizes = {n.name: nbytes(n) + guard for n in graph.nodes if n.name in spans}
     placed: list = []  # (offset, end, first, last)
     offsets = {}
     for name in sorted(spans, key=lambda n: (-sizes[n], spans[n])):

@@ -4,18 +4,24 @@
 buffer, a view (the same buffer, another shape), or a `torch` node calling its ATen operator
 on torch tensors that share the buffers (torch.from_numpy / .numpy(): no copies). Constants
 stay numpy arrays for the life of the plan. Kernels write their intermediate results into one
-arena planned by liveness (memory.py); `plan.arena_bytes` is its size.
+arena planned by liveness (memory.py); `plan.arena_bytes` is its size. A torch node's result
+that is a view of an arena buffer is copied out of it (the arena does not plan for aliases).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import time
+import types
 
 import numpy as np
 
 from minitc.autotune.cost_model import torch_threads
+from minitc.backends.llvm.runtime import running_note
 from minitc.errors import DTypeError, ShapeError
+from minitc.frontend.checked import GUARD_BYTES, Checker
+from minitc.frontend.checked import enabled as checked_mode
 from minitc.frontend.importer import Ref, SymArg
 from minitc.frontend.memory import nbytes, plan_arena
 
@@ -68,11 +74,14 @@ class Plan:
 
     def __init__(self, graph, kernels: dict):
         self.graph = graph
-        self.offsets, self.arena_bytes = plan_arena(graph)
+        self.checker = Checker(self) if checked_mode() else None  # MINITC_CHECK (checked.py)
+        self.offsets, self.arena_bytes = plan_arena(graph, GUARD_BYTES if self.checker else 0)
         self._arena = None  # allocated on the first run, then reused (a plan runs one call at a time)
         self._views: dict = {}  # node name -> its array in the arena
         self._bound = None  # the steps of later runs, once a first run checked every call (_bind)
         self._static: dict = {}
+        self._notes = None  # RunningNotes, made by the first run
+        self.label = "a compiled model"  # what a fault's report calls the model (CompiledModel names it)
         self.steps = []
         for node in graph.nodes:
             if node.op == "view":
@@ -81,6 +90,8 @@ class Plan:
                 self.steps.append(("torch", node, node.aten))
             else:
                 self.steps.append(("kernel", node, kernels[node.name]))
+        # what runs: the steps, or in the checked mode the same with every kernel call checked
+        self._run_steps = self.checker.wrap_steps(self.steps) if self.checker else self.steps
 
     def check_inputs(self, arrays: list, shapes: bool = True) -> None:
         check_inputs(self.graph.inputs, arrays, shapes)
@@ -109,21 +120,33 @@ class Plan:
         import torch
 
         inputs = {v.name: np.ascontiguousarray(a) for v, a in zip(self.graph.inputs, arrays)}
-        with torch.inference_mode(), one_torch_thread(bool(self.torch_nodes)):
-            if self._bound is None:
-                values = self._execute(self.steps, {**self.graph.constants, **inputs}, times, checked=True)
-                self._bound, self._static = self._bind(values)
-            else:
-                values = self._execute(self._bound, {**self._static, **inputs}, times, checked=False)
+        first = self._bound is None
+        values = {**(self.graph.constants if first else self._static), **inputs}
+        if self.checker:
+            self.checker.start(values)
+        if self._notes is None:
+            self._notes = RunningNotes(self)
+        try:
+            with torch.inference_mode(), one_torch_thread(bool(self.torch_nodes)):
+                if first:
+                    values = self._execute(self._run_steps, values, times, checked=True)
+                    self._bound, self._static = self._bind(values)
+                else:
+                    values = self._execute(self._bound, values, times, checked=False)
+        finally:
+            self._notes.clear()
         return [values[o] for o in self.graph.outputs]
 
     def _execute(self, steps, values: dict, times: dict | None, checked: bool) -> dict:
         clock = time.perf_counter
+        note, notes = self._notes.note, self._notes.addresses
         for kind, node, what in steps:
             start = clock() if times is not None else 0.0
             if kind == "bound":
+                note.value = notes[node.name]  # what a fault's report names (RunningNotes)
                 what()
             elif kind == "kernel":
+                note.value = notes[node.name]
                 args = [values[i] for i in node.inputs]
                 if node.name not in self.offsets:  # a graph output: a fresh array for the caller
                     values[node.name] = what(*args)
@@ -135,10 +158,21 @@ class Plan:
             elif kind == "view":
                 values[node.name] = values[node.inputs[0]].reshape(node.shape)
             else:
-                values[node.name] = self.call_torch(node, what, values)
+                values[node.name] = self._own(self.call_torch(node, what, values))
             if times is not None:
                 times[node.name] = clock() - start
         return values
+
+    def _own(self, result):
+        """A torch node's result, copied where it shares the arena (a view of its input, such as
+        aten.select's): the arena planned its input's bytes free once that input's last reader
+        ran, and the next kernel result placed there would overwrite this one (issue 55)."""
+        if isinstance(result, np.ndarray):
+            shares = self._arena is not None and np.may_share_memory(result, self._arena)
+            return result.copy() if shares else result
+        if isinstance(result, (list, tuple)):
+            return type(result)(self._own(r) for r in result)
+        return result
 
     def _bind(self, values: dict) -> tuple:
         """The steps of later runs, after a first run whose every kernel call was checked: the
@@ -150,7 +184,7 @@ class Plan:
         static = dict(self.graph.constants)
         changing = {v.name for v in self.graph.inputs}
         steps = []
-        for kind, node, what in self.steps:
+        for kind, node, what in self._run_steps:
             reads_changing = any(i in changing for i in node.inputs)
             if kind == "kernel" and node.name in self.offsets:
                 static[node.name] = values[node.name]
@@ -164,6 +198,28 @@ class Plan:
                 changing.add(node.name)
             steps.append((kind, node, what))
         return steps, static
+
+
+class RunningNotes:
+    """What a fault's report says was running (backends/llvm/fault_ir.py): one C string per
+    kernel step, "kernel K (node N, step S of T) of MODEL", whose address the plan stores in the
+    runtime's note before the step; cleared when the run ends. One ctypes store a step."""
+
+    def __init__(self, plan):
+        kernels = [(node, what) for kind, node, what in plan.steps if kind == "kernel"]
+        self._buffers = {
+            node.name: ctypes.create_string_buffer(
+                f"kernel {getattr(what, 'name', '?')} (node {node.name}, step {k + 1} of {len(kernels)}) "
+                f"of {plan.label}".encode()
+            )
+            for k, (node, what) in enumerate(kernels)
+        }
+        self.addresses = {name: ctypes.addressof(b) for name, b in self._buffers.items()}
+        note = running_note()  # a ctypes pointer, false while null: not `or`
+        self.note = note if note is not None else types.SimpleNamespace(value=None)
+
+    def clear(self) -> None:
+        self.note.value = None
 
 
 def check_inputs(expected: list, inputs: list, shapes: bool = True) -> None:
