@@ -4,6 +4,7 @@ write past an output, each naming the kernel and the value; and a torch node's v
 result is no longer overwritten when the arena reuses its bytes."""
 
 import ctypes
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -157,3 +158,38 @@ def test_checked_runs_give_the_default_runs_results(monkeypatch):
     assert bound and all(isinstance(call.func.__self__, CheckedKernel) for call in bound)
     for _ in range(3):
         np.testing.assert_array_equal(checked(x).numpy(), default(x).numpy())
+
+
+class SqueezeExcitation(nn.Module):
+    """The global mean of a blocked (NCHWc) value read by a convolution: the layout pass named
+    both the mean's blocked result and the blocked conversion of its NCHW value `mean_nchwc`."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.down, self.up = nn.Conv2d(3, 32, 3, padding=1), nn.Conv2d(32, 8, 1), nn.Conv2d(8, 32, 1)
+
+    def forward(self, x):
+        h = torch.relu(self.stem(x))
+        return h * torch.sigmoid(self.up(torch.relu(self.down(h.mean((2, 3), keepdim=True)))))
+
+
+@pytest.mark.parametrize("check", ["0", "1"])
+def test_a_squeeze_excitation_block_runs_each_kernel_on_its_own_buffers(monkeypatch, check):
+    """Before the fix: ShapeError 'input in0 has shape (1, 2, 32, 32, 16), expected (1, 2, 16, 1,
+    1)' on the first call, as the issue's transformers RegNet at 224x224 (1, 2, 112, 112, 16)."""
+    monkeypatch.setenv("MINITC_CHECK", check)
+    torch.manual_seed(0)
+    model, x = SqueezeExcitation().eval(), torch.randn(1, 3, 32, 32)
+    compiled = tc.compile(model, (x,), db=False)
+    names = [node.name for node in compiled.graph.nodes]
+    assert len(names) == len(set(names)) and any(n.endswith("_nchwc") for n in names)
+    with torch.no_grad():
+        np.testing.assert_allclose(compiled(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_checked_mode_refuses_a_graph_that_names_two_values_alike(monkeypatch):
+    model, x, compiled = compiled_mlp(monkeypatch)
+    graph = compiled.graph.copy()
+    graph.nodes[1] = replace(graph.nodes[1], name=graph.nodes[0].name)
+    with pytest.raises(RuntimeCheckError, match=f"names more than one value {graph.nodes[0].name}"):
+        Plan(graph, kernels_of(compiled.plan))

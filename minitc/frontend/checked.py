@@ -40,6 +40,10 @@ class Checker:
     def __init__(self, plan):
         self.plan = plan
         nodes = plan.graph.nodes
+        names = [v.name for v in plan.graph.inputs] + list(plan.graph.constants) + [n.name for n in nodes]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:  # the plan keys values and kernels by name: one would run on the other's buffers
+            raise RuntimeCheckError(f"the graph names more than one value {', '.join(twice)}")
         self.step = {node.name: k for k, node in enumerate(nodes)}
         end = len(nodes)
         self.last_read = {v.name: -1 for v in plan.graph.inputs}

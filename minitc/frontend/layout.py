@@ -105,6 +105,16 @@ class _Blocker:
         self.shapes[node.name], self.dtypes[node.name] = node.shape, node.dtype
         return node.name
 
+    def _fresh(self, name: str) -> str:
+        """`name`, numbered where a value of that name exists: a reduction's blocked result is
+        `{name}_nchwc` and so was the blocked conversion of its NCHW value (an SE block's mean
+        read by a convolution); the plan keys kernels by name, so one node ran the other's
+        kernel (issue 55's ShapeError)."""
+        fresh, k = name, 2
+        while fresh in self.shapes:
+            fresh, k = f"{name}_{k}", k + 1
+        return fresh
+
     def to_blocks(self, name: str, block: int) -> str:
         """The blocked value of `name` (converting it once); `block` divides its channels."""
         if name in self.blocked:
@@ -112,10 +122,10 @@ class _Blocker:
         n, c, h, w = self.shapes[name]
         dtype = self.dtypes[name]
         split = (n, c // block, block, h, w)
-        view = self._emit(Node(f"{name}_blocks", "view", (name,), {"shape": split}, split, dtype))
+        view = self._emit(Node(self._fresh(f"{name}_blocks"), "view", (name,), {"shape": split}, split, dtype))
         shape = (n, c // block, h, w, block)
         self.blocked[name] = self._emit(
-            Node(f"{name}{SUFFIX}", "permute", (view,), {"dims": (0, 1, 3, 4, 2)}, shape, dtype)
+            Node(self._fresh(f"{name}{SUFFIX}"), "permute", (view,), {"dims": (0, 1, 3, 4, 2)}, shape, dtype)
         )
         return self.blocked[name]
 
@@ -129,7 +139,7 @@ class _Blocker:
         shape = (n, cb * c, h, w)
         if h * w > 1:
             src = self._emit(
-                Node(f"{name}_nchw", "permute", (src,), {"dims": (0, 1, 4, 2, 3)}, (n, cb, c, h, w), dtype)
+                Node(self._fresh(f"{name}_nchw"), "permute", (src,), {"dims": (0, 1, 4, 2, 3)}, (n, cb, c, h, w), dtype)
             )
         self._emit_unpadded(name, src, shape, self.shapes[name])
         self.nchw.add(name)
@@ -140,7 +150,9 @@ class _Blocker:
         if shape[1] == want[1]:
             self._emit(Node(name, "view", (src,), {"shape": want}, want, self.dtypes[src]))
             return
-        view = self._emit(Node(f"{name}_padded", "view", (src,), {"shape": shape}, shape, self.dtypes[src]))
+        view = self._emit(
+            Node(self._fresh(f"{name}_padded"), "view", (src,), {"shape": shape}, shape, self.dtypes[src])
+        )
         self._emit(Node(name, "slice", (view,), {"axis": 1, "start": 0, "step": 1}, want, self.dtypes[src]))
 
     def _constant(self, base: str, array) -> str:
@@ -240,7 +252,9 @@ class _Blocker:
         src = self.blocked[x]
         n, cb, _, _, c = self.shapes[src]
         shape = (n, cb, 1, 1, c) if node.attrs["keepdims"] else (n, cb, c)
-        reduced = self._emit(Node(f"{node.name}{SUFFIX}", node.op, (src,), dict(node.attrs), shape, node.dtype))
+        reduced = self._emit(
+            Node(self._fresh(f"{node.name}{SUFFIX}"), node.op, (src,), dict(node.attrs), shape, node.dtype)
+        )
         self._emit_unpadded(node.name, reduced, (n, cb * c) + node.shape[2:], node.shape)
         self.nchw.add(node.name)
         return True
@@ -249,7 +263,9 @@ class _Blocker:
         n, k, h, w = node.shape
         block = block_of(k, self.lanes)
         shape = (n, padded_channels(k, self.lanes) // block, h, w, block)
-        self.blocked[node.name] = self._emit(Node(f"{node.name}{SUFFIX}", op, inputs, dict(attrs), shape, node.dtype))
+        self.blocked[node.name] = self._emit(
+            Node(self._fresh(f"{node.name}{SUFFIX}"), op, inputs, dict(attrs), shape, node.dtype)
+        )
 
     def run(self) -> Graph:
         for node in self.source.nodes:
