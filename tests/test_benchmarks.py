@@ -190,12 +190,18 @@ def test_plot_without_matplotlib_names_the_extra(monkeypatch, tmp_path):
         (["--suite", "smoke", "--target", "cuda"], "is a GPU target; the CPU suites take 'llvm ...' targets"),
         (
             ["--suite", "smoke-tune", "--target", AVX2],
-            "--target applies to the suites cpu-core, smoke, models and tlm-eval, not smoke-tune",
+            "--target applies to the suites cpu-core, smoke, handwritten, models and tlm-eval, not smoke-tune",
         ),
         (["--suite", "smoke", "--batch", "2"], "--batch applies to the suite models"),
         (["--suite", "models", "--batch", "0"], "batch must be integers >= 1"),
-        (["--suite", "gpu-smoke", "--target", AVX2], "--target applies to the suites cpu-core, smoke, models and"),
-        (["--suite", "zoo", "--json", "x.json"], "--json applies to the suites cpu-core, smoke, cpu-tune,"),
+        (
+            ["--suite", "gpu-smoke", "--target", AVX2],
+            "--target applies to the suites cpu-core, smoke, handwritten, models and",
+        ),
+        (
+            ["--suite", "zoo", "--json", "x.json"],
+            "--json applies to the suites cpu-core, smoke, handwritten, cpu-tune,",
+        ),
         (["--suite"], "--suite needs a name: cpu-core, smoke,"),
         (["--thread", "1"], "Did you mean '--threads'"),
     ],

@@ -98,14 +98,14 @@ def test_a_task_its_template_refuses_runs_as_the_naive_loop_nest(monkeypatch):
     the task runs its naive loop nest, correct, and a warning names it and the reason."""
     from minitc.frontend import compiler
 
-    real = compiler.template_schedule
+    real = compiler.default_schedule
 
-    def refusing(outputs, target="llvm", **params):
+    def refusing(outputs, target="llvm"):
         if "dense" in str(outputs):
             raise tc.ScheduleError("planted: this template refuses")
-        return real(outputs, target, **params)
+        return real(outputs, target)
 
-    monkeypatch.setattr(compiler, "template_schedule", refusing)
+    monkeypatch.setattr(compiler, "default_schedule", refusing)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8)).eval()
     x = torch.randn(4, 16)

@@ -161,7 +161,8 @@ def test_a_grouped_convolution_of_many_groups_says_why_it_runs_through_pytorch()
 
 
 def test_the_zoo_report_times_each_system_and_tabulates_inductor(monkeypatch):
-    from minitc.benchmarks import report, timing, zoo_suite
+    from minitc import timing
+    from minitc.benchmarks import report, zoo_suite
 
     monkeypatch.setattr(timing, "ALTERNATE_WARMUP_S", 0.001)
     monkeypatch.setattr(timing, "ALTERNATE_CALL_S", 0.001)
