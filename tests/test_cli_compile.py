@@ -68,6 +68,7 @@ def test_compile_for_the_simulated_gpu_checks_and_times_it(factory, tmp_path):
     assert record["target"] == "cuda-sim" and record["max_abs_error"] < 1e-4 and record["ms"]["minitc"] > 0
 
 
+@pytest.mark.heavy
 def test_compile_with_a_dynamic_size_checks_and_times_the_range(factory, tmp_path):
     out = tmp_path / "d.json"
     args = ["compile", f"{factory}:make", "--dynamic", "batch=2..16@0", "--db", str(tmp_path / "r.db"), "--trials", "4"]
@@ -88,6 +89,7 @@ def test_a_bad_dynamic_size_gets_one_clear_line(factory, spec, message):
     assert result.exit_code != 0 and message in result.output
 
 
+@pytest.mark.heavy
 def test_generate_checks_the_tokens_against_eager_and_times_the_decode(tmp_path):
     pytest.importorskip("transformers")
     out = tmp_path / "g.json"

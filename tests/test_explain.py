@@ -131,6 +131,7 @@ def test_cli_explains_the_quickstart_script():
     assert "for i_o in parallel(16):" in r.output
 
 
+@pytest.mark.heavy
 def test_cli_explains_a_template_with_measurements(tmp_path):
     r = run("explain", "matmul", "--shape", "64,64,64", "--target", TARGET, "--measure", "--diff")
     assert r.exit_code == 0, r.output

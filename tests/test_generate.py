@@ -28,6 +28,7 @@ DECODERS = {
 
 
 @pytest.mark.parametrize("name", sorted(DECODERS))
+@pytest.mark.heavy
 def test_greedy_generation_through_the_backend_gives_eagers_tokens_from_two_graphs(name):
     torch.manual_seed(0)
     model = DECODERS[name]().eval()

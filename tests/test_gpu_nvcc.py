@@ -36,6 +36,7 @@ def failing_groups(log: str, spans: list) -> list:
 
 
 @pytest.mark.parametrize("name", ["resnet50", "mobilenet_v2", "bert-base", "gpt2"])
+@pytest.mark.heavy
 def test_every_kernel_of_a_suite_model_compiles_with_nvcc(name, tmp_path):
     nvcc = find_nvcc()
     if nvcc is None:

@@ -29,6 +29,7 @@ def entries():
     return load(hardware=[HARDWARE], workloads=NAMES)
 
 
+@pytest.mark.heavy
 def test_records_replay_the_dataset_programs_per_workload_and_machine(entries):
     model = TLPModel(seed=0)
     records, skipped = cost.cost_records(entries, model)
@@ -127,6 +128,7 @@ def test_a_pretrained_cost_model_ranks_the_first_round(tmp_path):
     assert len(set(lengths)) > 1 and lengths == sorted(lengths)  # ranked by the cost model, not the likelihood
 
 
+@pytest.mark.heavy
 def test_the_cost_model_command_trains_per_machine_for_every_cpu_and_mtl(tmp_path):
     data = tmp_path / "data"
     DatasetWriter(data).append(load(hardware=[HARDWARE], workloads=NAMES[:1]))

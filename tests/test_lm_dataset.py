@@ -310,6 +310,7 @@ def test_finetune_from_the_dataset_leaving_one_machine_out(tmp_path, sentences):
     assert result.exit_code == 1 and "no entries of hardware ['zen9']" in result.output
 
 
+@pytest.mark.heavy
 def test_the_shipped_dataset_is_valid_and_packaged():
     entries = load(DATA_DIR)
     assert all(e.hardware.startswith("hardware ") for e in entries)

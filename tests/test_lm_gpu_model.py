@@ -120,6 +120,7 @@ def _nvcc_workloads() -> dict:
     }
 
 
+@pytest.mark.heavy
 def test_generated_gpu_programs_compile_with_nvcc(tmp_path):
     """Programs the shipped GPU model writes and programs sampled from the GPU design space (both
     sketches) for four workloads: one nvcc --ptx run for sm_90 compiles all of them."""
@@ -150,6 +151,7 @@ def test_generated_gpu_programs_compile_with_nvcc(tmp_path):
     assert all(f".entry {kernel}" in ptx for kernel, _ in sources)
 
 
+@pytest.mark.heavy
 def test_tlm_eval_runs_on_a_gpu_target(tmp_path, tiny_gpu_checkpoint):
     from minitc.cli import main
 
@@ -186,6 +188,7 @@ GPU_WORKLOADS = {
 }
 
 
+@pytest.mark.heavy
 def test_constrained_decoding_writes_only_legal_gpu_programs():
     """Two thousand programs decoded by an untrained model (near-uniform choices reach every
     corner of the space) over five GPU workloads: every one replays, and every distinct program

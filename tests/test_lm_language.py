@@ -59,6 +59,7 @@ def _all_samples(op_samples, workload_samples):
 # -- 1. grammar round trip -------------------------------------------------------------------------
 
 
+@pytest.mark.heavy
 def test_op_sentences_round_trip(op_samples, hw):
     checked = 0
     for name in OPS:

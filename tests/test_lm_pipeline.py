@@ -219,6 +219,7 @@ def test_lm_commands(tmp_path):
     assert bad.exit_code != 0 and "unknown workloads" in bad.output
 
 
+@pytest.mark.heavy
 def test_tlm_eval_suite_runs_and_tabulates(tmp_path, tiny_checkpoint):
     from minitc.cli import main
 

@@ -99,6 +99,7 @@ def test_suite_runs_a_small_model_end_to_end(tmp_path, monkeypatch):
     assert "slowest tasks" in result.output
 
 
+@pytest.mark.heavy
 def test_the_suite_reports_the_tuned_compiles_choices(tmp_path, monkeypatch):
     """tuned_kept / tuned_dropped count the choices of the compile that read the records (they
     came from the templates' compile, which reads none, and were always 0). Random programs
@@ -123,6 +124,7 @@ def test_the_suite_reports_the_tuned_compiles_choices(tmp_path, monkeypatch):
     assert rec["tuned_kept"] + rec["tuned_dropped"] > 0, rec
 
 
+@pytest.mark.heavy
 def test_the_suite_runs_a_model_for_the_gpu_at_two_batch_sizes(tmp_path, monkeypatch):
     """--target cuda-sim: minitc's kernels on the simulator, the same records as on a GPU."""
     pytest.importorskip("transformers", reason="tiny-bert is a transformers BertModel: pip install transformers")

@@ -119,6 +119,7 @@ OLDER_SPACES = {("resnet-fc", "llvm"), ("resnet-stem", "cuda"), ("resnet18-c2-s2
 OLDER_SPACES |= {("mbv2-dw-32-112", "cuda"), ("mbv2-dw-96-112-s2", "cuda")}
 
 
+@pytest.mark.heavy
 def test_the_whole_dataset_replays_on_the_recorded_hosts():
     """Every program of lm/data replays (its CPU programs on the recorded hosts' descriptions in
     turn, its GPU ones on their CUDA target), except those written for an older space of their

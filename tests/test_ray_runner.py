@@ -22,6 +22,8 @@ from minitc.cli import main  # noqa: E402
 from minitc.target import hardware_fingerprint, parse_target  # noqa: E402
 
 # health checks every 0.5 s: a node whose raylet dies is known dead in seconds, not half a minute
+pytestmark = pytest.mark.heavy  # a two-node cluster: about 40 s in all
+
 FAST_HEALTH = {"health_check_period_ms": 500, "health_check_failure_threshold": 3, "health_check_timeout_ms": 500}
 
 

@@ -16,7 +16,7 @@ def _args(inst):
     return list(inst.placeholders) + [inst.output]
 
 
-@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.heavy) if "winograd" in n else n for n in OPS])
 def test_random_candidates_are_legal_and_correct(name):
     """Both sketches (template and generic rules), several random draws per op: each builds
     and matches numpy, and its decisions replay to the same trace."""

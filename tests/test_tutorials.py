@@ -26,7 +26,14 @@ def test_the_eight_tutorials_are_there():
     assert [p.name[:2] for p in TUTORIALS] == [f"{n:02d}" for n in range(1, 9)]
 
 
-@pytest.mark.parametrize("path", TUTORIALS, ids=[p.stem for p in TUTORIALS])
+HEAVY = ("03", "04", "05", "06", "08")  # 8-30 s each on 2 cores
+
+
+@pytest.mark.parametrize(
+    "path",
+    [pytest.param(p, marks=pytest.mark.heavy) if p.name[:2] in HEAVY else p for p in TUTORIALS],
+    ids=[p.stem for p in TUTORIALS],
+)
 def test_tutorial_runs_in_fast_mode(path, tmp_path):
     text = path.read_text()
     assert text.startswith("# %% [markdown]\n# # "), "a tutorial opens with a markdown cell and its title"

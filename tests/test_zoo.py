@@ -46,7 +46,7 @@ def compile_and_check(model, inputs):
 HEAVY_OPS = ("convolution", "linear", "addmm", "mm", "bmm", "_softmax", "_safe_softmax", "layer_norm", "cat")
 
 
-@pytest.mark.parametrize("name", ZOO)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.heavy) if n == "zoo-mobilevit" else n for n in ZOO])
 def test_zoo_model_compiles_and_matches_eager(name):
     if MODELS[name].needs:
         pytest.importorskip(MODELS[name].needs)
