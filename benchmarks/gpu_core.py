@@ -17,7 +17,7 @@ call whose enqueueing takes as long as the flush is flagged). Rounds rotate who 
 The workloads are in gpu_suites.py, the timer in timing.py, the table in report.py and the
 plot in plots.py.
 
-`gpu-smoke` is the same at tiny shapes (tests/test_benchmarks_gpu.py runs its minitc kernels in
+`gpu-smoke` is the same at tiny shapes (tests/gpu/test_benchmarks_gpu.py runs its minitc kernels in
 the GPU simulator). Without torch's CUDA build, CuPy or a GPU, the suite stops with one line
 saying what is missing; without Triton only its column is empty.
 

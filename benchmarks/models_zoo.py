@@ -285,7 +285,7 @@ MODELS = {
 }
 
 # the zoo of issue 44: small configurations of the architectures users bring (benchmarks/zoo_hf.py,
-# benchmarks/zoo_nn.py); tests/test_zoo.py compiles each, docs/models.md keeps their table
+# benchmarks/zoo_nn.py); tests/frontend/test_zoo.py compiles each, docs/models.md keeps their table
 for _table, _needs in ((zoo_hf.ZOO, "transformers"), (zoo_nn.ZOO, None)):
     for _name, (_description, _factory) in _table.items():
         MODELS[_name] = ModelSpec(_name, _description, _factory, full=False, needs=_needs)

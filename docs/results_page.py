@@ -5,7 +5,7 @@ headline tables cannot drift from the data, and every row names its machine and 
     python docs/results_page.py --check    # exit 1 if docs/results.md is stale
 
 To show a new result, store its JSON in experiments/results/ and add it to a table below.
-tests/test_results_page.py checks that the page matches the data.
+tests/benchmarks/test_results_page.py checks that the page matches the data.
 """
 
 from __future__ import annotations

@@ -64,8 +64,8 @@ step() {  # step SECONDS NAME COMMAND...: run with a time limit, log to $R/NAME.
     { echo "---- $name: exit $rc in $((SECONDS - start)) s"; tail -n 40 "$R/$name.log"; } >>"$OUT/summary.log"
     tar czf "$OUT/results.tgz" -C "$(dirname "$R")" r
 }
-TESTS=${TESTS:-tests/test_gpu_reductions.py tests/test_gpu_gemm.py tests/test_cuda_runtime.py tests/test_gpu_conv.py \
-    tests/test_gpu_winograd.py tests/test_gpu_lowering.py tests/test_gpu_runner.py}
+TESTS=${TESTS:-tests/gpu/test_gpu_reductions.py tests/gpu/test_gpu_gemm.py tests/gpu/test_cuda_runtime.py tests/gpu/test_gpu_conv.py \
+    tests/gpu/test_gpu_winograd.py tests/gpu/test_gpu_lowering.py tests/gpu/test_gpu_runner.py}
 # shellcheck disable=SC2086  # TESTS is a list of files
 want tests && step 90 tests python3 -m pytest -q -m cuda $TESTS
 want gemm-probe && step 90 gemm-probe python3 experiments/gpu_gemm_probe.py

@@ -25,7 +25,7 @@ convolution's tags: an older vocabulary reads them as `<unk>`, and the decoder s
 only legal values for them. The parameters' words (names, named values) come from the
 templates' schemas, and every template's tag is a word (a space line names its template); a word that a
 later template or parameter brings is appended at the very end (`schema_tokens`), until it is
-frozen into LATER_PARAMS or LATER_TEMPLATES (tests/test_lm_gpu.py asks for that), so that no
+frozen into LATER_PARAMS or LATER_TEMPLATES (tests/gpu/test_lm_gpu.py asks for that), so that no
 later schema moves it.
 """
 

@@ -7,7 +7,7 @@ layer norm, pooling, plus a few square matmuls.
 
 HELD_OUT: the compute workloads of the benchmark suite `cpu-core` (matmul 512^3, the ResNet
 3x3 convolution at 56x56, BERT's FFN dense with relu, BERT's attention batch matmul and
-softmax). Training never sees these shapes (tests/test_lm_language.py checks the keys differ),
+softmax). Training never sees these shapes (tests/lm/test_lm_language.py checks the keys differ),
 so `python -m minitc.benchmarks --suite tlm-eval` measures generalisation to unseen workloads.
 """
 

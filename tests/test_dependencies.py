@@ -40,8 +40,15 @@ def importable_names(distributions: set) -> set:
 
 
 def local_modules(folder: Path) -> set:
-    """Modules a script or test in `folder` imports from beside it (helpers.py, fake_cupy.py...)."""
-    return {p.stem for p in folder.glob("*.py")} | {p.name for p in folder.iterdir() if (p / "__init__.py").exists()}
+    """Modules a script or test in `folder` imports from beside it or from a folder above it up to
+    the checked one (tests/helpers.py, which conftest.py puts on the path, fake_cupy.py...)."""
+    names = set()
+    for above in (folder, *folder.parents):
+        names |= {p.stem for p in above.glob("*.py")}
+        names |= {p.name for p in above.iterdir() if (p / "__init__.py").exists()}
+        if above.parent == ROOT or above == ROOT:
+            break
+    return names
 
 
 def imports_of(path: Path):

@@ -12,7 +12,7 @@ produces IR text.
 
 Algorithms, with the worst errors over 70M float32 inputs (every 61st bit pattern, both signs)
 and 9M float64 ones against float64 / long double references (`python
-examples/vecmath_accuracy.py`; tests/test_vecmath.py holds the bounds):
+examples/vecmath_accuracy.py`; tests/backends/test_vecmath.py holds the bounds):
 float32 exp 1.003 ulp, sigmoid 2.7 ulp, tanh 1.3 ulp, erf 3.8e-7 absolute; float64 exp 1.0 ulp,
 sigmoid 3.0 ulp, tanh 1.0 ulp; inf, -inf, nan, -0 and subnormal results as numpy gives them.
   exp      n = rint(x / ln 2) (magic-number rounding), r = x - n ln 2 (Cody-Waite), e^r by a minimax

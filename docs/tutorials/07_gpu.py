@@ -242,7 +242,7 @@ except tc.ScheduleError as e:
 # condition that differs between the threads of a block. The simulator is a second, dynamic
 # line of defence: it records every load and store of every thread between barriers and
 # raises `tc.RaceError` naming the buffer, the element and the two threads when they
-# conflict (tests/test_cuda_sim.py removes lowering's barriers from this matmul to show it).
+# conflict (tests/gpu/test_cuda_sim.py removes lowering's barriers from this matmul to show it).
 # Every GPU kernel in the test suite runs in the simulator, which is how CI checks GPU code
 # without a GPU.
 

@@ -3,7 +3,7 @@ without compiling or running anything (no GPU, no CuPy): the same import, graph 
 and template traces as a compile, stopped at code generation.
 
     for task, source in model_sources(model, inputs):   # one translation unit per fused group
-        ...                                            # e.g. nvcc -arch=sm_90 --ptx (tests/test_gpu_nvcc.py)
+        ...                                            # e.g. nvcc -arch=sm_90 --ptx (tests/gpu/test_gpu_nvcc.py)
 
 Each task's kernels are named `g<k>` (with the launch suffixes of a multi-launch program), so the
 sources of one model concatenate into one file with distinct names (the helpers are guarded).

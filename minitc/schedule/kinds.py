@@ -21,7 +21,7 @@ A row (`StepKind`) gives, for one primitive:
   `Schedule` itself.
 
 `register(StepKind(...))` adds a kind; the recorder, traces, the explorer, `tc.explain` and the
-cost model's features then know it (tests/test_step_kinds.py adds a toy one).
+cost model's features then know it (tests/schedule/test_step_kinds.py adds a toy one).
 """
 
 from __future__ import annotations

@@ -207,7 +207,7 @@ def test_adapting_a_cpu_mixes_in_other_cpus_not_gpus(tmp_path):
     here_fp = hardware_fingerprint(parse_target("llvm"))
     DatasetWriter(data).append(_entries(hardware("llvm", measured={"gflops": 1.0, "gbps": 1.0}), here_fp, 4))
     DatasetWriter(data).append(_entries(ZEN4, ZEN4_FP, 5))
-    for shard in (Path(__file__).parents[1] / "lm" / "data").glob("NVIDIA-*.jsonl.gz"):  # GPU measurements
+    for shard in (Path(__file__).parents[2] / "lm" / "data").glob("NVIDIA-*.jsonl.gz"):  # GPU measurements
         shutil.copy(shard, data / shard.name)
     assert any(e.hardware.startswith("hardware cuda") for e in load(data, sentences=False))
     here, rest = mixture(tmp_path / "none.db", data, "llvm", 100.0, np.random.default_rng(0))

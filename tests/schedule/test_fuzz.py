@@ -9,7 +9,7 @@ cases (MINITC_FUZZ_SPECIALS, default 0.35) feeds NaN, +-inf, +-0 and denormals a
 the kernel must give numpy's special values in the same places.
 
 MINITC_FUZZ_CASES sets the number of cases (default 320); MINITC_FUZZ_SEED the seed. A campaign:
-    MINITC_FUZZ_CASES=4000 MINITC_FUZZ_SPECIALS=1 python -m pytest -q -s tests/test_fuzz.py
+    MINITC_FUZZ_CASES=4000 MINITC_FUZZ_SPECIALS=1 python -m pytest -q -s tests/schedule/test_fuzz.py
 """
 
 import os

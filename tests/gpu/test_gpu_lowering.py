@@ -158,7 +158,7 @@ def test_guards_move_below_barriers_so_partial_tiles_work():
 
 
 def test_softmax_stages_at_the_root_run_as_launches_passing_temporaries():
-    """(The default GPU schedule runs softmax as one launch: tests/test_gpu_reductions.py.)"""
+    """(The default GPU schedule runs softmax as one launch: tests/gpu/test_gpu_reductions.py.)"""
     from minitc.templates.gpu import bind_unbound
 
     s = tc.Schedule(tc.ops.softmax(tc.placeholder((8, 40), name="X")))
@@ -333,6 +333,6 @@ def test_the_gpu_example_runs(capsys):
     import runpy
     from pathlib import Path
 
-    runpy.run_path(str(Path(__file__).parent.parent / "examples" / "gpu_matmul.py"), run_name="__main__")
+    runpy.run_path(str(Path(__file__).parents[2] / "examples" / "gpu_matmul.py"), run_name="__main__")
     out = capsys.readouterr().out
     assert "__syncthreads()" in out and "float4" in out and "the simulator agrees with numpy" in out

@@ -169,7 +169,7 @@ def test_tune_takes_exactly_the_tune_options_with_their_defaults():
 
 def test_the_strategy_of_the_tuning_docs_tunes_a_workload():
     """docs/tuning.md, "Writing a strategy": its code block, run as written."""
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "tuning.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "tuning.md").read_text()
     section = doc.split("## Writing a strategy", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     namespace: dict = {}

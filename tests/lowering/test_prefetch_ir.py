@@ -1,6 +1,6 @@
 """Prefetch requests as loop properties (issue 41): `Loop.prefetch` in the schedule, `For.prefetch`
 in the IR, what split, fuse and the loop kinds do with a request, and how the printer and the
-verifier read requests and `Prefetch` statements. The LLVM side is tests/test_prefetch.py."""
+verifier read requests and `Prefetch` statements. The LLVM side is tests/templates/test_prefetch.py."""
 
 from __future__ import annotations
 

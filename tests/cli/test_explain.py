@@ -12,7 +12,7 @@ from minitc.cli import main
 from minitc.explanation import estimate_flops, trace_differences
 from minitc.templates import template_schedule
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TARGET = "llvm -mcpu=znver2 -num-cores=2"
 
 

@@ -20,7 +20,7 @@ from minitc.templates.params import SWITCH, Ints, OneOf, Param
 from minitc.templates.params_page import parameters_page
 
 FIXTURES = sorted(p.name for p in HOSTS.glob("*.json"))
-DOC = Path(__file__).resolve().parents[1] / "docs" / "parameters.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "parameters.md"
 ph = tc.placeholder
 
 

@@ -37,7 +37,7 @@ from minitc.lm.tokenizer import Tokenizer
 from minitc.lm.training_set import TRAINING
 from minitc.target import hardware_fingerprint, parse_target
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TARGET = "llvm -mcpu=znver2 -num-cores=2"
 ZEN2 = Hardware("llvm", "znver2", 2, 8, 32, 512, 16384, 210, 33)
 ZEN4 = Hardware("llvm", "znver4", 2, 16, 32, 1024, 32768, 380, 30)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from helpers import experiment
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _page_module():

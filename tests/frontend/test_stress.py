@@ -1,7 +1,8 @@
-"""The runtime under load (issue 55): tests/stress_runtime.py in a subprocess, so that a crash
+"""The runtime under load (issue 55): tests/frontend/stress_runtime.py in a subprocess, so that a crash
 fails the test instead of killing pytest: at 2 pool threads on the default path, and with more
-pool threads than cores in the checked mode. The short runs take about two minutes on 2 cores;
-`-m slow` runs the long one (every zoo model, 20000 calls per Python thread)."""
+pool threads than cores in the checked mode. The short runs take about two minutes on 2 cores
+(marked heavy: CI's second step runs them); `-m slow` runs the long one (every zoo model, 20000
+calls per Python thread)."""
 
 import os
 import subprocess
@@ -29,10 +30,12 @@ def run_stress(pool_threads: int, *args: str, timeout: float, check: bool = Fals
     return done.stdout
 
 
+@pytest.mark.heavy
 def test_two_pool_threads_two_python_threads():
     run_stress(2, "--calls", "1200", "--zoo", "4", "--python-threads", "2", timeout=600)
 
 
+@pytest.mark.heavy
 def test_more_pool_threads_than_cores():
     threads = len(os.sched_getaffinity(0)) + 3
     run_stress(threads, "--calls", "1500", "--zoo", "4", "--seed", "1", timeout=600, check=True)

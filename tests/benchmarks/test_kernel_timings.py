@@ -2,8 +2,8 @@
 tracking. In the test suite each kernel is checked against numpy and timed for a few rounds,
 with nothing asserted about the time; to track speed on one machine, save and compare:
 
-    python -m pytest tests/test_kernel_timings.py --benchmark-autosave
-    python -m pytest tests/test_kernel_timings.py --benchmark-compare --benchmark-compare-fail=median:10%
+    python -m pytest tests/benchmarks/test_kernel_timings.py --benchmark-autosave
+    python -m pytest tests/benchmarks/test_kernel_timings.py --benchmark-compare --benchmark-compare-fail=median:10%
 
 (It lived in benchmarks/, which ships in the wheel, where CI never ran it.)
 """

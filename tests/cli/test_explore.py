@@ -2,7 +2,7 @@
 Run, the request checks), the code the page starts from, and the page itself in headless
 chromium (skipped where selenium or Debian's chromium and chromium-driver are missing).
 
-MINITC_EXPLORE_SCREENSHOT=docs/images/explore.png python -m pytest tests/test_explore.py -k browser
+MINITC_EXPLORE_SCREENSHOT=docs/images/explore.png python -m pytest tests/cli/test_explore.py -k browser
 saves the page after its Run as the screenshot in docs/explore.md.
 """
 

@@ -21,7 +21,7 @@ from minitc.cli import main
 from minitc.target import host_cpu_name, parse_target
 from minitc.timing import Timing, measure, quiesce, settle, wait_for_quiet
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FAST = ["--repeats", "3", "--budget", "0.02", "-q"]
 RECORD_KEYS = {
     "suite",

@@ -2,10 +2,10 @@
 interleaving, garbage collected between calls, deleted and compiled again while others stay in
 use, optionally from two Python threads at once. Every call's output must equal, bit for bit,
 that model's first output (which matched PyTorch eager); a crash kills this process, so run it
-in a subprocess (tests/test_stress.py does):
+in a subprocess (tests/frontend/test_stress.py does):
 
-    MINITC_NUM_THREADS=2 python tests/stress_runtime.py --calls 3000 --zoo 6
-    MINITC_NUM_THREADS=2 python tests/stress_runtime.py --calls 20000 --zoo all --python-threads 2
+    MINITC_NUM_THREADS=2 python tests/frontend/stress_runtime.py --calls 3000 --zoo 6
+    MINITC_NUM_THREADS=2 python tests/frontend/stress_runtime.py --calls 20000 --zoo all --python-threads 2
 
 Prints one line `stress ok: ...` and exits 0, or names the model whose output changed and
 exits 1.

@@ -55,7 +55,7 @@ def test_a_gpu_probe_switch_turned_off_keys_records_apart(monkeypatch):
     monkeypatch.setenv("MINITC_GPU_UNROLL_K", "0")
     assert switches_off() == ["MINITC_GPU_UNROLL_K"] and not switch_on("MINITC_GPU_UNROLL_K")
     assert hardware_fingerprint("cuda-sim") == plain + "-unroll_k-off"
-    docs = (Path(__file__).resolve().parent.parent / "docs" / "architecture.md").read_text()
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "architecture.md").read_text()
     assert all(f"`{name}" in docs for name in PROBE_SWITCHES)
     with pytest.raises(KeyError, match="unknown probe switch"):
         switch_on("MINITC_GPU_TYPO")
