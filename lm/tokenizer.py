@@ -87,7 +87,7 @@ WINOGRAD_TAGS = ["conv2d_winograd_nchwc", "winograd_input", "winograd_gemm", "co
 # Then the templates a dense of a few rows takes (minitc/templates/gemv.py; their parameters are already words).
 GEMV_TAGS = ["gemv", "gemv_dot"]
 # Then the tags of templates added since (a space line names its template: `template : matmul_epilogue mr ...`).
-LATER_TEMPLATES = ["matmul_epilogue"]
+LATER_TEMPLATES = ["matmul_epilogue", "reduce_epilogue"]
 
 
 class TokenizerError(MinitcError):

@@ -54,7 +54,8 @@ def template_tag(s, out: str) -> str:
     names for its shape (a dense of a few rows: "gemv", gemv.py), or "matmul" for a matrix
     product written by hand with tc.compute (gemm.is_contraction), "matmul_epilogue" for an
     elementwise epilogue of one (bias, activation: gemm.contraction_under), "reduce" for a
-    reduction written by hand that is no contraction (contraction.py; a convolution written by
+    reduction written by hand that is no contraction and "reduce_epilogue" for an elementwise
+    output of one (contraction.py; a convolution written by
     hand is one, and takes the generic rules' register tile)."""
     load_templates()
     tag = s.state.stage(out).tag
@@ -68,12 +69,14 @@ def template_tag(s, out: str) -> str:
 
     if is_contraction(s, out):
         return "matmul"
-    from minitc.templates.contraction import find_contraction
+    from minitc.templates.contraction import find_contraction, reduction_under
 
     st = s.state.stage(out)
     if st.reduce_axes:  # a sum, max or min that is no contraction: the reduction template
         return "reduce" if find_contraction(st) is None else tag  # a contraction: the generic rules
-    return "matmul_epilogue" if contraction_under(s, out) else tag
+    if contraction_under(s, out):
+        return "matmul_epilogue"
+    return "reduce_epilogue" if reduction_under(s, out) else tag
 
 
 def template_schedule(outputs, target="llvm", **params) -> Schedule:

@@ -91,3 +91,22 @@ def find_contraction(stage) -> Contraction | None:
         windows=windows,
         vector=vector,
     )
+
+
+def reduction_under(s, out: str) -> str | None:
+    """The one reduction that is no contraction under the elementwise output `out` (found
+    through elementwise stages only), or None (none, several, or a contraction among them)."""
+    found, todo, seen = [], [out], set()
+    while todo:
+        for name in s.state.stage(todo.pop()).read_stages():
+            st = s.state.stage(name)
+            if st.reduce_axes:
+                found.append(name)
+            elif name not in seen and not st.is_placeholder:
+                seen.add(name)
+                todo.append(name)
+    names = set(found)
+    if len(names) != 1:
+        return None
+    (name,) = names
+    return name if find_contraction(s.state.stage(name)) is None else None

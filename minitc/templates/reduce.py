@@ -63,6 +63,7 @@ from __future__ import annotations
 from minitc import dtypes
 from minitc.errors import ScheduleError
 from minitc.expr import IterVar, walk
+from minitc.templates.contraction import reduction_under
 from minitc.templates.elementwise import (
     PARALLEL,
     VECTOR,
@@ -73,8 +74,10 @@ from minitc.templates.elementwise import (
     parallelize,
     pick_lanes,
     pick_tile,
+    schedule_injective,
     worth_parallel,
 )
+from minitc.templates.gemm_stages import inline_epilogue
 from minitc.templates.params import Ints, Param
 from minitc.templates.registry import defaults, template
 
@@ -377,3 +380,22 @@ def reduce_defaults(s, out, target) -> dict:
         "parallel": worth_parallel(input_bytes(s, out), target),
         "streams": target.row_streams,
     }
+
+
+@template("reduce_epilogue", REDUCE_PARAMS)
+def schedule_reduce_epilogue(s, out, target, vector=32, lanes=8, rows=8, chunk=CHUNK, parallel=True, streams=1):
+    """An elementwise output of a reduction written by hand (a variance as a sum of squares,
+    then a scale: contraction.reduction_under finds it): the reduction as the reduce template
+    schedules it, at the root, with these parameters; the elementwise stages between it and
+    `out` inlined into `out`, which is vectorized and parallel as the elementwise template's."""
+    product = reduction_under(s, out)
+    inline_epilogue(s, out, product)
+    schedule_reduce(s, product, target, vector, lanes, rows, chunk, parallel, streams)
+    st = s.state.stage(out)
+    nbytes = numel(st.shape) * dtypes.bits(st.dtype) // 8
+    schedule_injective(s, out, target, vector=default_vector(target, st.dtype), parallel=worth_parallel(nbytes, target))
+
+
+@defaults("reduce_epilogue")
+def reduce_epilogue_defaults(s, out, target) -> dict:
+    return reduce_defaults(s, reduction_under(s, out), target)

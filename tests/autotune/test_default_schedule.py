@@ -162,3 +162,18 @@ def test_a_handwritten_epilogue_of_a_handwritten_product_takes_the_gemm_template
         assert template_tag(Schedule(out), out.name) == "matmul_epilogue"
         assert "unrolled(" in str(tc.lower(out, target="llvm")) and "P[" in str(tc.lower(out, target="llvm"))
         np.testing.assert_allclose(tc.build(out, "llvm")(*args), expected[out.name], rtol=1e-4, atol=1e-4)
+
+
+def test_an_elementwise_output_of_a_reduction_takes_the_reduce_template_for_it():
+    """A variance written as a sum of squared deviations, then a scale: the sum gets the reduce
+    template's vector partials at the root, the scale is vectorized; the result matches numpy."""
+    from minitc.templates import template_tag
+
+    S, expected = squared_deviations(m=64, n=1024)
+    V = tc.compute((64,), lambda i: S[i] * (1.0 / 1024), name="V")
+    assert template_tag(Schedule(V), "V") == "reduce_epilogue"
+    text = str(tc.lower(V, target="llvm"))
+    assert "Y_rf" in text and "vectorized(" in text  # the sum is stage Y of squared_deviations
+    rng = np.random.default_rng(3)
+    x, mean = rng.standard_normal((64, 1024)).astype("float32"), rng.standard_normal(64).astype("float32")
+    np.testing.assert_allclose(tc.build(V, "llvm")(x, mean), expected(x, mean) / 1024, rtol=1e-4, atol=1e-5)
