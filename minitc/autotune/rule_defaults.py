@@ -22,9 +22,11 @@ Search samples every other value of the same slots; these are only where it star
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from minitc import dtypes
+from minitc.expr import Binary, Const, IterVar
 from minitc.target import is_gpu
 from minitc.templates.contraction import find_contraction
 from minitc.templates.elementwise import worth_parallel
@@ -63,21 +65,21 @@ def register_tile(stage, target, max_lanes: int) -> RegisterTile:
     if target is None or is_gpu(target) or not spatial:
         return NO_TILE
     hw, lanes = target.hardware, target.lanes(stage.dtype)
-    vector, row_axes = spatial[-1], _row_axes(stage)
-    rows = next((lp for lp in reversed(spatial[:-1]) if lp.extent > 1 and lp.name in row_axes), None)
+    vector = spatial[-1]
+    rows, cap = _rows_axis(stage, spatial)
     best = None
     for tile_rows, vecs in register_tiles(hw):
         cols = vecs * lanes
         if vector.extent % cols or cols > max_lanes:
             continue
-        r = _largest_divisor(rows.extent, tile_rows) if rows is not None else 1
+        r = _largest_divisor(rows.extent, min(tile_rows, cap)) if rows is not None else 1
         score = (efficiency(hw, r, vecs), r * vecs)
         if best is None or score > best[0]:
             best = (score, r, cols)
     if best is None:  # no whole vectors divide the axis: a part of one, and rows as for one vector
         cols = _largest_divisor(vector.extent, min(lanes, max_lanes))
         one_vector = [t for t, v in register_tiles(hw) if v == 1] or [1]
-        r = _largest_divisor(rows.extent, max(one_vector)) if rows is not None else 1
+        r = _largest_divisor(rows.extent, min(max(one_vector), cap)) if rows is not None else 1
         best = (None, r, cols)
     _, r, cols = best
     inner = {vector.name: cols}
@@ -93,6 +95,34 @@ def work_bytes(stage) -> int:
     for lp in stage.loops:
         out *= lp.extent
     return out
+
+
+def _reuse(index, axis: str) -> float:
+    """How many consecutive values of `axis` read the same element through `index`: 1 where the
+    index uses the axis itself, k where it uses only `axis // k`, unbounded where it does not."""
+    if isinstance(index, IterVar):
+        return 1 if index.name == axis else math.inf
+    if isinstance(index, Binary) and index.op == "floordiv" and isinstance(index.a, IterVar):
+        if index.a.name == axis and isinstance(index.b, Const):
+            return int(index.b.value)
+    return min((_reuse(child, axis) for child in index.children()), default=math.inf)
+
+
+def _rows_axis(stage, spatial: list) -> tuple:
+    """(the axis of the register tile's rows, the most rows it may take). The innermost spatial
+    axis that the reads loaded as vectors (those indexing the vector axis) do not index, or
+    index only as `axis // k` (then at most k rows, which read the same vectors: a grouped
+    convolution's output channels), so each vector loaded serves every row; else the innermost
+    M axis of a contraction, else the axis before the vector one."""
+    vector = spatial[-1].name
+    loaded = [r for r in stage.reads() if any(_reuse(index, vector) == 1 for index in r.indices)]
+    for lp in reversed(spatial[:-1]):
+        cap = min((_reuse(index, lp.name) for r in loaded for index in r.indices), default=math.inf)
+        if lp.extent > 1 and cap > 1:
+            return lp, cap
+    row_axes = _row_axes(stage)
+    rows = next((lp for lp in reversed(spatial[:-1]) if lp.extent > 1 and lp.name in row_axes), None)
+    return rows, math.inf
 
 
 def _row_axes(stage) -> set:

@@ -177,3 +177,28 @@ def test_an_elementwise_output_of_a_reduction_takes_the_reduce_template_for_it()
     rng = np.random.default_rng(3)
     x, mean = rng.standard_normal((64, 1024)).astype("float32"), rng.standard_normal(64).astype("float32")
     np.testing.assert_allclose(tc.build(V, "llvm")(x, mean), expected(x, mean) / 1024, rtol=1e-4, atol=1e-5)
+
+
+def test_a_grouped_convolution_tiles_rows_over_the_channels_that_share_an_input():
+    """Y[o] reads X[o // 8 * 8 + c]: the 8 output channels of a group read the same input
+    vectors, so the register tile's rows are output channels (at most 8), not output rows
+    (each of which loads vectors of its own)."""
+    groups, per, hw = 4, 8, 14
+    X, W = (
+        tc.placeholder((1, groups * per, hw + 2, hw + 2), name="X"),
+        tc.placeholder((groups * per, per, 3, 3), name="W"),
+    )
+    rh, rw, rc = tc.reduce_axis(3, "rh"), tc.reduce_axis(3, "rw"), tc.reduce_axis(per, "rc")
+    Y = tc.compute(
+        (1, groups * per, hw, hw),
+        lambda n, o, y, x: tc.sum(X[n, o // per * per + rc, y + rh, x + rw] * W[o, rc, rh, rw], axis=[rc, rh, rw]),
+        name="Y",
+    )
+    tile = register_tile(Schedule(Y).state.stage("Y"), table_target("skylake-avx512"), 64)
+    assert 1 < tile.of("o") <= per and per % tile.of("o") == 0 and tile.of("y") == 1
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, groups * per, hw + 2, hw + 2)).astype("float32")
+    w = rng.standard_normal((groups * per, per, 3, 3)).astype("float32")
+    win = np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(2, 3)).reshape(1, groups, per, hw, hw, 3, 3)
+    expected = np.einsum("ngcyxij,gocij->ngoyx", win, w.reshape(groups, per, per, 3, 3)).reshape(Y.shape)
+    np.testing.assert_allclose(tc.build(Y, "llvm")(x, w), expected, rtol=1e-4, atol=1e-4)
