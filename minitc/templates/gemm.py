@@ -401,22 +401,7 @@ for _tag in ("matmul", "batch_matmul", "conv2d_gemm", "dense"):
     defaults(_tag)(lambda s, out, target: gemm_defaults(s, out, target))
     choices(_tag)(lambda s, out, target: gemm_choices(s, out, target))
 
-
-@defaults("dense_epilogue")
-def dense_epilogue_defaults(s, out, target) -> dict:
-    return gemm_defaults(s, gemm_producer(s, out), target)
-
-
-@choices("dense_epilogue")
-def dense_epilogue_choices(s, out, target) -> dict:
-    return gemm_choices(s, gemm_producer(s, out), target)
-
-
-@defaults("matmul_epilogue")
-def matmul_epilogue_defaults(s, out, target) -> dict:
-    return gemm_defaults(s, contraction_under(s, out), target)
-
-
-@choices("matmul_epilogue")
-def matmul_epilogue_choices(s, out, target) -> dict:
-    return gemm_choices(s, contraction_under(s, out), target)
+# an epilogue's parameters are its product's: the product found by tag (dense) or by structure
+for _tag, _product in (("dense_epilogue", gemm_producer), ("matmul_epilogue", contraction_under)):
+    defaults(_tag)(lambda s, out, target, product=_product: gemm_defaults(s, product(s, out), target))
+    choices(_tag)(lambda s, out, target, product=_product: gemm_choices(s, product(s, out), target))
