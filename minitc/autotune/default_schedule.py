@@ -28,10 +28,9 @@ def generic_default(outputs, target) -> Schedule | None:
 
 def default_schedule(outputs, target) -> Schedule:
     """The hand template for `target`; without one, the generic default; else the naive nest."""
-    s = template_schedule(outputs, target)
-    if not is_gpu(target) and not has_template(outputs):
-        return generic_default(outputs, target) or s
-    return s
+    if is_gpu(target) or has_template(outputs):
+        return template_schedule(outputs, target)
+    return generic_default(outputs, target) or Schedule(outputs)
 
 
 def has_template(outputs) -> bool:

@@ -5,13 +5,12 @@ builds as a register-blocked, vectorized, parallel program, not as the naive loo
 
 For a stage with spatial axes S and reduction axes R:
 
-- the last spatial axis is the vector axis, and an axis of the rows gives the rows of a
-  register tile of rows x vectors accumulators: for a contraction (templates/contraction.py:
-  a sum of products, a convolution written by hand included) its innermost M axis, which the
-  vector operand does not read, so each vector loaded serves every row; else the spatial axis
-  before the vector one (the first of extent > 1, going outwards). The tile is the one of
-  `gemm_blocking.register_tiles` whose extents divide the axes' and that
-  `gemm_blocking.efficiency` rates best;
+- the last spatial axis is the vector axis, and another gives the rows of a register tile of
+  rows x vectors accumulators: the innermost axis that the reads loaded as vectors do not
+  index (or index only as `axis // k`, then at most k rows), so each vector loaded serves every
+  row; else a contraction's innermost M axis (templates/contraction.py), else the spatial axis
+  before the vector one. The tile is the one of `gemm_blocking.register_tiles` whose extents
+  divide the axes' and that `gemm_blocking.efficiency` rates best;
 - the whole reduction runs inside that tile, so its accumulators stay in registers;
 - the outer tiles are fused into the parallel loop until every core has several chunks,
   where the work pays for the threads (the elementwise template's rule);

@@ -54,9 +54,9 @@ def template_tag(s, out: str) -> str:
     names for its shape (a dense of a few rows: "gemv", gemv.py), or "matmul" for a matrix
     product written by hand with tc.compute (gemm.is_contraction), "matmul_epilogue" for an
     elementwise epilogue of one (bias, activation: gemm.contraction_under), "reduce" for a
-    reduction written by hand that is no contraction and "reduce_epilogue" for an elementwise
-    output of one (contraction.py; a convolution written by
-    hand is one, and takes the generic rules' register tile)."""
+    reduction written by hand that is no contraction (contraction.py; a convolution written by
+    hand is one, and takes the generic rules' register tile) and "reduce_epilogue" for an
+    elementwise output of such a reduction."""
     load_templates()
     tag = s.state.stage(out).tag
     for specialize in SPECIALIZED.get(tag, ()):
@@ -65,12 +65,11 @@ def template_tag(s, out: str) -> str:
             return special
     if tag in TEMPLATES:
         return tag
+    from minitc.templates.contraction import find_contraction, reduction_under
     from minitc.templates.gemm import contraction_under, is_contraction
 
     if is_contraction(s, out):
         return "matmul"
-    from minitc.templates.contraction import find_contraction, reduction_under
-
     st = s.state.stage(out)
     if st.reduce_axes:  # a sum, max or min that is no contraction: the reduction template
         return "reduce" if find_contraction(st) is None else tag  # a contraction: the generic rules

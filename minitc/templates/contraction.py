@@ -93,19 +93,25 @@ def find_contraction(stage) -> Contraction | None:
     )
 
 
-def reduction_under(s, out: str) -> str | None:
-    """The one reduction that is no contraction under the elementwise output `out` (found
-    through elementwise stages only), or None (none, several, or a contraction among them)."""
-    found, todo, seen = [], [out], set()
+def reductions_under(s, out: str):
+    """The reduction stages that `out` reads through elementwise stages only (never through
+    another reduction), in the order a depth-first walk meets them: the products under an
+    elementwise epilogue (bias, activation, a residual add, a scale)."""
+    todo, seen = [out], set()
     while todo:
         for name in s.state.stage(todo.pop()).read_stages():
             st = s.state.stage(name)
             if st.reduce_axes:
-                found.append(name)
+                yield name
             elif name not in seen and not st.is_placeholder:
                 seen.add(name)
                 todo.append(name)
-    names = set(found)
+
+
+def reduction_under(s, out: str) -> str | None:
+    """The one reduction that is no contraction under the elementwise output `out`, or None
+    (none, several, or a contraction among them)."""
+    names = set(reductions_under(s, out))
     if len(names) != 1:
         return None
     (name,) = names

@@ -15,6 +15,7 @@ import minitc.templates.gemm_blocking as blocking
 import minitc.templates.gemm_prefetch as prefetch
 from minitc.errors import ScheduleError
 from minitc.expr import Binary, Const
+from minitc.templates.contraction import reductions_under
 
 # -- the product's operands --------------------------------------------------------------------
 
@@ -70,16 +71,7 @@ def is_contraction(s, stage: str) -> bool:
 def contraction_under(s, out: str) -> str | None:
     """The matrix product written by hand (is_contraction) under the elementwise epilogue `out`
     (bias, activation, a residual add: elementwise stages only), or None."""
-    todo, seen = [out], set()
-    while todo:
-        for name in s.state.stage(todo.pop()).read_stages():
-            st = s.state.stage(name)
-            if st.reduce_axes and is_contraction(s, name):
-                return name
-            if name not in seen and not st.is_placeholder and not st.reduce_axes:
-                seen.add(name)
-                todo.append(name)
-    return None
+    return next((name for name in reductions_under(s, out) if is_contraction(s, name)), None)
 
 
 def _block_of(index, axis, op: str) -> int:
@@ -180,15 +172,9 @@ def epilogue_anchor(s, out: str, tag: str, template_name: str) -> str:
     elementwise stages only."""
     if s.state.stage(out).tag == tag and s.state.stage(out).reduce_axes:
         return out
-    todo, seen = [out], set()
-    while todo:
-        for name in s.state.stage(todo.pop()).read_stages():
-            st = s.state.stage(name)
-            if st.tag == tag and st.reduce_axes:
-                return name
-            if name not in seen and not st.is_placeholder and not st.reduce_axes:
-                seen.add(name)
-                todo.append(name)
+    for name in reductions_under(s, out):
+        if s.state.stage(name).tag == tag:
+            return name
     raise ScheduleError(f"{template_name} template: {out} reads no {tag} product stage")
 
 
