@@ -111,9 +111,10 @@ def template_params(out, target) -> dict:
     return {"template": tag, **DEFAULTS[tag](s, stage, target)}
 
 
-def assembly(out, target) -> str:
-    """The O3 assembly of the template's program for `target`, without loading or running it."""
-    kernel = lower_schedule(template_schedule(out, target), target)
+def assembly(out, target, **params) -> str:
+    """The O3 assembly of the template's program for `target` (its defaults updated by
+    `params`), without loading or running it."""
+    kernel = lower_schedule(template_schedule(out, target, **params), target)
     ir = render(kernel, target, name="kernel")
     with jit._LOCK:
         mod, tm = jit.optimized_module(ir, "kernel", target)
