@@ -11,7 +11,7 @@ import llvmlite.binding as llvm
 # LICM keeps an accumulator that lives in memory (a GEMM accumulating into its output over k
 # blocks, a convolution's split reduction) in a register only while the loop has at most this
 # many memory accesses; LLVM's default (250) is below an unrolled 14 x 2-vector micro-kernel's,
-# which then loads and stores every accumulator at every FMA (4.6x slower, docs/tuning.md).
+# which then loads and stores every accumulator at every FMA (4.4x slower, docs/hardware.md).
 MAX_PROMOTED_ACCESSES = 4096
 
 LLVM_LOCK = threading.RLock()  # LLVM's global context is not thread-safe: hold it to parse or compile
