@@ -17,6 +17,7 @@ from minitc.backends.llvm.runtime import get_num_threads, set_num_threads
 from minitc.driver import build, codegen, lower
 from minitc.errors import (
     BuildError,
+    CompilerFallbackWarning,
     ConfigError,
     DTypeError,
     IRError,
@@ -72,7 +73,8 @@ ceil = _intrinsic("ceil")
 sigmoid = _intrinsic("sigmoid")
 
 __all__ = [
-    "BuildError", "ConfigError", "DTypeError", "IRError", "LayoutError", "MinitcError", "RaceError", "ScheduleError",
+    "BuildError", "CompilerFallbackWarning", "ConfigError", "DTypeError", "IRError", "LayoutError", "MinitcError",
+    "RaceError", "ScheduleError",
     "RayRunner", "ShapeError",
     "Schedule", "Step", "Tensor", "Trace", "TuneOptions",
     "abs", "build", "cast", "ceil", "codegen", "compile", "compute", "dtypes",

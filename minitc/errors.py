@@ -46,6 +46,18 @@ class RaceError(ScheduleError):
     element, at least one writing, with no barrier between them."""
 
 
+class GraphError(MinitcError):
+    """A model graph that breaks the graph's rules (a name given to two values, a value read
+    before it is computed): a graph pass's bug, caught when the pass returns (graph.verify)."""
+
+
+class CompilerFallbackWarning(UserWarning):
+    """minitc failed inside (an import, a graph pass, a kernel build raised) on a valid model,
+    and compiled the model anyway: the pass skipped, or the node run through PyTorch. The
+    compiled model lists what fell back in `compiled.fallbacks`; `tc.compile(...,
+    fallback=False)` raises the error instead."""
+
+
 def warn_user(message: str, category: type = UserWarning) -> None:
     """warnings.warn pointing at the caller's line outside minitc (the user's `tc.tune(...)`,
     not the minitc line that noticed), however deep inside minitc the warning is raised."""

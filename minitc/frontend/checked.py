@@ -160,6 +160,11 @@ class Checker:
             del self.live[name]
 
     def _arm_guard(self, node) -> None:
+        now = self.step[node.name]
+        for name in [n for n in self.guarded if self.last_read.get(n, -1) < now]:
+            # dead since the last kernel call: its last reader was a view or a torch node (no
+            # `after` ran then), and this kernel may be given its bytes
+            del self.guarded[name]
         offset = self.plan.offsets.get(node.name)
         if offset is None or self.plan._arena is None:
             return

@@ -34,9 +34,11 @@ from minitc.frontend.choice import choose_programs
 from minitc.frontend.device_runtime import DevicePlan, make_plan
 from minitc.frontend.dynamic import DynamicShapes, bucket_graph, extents_arrays, set_extents, share_constants
 from minitc.frontend.dynamic_runtime import DynamicPlan
+from minitc.frontend.fallback import Fallback, error_text, is_internal, warn_fallbacks
 from minitc.frontend.importer import export, fallback_reasons, import_model, unsupported
 from minitc.frontend.kernels import NO_KERNEL, node_tensor
 from minitc.frontend.passes import LAYOUTS
+from minitc.frontend.torch_ops import runs_in_torch, torch_node
 from minitc.schedule import Schedule
 from minitc.target import is_gpu, parse_target
 from minitc.te import placeholder
@@ -102,11 +104,12 @@ def weights_stay_cold(graph, target: str) -> bool:
     return sum(a.nbytes for a in graph.constants.values()) > caches
 
 
-def extract_tasks(graph, target: str = "llvm") -> list:
-    """The distinct kernels of `graph`, in first-use order."""
+def extract_tasks(graph, target: str = "llvm", fallbacks: list | None = None) -> list:
+    """The distinct kernels of `graph`, in first-use order. With a `fallbacks` list, a node whose
+    tensor expression fails to build (minitc's bug) runs through PyTorch instead (run_in_torch)."""
     values, tasks = graph.values(), {}
     cold = weights_stay_cold(graph, target)
-    for node in graph.nodes:
+    for node in list(graph.nodes):
         if node.op in NO_KERNEL:
             continue
         key = task_key(node, values)
@@ -115,12 +118,51 @@ def extract_tasks(graph, target: str = "llvm") -> list:
                 placeholder(values[i].shape, values[i].dtype, name=f"in{k}", constant=cold and i in graph.constants)
                 for k, i in enumerate(node.inputs)
             ]
-            tasks[key] = ModelTask(key, node_tensor(node, inputs), [])
-            if "limits" in node.attrs:
-                attrs = {k: v for k, v in node.attrs.items() if k != "limits"}
-                tasks[key].static = node_tensor(replace(node, inputs=node.inputs[:-1], attrs=attrs), inputs[:-1])
+            try:
+                task = ModelTask(key, node_tensor(node, inputs), [])
+                if "limits" in node.attrs:
+                    attrs = {k: v for k, v in node.attrs.items() if k != "limits"}
+                    task.static = node_tensor(replace(node, inputs=node.inputs[:-1], attrs=attrs), inputs[:-1])
+            except Exception as e:
+                run_in_torch(graph, [node.name], e, fallbacks, f"node {node.name} ({_ops(node)})")
+                continue
+            tasks[key] = task
         tasks[key].nodes.append(node.name)
     return list(tasks.values())
+
+
+def _ops(node) -> str:
+    return f"fused[{', '.join(b.op for b in node.body)}]" if node.body else node.op
+
+
+def run_in_torch(graph, names: list, error: Exception, fallbacks: list | None, where: str) -> None:
+    """The nodes `names` of `graph` (changed in place) run through PyTorch (torch_ops.py) after
+    `error` building their kernel, noted in `fallbacks`; with no list (fallback=False), or for
+    a node PyTorch cannot run here (dynamic shapes' extents), `error` is raised."""
+    nodes = {n.name: k for k, n in enumerate(graph.nodes)}
+    if fallbacks is None or not all(runs_in_torch(graph.nodes[nodes[name]]) for name in names):
+        raise error
+    text = error_text(error)
+    fallbacks.append(Fallback("build", where, text))
+    for name in names:
+        graph.nodes[nodes[name]] = torch_node(graph.nodes[nodes[name]], text)
+
+
+def build_template_kernels(graph, tasks: list, target: str, fallbacks: list | None = None) -> tuple:
+    """(tasks, {node name: kernel}): each task's template trace (template_trace_or_naive) built;
+    with a `fallbacks` list, a task whose schedule or build fails runs through PyTorch and
+    leaves the tasks."""
+    built, kernels = [], {}
+    for task in tasks:
+        try:
+            task.trace = template_trace_or_naive(task, target)
+            fn = build(Schedule(task.outputs).replay(task.trace), target=target)
+        except Exception as e:
+            run_in_torch(graph, task.nodes, e, fallbacks, f"task {task}")
+            continue
+        built.append(task)
+        kernels.update(dict.fromkeys(task.nodes, fn))
+    return built, kernels
 
 
 def model_tasks(model, example_inputs, target: str = "llvm", layout: str = "auto") -> list:
@@ -141,6 +183,8 @@ def build_kernels(tasks, target: str) -> dict:
 
 
 def _report_fallbacks(graph, fallback: bool) -> None:
+    # the calls minitc failed on are CompilerFallbackWarning's (fallback.py), not listed here
+    graph = replace(graph, nodes=[n for n in graph.nodes if not is_internal(n)])
     ops = unsupported(graph)
     if not ops:
         return
@@ -187,6 +231,7 @@ class CompiledModel:
         self.tune_results: list = []
         self.choices: list = []  # the template's program or the records' best, per contested task (choice.py)
         self._variants: dict = {}
+        self.fallbacks: list = []  # fallback.Fallback: what minitc compiled around (its own errors)
         self._select(example_inputs, first=True)
 
     def _select(self, inputs, first=False):
@@ -223,8 +268,10 @@ class CompiledModel:
     def _compile(self, inputs, bucket=None):
         """(graph, tasks, plan) for `inputs`' shapes, or with dynamic shapes for `bucket` (the
         largest size of each dynamic dimension): then the plan runs padded buffers."""
+        fallbacks = [] if self.fallback else None  # minitc's own errors compiled around (fallback.py)
         if bucket is None:
-            graph = passes.run_all(import_model(self.model, inputs), self.target, self.layout)
+            graph = import_model(self.model, inputs, fallbacks, strict=not self.fallback)
+            graph = passes.run_all(graph, self.target, self.layout, fallbacks)
         else:
             if is_gpu(self.target):
                 raise ConfigError("dynamic shapes are compiled for CPUs only; compile the GPU model per shape")
@@ -234,8 +281,12 @@ class CompiledModel:
             set_extents(extents_arrays(graph), self.dynamic.slot_values(bucket))
         if bucket is None or not self._variants:  # a bucket has the first one's fallbacks
             _report_fallbacks(graph, self.fallback)
-        tasks = extract_tasks(graph, self.target)
-        if self.tuning.get("trials"):
+        tasks = extract_tasks(graph, self.target, fallbacks)
+        tasks, kernels = build_template_kernels(graph, tasks, self.target, fallbacks)
+        if fallbacks:
+            self.fallbacks.extend(fallbacks)
+            warn_fallbacks(fallbacks, self.label)
+        if self.tuning.get("trials") and tasks:
             # rounds small enough that the first round-robin pass reaches every task: a budget
             # spent before the last task is reached leaves it untuned
             batch = max(1, min(16, self.tuning["trials"] // len(tasks)))
@@ -247,11 +298,9 @@ class CompiledModel:
             source = default_path()
         contested = []  # copies of the tasks whose records hold another program, on that program
         for task in tasks:
-            task.trace = template_trace_or_naive(task, self.target)
             chosen = tuned_schedule([task.outputs], self.target, source) if source is not None else None
             if chosen is not None and chosen.trace.to_json() != task.trace.to_json():
                 contested.append(replace(task, trace=chosen.trace))
-        kernels = build_kernels(tasks, self.target)
         if contested:
             tuned_kernels = build_kernels(contested, self.target)
             plan = functools.partial(make_plan, target=self.target)
@@ -278,6 +327,7 @@ class CompiledModel:
         self.model, self.target, self.db, self.fallback, self.tuning = None, target, False, True, {}
         self.layout, self.dynamic = "auto", dynamic
         self.example_inputs, self.tune_results, self.choices, self.source = tuple(example_inputs), [], [], source
+        self.fallbacks = []  # compiled before it was saved: its fallbacks' nodes are torch nodes of the graph
         self._variants = variants
         self.graph, self.tasks, self.plan = next(iter(variants.values()))
         return self

@@ -151,6 +151,39 @@ class Graph:
         return "\n".join(lines)
 
 
+def verify(graph: Graph) -> None:
+    """GraphError unless `graph` keeps the rules the runtime relies on: every value named once
+    (the plan keys buffers and kernels by name), every node reading values made before it (a
+    fused node's members: its inputs or earlier members), the outputs made, a view keeping its
+    element count. A pass that breaks them would run one node on another's buffers."""
+    from minitc.errors import GraphError
+
+    shapes: dict = {}  # value name -> shape, of the values made so far
+    for name, shape in [(v.name, v.shape) for v in graph.inputs] + [(k, a.shape) for k, a in graph.constants.items()]:
+        if name in shapes:
+            raise GraphError(f"the graph names two values {name}")
+        shapes[name] = tuple(shape)
+    for node in graph.nodes:
+        missing = [i for i in node.inputs if i not in shapes]
+        if missing:
+            raise GraphError(f"node {node.name} ({node.op}) reads {', '.join(missing)} before it is made")
+        inside = set(node.inputs)
+        for member in node.body:
+            if any(i not in inside for i in member.inputs):
+                raise GraphError(f"fused node {node.name}: member {member.name} reads a value the group lacks")
+            inside.add(member.name)
+        if node.body and (node.body[-1].shape, node.body[-1].dtype) != (node.shape, node.dtype):
+            raise GraphError(f"fused node {node.name}: its last member is not its value")
+        if node.op == "view" and np.prod(node.shape) != np.prod(shapes[node.inputs[0]]):
+            raise GraphError(f"view {node.name} of {node.inputs[0]} changes the element count")
+        if node.name in shapes:
+            raise GraphError(f"the graph names two values {node.name}")
+        shapes[node.name] = tuple(node.shape)
+    missing = [o for o in graph.outputs if o not in shapes]
+    if missing:
+        raise GraphError(f"the graph's outputs {', '.join(missing)} are not made")
+
+
 def _node_line(n: Node, indent: str) -> str:
     operands = ", ".join(f"%{i}" for i in n.inputs)
     # a PyTorch node's reason is for the compile report (importer.fallback_reasons), not for each line

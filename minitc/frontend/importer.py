@@ -17,6 +17,7 @@ import warnings
 
 from minitc.errors import MinitcError
 from minitc.frontend.aten import CONVERTERS, KEEP_WHOLE, Unconvertible
+from minitc.frontend.fallback import INTERNAL, Fallback, error_text
 from minitc.frontend.graph import Graph, Node, Value, as_array
 
 
@@ -103,8 +104,10 @@ def getattr_path(root, dotted: str):
 class Importer:
     """Walks an ExportedProgram's graph once, emitting nodes (converters call `emit`)."""
 
-    def __init__(self, program, symbols: dict | None = None, check: bool = True, fallbacks=()):
+    def __init__(self, program, symbols: dict | None = None, check: bool = True, fallbacks=(), strict: bool = False):
         self.program = program
+        self.strict = strict  # else a call that minitc fails on (a bug) runs through PyTorch (fallback.py)
+        self.internal: list = []  # fallback.Fallback of each internal error compiled around
         self.check = check  # build each converted node's tensor expression (False: dynamic.py's probe)
         self.fallbacks = set(fallbacks)  # fx nodes to run through PyTorch whatever (the probe: as at the other size)
         self.fell_back: list = []  # the fx nodes that run through PyTorch, by name
@@ -170,7 +173,7 @@ class Importer:
             if fx_node.op == "placeholder":
                 self._placeholder(fx_node, kinds[fx_node.name])
             elif fx_node.op == "call_function":
-                self._call(fx_node)
+                self._guarded_call(fx_node)
             elif fx_node.op == "output":
                 outs = fx_node.args[0]
                 self.graph.outputs = [self._operand(o) for o in (outs if isinstance(outs, (list, tuple)) else [outs])]
@@ -193,6 +196,25 @@ class Importer:
         if not isinstance(name, str):
             raise ImportError_(f"{arg} is not a single tensor value")
         return name
+
+    def _guarded_call(self, fx_node) -> None:
+        """_call, and where minitc fails inside it (not a converter's refusal: a bug), the call
+        through PyTorch, noted in `internal`; raised when strict."""
+        start = len(self.graph.nodes)
+        try:
+            self._call(fx_node)
+        except Exception as e:
+            if self.strict:
+                raise
+            for node in self.graph.nodes[start:]:
+                self.values.pop(node.name, None)
+            del self.graph.nodes[start:]
+            self._internal(fx_node, e)
+            self.names[fx_node] = self._fallback(fx_node, str(fx_node.target), INTERNAL + error_text(e))
+            self.fell_back.append(fx_node.name)
+
+    def _internal(self, fx_node, e: Exception) -> None:
+        self.internal.append(Fallback("import", f"{fx_node.name} ({fx_node.target})", error_text(e)))
 
     def _call(self, fx_node) -> None:
         target = fx_node.target
@@ -246,8 +268,13 @@ class Importer:
                 _check_builds(node, self.values)
         except Unconvertible as e:
             reason = str(e) or "the converter does not take these arguments"
-        except Exception as e:  # a kernel refused the node: a fallback with its reason, never a crash
+        except MinitcError as e:  # a kernel refused the node's arguments: a fallback with its reason
             reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        except Exception as e:  # minitc failed (a bug): PyTorch runs the call, noted as internal
+            if self.strict:
+                raise
+            self._internal(fx_node, e)
+            reason = INTERNAL + error_text(e)
         else:
             self.names[fx_node] = result
             return None
@@ -318,9 +345,15 @@ def _refs(tree):
             yield from _refs(v)
 
 
-def import_model(model, example_inputs) -> Graph:
-    """The graph of `model` called on `example_inputs` (a tuple of tensors)."""
-    return Importer(export(model, example_inputs)).run()
+def import_model(model, example_inputs, fallbacks: list | None = None, strict: bool = False) -> Graph:
+    """The graph of `model` called on `example_inputs` (a tuple of tensors). A call whose
+    conversion fails inside minitc (a bug, not a refusal) runs through PyTorch, noted in the
+    list `fallbacks` (fallback.Fallback) when one is given; `strict` raises the error instead."""
+    importer = Importer(export(model, example_inputs), strict=strict)
+    graph = importer.run()
+    if fallbacks is not None:
+        fallbacks.extend(importer.internal)
+    return graph
 
 
 def unsupported(graph: Graph) -> dict:

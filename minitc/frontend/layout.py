@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from minitc.frontend.fallback import Fallback, error_text
 from minitc.frontend.graph import ELEMENTWISE, Graph, Node
 from minitc.ops.reference import to_blocked_weight
 from minitc.ops.winograd import tiles as winograd_tiles
@@ -83,16 +84,19 @@ def winograd_pays(weight_shape, attrs: dict, in_block: int, lanes: int, out_hw: 
     return unit and tuple(weight_shape[2:]) == (3, 3) and in_block == lanes and tiles >= WINOGRAD_MIN_TILES
 
 
-def block_channels(graph: Graph, target="llvm") -> Graph:
+def block_channels(graph: Graph, target="llvm", fallbacks: list | None = None) -> Graph:
+    """`graph` with its CNN activations blocked. With a `fallbacks` list, a node whose blocked
+    form fails to build (minitc's bug) is read in NCHW instead, noted there; the rest stays
+    blocked. Without, the error is raised."""
     if is_gpu(target) or not any(n.op == "conv2d" and n.dtype == "float32" for n in graph.nodes):
         return graph
-    return _Blocker(graph, parse_target(target).lanes("float32")).run()
+    return _Blocker(graph, parse_target(target).lanes("float32"), fallbacks).run()
 
 
 class _Blocker:
-    def __init__(self, graph: Graph, lanes: int):
+    def __init__(self, graph: Graph, lanes: int, fallbacks: list | None = None):
         self.g = Graph(list(graph.inputs), dict(graph.constants), [], list(graph.outputs), dict(graph.symbols))
-        self.source, self.lanes = graph, lanes
+        self.source, self.lanes, self.fallbacks = graph, lanes, fallbacks
         self.blocked: dict = {}  # NCHW value name -> its blocked value's name
         self.nchw: set = {v.name for v in graph.inputs} | set(graph.constants)  # values present in NCHW
         self.shapes = {name: v.shape for name, v in graph.values().items()}
@@ -121,6 +125,11 @@ class _Blocker:
             return self.blocked[name]
         n, c, h, w = self.shapes[name]
         dtype = self.dtypes[name]
+        if h * w == 1:  # one pixel per channel (a pooled value): the same order blocked, a view
+            shape = (n, c // block, 1, 1, block)
+            node = Node(self._fresh(f"{name}{SUFFIX}"), "view", (name,), {"shape": shape}, shape, dtype)
+            self.blocked[name] = self._emit(node)
+            return self.blocked[name]
         split = (n, c // block, block, h, w)
         view = self._emit(Node(self._fresh(f"{name}_blocks"), "view", (name,), {"shape": split}, split, dtype))
         shape = (n, c // block, h, w, block)
@@ -223,25 +232,57 @@ class _Blocker:
     def _elementwise(self, node: Node) -> bool:
         if len(node.shape) != 4 or not any(i in self.blocked for i in node.inputs):
             return False
-        channels = node.shape[1]
+        channels, block = node.shape[1], block_of(node.shape[1], self.lanes)
         padded = padded_channels(channels, self.lanes) != channels
-        if padded and (node.op == "exp" or (node.op == "div" and node.inputs[1] not in self.g.constants)):
+        divisor = node.inputs[1] if node.op == "div" and len(node.inputs) > 1 else None
+        if padded and (node.op == "exp" or (divisor is not None and divisor not in self.g.constants)):
             return False  # padded channels must stay finite: no division by their zeros, no exp overflow
+        if block is None:  # channels no vector divides (a value blocked as a network's few colours)
+            return False
         inputs = []
         for n, i in enumerate(node.inputs):
             if i in self.blocked:
+                if self.shapes[self.blocked[i]][-1] != block or self.shapes[i][1] != channels:
+                    return False  # blocked otherwise than this node's result
                 inputs.append(self.blocked[i])
             elif i in self.g.constants:
                 converted = self._per_channel(i, channels, fill=1.0 if (node.op, n) == ("div", 1) else 0.0)
                 if converted is None:
                     return False
                 inputs.append(converted)
-            elif self.shapes[i] == node.shape and block_of(channels, self.lanes) and not padded:
-                inputs.append(self.to_blocks(i, block_of(channels, self.lanes)))
             else:
-                return False
+                converted = self._broadcast_blocks(i, node.shape, block)
+                if converted is None:
+                    return False
+                inputs.append(converted)
         self._blocked_node(node, node.op, tuple(inputs), node.attrs)
         return True
+
+    def _broadcast_blocks(self, name: str, shape: tuple, block: int) -> str | None:
+        """A computed NCHW value that an elementwise node of `shape` reads, blocked: a value of
+        that shape (not padded); a per-channel one, (N, C, 1, 1) (a squeeze-excitation gate),
+        padded with zero channels; or one of a single channel, (N, 1, H, W), viewed as
+        (N, 1, H, W, 1), which broadcasts over the blocks. None for anything else."""
+        mine = self.shapes[name]
+        if len(mine) != 4 or any(m not in (1, s) for m, s in zip(mine, shape)):
+            return None
+        n, c, h, w = mine
+        if c == 1:
+            view = (n, 1, h, w, 1)
+            return self._emit(
+                Node(self._fresh(f"{name}_bcast"), "view", (name,), {"shape": view}, view, self.dtypes[name])
+            )
+        if mine == shape and padded_channels(c, self.lanes) == c:
+            return self.to_blocks(name, block)
+        if h * w != 1:
+            return None
+        padded, source = padded_channels(c, self.lanes), name
+        if padded != c:  # zero channels to whole blocks, as every blocked value has
+            wide = (n, padded, 1, 1)
+            attrs = {"before": (0, 0, 0, 0), "value": 0.0}
+            name = self._emit(Node(self._fresh(f"{name}_padded"), "pad", (name,), attrs, wide, self.dtypes[name]))
+        self.blocked[source] = self.to_blocks(name, block)
+        return self.blocked[source]
 
     def _reduction(self, node: Node) -> bool:
         """A reduction over the spatial axes (the global average pool): blocked, its result of one
@@ -257,6 +298,8 @@ class _Blocker:
         )
         self._emit_unpadded(node.name, reduced, (n, cb * c) + node.shape[2:], node.shape)
         self.nchw.add(node.name)
+        if node.attrs["keepdims"]:  # a pooled value (squeeze-excitation's): blocked readers read it as it is
+            self.blocked[node.name] = reduced
         return True
 
     def _blocked_node(self, node: Node, op: str, inputs: tuple, attrs: dict) -> None:
@@ -267,16 +310,38 @@ class _Blocker:
             Node(self._fresh(f"{node.name}{SUFFIX}"), op, inputs, dict(attrs), shape, node.dtype)
         )
 
+    def _blocked_form(self, node: Node) -> bool:
+        """Emit `node` blocked; False where it is read in NCHW."""
+        return (
+            (node.op == "conv2d" and self._conv(node))
+            or (node.op == "depthwise_conv2d" and self._depthwise(node))
+            or (node.op in POOLS and self._pool(node))
+            or (node.op in ELEMENTWISE and self._elementwise(node))
+            or (node.op in REDUCTIONS and self._reduction(node))
+        )
+
+    def _guarded(self, node: Node) -> bool:
+        """_blocked_form, and where it raises (a bug) with a fallbacks list: what it emitted and
+        recorded taken back (the handlers only add entries, so the ones past the marks go),
+        the error noted, and the node read in NCHW."""
+        marks = len(self.g.nodes), len(self.blocked), len(self.g.constants)
+        try:
+            return self._blocked_form(node)
+        except Exception as e:
+            if self.fallbacks is None:
+                raise
+            removed = {n.name for n in self.g.nodes[marks[0] :]}
+            del self.g.nodes[marks[0] :]
+            for entries, mark in ((self.blocked, marks[1]), (self.g.constants, marks[2])):
+                for key in list(entries)[mark:]:
+                    del entries[key]
+            self.nchw -= removed
+            self.fallbacks.append(Fallback("pass", f"block_channels at node {node.name}", error_text(e)))
+            return False
+
     def run(self) -> Graph:
         for node in self.source.nodes:
-            done = (
-                (node.op == "conv2d" and self._conv(node))
-                or (node.op == "depthwise_conv2d" and self._depthwise(node))
-                or (node.op in POOLS and self._pool(node))
-                or (node.op in ELEMENTWISE and self._elementwise(node))
-                or (node.op in REDUCTIONS and self._reduction(node))
-            )
-            if not done:  # read in NCHW, which keeps each value's original name
+            if not self._guarded(node):  # read in NCHW, which keeps each value's original name
                 for i in node.inputs:
                     self.to_nchw(i)
                 self._emit(node)

@@ -33,8 +33,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from minitc.frontend.constants import fold_constants
+from minitc.frontend.fallback import Fallback, error_text
 from minitc.frontend.fusion import PROLOGUE_TAKERS, fuse_elementwise, fuse_elementwise_regions
-from minitc.frontend.graph import ELEMENTWISE, Graph, Node, is_pure, single_use
+from minitc.frontend.graph import ELEMENTWISE, Graph, Node, is_pure, single_use, verify
 from minitc.frontend.importer import Ref
 from minitc.frontend.layout import block_channels
 from minitc.frontend.weights import pack_conv_weights, pack_dense_weights, winograd_convolutions
@@ -283,8 +284,12 @@ PASSES = (
 LAYOUTS = ("auto", "nchw")
 
 
-def run_all(graph: Graph, target="llvm", layout: str = "auto") -> Graph:
-    """The passes in order; `layout="nchw"` leaves out block_channels."""
+def run_all(graph: Graph, target="llvm", layout: str = "auto", fallbacks: list | None = None) -> Graph:
+    """The passes in order; `layout="nchw"` leaves out block_channels. Each result is checked
+    (graph.verify). With a `fallbacks` list, a pass that raises or breaks the graph is skipped
+    (each pass works on a copy, so its input stays whole) and noted there
+    (fallback.Fallback); block_channels skips only the node it fails on. Without, the error is
+    raised."""
     for p in PASSES:
         if p is block_channels and layout == "nchw":
             continue
@@ -296,5 +301,20 @@ def run_all(graph: Graph, target="llvm", layout: str = "auto") -> Graph:
             fuse_elementwise_regions,  # GPU targets fuse more epilogues (fusion.epilogue_anchors)
             fuse_elementwise,
         )
-        graph = p(graph, target) if takes_target else p(graph)
+        source = graph if fallbacks is None else graph.copy()
+        noted = None if fallbacks is None else []  # block_channels' nodes, kept if its graph is
+        try:
+            if p is block_channels:  # skips a failing node, not the whole pass
+                out = p(source, target, noted)
+            else:
+                out = p(source, target) if takes_target else p(source)
+            verify(out)
+        except Exception as e:
+            if fallbacks is None:
+                raise
+            fallbacks.append(Fallback("pass", p.__name__, error_text(e)))
+            continue
+        graph = out
+        if noted:
+            fallbacks.extend(noted)
     return graph

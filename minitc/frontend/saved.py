@@ -25,6 +25,7 @@ from minitc.errors import MinitcError
 from minitc.frontend.dynamic import DynamicShapes
 from minitc.frontend.graph import Graph, Node, Value
 from minitc.frontend.importer import Ref, SymArg, getattr_path
+from minitc.frontend.torch_ops import GraphOp
 from minitc.schedule import Trace
 
 FORMAT = "minitc-model-2"  # 2: constants named to array keys (shared by the buckets), dynamic shapes
@@ -93,7 +94,9 @@ def _node_json(node: Node) -> dict:
            "shape": list(node.shape), "dtype": node.dtype}  # fmt: skip
     if node.body:
         out["body"] = [_node_json(b) for b in node.body]
-    if node.op == "torch":
+    if node.op == "torch" and isinstance(node.aten[0], GraphOp):  # a graph node PyTorch runs (torch_ops.py)
+        out["graph_op"] = _node_json(node.aten[0].node)
+    elif node.op == "torch":
         target, args, kwargs = node.aten
         name = "getitem" if target is operator.getitem else str(target)
         out["aten"] = [name, _encode(args, node.name), _encode(kwargs, node.name)]
@@ -104,7 +107,9 @@ def _node(d: dict, symbols: dict) -> Node:
     import torch
 
     aten = None
-    if "aten" in d:
+    if "graph_op" in d:
+        aten = (GraphOp(_node(d["graph_op"], symbols)), tuple(Ref(i) for i in d["inputs"]), {})
+    elif "aten" in d:
         name, args, kwargs = d["aten"]
         target = operator.getitem if name == "getitem" else getattr_path(torch.ops, name)
         aten = (target, _decode(args, symbols), _decode(kwargs, symbols))

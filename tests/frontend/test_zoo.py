@@ -53,6 +53,7 @@ def test_zoo_model_compiles_and_matches_eager(name):
     compiled = compile_and_check(*MODELS[name].make())
     heavy = [op for op in unsupported(compiled.graph) if op.split(".")[1] in HEAVY_OPS]
     assert not heavy, fallback_reasons(compiled.graph)
+    assert compiled.fallbacks == []  # no internal error compiled around (minitc/frontend/fallback.py)
 
 
 def test_zoo_names_every_architecture_of_the_issue():
