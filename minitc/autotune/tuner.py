@@ -182,6 +182,7 @@ class TuningSession:
                 values = None  # another space's decisions: the program counts as measured, nothing replays
             self.search.seed(ckey, values, rec.median_ms if rec.ok else math.inf)
         first = self.space.first_program() if o.template_first else None
+        self.first = first  # tc.build's program: measured first, and again beside the finalists
         if first is not None:  # never lose to tc.build
             self.search.put_first([first])
 
@@ -257,7 +258,10 @@ class TuningSession:
         try:
             builder = self.builder if isinstance(self.builder, LocalBuilder) else None
             db, key = self.db, self.key
-            best_ms, best_trace = remeasure_best(db, key, self.space, self.hw, self.task, self.runner, builder)
+            default = [self.first.trace] if self.first is not None else []
+            best_ms, best_trace = remeasure_best(
+                db, key, self.space, self.hw, self.task, self.runner, builder, include=default
+            )
             self.search.finish()
         finally:
             self.close()
@@ -350,20 +354,25 @@ def builder_workers(gpu: bool) -> int:
     return max(2, min(8, (os.cpu_count() or 2) // 2)) if gpu else 2
 
 
-def remeasure_best(database, key, space, hw, task, runner, builder=None, k: int = 5, rounds: int = 3):
+def remeasure_best(database, key, space, hw, task, runner, builder=None, k: int = 5, rounds: int = 3, include=()):
     """The final best is measured again before it is reported: the k fastest records are re-run
     one after another on an otherwise idle machine (no overlapping builds) and the new timings
     are recorded, superseding the first ones. If that demotes them below a record not yet
-    re-measured, that one is re-measured too (a few rounds at most). The result is the
-    database's best afterwards, so `tc.build` later applies exactly this program. `builder`: the
-    session's LocalBuilder (its processes are running), else one of its own."""
+    re-measured, that one is re-measured too (a few rounds at most). The records of the programs
+    `include` names (their steps' JSON: tc.build's default) are re-run beside the first round's,
+    so a finalist that was lucky once cannot pass a default measured at a worse moment. The
+    result is the database's best afterwards, so `tc.build` later applies exactly this program.
+    `builder`: the session's LocalBuilder (its processes are running), else one of its own."""
     target = space.target.string
     confirmed: set = set()
     own = builder is None
     builder = builder or LocalBuilder(workers=1)
+    extra = _records_of(database, key, target, hw, set(include)) if include else []
     try:
         for _ in range(rounds):
             records = [r for r in database.best(key, target, hw, k=k) if r.trace not in confirmed]
+            records += [r for r in extra if r.trace not in confirmed | {x.trace for x in records}]
+            extra = []
             if not records:
                 break
             built = builder.build(task, [decode_trace(r.trace)[1].to_json() for r in records])
@@ -381,6 +390,15 @@ def remeasure_best(database, key, space, hw, task, runner, builder=None, k: int 
             builder.close()
     best = database.best(key, target, hw)
     return (best[0].median_ms, best[0].trace) if best else (None, None)
+
+
+def _records_of(database, key, target, hw, steps: set) -> list:
+    """The latest successful record of each program whose steps' JSON is in `steps`."""
+    found = {}
+    for r in database.records(key, target, hw):
+        if r.median_ms is not None and decode_trace(r.trace)[1].to_json() in steps:
+            found[r.trace] = r
+    return list(found.values())
 
 
 def _build_best(space: Space, trace_text: str):

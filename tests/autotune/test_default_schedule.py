@@ -13,7 +13,9 @@ from helpers import table_target
 import minitc as tc
 from minitc.autotune.database import Database
 from minitc.autotune.default_schedule import default_schedule, generic_default
+from minitc.autotune.interfaces import Runner
 from minitc.autotune.rule_defaults import parallel_loops, register_tile
+from minitc.autotune.runner import MeasureResult
 from minitc.autotune.space import Space
 from minitc.autotune.tuner import decode_trace
 from minitc.schedule import Schedule
@@ -204,3 +206,36 @@ def test_a_grouped_convolution_tiles_rows_over_the_channels_that_share_an_input(
     win = np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(2, 3)).reshape(1, groups, per, hw, hw, 3, 3)
     expected = np.einsum("ngcyxij,gocij->ngoyx", win, w.reshape(groups, per, per, 3, 3)).reshape(Y.shape)
     np.testing.assert_allclose(tc.build(Y, "llvm")(x, w), expected, rtol=1e-4, atol=1e-4)
+
+
+class UnluckyDefaultRunner(Runner):
+    """Scripted timings: tc.build's program measures 10 ms during the search (a busy moment) and
+    1 ms when it is measured again; every other program 2 ms and more, both times."""
+
+    def __init__(self, default_steps: str, remeasuring: bool = False):
+        self.default_steps, self.remeasuring, self.others = default_steps, remeasuring, {}
+
+    def run(self, task, built):
+        out = []
+        for b in built:
+            if b.trace == self.default_steps:
+                ms = 1.0 if self.remeasuring else 10.0
+            else:
+                ms = self.others.setdefault(b.trace, 2.0 + len(self.others))
+            out.append(MeasureResult(b.trace, (ms,)))
+        return out
+
+    def fresh(self, repeats):
+        again = UnluckyDefaultRunner(self.default_steps, remeasuring=True)
+        again.others = self.others
+        return again
+
+
+def test_tune_measures_the_default_again_beside_the_finalists(tmp_path):
+    """Re-measuring only the fastest first measurements would keep a finalist that was lucky
+    over a default measured at a busy moment: the default is re-measured with them."""
+    out, _ = contraction_2k()
+    default_steps = default_schedule(out, "llvm").trace.to_json()
+    runner = UnluckyDefaultRunner(default_steps)
+    r = tc.tune(out, trials=8, strategy="random", db=tmp_path / "r.db", batch=8, seed=0, runner=runner)
+    assert decode_trace(r.best_trace)[1].to_json() == default_steps and r.best_ms == 1.0
