@@ -145,6 +145,16 @@ OPTIONS = {
     "inductor": _option("--inductor", is_flag=True, help="Time torch.compile (Inductor, freezing) too."),
     "prompt_len": _option("--prompt-len", default=128, type=click.IntRange(min=1), help="Tokens of the prompt."),
     "new": _option("--new", default=64, type=click.IntRange(min=2), help="Tokens to generate."),
+    "jobs": _option("--jobs", default=1, type=INTS, help="Worker processes at a time."),
+    "timeout_s": _option(
+        "--timeout",
+        "timeout_s",
+        default=180.0,
+        type=FLOATS,
+        help="Seconds a model may take before its worker is killed.",
+    ),
+    "check": _option("--check", is_flag=True, help="Exit 1 if an architecture of the pass list is lower now."),
+    "update": _option("--update", is_flag=True, help="Write the pass list from this run."),
 }
 
 

@@ -424,6 +424,21 @@ def scaling_table(result: dict) -> str:
     )
 
 
+def sweep_lines(figures: dict, seconds: float) -> str:
+    """The sweep's figures (sweep.summary) in a few lines."""
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(figures["counts"].items(), key=lambda x: -x[1]))
+    rate = figures["pass_rate"]
+    lines = [
+        f"{figures['architectures']} architectures in {seconds:.0f} s: {counts}",
+        f"{figures['passed']} of {figures['exported']} exported compile and match eager"
+        + (f" ({100 * rate:.1f}%)" if rate is not None else ""),
+    ]
+    for key, what in (("geomean_vs_eager", "eager"), ("geomean_vs_inductor", "Inductor")):
+        if figures[key]:
+            lines.append(f"geomean {figures[key]:.2f}x {what}")
+    return "\n".join(lines)
+
+
 def write_json(records: list, path: str) -> None:
     with open(path, "w") as f:
         json.dump(records, f, indent=1)

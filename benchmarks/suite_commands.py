@@ -283,6 +283,49 @@ def run_generate(suite, names, say, command, *, threads, rounds, inductor, promp
         say(f"wrote {json_path}")
 
 
+def run_sweep(suite, names, say, command, *, threads, rounds, inductor, jobs, timeout_s, json_path, check,
+              update) -> None:  # fmt: skip
+    """The sweep (sweep.py): every architecture transformers registers, small, each exported,
+    compiled with the templates, checked against eager and timed, in worker processes.
+    --check compares with the pass list (benchmarks/sweep_pass.json), --update rewrites it;
+    docs/sweep_page.py makes docs/sweep.md of the --json file."""
+    from minitc.benchmarks import sweep
+    from minitc.benchmarks.machine import cpu_name
+
+    if len(threads) > 1:
+        raise click.BadParameter("the sweep runs at one thread count", param_hint="--threads")
+    start = time.perf_counter()
+    rows = sweep.run(names, jobs, timeout_s, threads[0], rounds, inductor, say)
+    seconds = time.perf_counter() - start
+    figures = sweep.summary(rows)
+    click.echo(report.sweep_lines(figures, seconds))
+    if json_path:
+        run = {"cpu": cpu_name(), **run_stamp(command), "suite": suite, "threads": threads[0], "jobs": jobs}
+        with open(json_path, "w") as f:
+            json.dump({"run": {**run, "seconds": round(seconds)}, "summary": figures, "rows": rows}, f, indent=1)
+        say(f"wrote {json_path}")
+    if update:
+        sweep.write_pass_list(rows)
+        say(f"wrote {sweep.PASS_LIST}")
+    if check:
+        recorded = sweep.read_pass_list()
+        for model in sweep.gains(rows, recorded):
+            say(f"{model} passes now: record it with --update")
+        lost = sweep.regressions(rows, recorded)
+        if lost:
+            raise click.ClickException(f"{len(lost)} architecture(s) of the pass list fail now:\n" + "\n".join(lost))
+
+
+def _select_sweep(names) -> list:
+    from minitc.benchmarks.sweep_configs import architectures
+
+    every = architectures()
+    unknown = [n for n in names if n not in every]
+    if unknown:
+        raise KeyError(f"not model types of transformers' auto classes: {', '.join(unknown)}")
+    return names or every
+
+
 def _select_generate(names) -> list:
     from minitc.benchmarks import generation
 
@@ -399,6 +442,17 @@ SUITE_TABLE = {
         _select_generate,
         defaults={"threads": "2", "rounds": 3},
         helps={"inductor": "Time torch.compile(dynamic=True) (Inductor) too."},
+    ),
+    "sweep": Suite(
+        "Every architecture transformers registers, small: exported, compiled, checked and timed (docs/sweep.md).",
+        run_sweep,
+        ("workloads", "threads", "rounds", "inductor", "jobs", "timeout_s", "json_path", "check", "update", "quiet"),
+        _select_sweep,
+        defaults={"threads": "2", "rounds": 3},
+        helps={
+            "workloads": "Comma-separated model types (default: all that transformers registers).",
+            "threads": "The thread count of each worker.",
+        },
     ),
     "zoo": Suite(
         "The zoo's small models: compiled, checked and timed against eager (docs/models.md's table).",

@@ -1,0 +1,234 @@
+"""One row of the sweep (issue 53): one architecture built (sweep_configs.py), exported,
+compiled with the templates, checked against eager and timed.
+
+    row = measure("bert", threads=2, rounds=3, inductor=False)
+
+A row's status, in the order the stages run:
+
+    scope      the main input is not text, vision or audio (time series, video, ...)
+    config     the configuration cannot be shrunk, or the model cannot be built
+    inputs     eager runs on none of the input sets the sweep makes
+    export     torch.export cannot take it, even with use_cache=False
+    compile    tc.compile raised
+    mismatch   an output is off eager's by more than 1e-4 of its largest value (RTOL)
+    error      anything else that went wrong (timing, Inductor...), with its message
+    fallback   matches, but minitc fell back to PyTorch on an internal error (a bug to fix)
+    pass       matches
+
+transformers' cache classes are registered as pytrees before export (as transformers' own
+exporter does), so a model that returns its key/value cache exports and its cache tensors are
+outputs checked like the others. Where export still fails and the configuration has
+`use_cache`, the model is exported again with use_cache=False, and the row says so.
+
+`python -m minitc.benchmarks.sweep_row` is the worker that sweep.py runs: it reads model types
+on stdin, one a line, and writes one JSON row a line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+import torch
+
+from minitc.benchmarks.models_systems import compare, setup_inductor
+from minitc.benchmarks.report import short
+from minitc.benchmarks.sweep_configs import MODALITY, Architecture, SweepError, build
+
+PASSING = ("pass", "fallback")  # compiled and matched eager
+# Warm-up of each timed system: WARMUP_CALLS calls and WARMUP_S seconds, but no more than
+# WARMUP_MAX_S. Eager BERT's first 8 calls took 60 ms each at 2 threads, the next 0.7 ms.
+WARMUP_CALLS, WARMUP_S, WARMUP_MAX_S = 10, 0.25, 2.0
+
+
+class Inputs(torch.nn.Module):
+    """The model called with its inputs by name, positional for torch.export and tc.compile."""
+
+    def __init__(self, model, names):
+        super().__init__()
+        self.model, self.names = model, list(names)
+
+    def forward(self, *tensors):
+        return self.model(**dict(zip(self.names, tensors)))
+
+
+def tensors(out) -> list:
+    """The tensors of a model's output, in torch.export's order (its pytree leaves)."""
+    return [x for x in torch.utils._pytree.tree_leaves(out) if isinstance(x, torch.Tensor)]
+
+
+def register_caches(model) -> None:
+    """transformers' cache classes as pytree nodes (what its exporter does before torch.export)."""
+    try:
+        from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
+    except ImportError:  # transformers 4.x
+        from transformers.integrations.executorch import register_dynamic_cache_export_support
+
+        register_dynamic_cache_export_support()
+        return
+    register_cache_pytrees_for_model(model)
+
+
+def _set_use_cache(config, value: bool) -> bool:
+    """Set use_cache on the configuration and its sub-configurations; whether any had it."""
+    found = False
+    for c in [config, *(v for v in vars(config).values() if hasattr(v, "to_dict"))]:
+        if getattr(c, "use_cache", None) is not None:
+            c.use_cache, found = value, True
+    return found
+
+
+def export(model, inputs: dict, row: dict):
+    """torch.export of the model (as tc.compile exports it: strict=False), else with
+    use_cache=False (noted in the row); SweepError("export") where neither exports. Returns the
+    module to compile and eager's output for it."""
+    wrapped = Inputs(model, inputs)
+    args = tuple(inputs.values())
+    try:
+        torch.export.export(wrapped, args, strict=False)
+        return wrapped
+    except Exception as e:  # noqa: BLE001 - torch raises many kinds
+        first = short(e)
+    if not _set_use_cache(model.config, False):
+        raise SweepError("export", first)
+    row["note"] = ", ".join(filter(None, [row.get("note"), "use_cache=False"]))
+    try:
+        torch.export.export(wrapped, args, strict=False)
+        return wrapped
+    except Exception as e:  # noqa: BLE001
+        raise SweepError("export", f"{first}; with use_cache=False: {short(e)}") from None
+
+
+def check(outputs, expected: list) -> str | None:
+    """Why minitc's outputs differ from eager's tensors (count, shape, more than RTOL of an
+    output's largest value), or None."""
+    outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    if len(outputs) != len(expected):
+        return f"wrong result: {len(outputs)} outputs, eager has {len(expected)}"
+    for i, (out, ref) in enumerate(zip(outputs, expected)):
+        _, wrong = compare(out, ref.detach().numpy().astype(np.float64))
+        if wrong:
+            return f"output {i}: {wrong}"
+    return None
+
+
+def internal_fallbacks(compiled, caught) -> list:
+    """minitc's fallbacks on its own errors: the compiled model's `fallbacks` and the warnings
+    of class CompilerFallbackWarning (where this minitc has them)."""
+    import minitc as tc
+
+    found = [str(f) for f in getattr(compiled, "fallbacks", [])]
+    kind = getattr(tc, "CompilerFallbackWarning", None)
+    warned = [str(w.message) for w in caught if kind is not None and issubclass(w.category, kind)]
+    return found + [w for w in warned if w not in found]
+
+
+def measure(name: str, threads: int, rounds: int, inductor: bool) -> dict:
+    """The row of one architecture (the module docstring lists its statuses)."""
+    import minitc as tc
+    from minitc.frontend import unsupported
+    from minitc.timing import thread_limit
+
+    row = {"model": name, "status": None, "error": None, "fallbacks": {}, "internal_fallbacks": []}
+    try:
+        arch = Architecture.of(name)
+        row["class"] = arch.model_class
+        with thread_limit(threads), torch.no_grad():
+            model, inputs, row["note"] = build(arch)
+            row["inputs"] = {k: list(v.shape) for k, v in inputs.items()}
+            row["modality"] = "multimodal" if len({MODALITY[k] for k in inputs if k in MODALITY}) > 1 else None
+            row["modality"] = row["modality"] or MODALITY[arch.main_input()]
+            register_caches(model)
+            module = export(model, inputs, row)
+            expected = tensors(module(*inputs.values()))
+            start = time.perf_counter()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    compiled = tc.compile(module, tuple(inputs.values()), db=False)
+                except Exception as e:  # noqa: BLE001 - minitc's failure is this row's reason
+                    raise SweepError("compile", short(e)) from None
+            row["compile_s"] = round(time.perf_counter() - start, 2)
+            row["fallbacks"] = unsupported(compiled.graph)
+            row["internal_fallbacks"] = internal_fallbacks(compiled, caught)
+            try:
+                outputs = compiled(*inputs.values())
+            except Exception as e:  # noqa: BLE001
+                raise SweepError("compile", f"first call: {short(e)}") from None
+            wrong = check(outputs, expected)
+            if wrong:
+                raise SweepError("mismatch", wrong)
+            row["status"] = "fallback" if row["internal_fallbacks"] else "pass"
+            if rounds:
+                args = tuple(inputs.values())
+                fns = {"eager": lambda: module(*args), "minitc": lambda: compiled(*args)}
+                if inductor:
+                    system = setup_inductor(module, args)
+                    if system.fn:
+                        fns["inductor"] = system.fn
+                    else:
+                        row["inductor_error"] = system.error
+                row.update(speeds(fns, rounds))
+    except SweepError as e:
+        row["status"], row["error"] = e.stage, str(e)[:500]
+    except Exception as e:  # noqa: BLE001 - anything else is this row's error, not the sweep's end
+        row["status"], row["error"] = row["status"] or "error", short(e)
+    return row
+
+
+def warm_up(fn) -> None:
+    calls, start = 0, time.perf_counter()
+    while (
+        calls < WARMUP_CALLS or time.perf_counter() - start < WARMUP_S
+    ) and time.perf_counter() - start < WARMUP_MAX_S:
+        fn()
+        calls += 1
+
+
+def speeds(fns: dict, rounds: int) -> dict:
+    """Each system called in turn, `rounds` rounds of the median of 5-50 calls (about 20 ms),
+    after warm-up calls (WARMUP): median ms, and eager's and Inductor's time over minitc's, each the
+    median of the rounds' ratios. Medians, because a shared machine's other work stalls some
+    calls (2-thread eager calls of 1 ms took up to 100 ms under load)."""
+    from minitc.timing import median_call_s
+
+    once = 0.0
+    for fn in fns.values():
+        warm_up(fn)
+        once = max(once, min(median_call_s(fn, 1) for _ in range(3)))
+    calls = max(5, min(50, int(0.02 / max(once, 1e-6))))
+    ms = {n: [] for n in fns}
+    for _ in range(rounds):
+        for n, fn in fns.items():
+            ms[n].append(1e3 * median_call_s(fn, calls))
+    ms = {n: np.array(v) for n, v in ms.items()}
+    out = {f"{n}_ms": round(float(np.median(v)), 4) for n, v in ms.items()}
+    out["speed"] = round(float(np.median(ms["eager"] / ms["minitc"])), 3)
+    if "inductor" in ms:
+        out["vs_inductor"] = round(float(np.median(ms["inductor"] / ms["minitc"])), 3)
+    return out
+
+
+def worker() -> None:
+    """Read model types on stdin, write their rows as JSON lines; everything else the models
+    print goes to stderr, so stdout carries only rows."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--inductor", action="store_true")
+    args = parser.parse_args()
+    rows = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    for line in sys.stdin:
+        row = measure(line.strip(), args.threads, args.rounds, args.inductor)
+        rows.write(json.dumps(row) + "\n")
+        rows.flush()
+
+
+if __name__ == "__main__":
+    worker()
