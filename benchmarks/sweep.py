@@ -34,6 +34,11 @@ PASS_LIST = Path(__file__).resolve().parent / "sweep_pass.json"
 WORKER = "minitc.benchmarks.sweep_row"
 
 
+def worker_command(threads: int, rounds: int, inductor: bool) -> list:
+    command = [sys.executable, "-m", WORKER, "--threads", str(threads), "--rounds", str(rounds)]
+    return command + (["--inductor"] if inductor else [])
+
+
 @dataclass
 class Worker:
     """A worker process, the model it is on and since when."""
@@ -46,10 +51,9 @@ class Worker:
 
     @classmethod
     def start(cls, threads: int, rounds: int, inductor: bool) -> Worker:
-        command = [sys.executable, "-m", WORKER, "--threads", str(threads), "--rounds", str(rounds)]
         stderr = tempfile.TemporaryFile()
         process = subprocess.Popen(
-            command + (["--inductor"] if inductor else []),
+            worker_command(threads, rounds, inductor),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=stderr,
