@@ -308,6 +308,10 @@ def run_sweep(suite, names, say, command, *, threads, rounds, inductor, jobs, ti
         sweep.write_pass_list(rows)
         say(f"wrote {sweep.PASS_LIST}")
     if check:
+        import transformers
+
+        if sweep.recorded_transformers() != transformers.__version__:
+            say(f"the pass list is of transformers {sweep.recorded_transformers()}, this is {transformers.__version__}")
         recorded = sweep.read_pass_list()
         for model in sweep.gains(rows, recorded):
             say(f"{model} passes now: record it with --update")

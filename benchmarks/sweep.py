@@ -153,8 +153,16 @@ def pass_list(rows: list) -> dict:
     return {r["model"]: r["status"] for r in sorted(rows, key=lambda r: r["model"]) if r["status"] in PASSING}
 
 
+def recorded_transformers(path=PASS_LIST) -> str:
+    """The transformers version the pass list was recorded with (another may register others)."""
+    return json.loads(Path(path).read_text())["transformers"]
+
+
 def write_pass_list(rows: list, path=PASS_LIST) -> None:
+    import transformers
+
     text = {"about": "the sweep's passing architectures (benchmarks/sweep.py); CI fails where one is lower"}
+    text["transformers"] = transformers.__version__
     Path(path).write_text(json.dumps({**text, "architectures": pass_list(rows)}, indent=1) + "\n")
 
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULT = ROOT / "experiments" / "results" / "sweep-intel-xeon-kvm-20261208.json"
+RESULT = ROOT / "experiments" / "results" / "sweep-intel-xeon-kvm-20261207.json"
 PAGE = ROOT / "docs" / "sweep.md"
 MACHINE = "Intel Xeon, Sapphire Rapids class KVM guest, 2 cores"
 STAGES = {  # status -> what it means, in the order the stages run

@@ -117,3 +117,22 @@ def test_the_subset_compiles_and_matches_eager():
     assert all(r["compile_s"] > 0 and isinstance(r["fallbacks"], dict) for r in rows)
     assert rows[SUBSET.index("clip")]["modality"] == "multimodal"
     assert set(rows[SUBSET.index("t5")]["inputs"]) == {"input_ids", "decoder_input_ids"}
+
+
+def test_internal_fallbacks_are_counted_before_and_after_the_fallback_path(monkeypatch):
+    import warnings
+    from types import SimpleNamespace
+
+    import minitc as tc
+    from minitc.benchmarks.sweep_row import internal_fallbacks
+
+    class Fallback(UserWarning):
+        pass
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.warn("layout pass failed on node x", Fallback)
+    assert internal_fallbacks(SimpleNamespace(), caught) == []  # not minitc's warning class
+    monkeypatch.setattr(tc, "CompilerFallbackWarning", Fallback, raising=False)
+    compiled = SimpleNamespace(fallbacks=["fusion of node y: IndexError"])
+    assert internal_fallbacks(compiled, caught) == ["fusion of node y: IndexError", "layout pass failed on node x"]
