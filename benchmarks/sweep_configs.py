@@ -97,7 +97,10 @@ class Architecture:
             raise SweepError("config", f"{self.model_class}: {type(e).__name__}: {_first_line(e)}") from None
 
     def main_input(self) -> str:
-        return getattr(self.model_type(), "main_input_name", "input_ids")
+        try:  # a class whose optional package is missing raises on any attribute
+            return getattr(self.model_type(), "main_input_name", "input_ids")
+        except ImportError as e:
+            raise SweepError("config", f"{self.model_class}: {type(e).__name__}: {_first_line(e)}") from None
 
 
 def _first_line(e: BaseException) -> str:
