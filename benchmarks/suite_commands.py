@@ -289,6 +289,8 @@ def run_sweep(suite, names, say, command, *, threads, rounds, inductor, jobs, ti
     compiled with the templates, checked against eager and timed, in worker processes.
     --check compares with the pass list (benchmarks/sweep_pass.json), --update rewrites it;
     docs/sweep_page.py makes docs/sweep.md of the --json file."""
+    import transformers
+
     from minitc.benchmarks import sweep
     from minitc.benchmarks.machine import cpu_name
 
@@ -301,6 +303,7 @@ def run_sweep(suite, names, say, command, *, threads, rounds, inductor, jobs, ti
     click.echo(report.sweep_lines(figures, seconds))
     if json_path:
         run = {"cpu": cpu_name(), **run_stamp(command), "suite": suite, "threads": threads[0], "jobs": jobs}
+        run["transformers"] = transformers.__version__
         with open(json_path, "w") as f:
             json.dump({"run": {**run, "seconds": round(seconds)}, "summary": figures, "rows": rows}, f, indent=1)
         say(f"wrote {json_path}")
@@ -308,8 +311,6 @@ def run_sweep(suite, names, say, command, *, threads, rounds, inductor, jobs, ti
         sweep.write_pass_list(rows)
         say(f"wrote {sweep.PASS_LIST}")
     if check:
-        import transformers
-
         if sweep.recorded_transformers() != transformers.__version__:
             say(f"the pass list is of transformers {sweep.recorded_transformers()}, this is {transformers.__version__}")
         recorded = sweep.read_pass_list()

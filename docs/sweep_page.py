@@ -63,9 +63,12 @@ def render(result: dict) -> str:
         "[models.md](models.md).",
         "",
         f"- Machine: {MACHINE} (`{run['cpu']}`), {run['threads']} thread(s) a worker, {run['jobs']} worker(s)"
-        f" at a time, {run['date'][:10]}, transformers {run['versions'].get('transformers', '?')}.",
-        f"- Command: `{run['command']}` ({run['seconds'] // 60} min {run['seconds'] % 60} s).",
-        f"- {figures['architectures']} architectures; {figures['exported']} exported;"
+        f" at a time, {run['date'][:10]}, transformers {run['transformers']}.",
+        f"- Command: `{run['command']}`"
+        + (f", in {run['parts']}" if run.get("parts") else "")
+        + f" ({run['seconds'] // 60} min {run['seconds'] % 60} s).",
+        f"- {run.get('enumerated', figures['architectures'])} architectures enumerated, {figures['architectures']} run;"
+        f" {figures['exported']} exported;"
         f" {figures['passed']} compile and match eager: **{100 * figures['pass_rate']:.1f}%** of the exported"
         f" ({counts.get('fallback', 0)} of them after an internal fallback).",
         f"- Geomean over the passing: **{fmt(figures['geomean_vs_eager'])}x eager**"
