@@ -145,6 +145,9 @@ OPTIONS = {
     "inductor": _option("--inductor", is_flag=True, help="Time torch.compile (Inductor, freezing) too."),
     "prompt_len": _option("--prompt-len", default=128, type=click.IntRange(min=1), help="Tokens of the prompt."),
     "new": _option("--new", default=64, type=click.IntRange(min=2), help="Tokens to generate."),
+    "timing_rounds": _option(
+        "--rounds", "timing_rounds", default=3, type=click.IntRange(min=0), help="Timing rounds (0: no timing)."
+    ),
     "jobs": _option("--jobs", default=1, type=INTS, help="Worker processes at a time."),
     "timeout_s": _option(
         "--timeout",

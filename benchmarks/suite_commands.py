@@ -283,7 +283,7 @@ def run_generate(suite, names, say, command, *, threads, rounds, inductor, promp
         say(f"wrote {json_path}")
 
 
-def run_sweep(suite, names, say, command, *, threads, rounds, inductor, jobs, timeout_s, json_path, check,
+def run_sweep(suite, names, say, command, *, threads, timing_rounds, inductor, jobs, timeout_s, json_path, check,
               update) -> None:  # fmt: skip
     """The sweep (sweep.py): every architecture transformers registers, small, each exported,
     compiled with the templates, checked against eager and timed, in worker processes.
@@ -297,7 +297,7 @@ def run_sweep(suite, names, say, command, *, threads, rounds, inductor, jobs, ti
     if len(threads) > 1:
         raise click.BadParameter("the sweep runs at one thread count", param_hint="--threads")
     start = time.perf_counter()
-    rows = sweep.run(names, jobs, timeout_s, threads[0], rounds, inductor, say)
+    rows = sweep.run(names, jobs, timeout_s, threads[0], timing_rounds, inductor, say)
     seconds = time.perf_counter() - start
     figures = sweep.summary(rows)
     click.echo(report.sweep_lines(figures, seconds))
@@ -451,9 +451,20 @@ SUITE_TABLE = {
     "sweep": Suite(
         "Every architecture transformers registers, small: exported, compiled, checked and timed (docs/sweep.md).",
         run_sweep,
-        ("workloads", "threads", "rounds", "inductor", "jobs", "timeout_s", "json_path", "check", "update", "quiet"),
+        (
+            "workloads",
+            "threads",
+            "timing_rounds",
+            "inductor",
+            "jobs",
+            "timeout_s",
+            "json_path",
+            "check",
+            "update",
+            "quiet",
+        ),
         _select_sweep,
-        defaults={"threads": "2", "rounds": 3},
+        defaults={"threads": "2"},
         helps={
             "workloads": "Comma-separated model types (default: all that transformers registers).",
             "threads": "The thread count of each worker.",
