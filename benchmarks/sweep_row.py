@@ -118,14 +118,15 @@ def check(outputs, expected: list) -> str | None:
 
 
 def internal_fallbacks(compiled, caught) -> list:
-    """minitc's fallbacks on its own errors: the compiled model's `fallbacks` and the warnings
-    of class CompilerFallbackWarning (where this minitc has them)."""
+    """minitc's fallbacks on its own errors: the compiled model's `fallbacks`, else the warnings
+    of class CompilerFallbackWarning (one warning sums up all of them), where this minitc has
+    either."""
     import minitc as tc
 
     found = [str(f) for f in getattr(compiled, "fallbacks", [])]
     kind = getattr(tc, "CompilerFallbackWarning", None)
     warned = [str(w.message) for w in caught if kind is not None and issubclass(w.category, kind)]
-    return found + [w for w in warned if w not in found]
+    return found or warned
 
 
 def measure(name: str, threads: int, rounds: int, inductor: bool) -> dict:
