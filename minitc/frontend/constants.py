@@ -37,7 +37,7 @@ def fold_constants(graph: Graph) -> Graph:
         if not isinstance(value, np.ndarray) or value.nbytes > inputs_bytes + GROWTH_BYTES:
             nodes.append(node)
             continue
-        g.constants[node.name] = np.ascontiguousarray(value)
+        g.constants[node.name] = np.asarray(value, order="C")
     g.nodes = nodes
     return g.prune()
 

@@ -50,7 +50,7 @@ class DevicePlan:
         self.capture = self.device.type == "cuda" if capture is None else capture
         self.offsets, self.arena_bytes = plan_arena(graph)
         arena = torch.empty(max(1, self.arena_bytes), dtype=torch.uint8, device=self.device)
-        values = {k: torch.from_numpy(np.ascontiguousarray(v)).to(self.device) for k, v in graph.constants.items()}
+        values = {k: torch.from_numpy(np.asarray(v, order="C")).to(self.device) for k, v in graph.constants.items()}
         self._inputs = [self._empty(v) for v in graph.inputs]
         values.update({v.name: t for v, t in zip(graph.inputs, self._inputs)})
         self.steps = []
@@ -132,7 +132,7 @@ class DevicePlan:
 
         for buffer, x in zip(self._inputs, inputs):
             if isinstance(x, np.ndarray):
-                x = torch.from_numpy(np.ascontiguousarray(x))
+                x = torch.from_numpy(np.asarray(x, order="C"))
             elif not isinstance(x, torch.Tensor):  # a CuPy array: shared through the CUDA array interface
                 x = torch.as_tensor(x, device=self.device)
             buffer.copy_(x)

@@ -53,7 +53,7 @@ class DynamicPlan(Plan):
             valid_part(buf, self.dims.get(v.name, {}), self.extents)[...] = a
         outs = super().run(self._padded, times)
         return [
-            np.ascontiguousarray(valid_part(o, self.dims.get(name, {}), self.extents))
+            np.asarray(valid_part(o, self.dims.get(name, {}), self.extents), order="C")
             for o, name in zip(outs, self.graph.outputs)
         ]
 

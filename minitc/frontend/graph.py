@@ -107,7 +107,7 @@ class Graph:
         while name in names or name in taken:
             n += 1
             name = f"{base}_{n}"
-        self.constants[name] = np.ascontiguousarray(array)
+        self.constants[name] = np.asarray(array, order="C")
         return name
 
     def producers(self) -> dict:
@@ -195,10 +195,11 @@ def _node_line(n: Node, indent: str) -> str:
 
 def as_array(value) -> np.ndarray:
     """A constant as a contiguous numpy array. A torch tensor is copied, so that the compiled
-    model keeps the weights it was compiled with (numpy() alone would share their memory)."""
+    model keeps the weights it was compiled with (numpy() alone would share their memory). A 0-d
+    value stays 0-d (np.ascontiguousarray would make it 1-d: a (1,) output where eager has ())."""
     if hasattr(value, "detach"):
         return np.array(value.detach().cpu().numpy(), order="C", copy=True)
-    return np.ascontiguousarray(value)
+    return np.asarray(value, order="C")
 
 
 def single_use(graph: Graph, name: str, users: dict) -> bool:

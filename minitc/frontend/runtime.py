@@ -119,7 +119,7 @@ class Plan:
         seconds of each step go there by node name."""
         import torch
 
-        inputs = {v.name: np.ascontiguousarray(a) for v, a in zip(self.graph.inputs, arrays)}
+        inputs = {v.name: np.asarray(a, order="C") for v, a in zip(self.graph.inputs, arrays)}
         first = self._bound is None
         values = {**(self.graph.constants if first else self._static), **inputs}
         if self.checker:

@@ -3,6 +3,7 @@ models checked against PyTorch eager on small models (an MLP, a ResNet-style CNN
 encoder layer)."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -508,3 +509,21 @@ def test_kernel_calls_are_checked_on_the_first_run_only(monkeypatch):
     close(second, first)
     with torch.no_grad():
         close(second, model(x))
+
+
+def test_zero_dimensional_outputs_keep_their_shape():
+    """A 0-d output made from a 0-d constant (a Mamba-style cache's step counter) is 0-d, as in
+    eager: numpy's ascontiguousarray made such constants (1,)."""
+
+    class Scalars(torch.nn.Module):
+        def forward(self, x):
+            return x * 2, x.sum() * 0 + torch.tensor(1.0), (x * 3).sum()
+
+    x = torch.randn(4, 8)
+    model = Scalars().eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the 0-d values run through PyTorch
+        got = tc.compile(model, (x,))(x)
+    for out, want in zip(got, model(x)):
+        assert out.shape == want.shape
+        torch.testing.assert_close(out, want)
