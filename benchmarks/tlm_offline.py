@@ -229,7 +229,8 @@ def main(descriptions, base, models, epochs, max_seconds, threads, ks, evo_seeds
     def say(msg):
         click.echo(msg, err=True)
 
-    entries = [e for e in load() if e.fingerprint in set(cpu_descriptions(load(sentences=False)))]
+    cpus = set(cpu_descriptions(load(sentences=False)))
+    entries = [e for e in load() if e.fingerprint in cpus]
     fps = [d for d in descriptions.split(",") if d] or cpu_descriptions(entries)
     folder = Path(models) if models else cache_dir() / "lm-offline"
     base = Path(base) if base else zen2_base(folder / "zen2.pt")
