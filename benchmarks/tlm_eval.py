@@ -50,11 +50,17 @@ from minitc.autotune.registry import make_runner
 from minitc.autotune.runner import Task
 from minitc.autotune.space import Space
 from minitc.autotune.tuner import decode_trace, tune
+from minitc.benchmarks.host_load import ForeignLoad
 from minitc.benchmarks.programs import kernels_ms, template_kernel_ms, template_trace
 from minitc.benchmarks.tlm_report import _at, _matched
 from minitc.benchmarks.tuning import cost_model_for
 from minitc.lm.training_set import HELD_OUT
 from minitc.target import is_gpu
+
+# Foreign load (host_load.ForeignLoad, in CPUs) at or above which a measurement is suspect: on a
+# 2-core host one other busy process doubles a 2-thread kernel's time.
+BUSY = 0.3
+RETRIES, QUIET_WAIT_S = 2, 30.0
 
 
 def _time_to(history: list, times: list, target: float | None):
@@ -77,12 +83,17 @@ def _first_winners(records: list, budgets) -> dict:
     return out
 
 
-def _confirmed_winners(out, records: list, result, budgets) -> dict:
+def _confirmed_winners(out, records: list, result, budgets, loads=None) -> dict:
     """{k: (trace JSON, ms, seconds)}: what tuning with a budget of k returns, its re-measured
     latency and the tuning time to get there, from the run's `records` (its trials, in order).
     The full budget's answer is the run's own; a smaller budget's comes from re-measuring, as
-    the tuner does, a copy of the first k records."""
+    the tuner does, a copy of the first k records. A re-measurement during which other
+    processes took BUSY CPUs or more is done again after waiting for quiet (RETRIES times at
+    most); `loads` gets {k: the foreign CPUs of its last re-measurement}."""
     from minitc.autotune.tuner import decode_trace, remeasure_best
+    from minitc.timing import wait_for_quiet
+
+    loads = {} if loads is None else loads
 
     answers = {}
     if result.best_trace:
@@ -94,13 +105,19 @@ def _confirmed_winners(out, records: list, result, budgets) -> dict:
         try:
             for k in smaller:
                 start = time.perf_counter()
-                with (
-                    tempfile.TemporaryDirectory(prefix="minitc-budget-") as tmp,
-                    Database(os.path.join(tmp, "r.db")) as copy,
-                ):
-                    for r in records[:k]:
-                        copy.add(replace(r, id=None))
-                    ms, trace = remeasure_best(copy, result.workload, space, records[0].hardware, task, runner)
+                for attempt in range(1 + RETRIES):  # again when someone else's process took a core meanwhile
+                    with (
+                        tempfile.TemporaryDirectory(prefix="minitc-budget-") as tmp,
+                        Database(os.path.join(tmp, "r.db")) as copy,
+                        ForeignLoad() as load,
+                    ):
+                        for r in records[:k]:
+                            copy.add(replace(r, id=None))
+                        ms, trace = remeasure_best(copy, result.workload, space, records[0].hardware, task, runner)
+                    loads[k] = load.cpus
+                    if load.cpus is None or load.cpus < BUSY or attempt == RETRIES:
+                        break
+                    wait_for_quiet(QUIET_WAIT_S)
                 answers[k] = (decode_trace(trace)[1].to_json(), ms, result.times[k - 1] + time.perf_counter() - start)
         finally:
             runner.close()
@@ -152,11 +169,12 @@ def evaluate_workload(
     say = say or (lambda msg: None)
     out = make()
     runs, winners, first, measured, seconds = {}, {}, {}, {}, {}
+    foreign = {}  # CPUs other processes took during each search and re-measurement (host_load)
     plan = [("tlm", max(ks))] + ([] if evo_from else [("evolutionary", max(evo_trials))])
     for strategy, trials in plan:
         say(f"{name}: {strategy}, {trials} trials")
         label, budgets = ("TLM", ks) if strategy == "tlm" else ("Evo", evo_trials)
-        with tempfile.TemporaryDirectory(prefix="minitc-tlm-eval-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="minitc-tlm-eval-") as tmp, ForeignLoad() as load:
             r = tune(
                 out,
                 trials=trials,
@@ -170,9 +188,12 @@ def evaluate_workload(
             )
             with Database(os.path.join(tmp, "r.db")) as db:
                 records = db.records(r.workload)[: len(r.history)]  # the trials, not the re-measurements
+        foreign[f"{label} search"] = load.cpus
         first.update({f"{label}@{k}": t for k, t in _first_winners(records, budgets).items()})
-        for k, (trace, ms, s) in _confirmed_winners(out, records, r, budgets).items():
+        loads: dict = {}
+        for k, (trace, ms, s) in _confirmed_winners(out, records, r, budgets, loads).items():
             winners[f"{label}@{k}"], measured[f"{label}@{k}"], seconds[f"{label}@{k}"] = trace, ms, s
+        foreign.update({f"{label}@{k}": c for k, c in loads.items()})
         runs[strategy] = r
     if evo_from:  # its evolutionary winners only: the TLM ones were another run's answers
         winners.update(_evo_labels(evo_from.get("winners", {})))
@@ -213,7 +234,10 @@ def evaluate_workload(
         extra = {"template": template} if template is not None else {}
         timed = {**winners, **{f"{label} first": t for label, t in first.items()}, **extra}
         say(f"{name}: timing the {len(set(timed.values()))} winners again, side by side")
-        row["retimed_ms"] = retime(out, timed, retime_rounds, target)
+        with ForeignLoad() as load:
+            row["retimed_ms"] = retime(out, timed, retime_rounds, target)
+        foreign["side by side"] = load.cpus
+    row["foreign_cpus"] = {k: None if v is None else round(v, 3) for k, v in foreign.items()}
     top = max(evo_trials)
     row["evo_best_s"] = _time_to(evo.history, evo.times, row["evo_ms"][top])
     row["tlm_time_to_evo_best_s"] = _time_to(tlm.history, tlm.times, row["evo_ms"][top])

@@ -169,7 +169,21 @@ def table(rows: list, ks, evo_trials) -> str:
         for row in rows
     ]
     out += ["", *aligned(head + ["TLM s", "Evo s", "valid"], cells)]
+    out += _under_load(rows)
     return "\n".join(out)
+
+
+def _under_load(rows: list, busy: float = 0.3) -> list:
+    """A line per workload whose searches or re-measurements ran while other processes took
+    `busy` CPUs or more (tlm_eval.BUSY): its first-measured cells are suspect there, the side
+    by side ones less so."""
+    out = []
+    for row in rows:
+        hit = {k: v for k, v in row.get("foreign_cpus", {}).items() if v is not None and v >= busy}
+        if hit:
+            what = ", ".join(f"{k} {v:.2f}" for k, v in hit.items())
+            out.append(f"  {row['workload']}: other processes took CPUs during {what}")
+    return ["", "measured under someone else's load (CPUs):", *out] if out else []
 
 
 def report(path) -> str:
