@@ -15,6 +15,10 @@ has measurements of, the pool is D's recorded programs of W (each with its recor
   log-probability of the sentence's decisions after D's prompt, the same prompt the tlm
   strategy writes on D). This is the model's first ranking only: the strategy's later rounds
   (edits of the measured best, the cost model) are not simulated.
+- **Search@k**: the tlm strategy's loop on the pool (search_at): the model's likeliest first,
+  then rounds half of edits (the programs nearest the best measured), half of the model's
+  likeliest. **Learn@k**: the same with the online update of `tc.tune(learn=True)` before each
+  round (a copy of the model fine-tuned on the programs measured so far).
 - **Random@k**: the expected best of k programs drawn at random from the pool (exact).
 - **Evo@k**: an evolutionary-like sampler restricted to the pool, mean over `--evo-seeds`:
   a random first round of 8, then rounds of 8 of the unmeasured programs nearest (fewest
@@ -154,6 +158,36 @@ def evo_at(ms: list, decisions: list, ks, seeds: int) -> dict:
     return {k: float(np.mean(v)) for k, v in scores.items()}
 
 
+def search_at(model, tok, sentences, ms: list, ks, learn: bool) -> dict:
+    """{k: best / best after k programs} of the tlm strategy's loop on the pool: a first round
+    of the model's 8 likeliest, then rounds of 8, half the unmeasured programs nearest the 4 best
+    measured (the strategy's edits), half the likeliest left. With `learn`, each round first
+    fine-tunes a copy of the model on the programs measured so far, as `tc.tune(learn=True)`
+    does (TLMSearch._learn), and ranks by the updated likelihood."""
+    import copy
+
+    from minitc.lm.data import examples, throughput_weights
+    from minitc.lm.train import train
+
+    model = copy.deepcopy(model) if learn else model
+    decisions = [dict(s.decisions) for s in sentences]
+    likely = list(np.argsort(-np.asarray(log_likelihoods(model, tok, sentences)), kind="stable"))
+    order = [int(i) for i in likely[:ROUND]]
+    while len(order) < max(ks) and len(order) < len(ms):
+        if learn:
+            weights = throughput_weights([ms[i] for i in order])
+            data = examples(tok, [sentences[i] for i in order], weights)
+            train(model, data, epochs=1, batch_size=16, lr=5e-5, warmup=1, seed=len(order))
+            likely = list(np.argsort(-np.asarray(log_likelihoods(model, tok, sentences)), kind="stable"))
+        parents = sorted(order, key=lambda i: ms[i])[:PARENTS]
+        rest = [i for i in range(len(ms)) if i not in order]
+        near = sorted(rest, key=lambda i: (min(distance(decisions[i], decisions[p]) for p in parents), likely.index(i)))
+        picked = near[: ROUND // 2]
+        picked += [int(i) for i in likely if i in rest and i not in picked][: ROUND - len(picked)]
+        order += picked
+    return {k: min(ms) / min(ms[i] for i in order[:k]) for k in ks}
+
+
 def pool(entries, fingerprint, workload) -> tuple:
     """(sentences, ms) of D's successful programs of `workload`, one per distinct program (its
     fastest record)."""
@@ -175,11 +209,15 @@ def evaluate_description(model, tok, entries, fingerprint, ks, evo_seeds) -> lis
         if len(ms) < 2:
             continue
         order = np.argsort(-np.asarray(log_likelihoods(model, tok, sentences)), kind="stable")
-        evo = evo_at(ms, [dict(s.decisions) for s in sentences], [k for k in ks if k < len(ms)], evo_seeds)
+        scored = [k for k in ks if k < len(ms)]
+        evo = evo_at(ms, [dict(s.decisions) for s in sentences], scored, evo_seeds)
+        loop = search_at(model, tok, sentences, ms, scored, learn=False) if scored else {}
+        learned = search_at(model, tok, sentences, ms, scored, learn=True) if scored else {}
         row = {"description": fingerprint, "workload": w, "pool": len(ms), "best_ms": min(ms)}
         for k in ks:
             small = k < len(ms)
             row[f"TLM@{k}"] = min(ms) / min(ms[i] for i in order[:k]) if small else None
+            row[f"Search@{k}"], row[f"Learn@{k}"] = loop.get(k), learned.get(k)
             row[f"Random@{k}"] = random_at(ms, k) if small else None
             row[f"Evo@{k}"] = evo.get(k)
         rows.append(row)
@@ -192,8 +230,8 @@ def _geomean(values) -> float | None:
 
 
 def table(rows: list, ks) -> str:
-    """Per description and workload, then the geomean per description: TLM / Evo / Random."""
-    cols = [f"{m}@{k}" for k in ks for m in ("TLM", "Evo", "Random")]
+    """Per description and workload, then the geomean per description, each method at each k."""
+    cols = [f"{m}@{k}" for k in ks for m in ("TLM", "Search", "Learn", "Evo", "Random")]
     head = ["description", "workload", "pool"] + cols
     lines = [head]
     for r in rows:

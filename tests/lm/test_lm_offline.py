@@ -85,7 +85,22 @@ def test_tlm_at_k_ranks_the_pool_by_the_models_likelihood(matmul_entries, monkey
     liked = {s: -n for n, s in enumerate([sentences[2], sentences[1], sentences[0], sentences[3], sentences[4]])}
     monkeypatch.setattr(tlm_offline, "log_likelihoods", lambda m, t, ss: [liked[s] for s in ss])
     monkeypatch.setattr(tlm_offline, "TEST", ("matmul-384",))
-    (row,) = tlm_offline.evaluate_description(None, tok, matmul_entries, "znver2-2c-0000", [1, 2, 10], 4)
+    (row,) = tlm_offline.evaluate_description(model, tok, matmul_entries, "znver2-2c-0000", [1, 2, 10], 4)
     assert (row["pool"], row["TLM@1"], row["TLM@2"], row["TLM@10"]) == (5, 0.5, 1.0, None)
+    assert row["Search@1"] == row["Learn@1"] == 0.5 and row["Search@10"] is None
     assert row["Random@1"] == pytest.approx(np.mean([1 / 3, 1, 1 / 2, 1 / 4, 1 / 5]))
     assert "geomean" in tlm_offline.table([row], [1, 2, 10])
+
+
+def test_the_search_loop_edits_towards_the_best_where_the_likelihood_does_not_lead(monkeypatch):
+    from types import SimpleNamespace
+
+    far = [{"x": 0, "y": n, "z": n} for n in range(24)]
+    near = [{"x": 1, "y": 0, "z": n} for n in range(8)]
+    # the model's likeliest first: 7 slow programs, one fast one, 17 slow ones, then the rest of the fast ones
+    decisions = far[:7] + near[:1] + far[7:] + near[1:]
+    ms = [2.0] * 7 + [1.5] + [2.0] * 17 + [1.5] * 6 + [1.0]
+    sentences = [SimpleNamespace(decisions=list(d.items())) for d in decisions]
+    monkeypatch.setattr(tlm_offline, "log_likelihoods", lambda m, t, ss: [-float(n) for n in range(len(ss))])
+    scores = tlm_offline.search_at(None, None, sentences, ms, [8, 24], learn=False)
+    assert scores == {8: 1.0 / 1.5, 24: 1.0}  # the likelihood alone would still be at 1.0 / 1.5 after 24
