@@ -6,6 +6,8 @@ saw in training (lm/workloads.py HELD_OUT), in the form of the TLM paper's Table
                          [--evo-from earlier.json] [--tlm-seeds 0,1,2] [--lm CKPT]
                          [--leave-out-hardware]
 
+`--workloads` may also name the handwritten suite's operators (benchmarks/handwritten.py).
+
 For each workload, one `tlm` run measures max(k) programs and one `evolutionary` run measures
 max(trials), each from a fresh records database and without the hand template measured first
 (this evaluates the searches, not the template). TLM@k is what tuning with a budget of k
@@ -279,16 +281,29 @@ def run(
         )
     warm_torch_optim()
     return [
-        evaluate_workload(n, HELD_OUT[n], list(ks), list(evo_trials), seed, say, lm, earlier.get(n), target=target)
+        evaluate_workload(n, workloads()[n], list(ks), list(evo_trials), seed, say, lm, earlier.get(n), target=target)
         for n in names
     ]
 
 
+def workloads() -> dict:
+    """{name: make}: the held-out workloads, then the handwritten suite's operators (written
+    with tc.compute, none of them a training workload), which run only when named."""
+    from minitc.benchmarks.handwritten import HANDWRITTEN
+
+    return {**HELD_OUT, **{w.name: w.make_minitc for w in HANDWRITTEN}}
+
+
 def select(names) -> list:
-    """The held-out workloads named (all when none are); KeyError naming them otherwise."""
-    unknown = [n for n in names or () if n not in HELD_OUT]
+    """The workloads named (the held-out ones when none are); KeyError naming them otherwise."""
+    known = workloads()
+    unknown = [n for n in names or () if n not in known]
     if unknown:
-        raise KeyError(f"tlm-eval runs held-out workloads only ({', '.join(HELD_OUT)}); unknown: {', '.join(unknown)}")
+        handwritten = [n for n in known if n not in HELD_OUT]
+        raise KeyError(
+            f"tlm-eval runs held-out workloads only ({', '.join(HELD_OUT)}) and the handwritten suite's "
+            f"operators ({', '.join(handwritten)}); unknown: {', '.join(unknown)}"
+        )
     return list(names or HELD_OUT)
 
 

@@ -104,3 +104,14 @@ def test_the_search_loop_edits_towards_the_best_where_the_likelihood_does_not_le
     monkeypatch.setattr(tlm_offline, "log_likelihoods", lambda m, t, ss: [-float(n) for n in range(len(ss))])
     scores = tlm_offline.search_at(None, None, sentences, ms, [8, 24], learn=False)
     assert scores == {8: 1.0 / 1.5, 24: 1.0}  # the likelihood alone would still be at 1.0 / 1.5 after 24
+
+
+def test_tlm_eval_takes_the_handwritten_operators_by_name():
+    from minitc.benchmarks import tlm_eval
+
+    assert tlm_eval.select(None) == list(tlm_eval.HELD_OUT)
+    assert tlm_eval.select(["heads-scores", "bmm-bert"]) == ["heads-scores", "bmm-bert"]
+    out = tlm_eval.workloads()["heads-scores"]()
+    assert tuple(int(d) for d in out.shape) == (1, 12, 128, 128)
+    with pytest.raises(KeyError, match="unknown: nope"):
+        tlm_eval.select(["nope"])
