@@ -66,7 +66,8 @@ def render(result: dict) -> str:
         f" at a time, {run['date'][:10]}, transformers {run['transformers']}.",
         f"- Command: `{run['command']}`"
         + (f", in {run['parts']}" if run.get("parts") else "")
-        + f" ({run['seconds'] // 60} min {run['seconds'] % 60} s).",
+        + f" ({run['seconds'] // 60} min {run['seconds'] % 60} s)"
+        + (f"; then {run['rerun']}." if run.get("rerun") else "."),
         f"- {run.get('enumerated', figures['architectures'])} architectures enumerated, {figures['architectures']} run;"
         f" {figures['exported']} exported;"
         f" {figures['passed']} compile and match eager: **{100 * figures['pass_rate']:.1f}%** of the exported"
