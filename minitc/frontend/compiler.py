@@ -28,13 +28,14 @@ from minitc.autotune.default_schedule import default_schedule
 from minitc.autotune.task_scheduler import tune_tasks
 from minitc.autotune.tuner import tuned_schedule
 from minitc.driver import build
-from minitc.errors import ConfigError, MinitcError, ScheduleError, ShapeError, warn_user
+from minitc.errors import ConfigError, DTypeError, MinitcError, ScheduleError, ShapeError, warn_user
 from minitc.frontend import passes, saved
 from minitc.frontend.choice import choose_programs
 from minitc.frontend.device_runtime import DevicePlan, make_plan
 from minitc.frontend.dynamic import DynamicShapes, bucket_graph, extents_arrays, set_extents, share_constants
 from minitc.frontend.dynamic_runtime import DynamicPlan
-from minitc.frontend.fallback import Fallback, error_text, is_internal, warn_fallbacks
+from minitc.frontend.fallback import EagerPlan, Fallback, error_text, is_internal, warn_fallbacks
+from minitc.frontend.graph import Graph
 from minitc.frontend.importer import export, fallback_reasons, import_model, unsupported
 from minitc.frontend.kernels import NO_KERNEL, node_tensor
 from minitc.frontend.passes import LAYOUTS
@@ -73,7 +74,10 @@ class ModelTask:
     def __str__(self) -> str:
         from minitc.autotune.workload_key import describe
 
-        return f"{describe([self.outputs])} x{self.weight}"
+        try:
+            return f"{describe([self.outputs])} x{self.weight}"
+        except MinitcError:  # a computation the workload key cannot describe (booleans): still named
+            return f"{self.outputs.name} x{self.weight}"
 
 
 def task_key(node, values) -> tuple:
@@ -255,7 +259,7 @@ class CompiledModel:
                 )
             if not first:
                 warn_user(f"minitc: new input shapes {list(signature)}: compiling the model again")
-            self._variants[signature] = self._compile([as_torch(t) for t in inputs])
+            self._variants[signature] = self._compile_or_fall_back([as_torch(t) for t in inputs])
         self.graph, self.tasks, self.plan = self._variants[signature]
         self.plan.label = self.label
         return self.plan
@@ -264,6 +268,21 @@ class CompiledModel:
     def label(self) -> str:
         """What a fault's report calls this model (runtime.RunningNotes): its module's class."""
         return f"model {type(self.model).__name__}" if self.model is not None else f"the model of {self.source}"
+
+    def _compile_or_fall_back(self, inputs):
+        """_compile; where it raises minitc's own error on a valid model (not torch.export's, not
+        the user's), the whole model runs through PyTorch, with one CompilerFallbackWarning."""
+        try:
+            return self._compile(inputs)
+        except (ConfigError, DTypeError, UnsupportedOpsError):  # the user's options or inputs
+            raise
+        except Exception as e:
+            if not self.fallback or is_gpu(self.target) or str(e).startswith("torch.export could not export"):
+                raise
+            failed = Fallback("compile", "the whole model (runs through PyTorch)", error_text(e))
+            self.fallbacks.append(failed)
+            warn_fallbacks([failed], self.label)
+            return Graph(), [], EagerPlan(self.model)
 
     def _compile(self, inputs, bucket=None):
         """(graph, tasks, plan) for `inputs`' shapes, or with dynamic shapes for `bucket` (the
@@ -343,6 +362,11 @@ class CompiledModel:
 
     def save(self, path) -> None:
         """Write the graph, its constants and each task's trace to one file (minitc.frontend.saved)."""
+        if isinstance(self.plan, EagerPlan):
+            raise saved.SavedModelError(
+                "this model runs through PyTorch as a whole (compiling it failed inside minitc: "
+                "compiled.fallbacks says where), so it has no kernels to save"
+            )
         saved.save(self, path)
 
     def benchmark(self, repeats: int = 20) -> dict:

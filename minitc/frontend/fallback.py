@@ -69,3 +69,27 @@ def warn_fallbacks(fallbacks: list, label: str) -> None:
         f"(compiled.fallbacks lists them, fallback=False raises):\n" + "\n".join(lines) + f"\n{REPORT}",
         CompilerFallbackWarning,
     )
+
+
+class EagerPlan:
+    """The whole model run by PyTorch: what `tc.compile` falls back to when compiling a valid
+    model failed inside minitc in a way no narrower fallback covers (an import that cannot even
+    describe a value, such as a size known only at run time). Same interface as runtime.Plan."""
+
+    torch_nodes: set = frozenset()
+    steps: list = []
+    label = "model"
+
+    def __init__(self, model):
+        self.model = model
+
+    def check_inputs(self, arrays: list, shapes: bool = True) -> None:
+        """PyTorch checks its own inputs."""
+
+    def run(self, arrays: list, times: dict | None = None) -> list:
+        import torch
+        from torch.utils._pytree import tree_leaves
+
+        with torch.inference_mode():
+            out = self.model(*[torch.from_numpy(a) for a in arrays])
+        return [t.detach().cpu().numpy() for t in tree_leaves(out) if isinstance(t, torch.Tensor)]

@@ -20,7 +20,9 @@ from minitc.errors import GraphError  # noqa: E402
 from minitc.frontend import compiler, fallback, passes, torch_ops  # noqa: E402
 from minitc.frontend.aten import CONVERTERS  # noqa: E402
 from minitc.frontend.graph import Graph, Node, Value, verify  # noqa: E402
+from minitc.frontend.importer import ImportError_  # noqa: E402
 from minitc.frontend.layout import _Blocker  # noqa: E402
+from minitc.frontend.saved import SavedModelError  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:torch")
 
@@ -259,3 +261,47 @@ def test_the_fallback_record_and_warning_name_the_minitc_line():
     assert text.startswith("KeyError: 'no_such_op' (at minitc/frontend/torch_ops.py:")
     record = fallback.Fallback("build", "node y", text)
     assert str(record).startswith("build node y: KeyError")
+
+
+class ConstantOut(nn.Module):
+    """Returns a Python int beside a tensor (MaskFormer-Swin returns a window size): the graph
+    has no value to name for it, and the import raised."""
+
+    def forward(self, x):
+        return torch.relu(x) * 2, 16
+
+
+def test_a_model_the_import_cannot_take_runs_through_pytorch_as_a_whole(tmp_path):
+    x = torch.randn(2, 8)
+    model = ConstantOut().eval()
+    compiled, messages = compile_warned(model, x)
+    assert len(messages) == 1 and "16 is not a single tensor value" in messages[0]
+    assert [f.stage for f in compiled.fallbacks] == ["compile"]
+    torch.testing.assert_close(compiled(x), model(x)[0])  # the tensor outputs, as from any compiled model
+    with pytest.raises(SavedModelError, match="no kernels to save"):
+        compiled.save(tmp_path / "m.mtc")
+    with pytest.raises(ImportError_, match="not a single tensor value"):
+        tc.compile(model, (x,), target=AVX2, db=False, fallback=False)
+
+
+def test_any_internal_error_of_the_compile_falls_back_to_the_whole_model(monkeypatch):
+    def broken(*args, **kwargs):
+        raise Injected("the import")
+
+    monkeypatch.setattr(compiler, "import_model", broken)
+    x = torch.randn(1, 3, 16, 16)
+    model = SEBlock().eval()
+    compiled, messages = compile_warned(model, x)
+    assert len(messages) == 1 and "Injected: the import" in messages[0]
+    torch.testing.assert_close(compiled(x), model(x))
+    with pytest.raises(Injected):
+        tc.compile(model, (x,), target=AVX2, db=False, fallback=False)
+
+
+def test_a_task_that_no_workload_key_describes_still_falls_back_by_name():
+    """A fallback's message names the task; a computation of booleans has no workload
+    description, and naming it raised inside the fallback (cpmant, flaubert, xlm)."""
+    x = tc.placeholder((4,), "float32", name="x")
+    flags = tc.compute((4,), lambda i: x[i] > 0.0, name="flags")
+    task = compiler.ModelTask(("k",), flags, ["n1", "n2"])
+    assert str(task) == "flags x2"
