@@ -36,7 +36,7 @@ from minitc.frontend.dynamic import DynamicShapes, bucket_graph, extents_arrays,
 from minitc.frontend.dynamic_runtime import DynamicPlan
 from minitc.frontend.fallback import EagerPlan, Fallback, error_text, is_internal, warn_fallbacks
 from minitc.frontend.graph import Graph
-from minitc.frontend.importer import export, fallback_reasons, import_model, unsupported
+from minitc.frontend.importer import ImportError_, export, fallback_reasons, import_model, unsupported
 from minitc.frontend.kernels import NO_KERNEL, node_tensor
 from minitc.frontend.passes import LAYOUTS
 from minitc.frontend.torch_ops import runs_in_torch, torch_node
@@ -274,10 +274,10 @@ class CompiledModel:
         the user's), the whole model runs through PyTorch, with one CompilerFallbackWarning."""
         try:
             return self._compile(inputs)
-        except (ConfigError, DTypeError, UnsupportedOpsError):  # the user's options or inputs
+        except (ConfigError, DTypeError, UnsupportedOpsError, ImportError_):  # the user's options, inputs, model
             raise
         except Exception as e:
-            if not self.fallback or is_gpu(self.target) or str(e).startswith("torch.export could not export"):
+            if not self.fallback or is_gpu(self.target):
                 raise
             failed = Fallback("compile", "the whole model (runs through PyTorch)", error_text(e))
             self.fallbacks.append(failed)

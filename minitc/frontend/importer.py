@@ -15,7 +15,7 @@ from __future__ import annotations
 import operator
 import warnings
 
-from minitc.errors import MinitcError
+from minitc.errors import GraphError, MinitcError
 from minitc.frontend.aten import CONVERTERS, KEEP_WHOLE, Unconvertible
 from minitc.frontend.fallback import INTERNAL, Fallback, error_text
 from minitc.frontend.graph import Graph, Node, Value, as_array
@@ -194,7 +194,7 @@ class Importer:
     def _operand(self, arg) -> str:
         name = self.names.get(arg)
         if not isinstance(name, str):
-            raise ImportError_(f"{arg} is not a single tensor value")
+            raise GraphError(f"{arg} is not a single tensor value: a graph output must be one")
         return name
 
     def _guarded_call(self, fx_node) -> None:

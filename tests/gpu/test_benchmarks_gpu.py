@@ -158,7 +158,7 @@ def test_without_a_gpu_stack_the_suite_stops_with_one_line(monkeypatch):
         (
             ["--threads", "1"],
             "--threads applies to the suites cpu-core, smoke, handwritten, cpu-tune, smoke-tune, handwritten-tune, "
-            "models, generate and zoo",
+            "models, generate, sweep and zoo",
         ),
         (["--db", "r.db"], "--db keeps the records of --tune: give --tune N too"),
         (["--workloads", "nope"], "unknown workload(s) 'nope' in suite 'gpu-core'"),
