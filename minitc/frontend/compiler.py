@@ -279,7 +279,7 @@ class CompiledModel:
         except Exception as e:
             if not self.fallback or is_gpu(self.target):
                 raise
-            failed = Fallback("compile", "the whole model (runs through PyTorch)", error_text(e))
+            failed = Fallback("compile", "the whole model", error_text(e))
             self.fallbacks.append(failed)
             warn_fallbacks([failed], self.label)
             return Graph(), [], EagerPlan(self.model)

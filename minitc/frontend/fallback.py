@@ -28,8 +28,9 @@ REPORT = "This is a bug in minitc, not in the model: please report it, with the 
 
 @dataclass(frozen=True)
 class Fallback:
-    """One internal error minitc compiled around: `stage` ("import", "pass" or "build"), `where`
-    (the pass's name, the ATen call's or the graph node's name, or the task) and `error` (the
+    """One internal error minitc compiled around: `stage` ("import", "pass", "build" or
+    "compile"), `where` (the pass's name, the ATen call's or the graph node's name, the task, or
+    the whole model) and `error` (the
     exception's type, message and innermost minitc frame)."""
 
     stage: str
@@ -62,7 +63,12 @@ def warn_fallbacks(fallbacks: list, label: str) -> None:
     """One CompilerFallbackWarning naming each of `fallbacks` (none: no warning)."""
     if not fallbacks:
         return
-    what = {"import": "runs through PyTorch", "pass": "skipped", "build": "runs through PyTorch"}
+    what = {
+        "import": "runs through PyTorch",
+        "pass": "skipped",
+        "build": "runs through PyTorch",
+        "compile": "runs through PyTorch",
+    }
     lines = [f"  - {f.stage} {f.where} ({what.get(f.stage, 'skipped')}): {f.error}" for f in fallbacks]
     warn_user(
         f"minitc: {len(fallbacks)} internal error(s) while compiling {label}; it compiled without what failed "
