@@ -20,6 +20,9 @@ With kc > 0 (long reductions) the BLIS order is used instead: the output accumul
 over kc-blocks of k, B is packed per [kc, nc] block, rows optionally blocked by mc, and an
 epilogue runs per finished nc-column panel.
 
+Leading output axes that B does not read (C[b, s, n] = sum_k A[b, s, k] * W[k, n]) are more
+rows of A, not batches: they run inside the panel loop, so one packed panel serves them all.
+
 L is the target's vector lanes (`target.lanes`: 8 float32 on AVX2, 16 on AVX-512; GEMM is
 compute-bound, so it uses the full width even where 512-bit ops are split).
 
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import minitc.templates.gemm_prefetch as prefetch
 from minitc.errors import ScheduleError
+from minitc.expr import IterVar, walk
 from minitc.templates.gemm_prefetch import ABSENT
 
 # re-exported, as the other templates import them from here: cache_under_epilogue, epilogue_anchor, is_contraction
@@ -138,11 +142,11 @@ def gemm_schedule(
         )
         return _prefetch(s, acc, k_loop, prefetch_b)
     out_loops = s.loops(out)
-    batch, (i, j) = out_loops[:-2], out_loops[-2:]
+    (batch, rows), (i, j) = _batch_and_rows(s, acc, out_loops[:-2]), out_loops[-2:]
     jo, jr = s.split(j, factor=nc)
     jr, ji = s.split(jr, factor=nr)
     io, ii = s.split(i, factor=mr)
-    s.reorder(*batch, jo, io, jr, ii, ji)
+    s.reorder(*batch, jo, *rows, io, jr, ii, ji)
     # the epilogue / copy-out, applied to the tile as it leaves the registers
     s.unroll(ii)
     _vector_columns(s, ji, vec)
@@ -173,9 +177,10 @@ def _kblocked(s, out, acc, target, *, mr, nr, nc, ku, kc, mc, vec, pack_b, paral
     in L1 while the mc rows stream past it (the accumulator tile is loaded and stored once
     per block; LLVM keeps it in registers across the block's k loop). Returns the
     micro-kernel's innermost k loop."""
+    rows = []
     if out == acc:
         loops = s.loops(acc)
-        batch, (i, j, k) = loops[:-3], loops[-3:]
+        (batch, rows), (i, j, k) = _batch_and_rows(s, acc, loops[:-3]), loops[-3:]
         jo, j = s.split(j, factor=nc)
         outer = [*batch, jo]
     else:  # the epilogue: per panel of nc columns, after the panel's product is complete
@@ -191,7 +196,7 @@ def _kblocked(s, out, acc, target, *, mr, nr, nc, ku, kc, mc, vec, pack_b, paral
         i, j, k = acc_loops[-3:]
         outer = []
     ko, k = s.split(k, factor=kc)
-    outer.append(ko)
+    outer += [ko, *rows]
     if mc:
         mo, i = s.split(i, factor=max(mr, mc // mr * mr))
         outer.append(mo)
@@ -204,6 +209,18 @@ def _kblocked(s, out, acc, target, *, mr, nr, nc, ku, kc, mc, vec, pack_b, paral
         _pack_a_panels(s, acc, mo if mc else ko, vec, kc)
     _parallelize(s, parallel, batch, jo, mo if mc else io, target)
     return k_loop
+
+
+def _batch_and_rows(s, acc: str, loops) -> tuple:
+    """The leading output loops split into (batch, rows): a batch loop is one B reads too; the
+    others index only A's rows (C[b, s, n] = sum_k A[b, s, k] * W[k, n]), so they run inside
+    the column panel loop as more rows, and one packed B panel serves them all."""
+    _, (b_name, _, _) = gemm_operands(s, acc)
+    st = s.state.stage(acc)
+    indices = [index for r in st.reads() if r.stage == b_name for index in r.indices]
+    read = {ax.name for index in indices for ax in walk(index) if isinstance(ax, IterVar)}
+    batch = [lp for lp, ax in zip(loops, st.axes) if ax.name in read]
+    return batch, [lp for lp in loops if lp not in batch]
 
 
 def _micro_kernel(s, outer, i, j, k, *, mr, nr, ku, vec):

@@ -391,3 +391,35 @@ def test_other_reductions_keep_the_naive_loop_nest():
     for body in (lambda i, j: tc.sum(A[i, k] + B[k, j], axis=k), lambda i, j: tc.max(A[i, k] * B[k, j], axis=k)):
         C = tc.compute((37, 53), body, name="C")
         assert template_tag(tc.Schedule(C), "C") != "matmul"
+
+
+@pytest.mark.parametrize("kc", [0, 16])
+@pytest.mark.parametrize("weight", ["kn", "nk"])
+def test_axes_only_a_reads_are_rows_under_one_packed_panel(weight, kc):
+    """C[b, s, n] = sum_k A[b, s, k] * W[.., ..]: W does not read b, so b is more rows of A, not
+    a batch: the panel of W is packed once and the b loop runs inside it (packing W per b
+    repeated the copy 4 times in the handwritten suite's `bsk,nk->bsn`)."""
+    k = tc.reduce_axis(40, "k")
+    A = tc.placeholder((3, 37, 40), name="A")
+    W = tc.placeholder((40, 53) if weight == "kn" else (53, 40), name="W")
+    read = (lambda j: W[k, j]) if weight == "kn" else (lambda j: W[j, k])
+    C = tc.compute((3, 37, 53), lambda b, i, j: tc.sum(A[b, i, k] * read(j), axis=k), name="C")
+    s = template_schedule(C, AVX2, kc=kc)
+    lines = str(tc.lower(s)).splitlines()
+    (at,) = [n for n, line in enumerate(lines) if "as W_local" in line]
+    assert not any(re.match(r"\s*for b", line) for line in _enclosing(lines, at)), "\n".join(lines)
+    assert any(re.match(r"\s*for b", line) for line in lines[at:]), "\n".join(lines)
+    ref = (lambda a, w: a @ w) if weight == "kn" else (lambda a, w: a @ w.T)
+    args = _inputs([A, W])
+    np.testing.assert_allclose(tc.build(s)(*args), ref(*args), rtol=1e-4, atol=1e-4)
+
+
+def _enclosing(lines, at: int) -> list:
+    """The lines of the blocks that enclose line `at` of a printed loop nest."""
+    indent = lambda line: len(line) - len(line.lstrip())  # noqa: E731
+    out, level = [], indent(lines[at])
+    for line in reversed(lines[:at]):
+        if indent(line) < level:
+            out.append(line)
+            level = indent(line)
+    return out
