@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from minitc import dtypes
 from minitc.errors import DTypeError
 
@@ -108,9 +110,31 @@ class Const(Expr):
     def __init__(self, value, dtype: str):
         self.dtype = dtype
         self.value = float(value) if dtypes.is_float(dtype) else int(value)
+        if dtype in _NARROW:  # the value the dtype holds: rounded (16-bit floats) or wrapped (8-bit ints)
+            self.value = _NARROW[dtype](self.value)
 
     def __repr__(self):
         return f"Const({self.value!r}, {self.dtype})"
+
+
+def _wrap(bits: int, signed: bool):
+    def wrap(v: int) -> int:
+        v %= 1 << bits
+        return v - (1 << bits) if signed and v >= 1 << (bits - 1) else v
+
+    return wrap
+
+
+def _round_to(dtype: str):
+    return lambda v: float(np.asarray(v, dtype=dtype))
+
+
+_NARROW = {
+    "bfloat16": _round_to("bfloat16"),
+    "float16": _round_to("float16"),
+    "int8": _wrap(8, True),
+    "uint8": _wrap(8, False),
+}
 
 
 class Var(Expr):

@@ -16,7 +16,7 @@ import itertools
 
 from minitc import dtypes
 from minitc.errors import DTypeError, ShapeError
-from minitc.expr import Const, Expr, IterVar, Var, as_expr, binary, cast, walk
+from minitc.expr import Binary, Const, Expr, IterVar, Var, as_expr, binary, cast, walk
 
 _creation = itertools.count()
 
@@ -201,8 +201,10 @@ def _check_body(body: Expr, axes: tuple, name: str) -> None:
             )
 
 
-def _reduce(combiner: str, expr, axis) -> Reduce:
+def _reduce(combiner: str, expr, axis, dtype=None) -> Reduce:
     expr = as_expr(expr)
+    if dtype is not None:
+        expr = widen(expr, dtypes.check(dtype), f"tc.{combiner}(..., dtype={dtype!r})")
     axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
     if not axes or not all(isinstance(a, IterVar) and a.kind == "reduce" for a in axes):
         raise ShapeError(f"{combiner}(..., axis=...) needs axes made by tc.reduce_axis, got {axis!r}")
@@ -219,9 +221,25 @@ def _reduce(combiner: str, expr, axis) -> Reduce:
     return Reduce(combiner, expr, axes, init)
 
 
-def sum(expr, axis) -> Reduce:  # noqa: A001 - mirrors tvm.te.sum
-    """Sum of `expr` over the reduce axis (or tuple of axes) `axis`."""
-    return _reduce("sum", expr, axis)
+def widen(expr: Expr, dtype: str, what: str) -> Expr:
+    """`expr` computed in the wider `dtype`: the operands of its arithmetic are converted
+    first, so `A[i, k] * B[k, j]` of int8 operands multiplies in int32 (no int8 wrap-around)
+    and of bfloat16 ones in float32 (no rounding of the product), as the dot-product
+    instructions (vpdpbusd, vdpbf16ps) compute."""
+    if expr.dtype == dtype:
+        return expr
+    if expr.dtype == dtypes.BOOL or dtypes.promote(expr.dtype, dtype, what) != dtype:
+        raise DTypeError(f"{what}: cannot accumulate {expr.dtype} in the narrower or other-kind {dtype}")
+    if isinstance(expr, Binary) and expr.op in ("add", "sub", "mul", "min", "max"):
+        return binary(expr.op, widen(expr.a, dtype, what), widen(expr.b, dtype, what))
+    return cast(expr, dtype)
+
+
+def sum(expr, axis, dtype=None) -> Reduce:  # noqa: A001 - mirrors tvm.te.sum
+    """Sum of `expr` over the reduce axis (or tuple of axes) `axis`. `dtype` accumulates in a
+    wider type of the same kind (`"float32"` for bfloat16/float16, `"int32"` for int8/uint8);
+    the element expression is then computed in it too (see `widen`)."""
+    return _reduce("sum", expr, axis, dtype)
 
 
 def max(expr, other=None, axis=None) -> Expr:  # noqa: A001

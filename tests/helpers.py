@@ -124,3 +124,19 @@ def relu_kernel(rows=16, cols=64, lanes=8):
     inner = For(ji, lanes, "vectorized", Store(Y, (i, j), value))
     body = For(i, rows, "serial", For(jo, cols // lanes, "serial", inner))
     return Kernel("relu-affine", [X, A, B, Y], 3, body)
+
+
+LOW_DTYPES = ["bfloat16", "float16", "int8", "uint8"]
+
+
+def lowp_sample(shape, dtype: str, seed: int = 0) -> np.ndarray:
+    """Values of `dtype` for the low-precision tests: int8 in [-100, 100), uint8 in [0, 250),
+    floats standard normal rounded to the dtype."""
+    rng = np.random.default_rng(seed)
+    if dtype == "int8":
+        return rng.integers(-100, 100, shape).astype(dtype)
+    if dtype == "uint8":
+        return rng.integers(0, 250, shape).astype(dtype)
+    if dtype in ("int32", "int64"):
+        return rng.integers(-1000, 1000, shape).astype(dtype)
+    return rng.standard_normal(shape).astype(np.float32).astype(dtype)
