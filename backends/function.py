@@ -12,6 +12,7 @@ import functools
 
 import numpy as np
 
+from minitc import dtypes
 from minitc.errors import DTypeError, LayoutError, ShapeError
 from minitc.ir import Kernel
 
@@ -22,7 +23,7 @@ def is_torch(x) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def numpy_dtype(name: str) -> np.dtype:
-    return np.dtype(name)
+    return np.dtype(dtypes.check(name))  # minitc.dtypes registers ml_dtypes' "bfloat16"
 
 
 @functools.lru_cache(maxsize=None)
@@ -50,7 +51,20 @@ def _torch_as_array(x, buf, role: str) -> np.ndarray:
     check_torch_dtype(x, buf, role)
     if not x.is_contiguous():
         raise LayoutError(f"{role} {buf.name} is a non-contiguous torch tensor; call .contiguous() first")
+    if buf.dtype == "bfloat16":  # torch's .numpy() refuses bfloat16: share the bits instead
+        import torch
+
+        return x.detach().view(torch.int16).numpy().view(numpy_dtype("bfloat16"))
     return x.detach().numpy()
+
+
+def to_torch(array: np.ndarray):
+    """A CPU torch tensor sharing `array`'s memory (ml_dtypes' bfloat16 included)."""
+    import torch
+
+    if array.dtype == numpy_dtype("bfloat16"):
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
 
 
 def _as_array(x, buf, role: str) -> np.ndarray:
@@ -136,9 +150,7 @@ class HostCallable:
         if given is not None:
             result = given
         elif use_torch:
-            import torch
-
-            result = [torch.from_numpy(o) for o in outputs]
+            result = [to_torch(o) for o in outputs]
         else:
             result = outputs
         return result[0] if len(result) == 1 else tuple(result)

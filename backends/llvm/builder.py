@@ -10,11 +10,35 @@ import math
 import struct
 from dataclasses import dataclass
 
+import numpy as np
+
 from minitc import dtypes
 from minitc.errors import BuildError
 
-SCALAR_TYPES = {"float32": "float", "float64": "double", "int32": "i32", "int64": "i64", "bool": "i1", "ptr": "ptr"}
-MANGLE = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "i1"}
+# uint8 is LLVM's i8 too: signedness lives in the instructions (zext, uitofp, icmp ult, udiv)
+SCALAR_TYPES = {
+    "float32": "float",
+    "float64": "double",
+    "bfloat16": "bfloat",
+    "float16": "half",
+    "int32": "i32",
+    "int64": "i64",
+    "int8": "i8",
+    "uint8": "i8",
+    "bool": "i1",
+    "ptr": "ptr",
+}
+MANGLE = {
+    "float32": "f32",
+    "float64": "f64",
+    "bfloat16": "bf16",
+    "float16": "f16",
+    "int32": "i32",
+    "int64": "i64",
+    "int8": "i8",
+    "uint8": "i8",
+    "bool": "i1",
+}
 
 
 def scalar_type(dtype: str) -> str:
@@ -39,6 +63,9 @@ def elem_bytes(dtype: str) -> int:
     return max(1, dtypes.bits(dtype) // 8)
 
 
+HALF_PREFIX = {"float16": "0xH", "bfloat16": "0xR"}  # LLVM's hex literals of half and bfloat
+
+
 def format_const(value, dtype: str) -> str:
     """An exact LLVM literal. Floats are printed as the hex of their double value (the only
     exact form LLVM accepts for float too), so inf, -inf and nan survive."""
@@ -48,8 +75,11 @@ def format_const(value, dtype: str) -> str:
         v = int(value)
         lo, hi = -(1 << (dtypes.bits(dtype) - 1)), (1 << (dtypes.bits(dtype) - 1)) - 1
         if not lo <= v <= hi:
-            v = (v - lo) % (1 << dtypes.bits(dtype)) + lo  # wrap like numpy
+            v = (v - lo) % (1 << dtypes.bits(dtype)) + lo  # wrap like numpy (uint8 200 is i8 -56)
         return str(v)
+    if dtype in HALF_PREFIX:  # 16-bit floats: their own bits, rounded to nearest even
+        bits16 = np.asarray(value, dtype=dtype).view(np.uint16)
+        return "%s%04X" % (HALF_PREFIX[dtype], int(bits16))
     v = float(value)
     if dtype == "float32" and math.isfinite(v):
         try:

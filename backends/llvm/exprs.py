@@ -27,14 +27,22 @@ EXPR_EMITTERS = {
     Load: "emit_load",
 }
 
+
+def _int_cmp(dtype: str) -> dict:
+    return UINT_CMP if dtypes.is_unsigned(dtype) else INT_CMP
+
+
 FLOAT_CMP = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
 INT_CMP = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "ne"}
-BOOL_CMP = {"lt": "ult", "le": "ule", "gt": "ugt", "ge": "uge", "eq": "eq", "ne": "ne"}
+UINT_CMP = BOOL_CMP = {"lt": "ult", "le": "ule", "gt": "ugt", "ge": "uge", "eq": "eq", "ne": "ne"}
 FLOAT_ARITH = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv"}
 INT_ARITH = {"add": "add", "sub": "sub", "mul": "mul"}
 LLVM_MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "floor": "floor", "ceil": "ceil", "abs": "fabs"}
 LIBM = {"tanh": {"float32": "tanhf", "float64": "tanh"}, "erf": {"float32": "erff", "float64": "erf"}}
 FAST = " contract"  # lets a*b+c fuse into an FMA; results stay close to numpy (no reassociation)
+# 16-bit floats compute in float32 and round after every operation, as numpy and ml_dtypes do;
+# a fused a*b+c would round once, so they get no `contract`
+HALF_FLOATS = ("bfloat16", "float16")
 
 
 def may_trap(e) -> bool:
@@ -116,7 +124,8 @@ class ExprEmitter:
             return self.inst(op, a, b, dtypes.BOOL)
         if dtypes.is_float(e.dtype):
             if op in FLOAT_ARITH:
-                return self.inst(FLOAT_ARITH[op] + FAST, a, b, e.dtype)
+                flags = "" if e.dtype in HALF_FLOATS else FAST
+                return self.inst(FLOAT_ARITH[op] + flags, a, b, e.dtype)
             if op in ("min", "max"):
                 return self._float_min_max(op, a, b)
         elif dtypes.is_int(e.dtype):
@@ -124,7 +133,7 @@ class ExprEmitter:
                 flags = " nsw" if self.nsw else ""
                 return self.inst(INT_ARITH[op] + flags, a, b, e.dtype)
             if op in ("min", "max"):
-                c = self.inst("icmp " + ("slt" if op == "min" else "sgt"), a, b, dtypes.BOOL, "cmp")
+                c = self.inst("icmp " + _int_cmp(e.dtype)["lt" if op == "min" else "gt"], a, b, dtypes.BOOL, "cmp")
                 return self.select_values(c, a, b)
             if op in ("floordiv", "mod"):
                 return self._int_divmod(e, a, b)
@@ -146,6 +155,12 @@ class ExprEmitter:
         ra, rb = arith.bounds(e.a, self.ranges), arith.bounds(e.b, self.ranges)
         if ra is not None and rb is not None and ra[0] >= 0 and rb[0] > 0:
             return self.inst("udiv" if e.op == "floordiv" else "urem", a, b, e.dtype)
+        if dtypes.is_unsigned(e.dtype):  # floor is truncation; only a zero divisor needs care
+            zero = self.inst("icmp eq", b, const(0, e.dtype), dtypes.BOOL, "isz")
+            q = self.inst(
+                "udiv" if e.op == "floordiv" else "urem", a, self.select_values(zero, const(1, e.dtype), b), e.dtype
+            )
+            return self.select_values(zero, const(0, e.dtype), q)
         zero = None
         if rb is None or rb[0] <= 0 <= rb[1]:
             zero = self.inst("icmp eq", b, const(0, e.dtype), dtypes.BOOL, "isz")
@@ -173,7 +188,7 @@ class ExprEmitter:
         a, b = self.ev(e.a), self.ev(e.b)
         if dtypes.is_float(a.dtype):
             return self.inst("fcmp " + FLOAT_CMP[e.op], a, b, dtypes.BOOL, "cmp")
-        table = BOOL_CMP if a.dtype == dtypes.BOOL else INT_CMP
+        table = BOOL_CMP if a.dtype == dtypes.BOOL else _int_cmp(a.dtype)
         return self.inst("icmp " + table[e.op], a, b, dtypes.BOOL, "cmp")
 
     def emit_not(self, e: Not) -> Value:
@@ -219,13 +234,20 @@ class ExprEmitter:
         if src == dtypes.BOOL:
             opcode = "uitofp" if dtypes.is_float(dst) else "zext"
         elif dtypes.is_float(src) and dtypes.is_float(dst):
+            if dtypes.bits(dst) == dtypes.bits(src):  # bfloat16 <-> float16: through float32
+                return self.inst_cast("fptrunc", self.inst_cast("fpext", v, "float32"), dst)
+            if src == "float64" and dst in HALF_FLOATS:
+                return self.inst_cast("fptrunc", self._round_to_odd_f32(v), dst)
             opcode = "fpext" if dtypes.bits(dst) > dtypes.bits(src) else "fptrunc"
         elif dtypes.is_int(src) and dtypes.is_int(dst):
-            opcode = "sext" if dtypes.bits(dst) > dtypes.bits(src) else "trunc"
+            if dtypes.bits(dst) == dtypes.bits(src):  # int8 <-> uint8: the same bits
+                return Value(v.ref, dst, v.lanes)
+            extend = "zext" if dtypes.is_unsigned(src) else "sext"
+            opcode = extend if dtypes.bits(dst) > dtypes.bits(src) else "trunc"
         elif dtypes.is_float(src):
-            opcode = "fptosi"
+            opcode = "fptoui" if dtypes.is_unsigned(dst) else "fptosi"
         else:
-            opcode = "sitofp"
+            opcode = "uitofp" if dtypes.is_unsigned(src) else "sitofp"
         return Value(self.fn.assign(f"{opcode} {v.typed} to {to}", "cast"), dst, v.lanes)
 
     # -- intrinsics ------------------------------------------------------------------------------
@@ -233,6 +255,9 @@ class ExprEmitter:
     def emit_call(self, e: Call) -> Value:
         if len(e.args) != 1:
             raise BuildError(f"intrinsic {e.name} takes one argument, got {len(e.args)}")
+        if e.dtype in HALF_FLOATS and e.name != "abs":  # in float32, rounded once (as numpy)
+            y = self.emit_call(Call(e.name, (Cast("float32", e.args[0]),), "float32"))
+            return self.inst_cast("fptrunc", y, e.dtype)
         x = self.ev(e.args[0])
         fn = vecmath.function(e.name, x.dtype, x.lanes) if dtypes.is_float(x.dtype) else None
         if fn is not None:  # inline vector math instead of per-lane libm calls
@@ -248,6 +273,25 @@ class ExprEmitter:
         if e.name in LIBM:
             return self.libm_call(LIBM[e.name][x.dtype], x)
         raise BuildError(f"the LLVM backend has no lowering for intrinsic {e.name!r}")
+
+    def _round_to_odd_f32(self, x: Value) -> Value:
+        """float64 -> float32 rounded to odd: rounding that to a 16-bit float then rounds x
+        once, as numpy does (a plain float32 step would round twice). LLVM's direct
+        fptrunc double to half/bfloat is a libcall the JIT does not have."""
+        t = self.inst_cast("fptrunc", x, "float32")
+        back = self.inst_cast("fpext", t, "float64")
+        inexact = self.inst("fcmp une", back, x, "bool")
+        bits = self.inst_cast("bitcast", t, "int32")
+        even = self.inst("icmp eq", self.inst("and", bits, const(1, "int32"), "int32"), const(0, "int32"), "bool")
+        abs_t = self.intrinsic("fabs", back)
+        above = self.inst("fcmp ogt", abs_t, self.intrinsic("fabs", x), "bool")  # t rounded away from zero
+        step = self.select_values(above, const(-1, "int32"), const(1, "int32"))
+        odd = self.inst("add", bits, step, "int32")
+        fix = self.inst("and", inexact, even, "bool")
+        return self.inst_cast("bitcast", self.select_values(fix, odd, bits), "float32")
+
+    def inst_cast(self, opcode: str, v: Value, dst: str) -> Value:
+        return Value(self.fn.assign(f"{opcode} {v.typed} to {vec_type(dst, v.lanes)}", "cast"), dst, v.lanes)
 
     def intrinsic(self, base: str, x: Value) -> Value:
         name = f"llvm.{base}.{mangle(x.dtype, x.lanes)}"
