@@ -35,6 +35,8 @@ import numpy as np
 from minitc import dtypes
 from minitc.backends.cuda.exprs import (
     C_TYPES,
+    HALF_FLOATS,
+    HALF_INCLUDES,
     HELPERS,
     INT32,
     ExprWriter,
@@ -99,7 +101,9 @@ def render_program(program: GpuProgram) -> str:
             raise BuildError(f"two launches of {k.name!r} are both named {name!r} in CUDA C")
         names.add(name)
         kernels.append(render_launch(launch))
-    return "\n".join(head) + "\n\n" + HELPERS + "\n" + "\n".join(kernels)
+    halves = any(C_TYPES[d] in text for d in HALF_FLOATS for text in kernels)
+    includes = HALF_INCLUDES if halves else ""  # only where used: NVRTC finds them in CUDA's include path
+    return "\n".join(head) + "\n\n" + includes + HELPERS + "\n" + "\n".join(kernels)
 
 
 def render_launch(launch: Launch) -> str:

@@ -21,7 +21,21 @@ from minitc.errors import BuildError
 from minitc.expr import Binary, Call, Cast, Compare, Const, Expr, Not, Select, Var, binary, const, walk
 from minitc.ir import Load
 
-C_TYPES = {"float32": "float", "float64": "double", "int32": "int", "int64": "long long", "bool": "bool"}
+C_TYPES = {
+    "float32": "float",
+    "float64": "double",
+    "bfloat16": "__nv_bfloat16",
+    "float16": "__half",
+    "int32": "int",
+    "int64": "long long",
+    "int8": "signed char",
+    "uint8": "unsigned char",
+    "bool": "bool",
+}
+HALF_FLOATS = ("bfloat16", "float16")  # computed through float (their headers' operators)
+NARROW_INTS = ("int8", "uint8")  # C computes them in int; the cast back wraps
+# what a translation unit that uses the 16-bit floats includes first
+HALF_INCLUDES = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
 INT32 = (-(2**31), 2**31 - 1)
 
 HELPERS = r"""#ifndef MINITC_CUDA_HELPERS
@@ -122,7 +136,11 @@ def _wrap(c: Code, min_prec: int) -> str:
 
 
 def float_literal(value: float, dtype: str) -> Code:
-    """A literal that parses back to exactly the same float32/float64 (shortest round trip)."""
+    """A literal that parses back to exactly the same float32/float64 (shortest round trip);
+    a 16-bit float is its float32 value converted (exact: it holds no more bits)."""
+    if dtype in HALF_FLOATS:
+        wide = float_literal(value, "float32")
+        return Code(f"{C_TYPES[dtype]}({wide.text})", PREC_ATOM, C_TYPES[dtype])
     v = np.dtype(dtype).type(value)
     if np.isnan(v):
         return Code(NAN[dtype], PREC_ATOM, C_TYPES[dtype])
@@ -256,6 +274,8 @@ class ExprWriter:
             raise BuildError(f"{op} is not defined on {e.dtype} (expression {e!r})")
         ctype = self.int_ctype(e)
         a, b = self.convert(self.ev(e.a), ctype), self.convert(self.ev(e.b), ctype)
+        if op in WRAPPING and e.dtype in NARROW_INTS:  # int arithmetic cannot overflow here
+            return self.convert(Code(self.infix(op, a, b, "int").text, PREC_ADD, "int"), ctype)
         if op in WRAPPING:
             if self.no_overflow(e, ctype):
                 return self.infix(op, a, b, ctype)
@@ -297,6 +317,9 @@ class ExprWriter:
             one = "1.0f" if e.dtype == "float32" else "1.0"
             exp = MATH[e.dtype]["exp"]
             return Code(f"{one} / ({one} + {exp}(-{_wrap(x, PREC_UNARY)}))", PREC_MUL, x.ctype)
+        if e.dtype in HALF_FLOATS:  # in float, rounded once (as numpy and the LLVM backend)
+            y = self.ev_call(Call(e.name, (Cast("float32", e.args[0]),), "float32"))
+            return self.convert(y, C_TYPES[e.dtype])
         if dtypes.is_int(e.dtype):
             x = self.convert(x, C_TYPES[e.dtype])
         fn = MATH.get(e.dtype, {}).get(e.name)
