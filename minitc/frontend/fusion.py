@@ -142,13 +142,16 @@ def fuse_elementwise(graph: Graph, target="llvm") -> Graph:
             emit(node)
             continue
         body, inputs, flat = [], list(node.inputs), None  # flat: the anchor's 2-D shape
-        for k, name in enumerate(node.inputs):
+        for k in _anchors_first(g, node, current, users, anchors):
+            name = node.inputs[k]
             src, view = _through_view(g, name, current, users)
             if src is None or not _fusable_producer(src, anchors) or not single_use(g, src.name, users):
                 continue
             anchored = _anchor(src, anchors) is not None
             if anchored and (node.op in INJECTIVE or flat is not None or any(_anchor(b, anchors) for b in body)):
                 continue  # one anchor per kernel, whose template takes elementwise epilogues only
+            if flat is not None and len(shapes[name]) > 1:
+                continue  # the kernel is 2-D: an operand of the full shape is read through a view
             if view is not None and not (
                 _flattens(node, k, shapes, src.shape) if anchored else split_groups(src.shape, view.shape)
             ):
@@ -158,7 +161,7 @@ def fuse_elementwise(graph: Graph, target="llvm") -> Graph:
             if view is not None:
                 out.remove(view)
                 if anchored:
-                    inputs[k], flat = src.name, src.shape
+                    inputs, flat = [src.name if i == name else i for i in inputs], src.shape
                 else:  # read through the view's index math (affine: kernels.split_groups)
                     body.append(view)
         if not body:
@@ -178,6 +181,22 @@ def fuse_elementwise(graph: Graph, target="llvm") -> Graph:
             users[member.name] = [out[-1]]
     g.nodes = out
     return g.prune()
+
+
+def _anchors_first(g: Graph, node, current: dict, users: dict, anchors: tuple) -> list:
+    """The positions of `node`'s operands to try to take into its kernel: each value once (x * x
+    reads one), an anchor's first. Taking an anchor viewed to 3-D computes the kernel in the
+    anchor's 2-D shape, where other producers of the full shape cannot join (doge's residual:
+    add(mul(w, x), dense_view)); taken first, the anchor keeps its epilogue."""
+    first = {}
+    for k, name in enumerate(node.inputs):
+        first.setdefault(name, k)
+
+    def anchored(k: int) -> bool:
+        src = _through_view(g, node.inputs[k], current, users)[0]
+        return src is not None and _anchor(src, anchors) is not None
+
+    return sorted(first.values(), key=lambda k: not anchored(k))
 
 
 def fuse_elementwise_regions(graph: Graph, target="llvm") -> Graph:
@@ -314,4 +333,5 @@ def _flattens(node, k: int, shapes: dict, flat: tuple) -> bool:
     shape (viewed to 2-D) or a vector along the last axis or a scalar."""
     if node.shape[-1:] != flat[-1:] or int(np.prod(node.shape)) != int(np.prod(flat)):
         return False
-    return all(j == k or shapes[i] == node.shape or len(shapes[i]) <= 1 for j, i in enumerate(node.inputs))
+    read = node.inputs[k]
+    return all(i == read or shapes[i] == node.shape or len(shapes[i]) <= 1 for i in node.inputs)
