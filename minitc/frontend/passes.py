@@ -235,8 +235,8 @@ def _swaps_last_two(dims) -> bool:
 
 def fold_transposes(graph: Graph) -> Graph:
     """A batch matmul operand that is a transpose of the last two axes (`k.transpose(-1, -2)`
-    in attention), possibly viewed to 3-D, is read in place with the matmul's transpose flag
-    instead of being copied."""
+    in attention), possibly viewed to 3-D (a view that only regroups the batch axes), is read in
+    place with the matmul's transpose flag instead of being copied."""
     g = graph.copy()
     producers, users = g.producers(), g.users()
     for node in g.nodes:
@@ -251,6 +251,8 @@ def fold_transposes(graph: Graph) -> Graph:
                 continue
             if not single_use(g, src.name, users):
                 continue
+            if view is not None and view.shape[-2:] != src.shape[-2:]:
+                continue  # the view regroups the matrices' own axes (ConvBERT's span convolution)
             read = (view or src).shape
             shape = (*read[:-2], read[-1], read[-2])  # the untransposed operand, as the matmul reads it
             name = f"{src.inputs[0]}_t{k}"
