@@ -160,6 +160,8 @@ class Importer:
 
     # --- the walk ---------------------------------------------------------------------------
     def run(self) -> Graph:
+        import torch.fx
+
         program = self.program
         signature = program.graph_signature
         changed = [spec.target for spec in signature.output_specs if spec.kind.name.endswith("_MUTATION")]
@@ -176,7 +178,10 @@ class Importer:
                 self._guarded_call(fx_node)
             elif fx_node.op == "output":
                 outs = fx_node.args[0]
-                self.graph.outputs = [self._operand(o) for o in (outs if isinstance(outs, (list, tuple)) else [outs])]
+                outs = outs if isinstance(outs, (list, tuple)) else [outs]
+                # a Python number among the outputs (MaskFormer's Swin returns a window size) is
+                # no tensor: a compiled model returns the tensors, as the whole-model fallback does
+                self.graph.outputs = [self._operand(o) for o in outs if isinstance(o, torch.fx.Node)]
         return self.graph.prune()
 
     def _placeholder(self, fx_node, spec) -> None:
