@@ -97,10 +97,13 @@ class Architecture:
             raise SweepError("config", f"{self.model_class}: {type(e).__name__}: {_first_line(e)}") from None
 
     def main_input(self) -> str:
+        """The model's main input name; the first where it names several (OneFormer's
+        ["pixel_values", "task_inputs"]: the sweep makes the first, and eager says what else it needs)."""
         try:  # a class whose optional package is missing raises on any attribute
-            return getattr(self.model_type(), "main_input_name", "input_ids")
+            name = getattr(self.model_type(), "main_input_name", "input_ids")
         except ImportError as e:
             raise SweepError("config", f"{self.model_class}: {type(e).__name__}: {_first_line(e)}") from None
+        return name[0] if isinstance(name, (list, tuple)) else name
 
 
 def _first_line(e: BaseException) -> str:

@@ -32,6 +32,12 @@ def test_every_modality_is_enumerated():
         Architecture.of("no-such-model")
 
 
+def test_a_model_with_several_main_inputs_is_built_from_the_first():
+    """OneFormer names ["pixel_values", "task_inputs"]; the sweep raised TypeError (a list is
+    not a key of MODALITY) instead of making a row of it."""
+    assert Architecture.of("oneformer").main_input() == "pixel_values"
+
+
 def test_configurations_shrink_alike():
     values = dict(num_hidden_layers=24, hidden_size=1024, num_attention_heads=16, num_key_value_heads=4)
     values.update(intermediate_size=4096, image_size=224, use_cache=True, vocab_size=32000)
