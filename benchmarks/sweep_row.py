@@ -8,7 +8,8 @@ A row's status, in the order the stages run:
     scope      the main input is not text, vision or audio (time series, video, ...)
     config     the configuration cannot be shrunk, or the model cannot be built
     inputs     eager runs on none of the input sets the sweep makes
-    export     torch.export cannot take it, even with use_cache=False
+    export     torch.export cannot take it, even with use_cache=False, or its program differs
+               from eager where minitc's result does
     compile    tc.compile raised
     mismatch   an output is off eager's by more than 1e-4 of its largest value (RTOL)
     error      anything else that went wrong (timing, Inductor...), with its message
@@ -86,22 +87,33 @@ def _set_use_cache(config, value: bool) -> bool:
 def export(model, inputs: dict, row: dict):
     """torch.export of the model (as tc.compile exports it: strict=False), else with
     use_cache=False (noted in the row); SweepError("export") where neither exports. Returns the
-    module to compile and eager's output for it."""
+    module to compile and its exported program."""
     wrapped = Inputs(model, inputs)
     args = tuple(inputs.values())
     try:
-        torch.export.export(wrapped, args, strict=False)
-        return wrapped
+        return wrapped, torch.export.export(wrapped, args, strict=False)
     except Exception as e:  # noqa: BLE001 - torch raises many kinds
         first = short(e)
     if not _set_use_cache(model.config, False):
         raise SweepError("export", first)
     row["note"] = ", ".join(filter(None, [row.get("note"), "use_cache=False"]))
     try:
-        torch.export.export(wrapped, args, strict=False)
-        return wrapped
+        return wrapped, torch.export.export(wrapped, args, strict=False)
     except Exception as e:  # noqa: BLE001
         raise SweepError("export", f"{first}; with use_cache=False: {short(e)}") from None
+
+
+def mismatch(module, program, args: tuple, expected: list, wrong: str) -> SweepError:
+    """The row's reason when minitc's outputs differ from eager's: eager differs from itself
+    (random: vit_mae's masks, vits' durations) is said; where torch.export's own program differs
+    from eager (paligemma), minitc compiled what it was given, and the row is an export failure."""
+    again = check(tensors(module(*args)), expected)
+    if again:
+        return SweepError("mismatch", f"{wrong}; eager differs from itself (random?): {again}")
+    exported = check(tensors(program.module()(*args)), expected)
+    if exported:
+        return SweepError("export", f"torch.export's program differs from eager: {exported}")
+    return SweepError("mismatch", wrong)
 
 
 def check(outputs, expected: list) -> str | None:
@@ -145,7 +157,7 @@ def measure(name: str, threads: int, rounds: int, inductor: bool) -> dict:
             row["modality"] = "multimodal" if len({MODALITY[k] for k in inputs if k in MODALITY}) > 1 else None
             row["modality"] = row["modality"] or MODALITY[arch.main_input()]
             register_caches(model)
-            module = export(model, inputs, row)
+            module, program = export(model, inputs, row)
             expected = tensors(module(*inputs.values()))
             start = time.perf_counter()
             with warnings.catch_warnings(record=True) as caught:
@@ -163,7 +175,7 @@ def measure(name: str, threads: int, rounds: int, inductor: bool) -> dict:
                 raise SweepError("compile", f"first call: {short(e)}") from None
             wrong = check(outputs, expected)
             if wrong:
-                raise SweepError("mismatch", wrong)
+                raise mismatch(module, program, tuple(inputs.values()), expected, wrong)
             row["status"] = "fallback" if row["internal_fallbacks"] else "pass"
             if rounds:
                 args = tuple(inputs.values())

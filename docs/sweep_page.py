@@ -24,7 +24,7 @@ STAGES = {  # status -> what it means, in the order the stages run
     "scope": "the main input is not text, vision or audio (time series, video, ...)",
     "config": "the configuration cannot be shrunk, or the model cannot be built",
     "inputs": "eager runs on none of the input sets the sweep makes",
-    "export": "torch.export cannot take it, even with use_cache=False",
+    "export": "torch.export cannot take it, even with use_cache=False, or its program differs from eager",
     "compile": "tc.compile, or the compiled model's first call, raised",
     "mismatch": "an output differs from eager's by more than 1e-4 of its largest value",
     "crash": "the worker process died",

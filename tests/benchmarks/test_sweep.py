@@ -143,3 +143,30 @@ def test_internal_fallbacks_are_counted_before_and_after_the_fallback_path(monke
     assert internal_fallbacks(SimpleNamespace(), caught) == ["layout pass failed on node x"]
     compiled = SimpleNamespace(fallbacks=["fusion of node y: IndexError"])  # the warning sums these up
     assert internal_fallbacks(compiled, caught) == ["fusion of node y: IndexError"]
+
+
+def test_a_mismatch_says_whether_eager_or_torch_export_differs_first():
+    """minitc compiles torch.export's program: where that program differs from a deterministic
+    eager (paligemma's), the row is an export failure; where eager differs from itself (random
+    masks), the reason says so; else it is minitc's mismatch."""
+    import torch
+
+    from minitc.benchmarks.sweep_row import mismatch, tensors
+
+    class Traced(torch.nn.Module):
+        def forward(self, x):
+            return x * 2 if torch.compiler.is_exporting() else x
+
+    class Noisy(torch.nn.Module):
+        def forward(self, x):
+            return x + torch.rand_like(x)
+
+    x = (torch.ones(2, 3),)
+    for model, stage, says in [
+        (Traced(), "export", "torch.export's program differs from eager"),
+        (Noisy(), "mismatch", "eager differs from itself"),
+        (torch.nn.ReLU(), "mismatch", "minitc's"),
+    ]:
+        program = torch.export.export(model, x, strict=False)
+        error = mismatch(model, program, x, tensors(model(*x)), "minitc's")
+        assert error.stage == stage and says in str(error), error
