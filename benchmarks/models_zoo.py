@@ -13,6 +13,10 @@
   (`BertModel(BertConfig())`, `GPT2Model(GPT2Config())`) with PyTorch's SDPA attention; they
   return their last hidden state, one tensor, so every system is compared on the same output.
 
+Real-size members of six more families (issue 53), run when named: ViT-B/16, Swin-T,
+ConvNeXt-T, EfficientNet-B0, Whisper-base's encoder and a Qwen2-0.5B-shaped decoder
+(benchmarks/zoo_realsize.py).
+
 Small variants for the tests: `resnet18-small` (ResNet-18 of the same blocks on a 32x32 image,
 10 classes), `tiny-bert` (2 layers, hidden 64, 2 heads, sequence 16) and `tiny-gpt2` (the same
 sizes). Every factory is seeded: two calls give the same weights and inputs.
@@ -26,7 +30,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from minitc.benchmarks import zoo_hf, zoo_nn
+from minitc.benchmarks import zoo_hf, zoo_nn, zoo_realsize
 from minitc.benchmarks.zoo_common import ATTENTION, SEED, LastHiddenState, calibrate_batch_norm, image, token_ids
 
 
@@ -35,7 +39,8 @@ class ModelSpec:
     name: str
     description: str
     make: Callable[[], tuple]  # () -> (model in eval mode, tuple of example inputs)
-    full: bool = True  # one of the suite's default models (the others are the test variants)
+    full: bool = True  # a real-size model (the others are the test variants and the zoo's small ones)
+    default: bool = True  # one of the suite's default models (real size, and quick enough for every run)
     needs: str | None = None  # a package the factory imports ("transformers")
 
     def __call__(self) -> tuple:  # a spec is its factory (`minitc compile MODEL` calls it)
@@ -284,17 +289,23 @@ MODELS = {
     )
 }
 
+# real-size members of six more families (issue 53): run when named (`--workloads vit-b16,...`),
+# not by default: together they take about 20 minutes (Inductor's compiles and the 0.5B decoder)
+for _name, (_description, _factory) in zoo_realsize.REALSIZE.items():
+    MODELS[_name] = ModelSpec(_name, _description, _factory, default=False, needs="transformers")
+REALSIZE = list(zoo_realsize.REALSIZE)
+
 # the zoo of issue 44: small configurations of the architectures users bring (benchmarks/zoo_hf.py,
 # benchmarks/zoo_nn.py); tests/frontend/test_zoo.py compiles each, docs/models.md keeps their table
 for _table, _needs in ((zoo_hf.ZOO, "transformers"), (zoo_nn.ZOO, None)):
     for _name, (_description, _factory) in _table.items():
         MODELS[_name] = ModelSpec(_name, _description, _factory, full=False, needs=_needs)
 ZOO = [*zoo_hf.ZOO, *zoo_nn.ZOO]
-DEFAULT_MODELS = [name for name, spec in MODELS.items() if spec.full]
+DEFAULT_MODELS = [name for name, spec in MODELS.items() if spec.full and spec.default]
 
 
 def select(names) -> list:
-    """The specs named (all full models when none are); KeyError listing the known names."""
+    """The specs named (the default models when none are); KeyError listing the known names."""
     unknown = [n for n in names if n not in MODELS]
     if unknown:
         raise KeyError(f"unknown model(s) {', '.join(map(repr, unknown))}; available: {', '.join(MODELS)}")
