@@ -107,6 +107,7 @@ SHRUNK = {
                     intermediate_size=128),
     "swin-t": dict(image_size=56, embed_dim=16, depths=[2, 2], num_heads=[2, 2], window_size=7),
     "convnext-t": dict(image_size=32, hidden_sizes=[16, 32], depths=[2, 2], num_stages=2),
+    # hidden_dim: the top convolution's channels, round_filters(1280) at width 0.25
     "efficientnet-b0": dict(image_size=32, width_coefficient=0.25, depth_coefficient=0.5, hidden_dim=320),
     "whisper-base-encoder": dict(frames=64, d_model=64, encoder_layers=2, encoder_attention_heads=2,
                                  encoder_ffn_dim=128, decoder_layers=1, num_mel_bins=16),
