@@ -27,7 +27,8 @@ from minitc.frontend.graph import ELEMENTWISE, Graph, Node, single_use
 from minitc.frontend.kernels import EPILOGUE_TAGS, GPU_EPILOGUE_TAGS, split_groups
 from minitc.target import is_gpu
 
-INJECTIVE = ("permute", "expand", "slice", "mask")  # mask: dynamic shapes' padding (dynamic.py)
+INJECTIVE = ("permute", "expand", "slice", "roll", "mask")  # mask: dynamic shapes' padding (dynamic.py)
+IN_PLACE = ("permute", "expand", "slice", "mask")  # what batch_matmul's template reads in place (affine index math)
 EPILOGUE_ANCHORS = tuple(t for t in EPILOGUE_TAGS if t not in GPU_EPILOGUE_TAGS)  # anchors whose
 # template applies a fused elementwise epilogue on every target; GPU targets add GPU_EPILOGUE_TAGS
 PROLOGUE_TAKERS = ("softmax",)  # ops whose template inlines elementwise producers of their input
@@ -82,7 +83,7 @@ def _index_prologues(g: Graph, node, current: dict, users: dict, out: list) -> l
         src, view = _through_view(g, name, current, users)
         if src is None or src.op == "view" or not single_use(g, src.name, users):
             continue
-        if not all(m.op in INJECTIVE or (m.op == "view" and src.body) for m in _members(src)):
+        if not all(m.op in IN_PLACE or (m.op == "view" and src.body) for m in _members(src)):
             continue
         if view is not None and split_groups(src.shape, view.shape) is None and view.shape[-2:] != src.shape[-2:]:
             continue  # index math inside the matrices (a view that only merges batch axes is outside them)

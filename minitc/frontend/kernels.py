@@ -216,6 +216,20 @@ def _cat(n, *pieces):
     return compute(n.shape, read, name=n.op, tag="elementwise")
 
 
+def _roll(n, x):
+    """x rotated along `axis`: out[..., i, ...] = x[..., (i + shift) % extent, ...] (torch.roll by
+    -shift; frontend/rolls.py), as a select of two reads so that each index is affine."""
+    axis, shift = n.attrs["axis"], n.attrs["shift"]
+    extent = x.shape[axis]
+
+    def read(*i):
+        before, after = i[:axis], i[axis + 1 :]
+        wrapped = x[before + (i[axis] + (shift - extent),) + after]
+        return select(i[axis] < extent - shift, x[before + (i[axis] + shift,) + after], wrapped)
+
+    return compute(n.shape, read, name=n.op, tag="elementwise")
+
+
 def _index_into(index, extent: int):
     """`index` moved into [0, extent): an index computed from run-time extents (dynamic shapes)."""
     return binary("max", binary("min", index, const(extent - 1, "int64")), const(0, "int64"))
@@ -252,6 +266,7 @@ BUILDERS = {
     "pad": _pad,
     "cat": _cat,
     "slice": _slice,
+    "roll": _roll,
     "mask": _mask,
     "view": _view,
     **{op: _binary(getattr(ops, op)) for op in ("add", "sub", "mul", "div")},

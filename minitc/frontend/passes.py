@@ -38,6 +38,7 @@ from minitc.frontend.fusion import PROLOGUE_TAKERS, fuse_elementwise, fuse_eleme
 from minitc.frontend.graph import ELEMENTWISE, Graph, Node, is_pure, single_use, verify
 from minitc.frontend.importer import Ref
 from minitc.frontend.layout import block_channels
+from minitc.frontend.rolls import roll_index_selects
 from minitc.frontend.weights import pack_conv_weights, pack_dense_weights, winograd_convolutions
 
 ACTIVATIONS = ("relu", "gelu", "sigmoid", "tanh")
@@ -268,6 +269,7 @@ def fold_transposes(graph: Graph) -> Graph:
 PASSES = (
     eliminate_common_subexpressions,
     fold_constants,
+    roll_index_selects,
     fold_batch_norm,
     block_channels,
     pack_conv_weights,

@@ -239,6 +239,7 @@ TORCH_OPS = {
     "pad": _pad,
     "cat": _cat,
     "slice": _slice,
+    "roll": lambda n, x: x.roll(-n.attrs["shift"], n.attrs["axis"]),
     "view": lambda n, x: x.reshape(n.shape),
     **{op: _binary(op) for op in ("add", "sub", "mul", "div")},
     **{op: (lambda fn: lambda n, x: fn(x))(fn) for op, fn in ACTIVATIONS.items()},
