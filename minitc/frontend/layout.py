@@ -217,8 +217,16 @@ class _Blocker:
     def _depthwise(self, node: Node) -> bool:
         weight = self.g.constants.get(node.inputs[1])
         x = node.inputs[0]
-        if x not in self.blocked or weight is None or weight.shape[0] != self.shapes[x][1]:
-            return False  # only a multiplier of 1, on data already blocked
+        if weight is None or weight.shape[0] != self.shapes[x][1]:
+            return False  # only a multiplier of 1
+        C = self.shapes[x][1]
+        if x not in self.blocked:
+            # an NCHW input whose channels fill whole vectors (ConvNeXt's first stage: a permute
+            # back from its channel-last layer norm) is converted: the conversion fuses with that
+            # permute, and the NCHW depthwise template is the slower one (docs/models.md)
+            if node.dtype != "float32" or not block_of(C, self.lanes) or padded_channels(C, self.lanes) != C:
+                return False
+            self.to_blocks(x, block_of(C, self.lanes))
         w = weight.reshape(weight.shape[0], weight.shape[-2], weight.shape[-1])
         _, R, S = w.shape
         blocks, _, _, block = self.shapes[self.blocked[x]][1:]

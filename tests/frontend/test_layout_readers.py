@@ -115,3 +115,27 @@ def test_views_and_reshapes_of_blocked_values(target):
     torch.manual_seed(0)
     graph = compiled_graph(Views().eval(), torch.randn(1, 3, 8, 8), target)
     assert any(b.op == "conv2d_nchwc" for b in members(graph))
+
+
+class ChannelLastBlock(nn.Module):
+    """ConvNeXt's first stage: a stem, a channel-last layer norm (permutes around it), then a
+    7x7 depthwise convolution of the NCHW permute and the residual add; `c` channels."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.stem, self.norm = nn.Conv2d(3, c, 4, stride=4), nn.LayerNorm(c)
+        self.dw, self.pw = nn.Conv2d(c, c, 7, padding=3, groups=c), nn.Linear(c, c)
+
+    def forward(self, x):
+        h = self.norm(self.stem(x).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return h + self.pw(self.dw(h).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize("c, blocked", [(16, True), (12, False)])
+def test_a_depthwise_convolution_of_an_nchw_value_is_blocked_when_its_channels_fill_vectors(c, blocked):
+    """16 channels fill two 8-lane vectors: the permute's value is converted (one fused permute)
+    and the depthwise convolution runs blocked with its bias; 12 channels stay NCHW."""
+    torch.manual_seed(0)
+    graph = compiled_graph(ChannelLastBlock(c).eval(), torch.randn(1, 3, 32, 32), AVX2)
+    depthwise = [b.op for b in members(graph) if b.op.startswith("depthwise")]
+    assert depthwise == (["depthwise_conv2d_nchwc"] if blocked else ["depthwise_conv2d"])
