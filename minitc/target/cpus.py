@@ -47,6 +47,21 @@ for _names, _feats in (
         CPU_FEATURES[_name] = frozenset(_feats)
 CPU_FEATURES["bdver1"] = frozenset({"sse", "sse2", "avx"})  # fma4 only
 
+# The low-precision dot products a cpu implies (LLVM's feature names, as in its X86.td), so a
+# named cpu's description says which bf16/int8 instructions it has, as the host's flags do:
+# templates/gemm_bf16.py chooses vdpbf16ps or its emulation by `avx512bf16`.
+_VNNI = {"avx512vnni"}
+_BF16 = {"avx512bf16", "avx512vnni"}
+_AMX = _BF16 | {"avxvnni", "avx512fp16", "amx-tile", "amx-bf16", "amx-int8"}
+for _names, _feats in (
+    ("cascadelake icelake-client icelake-server tigerlake rocketlake", _VNNI),
+    ("cooperlake znver4 znver5", _BF16),
+    ("sapphirerapids emeraldrapids graniterapids graniterapids-d diamondrapids", _AMX),
+    ("alderlake raptorlake meteorlake arrowlake arrowlake-s lunarlake sierraforest", {"avxvnni"}),
+):
+    for _name in _names.split():
+        CPU_FEATURES[_name] = CPU_FEATURES[_name] | _feats
+
 # Cores with two 512-bit FMA pipes. Zen 4 splits a 512-bit op into two 256-bit halves; client
 # Intel cores (Ice Lake, Tiger Lake) fuse their two 256-bit pipes into one; Zen 5 is full-rate
 # on desktop parts only, so it is counted as split, and so is an unknown AVX-512 cpu.
