@@ -2,12 +2,15 @@
 the pair-interleaved (VNNI-2) layout. The instruction path comes from the target description's
 features, never from the CPU's name:
 
-    g = bf16_gemm(M, N, K, target="llvm")   # g.path: "dpbf16" (avx512bf16) or "fma" (emulation)
+    g = bf16_gemm(M, N, K, target="llvm")   # g.path: "amx", "dpbf16" or "fma"
     bp = g.pack(B)                           # once per weight: [N//nr, K//2, nr, 2] bfloat16
     C = g(A, bp)                             # A: bfloat16 [M, K] (ml_dtypes or torch); C float32
 
-The IR is backends/llvm/gemm_bf16.py's. Both paths compute the same float32 sums in the same
-order (see there), so the emulation is exact where the instruction is missing.
+Paths, best first: `amx` (AMX-BF16 tiles, tdpbf16ps; M, N, K multiples of 32; IR in
+backends/llvm/gemm_amx.py), `dpbf16` (AVX-512 BF16, vdpbf16ps) and `fma`, the emulation any
+x86-64 runs (IR of both in backends/llvm/gemm_bf16.py). `dpbf16` and `fma` compute the same
+float32 sums in the same order, so the emulation is exact where the instruction is missing;
+AMX sums in another order (equal to float32 rounding).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import numpy as np
 
 from minitc import dtypes
 from minitc.backends.function import is_torch, to_torch
+from minitc.backends.llvm import gemm_amx as amx
 from minitc.backends.llvm import gemm_bf16 as ir
 from minitc.backends.llvm import jit
 from minitc.errors import BuildError, DTypeError, ShapeError
@@ -27,12 +31,16 @@ from minitc.target import parse_target
 from minitc.target.cpu import enabled_features
 
 # instruction path -> the target feature it needs (None: any x86-64 LLVM target)
-PATH_FEATURES = {"dpbf16": "avx512bf16", "fma": None}
+PATH_FEATURES = {"amx": "amx-bf16", "dpbf16": "avx512bf16", "fma": None}
 
 
-def choose_path(target) -> str:
-    """`dpbf16` where the target description has AVX-512 BF16, else the exact `fma` emulation."""
-    return "dpbf16" if "avx512bf16" in enabled_features(parse_target(target)) else "fma"
+def choose_path(target, M: int = 32, N: int = 32, K: int = 32) -> str:
+    """`amx` where the target description has AMX-BF16 and the shape fits its 32 x 32 blocks,
+    else `dpbf16` where it has AVX-512 BF16, else the exact `fma` emulation."""
+    feats = enabled_features(parse_target(target))
+    if "amx-bf16" in feats and not (M % amx.TILE or N % amx.TILE or K % amx.TILE):
+        return "amx"
+    return "dpbf16" if "avx512bf16" in feats else "fma"
 
 
 def default_tile(N: int, target) -> tuple:
@@ -90,17 +98,20 @@ def bf16_gemm(M: int, N: int, K: int, target="llvm", path: str | None = None, mr
     """The GEMM for `target`; `path` overrides the instruction choice (the `fma` emulation runs
     on any x86-64 target, `dpbf16` needs avx512bf16 to run)."""
     target = parse_target(target)
-    path = path or choose_path(target)
-    tile = default_tile(N, target)
+    path = path or choose_path(target, M, N, K)
+    tile = (amx.TILE, amx.TILE) if path == "amx" else default_tile(N, target)
     shape = ir.GemmShape(M, N, K, mr or tile[0], nr or tile[1])
     name = f"gemm_bf16_{path}_{M}x{N}x{K}_{shape.mr}x{shape.nr}"
-    return Bf16Gemm(shape, path, target, ir.render(shape, path, name))
+    text = amx.render(shape, name) if path == "amx" else ir.render(shape, path, name)
+    return Bf16Gemm(shape, path, target, text)
 
 
 def _compile(g: Bf16Gemm):
     feature = PATH_FEATURES[g.path]
     if not g.target.is_host_compatible or (feature and feature not in enabled_features(parse_target("llvm"))):
         raise BuildError(f"the bf16 GEMM's {g.path} path cannot run on this machine (it needs {feature}); see g.asm")
+    if g.path == "amx":
+        _request_amx()
     key = hashlib.sha256((g.llvm_ir + g.target.string).encode()).hexdigest()
     name = g.llvm_ir.split("define void @", 1)[1].split("(", 1)[0]
     with jit._LOCK:
@@ -108,6 +119,16 @@ def _compile(g: Bf16Gemm):
         if hit is None:
             hit = jit._CACHE[key] = jit._compile(g.llvm_ir, name, g.target, key, 3, time.perf_counter())
     return hit
+
+
+def _request_amx() -> None:
+    """Linux hands out AMX's 8 KiB tile state only to a process that asks (arch_prctl
+    ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA); without it the first tile instruction faults."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(158, 0x1023, 18) != 0:  # SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XTILEDATA
+        raise BuildError(f"Linux refused the AMX tile state (arch_prctl errno {ctypes.get_errno()})")
 
 
 def _as_bf16(x, shape: tuple, role: str) -> np.ndarray:

@@ -1,8 +1,9 @@
-"""The bf16 GEMM (minitc/templates/gemm_bf16.py, IR in backends/llvm/gemm_bf16.py): the
-instruction path chosen from recorded target descriptions (vdpbf16ps where the description
-has AVX-512 BF16, the exact float32 FMA emulation elsewhere) with its assembly checked, the
-VNNI-2 packing, and runs against a float64 reference: the emulation on any host, vdpbf16ps
-only where the host has it (skipped otherwise), the two bitwise equal."""
+"""The bf16 GEMM (minitc/templates/gemm_bf16.py; its IR: backends/llvm/gemm_bf16.py and
+gemm_amx.py): the instruction path chosen from recorded target descriptions (AMX tiles where
+the description has AMX-BF16 and the shape fits, vdpbf16ps where it has AVX-512 BF16, the
+exact float32 FMA emulation elsewhere) with its assembly checked, the VNNI-2 packing, and runs
+against a float64 reference: the emulation on any host, vdpbf16ps and AMX only where the host
+has them (skipped otherwise); vdpbf16ps and the emulation bitwise equal."""
 
 import re
 
@@ -17,6 +18,7 @@ from minitc.target.cpu import enabled_features
 from minitc.templates.gemm_bf16 import bf16_gemm, choose_path
 
 HOST_HAS_BF16 = "avx512bf16" in enabled_features(parse_target("llvm"))
+HOST_HAS_AMX = "amx-bf16" in enabled_features(parse_target("llvm"))
 
 
 def inner_loop(asm: str) -> str:
@@ -28,7 +30,7 @@ def inner_loop(asm: str) -> str:
 @pytest.mark.parametrize(
     "describe, path",
     [
-        (lambda: recorded_target("intel-sapphirerapids-kvm.json"), "dpbf16"),
+        (lambda: recorded_target("intel-sapphirerapids-kvm.json"), "amx"),
         (lambda: recorded_target("amd-zen4.json"), "dpbf16"),
         (lambda: table_target("skylake-avx512"), "fma"),
         (lambda: recorded_target("intel-haswell-avx2.json"), "fma"),
@@ -36,7 +38,14 @@ def inner_loop(asm: str) -> str:
 )
 def test_path_and_assembly_follow_the_description(describe, path):
     target = describe()
-    assert choose_path(target) == path
+    assert choose_path(target, 64, 128, 64) == path
+    if path == "amx":  # tile configuration, loads, 4 tile products per 32 of k, stores
+        asm = bf16_gemm(64, 128, 64, target).asm
+        assert "ldtilecfg" in asm and "tilerelease" in asm
+        assert asm.count("tdpbf16ps") % 4 == 0 and asm.count("tileloadd") >= 4 and asm.count("tilestored") % 4 == 0
+        # a shape off AMX's 32 x 32 blocks takes the AVX-512 BF16 kernel on the same description
+        assert choose_path(target, 20, 128, 64) == "dpbf16"
+        return
     g = bf16_gemm(20, 128, 64, target)
     loop = inner_loop(g.asm)
     if path == "dpbf16":  # 6 rows x 4 vectors of 16 columns per pair of k (LLVM may unroll)
@@ -76,6 +85,16 @@ def test_vdpbf16ps_runs_and_equals_the_emulation_bitwise():
     np.testing.assert_allclose(C, A.astype(np.float64) @ B.astype(np.float64), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.skipif(not HOST_HAS_AMX, reason="the host has no AMX-BF16 (tdpbf16ps)")
+def test_amx_runs():
+    M, N, K = 64, 96, 128
+    A, B = lowp_sample((M, K), "bfloat16", 5), lowp_sample((K, N), "bfloat16", 6)
+    g = bf16_gemm(M, N, K, "llvm")
+    assert g.path == "amx"
+    # float32 sums in another order than the emulation's: equal to float32 rounding
+    np.testing.assert_allclose(g(A, g.pack(B)), A.astype(np.float64) @ B.astype(np.float64), rtol=1e-5, atol=1e-5)
+
+
 def test_torch_bfloat16_inputs():
     A, B = torch.randn(7, 24).to(torch.bfloat16), torch.randn(24, 32).to(torch.bfloat16)
     g = bf16_gemm(7, 32, 24, "llvm", path="fma")
@@ -89,6 +108,8 @@ def test_bad_shapes_and_dtypes():
         bf16_gemm(4, 40, 8, "llvm")
     with pytest.raises(BuildError, match="even"):
         bf16_gemm(4, 32, 7, "llvm")
+    with pytest.raises(BuildError, match="multiples of 32"):
+        bf16_gemm(20, 32, 32, "llvm", path="amx")
     g = bf16_gemm(4, 32, 8, "llvm", path="fma")
     with pytest.raises(DTypeError, match="bfloat16"):
         g.pack(np.ones((8, 32), np.float32))
