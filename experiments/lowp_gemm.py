@@ -15,7 +15,9 @@ attention projections, 128x3072x768 the MLP up, 128x768x3072 the MLP down). Kern
                     kernel: AMX where the CPU has it) -> bfloat16 out
     torch fp32      torch.matmul on float32 copies, for scale
 
-GFLOP/s = 2*M*N*K / median time. Each kernel is checked against float64 numpy first.
+GFLOP/s = 2*M*N*K / median time. `--peak` first times the instructions alone on one core:
+24 independent chains of `vdpbf16ps zmm` (64 flops each) and of `vfmadd231ps zmm` (32), the
+best of 5 runs of 10^6 iterations. Each kernel is checked against float64 numpy first.
 `foreign_cpus` is the CPU time other processes took during the shape's rounds (a lower bound).
 """
 
@@ -82,11 +84,57 @@ def measure(M, N, K, repeats: int) -> dict:
     return row
 
 
+def instruction_peak(op: str, chains: int = 24, iters: int = 1_000_000) -> float:
+    """GFLOP/s of one core running only `op` ("dpbf16" or "fma") on registers."""
+    import ctypes
+
+    from minitc.backends.llvm import jit
+
+    dp = "llvm.x86.avx512bf16.dpbf16ps.512"
+    lines = [
+        f"declare <16 x float> @{dp}(<16 x float>, <32 x bfloat>, <32 x bfloat>)",
+        "declare <16 x float> @llvm.fma.v16f32(<16 x float>, <16 x float>, <16 x float>)",
+        f"define void @peak_{op}(ptr %out, ptr %x) {{",
+        "entry:",
+        "  %xv = load <16 x float>, ptr %x, align 4",
+        "  %xb = bitcast <16 x float> %xv to <32 x bfloat>",
+        "  br label %loop",
+        "loop:",
+        "  %i = phi i64 [0, %entry], [%in, %loop]",
+    ]
+    lines += [f"  %a{c} = phi <16 x float> [zeroinitializer, %entry], [%n{c}, %loop]" for c in range(chains)]
+    for c in range(chains):
+        if op == "dpbf16":
+            lines.append(f"  %n{c} = call <16 x float> @{dp}(<16 x float> %a{c}, <32 x bfloat> %xb, <32 x bfloat> %xb)")
+        else:
+            lines.append(
+                f"  %n{c} = call <16 x float> @llvm.fma.v16f32(<16 x float> %xv, <16 x float> %xv, <16 x float> %a{c})"
+            )
+    lines += [
+        "  %in = add i64 %i, 1",
+        f"  %more = icmp ult i64 %in, {iters}",
+        "  br i1 %more, label %loop, label %done",
+    ]
+    lines += ["done:"] + [f"  %s{c} = fadd <16 x float> %s{c - 1}, %n{c}" for c in range(1, chains)]
+    lines += [f"  store <16 x float> %s{chains - 1}, ptr %out, align 4", "  ret void", "}"]
+    text = "\n".join(lines).replace("%s0,", "%n0,")
+    ck = jit._compile(text, f"peak_{op}", parse_target("llvm"), f"peak_{op}", 2, time.perf_counter())
+    out, x = np.zeros(16, np.float32), np.full(16, 1e-3, np.float32)
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(ck.address)
+    best = float("inf")
+    for _ in range(6):  # the first run warms up
+        t0 = time.perf_counter()
+        fn(out.ctypes.data, x.ctypes.data)
+        best = min(best, time.perf_counter() - t0)
+    return (64 if op == "dpbf16" else 32) * iters * chains / best / 1e9
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--peak", action="store_true", help="time vdpbf16ps and vfmadd231ps alone first")
     args = ap.parse_args()
     tc.set_num_threads(args.threads)
     torch.set_num_threads(args.threads)
@@ -100,6 +148,10 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"),
         "rows": [],
     }
+    if args.peak:
+        ops = ["fma"] + (["dpbf16"] if "avx512bf16" in enabled_features(parse_target("llvm")) else [])
+        result["one_core_peak_gflops"] = {op: instruction_peak(op) for op in ops}
+        print("one core, instructions alone, GFLOP/s:", result["one_core_peak_gflops"], flush=True)
     for M, N, K in SHAPES:
         row = measure(M, N, K, args.repeats)
         result["rows"].append(row)

@@ -33,7 +33,7 @@ def render(s: GemmShape, name: str) -> str:
         "declare void @llvm.x86.tilestored64(i8 immarg, ptr, i64)",
         "declare void @llvm.x86.tdpbf16ps(i8 immarg, i8 immarg, i8 immarg)",
         # palette 1; bytes 16..31: 64 bytes per row of each tile; bytes 48..55: 16 rows each
-        "@cfg = internal constant [64 x i8] c\"" + _config() + '", align 64',
+        '@cfg = internal constant [64 x i8] c"' + _config() + '", align 64',
         "",
     ]
     return "\n".join(decls + [_task(s, name), _entry(s, name)])
