@@ -49,11 +49,41 @@ def torch_dtype_name(dtype) -> str:
 
 def _value_meta(fx_node, symbols: dict):
     """(shape, dtype) of an exported node's value, with the dynamic dimensions' `symbols`
-    (sympy symbol: size) put in; ((), 'object') for tuples and other values."""
+    (sympy symbol: size) put in, and -1 for a size known only when the model runs (a `torch`
+    node's: nothing plans its memory); ((), 'object') for tuples and other values."""
     val = fx_node.meta.get("val")
     if hasattr(val, "shape") and hasattr(val, "dtype"):
-        return tuple(sym_int(d, symbols) for d in val.shape), torch_dtype_name(val.dtype)
+        return tuple(-1 if _at_run_time(d, symbols) else sym_int(d, symbols) for d in val.shape), torch_dtype_name(
+            val.dtype
+        )
     return (), "object"
+
+
+def _at_run_time(d, symbols: dict) -> bool:
+    """Whether the size or number `d` depends on values the model computes (torch.export's
+    unbacked symbols: a mixture of experts' rows per expert), not only on the input sizes."""
+    expr = getattr(getattr(d, "node", None), "expr", None)
+    return expr is not None and any(s not in symbols for s in getattr(expr, "free_symbols", ()))
+
+
+def _sized_at_run_time(fx_node, symbols: dict) -> bool:
+    """Whether the call makes or reads a value whose size (or which number) is known only when
+    the model runs: PyTorch runs it, since minitc's kernels and their memory are planned before."""
+    import torch.fx
+
+    def run_time(val) -> bool:
+        if hasattr(val, "shape") and hasattr(val, "dtype"):
+            return any(_at_run_time(d, symbols) for d in val.shape)
+        if isinstance(val, (list, tuple)):
+            return any(run_time(v) for v in val)
+        return _at_run_time(val, symbols)
+
+    def reads(arg) -> bool:
+        if isinstance(arg, torch.fx.Node):
+            return run_time(arg.meta.get("val"))
+        return isinstance(arg, (list, tuple)) and any(reads(a) for a in arg)
+
+    return run_time(fx_node.meta.get("val")) or any(reads(a) for a in (*fx_node.args, *fx_node.kwargs.values()))
 
 
 def sym_int(d, symbols: dict) -> int:
@@ -224,8 +254,8 @@ class Importer:
     def _call(self, fx_node) -> None:
         target = fx_node.target
         node = getattr(fx_node.meta.get("val"), "node", None)
-        if node is not None and hasattr(node, "expr"):  # an integer of the dynamic sizes (`sym_size`)
-            self.names[fx_node] = SymArg(node.expr)
+        if node is not None and hasattr(node, "expr") and not _at_run_time(fx_node.meta["val"], self.symbols):
+            self.names[fx_node] = SymArg(node.expr)  # an integer of the dynamic sizes (`sym_size`)
             return
         if target is operator.getitem:
             source, index = fx_node.args
@@ -247,6 +277,8 @@ class Importer:
         converter = CONVERTERS.get(key)
         if fx_node.name in self.fallbacks:
             reason = "it runs through PyTorch at the other size"
+        elif _sized_at_run_time(fx_node, self.symbols):
+            reason = "a size it makes or reads is known only when the model runs"
         elif converter is None:
             reason = "no converter for this operator"
         elif _touches_a_scalar(fx_node):
