@@ -142,8 +142,9 @@ def _split_pairs(vec: str, out: str) -> list:
     return lines
 
 
-def _task(s: GemmShape, name: str) -> str:
-    """Task t of n: column panels [t*P/n, (t+1)*P/n), every row tile of each."""
+def _task(s: GemmShape, name: str, elem: str = "bfloat") -> str:
+    """Task t of n: column panels [t*P/n, (t+1)*P/n), every row tile of each. `elem` is the
+    LLVM type of A's and B's elements (gemm_int8.py's i8)."""
     panels, full = s.N // s.nr, s.M // s.mr
     tail = s.M % s.mr
     lines = [
@@ -164,7 +165,7 @@ def _task(s: GemmShape, name: str) -> str:
         "panel:",
         "  %p = phi i64 [ %lo, %entry ], [ %pnext, %panel_end ]",
         f"  %boff = mul i64 %p, {s.K * s.nr}",
-        "  %bp = getelementptr inbounds bfloat, ptr %B, i64 %boff",
+        f"  %bp = getelementptr inbounds {elem}, ptr %B, i64 %boff",
         f"  %coff = mul i64 %p, {s.nr}",
         "  %cp = getelementptr inbounds float, ptr %C, i64 %coff",
     ]
@@ -174,7 +175,7 @@ def _task(s: GemmShape, name: str) -> str:
             "rows:",
             "  %i = phi i64 [ 0, %panel ], [ %inext, %rows ]",
             f"  %aoff = mul i64 %i, {s.mr * s.K}",
-            "  %ap = getelementptr inbounds bfloat, ptr %A, i64 %aoff",
+            f"  %ap = getelementptr inbounds {elem}, ptr %A, i64 %aoff",
             f"  %crow = mul i64 %i, {s.mr * s.N}",
             "  %cpi = getelementptr inbounds float, ptr %cp, i64 %crow",
             f"  call void @{name}_mk{s.mr}(ptr %ap, ptr %bp, ptr %cpi)",
@@ -187,7 +188,7 @@ def _task(s: GemmShape, name: str) -> str:
         lines += ["  br label %rows_done", "rows_done:"]
     if tail:
         lines += [
-            f"  %apt = getelementptr inbounds bfloat, ptr %A, i64 {full * s.mr * s.K}",
+            f"  %apt = getelementptr inbounds {elem}, ptr %A, i64 {full * s.mr * s.K}",
             f"  %cpt = getelementptr inbounds float, ptr %cp, i64 {full * s.mr * s.N}",
             f"  call void @{name}_mk{tail}(ptr %apt, ptr %bp, ptr %cpt)",
         ]
