@@ -15,6 +15,11 @@ attention projections, 128x3072x768 the MLP up, 128x768x3072 the MLP down). Kern
                     kernel: AMX where the CPU has it) -> bfloat16 out
     torch fp32      torch.matmul on float32 copies, for scale
 
+`--int8` times the int8 GEMM instead (templates/gemm_int8.py: AMX tdpbusd, vpdpbusd, and
+its exact int32 emulation; uint8 A, int8 B packed once, int32 C) against ONNX Runtime's
+MatMulInteger on the same uint8 x int8 operands (B an initializer, zero points 0, the
+session's intra-op threads = --threads); GOP/s in the `gflops` fields.
+
 GFLOP/s = 2*M*N*K / median time. `--peak` first times the instructions alone on one core:
 24 independent chains of `vdpbf16ps zmm` (64 flops each) and of `vfmadd231ps zmm` (32), the
 best of 5 runs of 10^6 iterations. Each kernel is checked against float64 numpy first.
@@ -67,20 +72,61 @@ def measure(M, N, K, repeats: int) -> dict:
     np.testing.assert_allclose(torch.matmul(A, B).float().numpy(), exact, rtol=0.05, atol=0.5)
     kernels["torch bf16"] = (lambda: torch.matmul(A, B), "")
     kernels["torch fp32"] = (lambda: torch.matmul(Af, Bf), "")
+    return _time(kernels, repeats, M, N, K, base="torch bf16")
+
+
+def measure_int8(M, N, K, repeats: int, threads: int) -> dict:
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from minitc.templates.gemm_int8 import PATH_FEATURES as INT8_FEATURES
+    from minitc.templates.gemm_int8 import int8_gemm
+
+    rng = np.random.default_rng(0)
+    A = rng.integers(0, 256, (M, K)).astype(np.uint8)
+    B = rng.integers(-128, 128, (K, N)).astype(np.int8)
+    exact = A.astype(np.int64) @ B.astype(np.int64)
+    kernels = {}
+    features = enabled_features(parse_target("llvm"))
+    for path in ("amx", "vnni", "int"):
+        if INT8_FEATURES[path] and INT8_FEATURES[path] not in features:
+            continue
+        g = int8_gemm(M, N, K, "llvm", path=path)
+        bp = g.pack(B)
+        np.testing.assert_array_equal(g(A, bp), exact)
+        kernels[f"minitc {path}"] = (lambda g=g, bp=bp: g(A, bp), f"{g.shape.mr}x{g.shape.nr}")
+    node = helper.make_node("MatMulInteger", ["A", "B"], ["C"])
+    graph = helper.make_graph(
+        [node],
+        "mm",
+        [helper.make_tensor_value_info("A", TensorProto.UINT8, [M, K])],
+        [helper.make_tensor_value_info("C", TensorProto.INT32, [M, N])],
+        [numpy_helper.from_array(B, "B")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    sess = ort.InferenceSession(onnx.ModelProto.SerializeToString(model), opts, providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(sess.run(None, {"A": A})[0], exact)
+    kernels["ort MatMulInteger"] = (lambda: sess.run(None, {"A": A}), "")
+    return _time(kernels, repeats, M, N, K, base="ort MatMulInteger")
+
+
+def _time(kernels: dict, repeats: int, M, N, K, base: str) -> dict:
     times = {name: [] for name in kernels}
     with ForeignLoad() as load:
-        for name, (fn, _) in kernels.items():  # warm up
+        for fn, _ in kernels.values():
             fn()
         for _ in range(repeats):
             for name, (fn, _) in kernels.items():
                 t0 = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - t0)
-    flops = 2 * M * N * K
-    row = {"shape": [M, N, K], "foreign_cpus": load.cpus, "kernels": {}}
+    row = {"shape": [M, N, K], "foreign_cpus": load.cpus, "base": base, "kernels": {}}
     for name, (_, tile) in kernels.items():
         med = statistics.median(times[name])
-        row["kernels"][name] = {"ms": med * 1e3, "gflops": flops / med / 1e9, "tile": tile}
+        row["kernels"][name] = {"ms": med * 1e3, "gflops": 2 * M * N * K / med / 1e9, "tile": tile}
     return row
 
 
@@ -135,12 +181,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--json", default=None)
     ap.add_argument("--peak", action="store_true", help="time vdpbf16ps and vfmadd231ps alone first")
+    ap.add_argument("--int8", action="store_true", help="the int8 GEMM against ONNX Runtime's MatMulInteger")
     args = ap.parse_args()
     tc.set_num_threads(args.threads)
     torch.set_num_threads(args.threads)
     facts = read_host_facts()
     result = {
-        "experiment": "lowp_gemm",
+        "experiment": "lowp_gemm_int8" if args.int8 else "lowp_gemm",
         "cpu": getattr(facts, "model_name", "") or platform.processor(),
         "target": parse_target("llvm").string,
         "threads": args.threads,
@@ -153,10 +200,10 @@ def main() -> None:
         result["one_core_peak_gflops"] = {op: instruction_peak(op) for op in ops}
         print("one core, instructions alone, GFLOP/s:", result["one_core_peak_gflops"], flush=True)
     for M, N, K in SHAPES:
-        row = measure(M, N, K, args.repeats)
+        row = measure_int8(M, N, K, args.repeats, args.threads) if args.int8 else measure(M, N, K, args.repeats)
         result["rows"].append(row)
         ks = row["kernels"]
-        base = ks["torch bf16"]["gflops"]
+        base = ks[row["base"]]["gflops"]
         cells = "  ".join(f"{n} {k['gflops']:7.1f} ({k['gflops'] / base:4.2f}x)" for n, k in ks.items())
         print(f"{M}x{N}x{K}: {cells}  [foreign {row['foreign_cpus'] or 0:.2f} cpus]", flush=True)
     if args.json:

@@ -1,5 +1,7 @@
-"""LLVM IR of the bf16 GEMM on AMX tiles (`tdpbf16ps`): the same contract and packed B as
-gemm_bf16.py (Bp[N // 32, K // 2, 32, 2], float32 C), for M, N and K multiples of 32.
+"""LLVM IR of the bf16 and int8 GEMMs on AMX tiles (`tdpbf16ps`, `tdpbusd`): the same
+contracts and packed B as gemm_bf16.py (Bp[N // 32, K // 2, 32, 2], float32 C) and
+gemm_int8.py (Bp[N // 32, K // 4, 32, 4], int32 C), for M and N multiples of 32 and K of 32
+(bf16) or 64 (int8).
 
 Each task (a range of 32-column panels, on the runtime's thread pool) configures the tiles
 (`ldtilecfg`: 8 tiles of 16 rows x 64 bytes), then computes 32 x 32 blocks of C in tiles 0-3
@@ -13,16 +15,29 @@ from __future__ import annotations
 from minitc.backends.llvm.gemm_bf16 import GemmShape
 from minitc.errors import BuildError
 
-TILE = 32  # C block: 2 x 2 tiles of 16 x 16 floats
+TILE = 32  # C block: 2 x 2 tiles of 16 x 16 floats (or int32)
 
 
-def check(s: GemmShape) -> None:
-    if s.nr != TILE or s.M % TILE or s.N % TILE or s.K % TILE:
-        raise BuildError(f"AMX bf16 GEMM: M, N and K must be multiples of {TILE} (and nr {TILE}), got {s}")
+class Kind:
+    """bf16 (tdpbf16ps: pairs of k, float32 C) or int8 (tdpbusd: uint8 A x int8 B in quads
+    of k, int32 C, B packed [N // 32, K // 4, 32, 4] as gemm_int8.py's). A tile row is 64
+    bytes of k either way."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.elem, self.group, self.op = ("bfloat", 2, "tdpbf16ps") if name == "bf16" else ("i8", 4, "tdpbusd")
+        self.kstep = 64 // (2 if name == "bf16" else 1)  # k per tile row: 32 bf16 or 64 int8
+        self.bytes = 2 if name == "bf16" else 1
 
 
-def render(s: GemmShape, name: str) -> str:
-    check(s)
+def check(s: GemmShape, kind: str = "bf16") -> None:
+    k = Kind(kind).kstep
+    if s.nr != TILE or s.M % TILE or s.N % TILE or s.K % k:
+        raise BuildError(f"AMX {kind} GEMM: M and N must be multiples of {TILE} (nr {TILE}), K of {k}, got {s}")
+
+
+def render(s: GemmShape, name: str, kind: str = "bf16") -> str:
+    check(s, kind)
     decls = [
         "declare void @minitc_parallel_launch(ptr, ptr, i64)",
         "declare i64 @minitc_num_threads()",
@@ -31,12 +46,12 @@ def render(s: GemmShape, name: str) -> str:
         "declare void @llvm.x86.tilezero(i8 immarg)",
         "declare void @llvm.x86.tileloadd64(i8 immarg, ptr, i64)",
         "declare void @llvm.x86.tilestored64(i8 immarg, ptr, i64)",
-        "declare void @llvm.x86.tdpbf16ps(i8 immarg, i8 immarg, i8 immarg)",
+        f"declare void @llvm.x86.{Kind(kind).op}(i8 immarg, i8 immarg, i8 immarg)",
         # palette 1; bytes 16..31: 64 bytes per row of each tile; bytes 48..55: 16 rows each
         '@cfg = internal constant [64 x i8] c"' + _config() + '", align 64',
         "",
     ]
-    return "\n".join(decls + [_task(s, name), _entry(s, name)])
+    return "\n".join(decls + [_task(s, name, Kind(kind)), _entry(s, name)])
 
 
 def _config() -> str:
@@ -48,9 +63,11 @@ def _config() -> str:
     return "".join(f"\\{b:02X}" for b in cfg)
 
 
-def _task(s: GemmShape, name: str) -> str:
-    panels, blocks, steps = s.N // TILE, s.M // TILE, s.K // TILE
-    a_stride, b_stride, c_stride = 2 * s.K, 4 * TILE, 4 * s.N  # bytes between tile rows
+def _task(s: GemmShape, name: str, kind: Kind) -> str:
+    panels, blocks, steps = s.N // TILE, s.M // TILE, s.K // kind.kstep
+    e, op = kind.elem, kind.op
+    # bytes between tile rows: a row of A; a packed row of B (32 columns x group); a row of C
+    a_stride, b_stride, c_stride = kind.bytes * s.K, kind.bytes * kind.group * TILE, 4 * s.N
     L = [
         f"define internal void @{name}_task(ptr %closure, i64 %t, i64 %n) nounwind {{",
         "entry:",
@@ -70,7 +87,7 @@ def _task(s: GemmShape, name: str) -> str:
         "panel:",
         "  %p = phi i64 [ %lo, %entry ], [ %pnext, %block_end ]",
         f"  %boff = mul i64 %p, {s.K * TILE}",
-        "  %bp = getelementptr inbounds bfloat, ptr %B, i64 %boff",
+        f"  %bp = getelementptr inbounds {e}, ptr %B, i64 %boff",
         "  br label %block",
         "block:",
         "  %i = phi i64 [ 0, %panel ], [ %inext, %kdone ]",
@@ -79,24 +96,24 @@ def _task(s: GemmShape, name: str) -> str:
         "  call void @llvm.x86.tilezero(i8 2)",
         "  call void @llvm.x86.tilezero(i8 3)",
         f"  %arow = mul i64 %i, {TILE * s.K}",
-        "  %ab = getelementptr inbounds bfloat, ptr %A, i64 %arow",
+        f"  %ab = getelementptr inbounds {e}, ptr %A, i64 %arow",
         "  br label %kloop",
         "kloop:",
         "  %k = phi i64 [ 0, %block ], [ %knext, %kloop ]",
-        f"  %ak = mul i64 %k, {TILE}",  # A columns k*32
-        "  %a0 = getelementptr inbounds bfloat, ptr %ab, i64 %ak",
-        f"  %a1 = getelementptr inbounds bfloat, ptr %a0, i64 {16 * s.K}",
-        f"  %bk = mul i64 %k, {16 * TILE * 2}",  # 16 packed rows of 32 columns x 2
-        "  %b0 = getelementptr inbounds bfloat, ptr %bp, i64 %bk",
-        "  %b1 = getelementptr inbounds bfloat, ptr %b0, i64 32",
+        f"  %ak = mul i64 %k, {kind.kstep}",  # A's columns from k * kstep
+        f"  %a0 = getelementptr inbounds {e}, ptr %ab, i64 %ak",
+        f"  %a1 = getelementptr inbounds {e}, ptr %a0, i64 {16 * s.K}",
+        f"  %bk = mul i64 %k, {16 * TILE * kind.group}",  # 16 packed rows of 32 columns x group
+        f"  %b0 = getelementptr inbounds {e}, ptr %bp, i64 %bk",
+        f"  %b1 = getelementptr inbounds {e}, ptr %b0, i64 {16 * kind.group}",
         f"  call void @llvm.x86.tileloadd64(i8 4, ptr %a0, i64 {a_stride})",
         f"  call void @llvm.x86.tileloadd64(i8 5, ptr %a1, i64 {a_stride})",
         f"  call void @llvm.x86.tileloadd64(i8 6, ptr %b0, i64 {b_stride})",
         f"  call void @llvm.x86.tileloadd64(i8 7, ptr %b1, i64 {b_stride})",
-        "  call void @llvm.x86.tdpbf16ps(i8 0, i8 4, i8 6)",
-        "  call void @llvm.x86.tdpbf16ps(i8 1, i8 4, i8 7)",
-        "  call void @llvm.x86.tdpbf16ps(i8 2, i8 5, i8 6)",
-        "  call void @llvm.x86.tdpbf16ps(i8 3, i8 5, i8 7)",
+        f"  call void @llvm.x86.{op}(i8 0, i8 4, i8 6)",
+        f"  call void @llvm.x86.{op}(i8 1, i8 4, i8 7)",
+        f"  call void @llvm.x86.{op}(i8 2, i8 5, i8 6)",
+        f"  call void @llvm.x86.{op}(i8 3, i8 5, i8 7)",
         "  %knext = add nuw nsw i64 %k, 1",
         f"  %kmore = icmp ult i64 %knext, {steps}",
         "  br i1 %kmore, label %kloop, label %kdone",

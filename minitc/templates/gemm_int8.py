@@ -1,7 +1,7 @@
 """The int8 GEMM: uint8 or int8 A, int8 B packed ahead of time (quad-interleaved, VNNI-4),
 exact int32 output. The path comes from the target description's features:
 
-    g = int8_gemm(M, N, K, target="llvm")   # g.path: "vnni" (avx512vnni) or "int" (emulation)
+    g = int8_gemm(M, N, K, target="llvm")   # g.path: "amx", "vnni" or "int" (emulation)
     bp = g.pack(B)                           # once per weight: [N//nr, K//4, nr, 4] int8
     C = g(A, bp)                             # A uint8 or int8 [M, K]; C int32 = A @ B exactly
 
@@ -18,20 +18,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from minitc.backends.llvm import gemm_amx as amx
 from minitc.backends.llvm import gemm_int8 as ir
 from minitc.backends.llvm import jit
 from minitc.backends.llvm.gemm_bf16 import GemmShape
 from minitc.errors import BuildError, DTypeError, ShapeError
 from minitc.target import parse_target
 from minitc.target.cpu import enabled_features
-from minitc.templates.gemm_bf16 import default_tile
+from minitc.templates.gemm_bf16 import _request_amx, default_tile
 
-PATH_FEATURES = {"vnni": "avx512vnni", "int": None}
+PATH_FEATURES = {"amx": "amx-int8", "vnni": "avx512vnni", "int": None}
 
 
-def choose_path(target) -> str:
-    """`vnni` where the target description has AVX-512 VNNI, else the exact `int` emulation."""
-    return "vnni" if "avx512vnni" in enabled_features(parse_target(target)) else "int"
+def choose_path(target, M: int = 32, N: int = 32, K: int = 64) -> str:
+    """`amx` where the target description has AMX-INT8 and the shape fits its blocks (M, N
+    multiples of 32, K of 64), else `vnni` where it has AVX-512 VNNI, else the exact `int`
+    emulation."""
+    feats = enabled_features(parse_target(target))
+    if "amx-int8" in feats and not (M % amx.TILE or N % amx.TILE or K % 64):
+        return "amx"
+    return "vnni" if "avx512vnni" in feats else "int"
 
 
 @dataclass
@@ -88,19 +94,22 @@ class Int8Gemm:
 def int8_gemm(M: int, N: int, K: int, target="llvm", path: str | None = None, mr=None, nr=None) -> Int8Gemm:
     """The GEMM for `target`; `path` overrides the instruction choice (`int` runs anywhere)."""
     target = parse_target(target)
-    path = path or choose_path(target)
-    tile = default_tile(N, target)
+    path = path or choose_path(target, M, N, K)
+    tile = (amx.TILE, amx.TILE) if path == "amx" else default_tile(N, target)
     shape = GemmShape(M, N, K, mr or tile[0], nr or tile[1])
     if K % 4:
         raise BuildError(f"int8 GEMM: K={K} must be a multiple of 4 (quads of k); pad A and B with zeros")
     name = f"gemm_int8_{path}_{M}x{N}x{K}_{shape.mr}x{shape.nr}"
-    return Int8Gemm(shape, path, target, ir.render(shape, path, name))
+    text = amx.render(shape, name, "int8") if path == "amx" else ir.render(shape, path, name)
+    return Int8Gemm(shape, path, target, text)
 
 
 def _compile(g: Int8Gemm):
     feature = PATH_FEATURES[g.path]
     if not g.target.is_host_compatible or (feature and feature not in enabled_features(parse_target("llvm"))):
         raise BuildError(f"the int8 GEMM's {g.path} path cannot run on this machine (it needs {feature}); see g.asm")
+    if g.path == "amx":
+        _request_amx()
     key = hashlib.sha256((g.llvm_ir + g.target.string).encode()).hexdigest()
     name = g.llvm_ir.split("define void @", 1)[1].split("(", 1)[0]
     with jit._LOCK:
