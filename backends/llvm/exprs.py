@@ -13,6 +13,7 @@ from minitc.backends.llvm.builder import Value, const, mangle, splat_const, vec_
 from minitc.errors import BuildError
 from minitc.expr import Binary, Call, Cast, Compare, Const, Expr, IterVar, Not, Select, Var
 from minitc.ir import Load
+from minitc.target.cpu import enabled_features
 
 EXPR_EMITTERS = {
     Const: "emit_const",
@@ -123,6 +124,9 @@ class ExprEmitter:
         if op in ("and", "or"):
             return self.inst(op, a, b, dtypes.BOOL)
         if dtypes.is_float(e.dtype):
+            if op in FLOAT_ARITH and e.dtype == "bfloat16":  # in float32, rounded (see narrow)
+                wide_a, wide_b = self.inst_cast("fpext", a, "float32"), self.inst_cast("fpext", b, "float32")
+                return self.narrow(self.inst(FLOAT_ARITH[op], *self.match(wide_a, wide_b), "float32"), e.dtype)
             if op in FLOAT_ARITH:
                 flags = "" if e.dtype in HALF_FLOATS else FAST
                 return self.inst(FLOAT_ARITH[op] + flags, a, b, e.dtype)
@@ -231,13 +235,23 @@ class ExprEmitter:
             if dtypes.is_float(src):
                 return self.inst("fcmp une", v, const(0.0, src), dtypes.BOOL, "cmp")
             return self.inst("icmp ne", v, const(0, src), dtypes.BOOL, "cmp")
+        if dst in HALF_FLOATS and src not in ("float32", "float64"):  # ints, bool, the other half
+            wide = "float32" if src in HALF_FLOATS else "float64"  # exact up to 2^53
+            opcode = (
+                "fpext"
+                if src in HALF_FLOATS
+                else "uitofp"
+                if src == dtypes.BOOL or dtypes.is_unsigned(src)
+                else "sitofp"
+            )
+            v, src = self.inst_cast(opcode, v, wide), wide
         if src == dtypes.BOOL:
             opcode = "uitofp" if dtypes.is_float(dst) else "zext"
         elif dtypes.is_float(src) and dtypes.is_float(dst):
-            if dtypes.bits(dst) == dtypes.bits(src):  # bfloat16 <-> float16: through float32
-                return self.inst_cast("fptrunc", self.inst_cast("fpext", v, "float32"), dst)
             if src == "float64" and dst in HALF_FLOATS:
-                return self.inst_cast("fptrunc", self._round_to_odd_f32(v), dst)
+                return self.narrow(self._round_to_odd_f32(v), dst)
+            if src == "float32" and dst in HALF_FLOATS:
+                return self.narrow(v, dst)
             opcode = "fpext" if dtypes.bits(dst) > dtypes.bits(src) else "fptrunc"
         elif dtypes.is_int(src) and dtypes.is_int(dst):
             if dtypes.bits(dst) == dtypes.bits(src):  # int8 <-> uint8: the same bits
@@ -257,7 +271,7 @@ class ExprEmitter:
             raise BuildError(f"intrinsic {e.name} takes one argument, got {len(e.args)}")
         if e.dtype in HALF_FLOATS and e.name != "abs":  # in float32, rounded once (as numpy)
             y = self.emit_call(Call(e.name, (Cast("float32", e.args[0]),), "float32"))
-            return self.inst_cast("fptrunc", y, e.dtype)
+            return self.narrow(y, e.dtype)
         x = self.ev(e.args[0])
         fn = vecmath.function(e.name, x.dtype, x.lanes) if dtypes.is_float(x.dtype) else None
         if fn is not None:  # inline vector math instead of per-lane libm calls
@@ -273,6 +287,25 @@ class ExprEmitter:
         if e.name in LIBM:
             return self.libm_call(LIBM[e.name][x.dtype], x)
         raise BuildError(f"the LLVM backend has no lowering for intrinsic {e.name!r}")
+
+    def narrow(self, x: Value, dst: str) -> Value:
+        """float32 -> a 16-bit float, rounded to nearest even. LLVM's fptrunc to bfloat is a
+        libcall (__truncsfbf2) the JIT lacks where the target has no AVX-512 BF16
+        (vcvtneps2bf16), so there it is done on the bits: add 0x7FFF plus the lowest kept bit,
+        keep the top 16; a NaN keeps its top bits, made quiet."""
+        if dst == "float16" or "avx512bf16" in enabled_features(self.target):
+            return self.inst_cast("fptrunc", x, dst)
+        n = x.lanes
+        i32, i16 = vec_type("int32", n), (f"<{n} x i16>" if n else "i16")
+        bits = self.inst_cast("bitcast", x, "int32")
+        kept = self.inst("and", self.inst("lshr", bits, const(16, "int32"), "int32"), const(1, "int32"), "int32")
+        bias = self.inst("add", kept, const(0x7FFF, "int32"), "int32")
+        rounded = self.inst("lshr", self.inst("add", bits, bias, "int32"), const(16, "int32"), "int32")
+        quiet = self.inst("or", self.inst("lshr", bits, const(16, "int32"), "int32"), const(0x40, "int32"), "int32")
+        nan = self.inst("fcmp uno", x, x, dtypes.BOOL)
+        top = self.select_values(nan, quiet, rounded)
+        half = self.fn.assign(f"trunc {i32} {top.ref} to {i16}", "bf")
+        return Value(self.fn.assign(f"bitcast {i16} {half} to {vec_type(dst, n)}", "bf"), dst, n)
 
     def _round_to_odd_f32(self, x: Value) -> Value:
         """float64 -> float32 rounded to odd: rounding that to a 16-bit float then rounds x

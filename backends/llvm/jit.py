@@ -19,6 +19,7 @@ import time
 
 import llvmlite.binding as llvm
 
+from minitc.backends.llvm import softfloat
 from minitc.backends.llvm.codegen import render, sanitize
 from minitc.errors import BuildError
 from minitc.target import parse_target
@@ -110,7 +111,26 @@ def _engine():
     if _ENGINE is None:
         host = _target_machine(parse_target("llvm"))
         _ENGINE = llvm.create_mcjit_compiler(llvm.parse_assembly(""), host)
+        _add_softfloat(_ENGINE)
     return _ENGINE
+
+
+def _add_softfloat(engine) -> None:
+    """The bfloat16 conversions LLVM may call where the target lacks AVX-512 BF16
+    (softfloat.py), unless the process has them already."""
+    for name in softfloat.LIBRARIES:  # float16 conversions on targets without F16C (libgcc has them)
+        try:
+            llvm.load_library_permanently(name)
+        except RuntimeError:
+            pass
+    if all(llvm.address_of_symbol(s) for s in softfloat.SYMBOLS):
+        return
+    mod = llvm.parse_assembly(softfloat.IR)
+    mod.verify()
+    engine.add_module(mod)
+    engine.finalize_object()
+    for name in softfloat.SYMBOLS:
+        llvm.add_symbol(name, engine.get_function_address(name))
 
 
 def _optimize(mod, tm):

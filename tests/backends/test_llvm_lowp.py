@@ -1,6 +1,7 @@
 """Low-precision dtypes through the LLVM backend, against numpy/ml_dtypes and torch:
 bfloat16 as LLVM's `bfloat`, float16 as `half`, int8/uint8 as `i8` (signedness in the
-instructions). Elementwise code scalar and vectorized, every cast between the dtypes, a matmul
+instructions). Elementwise code scalar and vectorized, on the host and on an AVX2 target
+without AVX-512 BF16, every cast between the dtypes, a matmul
 accumulating in float32/int32, and torch tensors in and out (torch's bfloat16 included).
 The same programs in the interpreter: tests/ir/test_lowp_dtypes.py."""
 
@@ -17,12 +18,18 @@ from minitc.backends.llvm.builder import format_const
 ALL = LOW + ["float32", "float64", "int32", "int64"]
 
 
+# the host, and AVX2 without AVX-512 BF16, where LLVM legalises bfloat through conversions
+# it calls as functions (__truncsfbf2: backends/llvm/softfloat.py) or minitc rounds on the bits
+TARGETS = ["llvm", "llvm -mcpu=haswell -num-cores=2"]
+
+
 def both(out):
-    """The naive loop nest and one with its innermost loop split by 16 and vectorized."""
+    """The naive loop nest and one with its innermost loop split by 16 and vectorized, for
+    each target of TARGETS."""
     s = tc.Schedule(out)
     _, inner = s.split(s.loops(out)[-1], factor=16)
     s.vectorize(inner)
-    return [tc.build(tc.Schedule(out), "llvm"), tc.build(s, "llvm")]
+    return [tc.build(sched, t) for t in TARGETS for sched in (tc.Schedule(out), s)]
 
 
 def test_literals_are_the_dtypes_own_bits():
