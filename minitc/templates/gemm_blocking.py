@@ -30,7 +30,9 @@ import math
 
 # (rows, vectors) register tiles considered, in order of preference on ties; 8 x 2 and 4 x 4
 # divide the widths (64, 128, 896) that leave 8 x 3 and 6 x 4 a tail
-REGISTER_TILES = ((6, 2), (4, 3), (5, 2), (8, 1), (12, 1), (3, 4), (2, 4), (7, 1), (1, 4), (8, 3), (6, 4), (14, 2), (8, 2), (4, 4))
+REGISTER_TILES = (
+    (6, 2), (4, 3), (5, 2), (8, 1), (12, 1), (3, 4), (2, 4), (7, 1), (1, 4), (8, 3), (6, 4), (14, 2), (8, 2), (4, 4)
+)  # fmt: skip
 SPARE_REGISTERS = 1  # one register for A's broadcast
 L2_STREAM_SHARE = 0.5  # of the L2's read rate, what B's stream may take: the rest is A's, C's and prefetches'
 
