@@ -82,7 +82,8 @@ GEMM_PARAMS = (
     Param("pack_b", "copy B's panel contiguous (transposed if stored [N, K])", SWITCH,
           "true unless one row tile reads the panel (and B needs no transpose) or W is stored blocked"),
     Param("pack_a", "copy an A stored [K, M] transposed first", SWITCH,
-          "true for an A stored [K, M] that several panels read"),
+          "true for an A stored [K, M] that several panels read and whose rows all fall into one L1 set "
+          "(a multiple of the L1's way apart: gemm_blocking.one_l1_set); read in place it is k-major already"),
     Param("parallel", "the loop run in parallel: batches, column panels (n), row tiles (m), none, or auto",
           OneOf(PARALLEL), "auto: whole batches if they spread over the cores, else panels, else rows"),
     Param("l2", "prefetch B's row this many k steps ahead (0: none)", Ints(0, 256),

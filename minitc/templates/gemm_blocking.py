@@ -99,6 +99,14 @@ def nc_from_l3(hw, kc: int, nr: int, esize: int, cores: int) -> int:
     return max(nr, usable // (kc * esize) // nr * nr)
 
 
+def one_l1_set(hw, stride_bytes: int) -> bool:
+    """Whether addresses `stride_bytes` apart all fall into one L1 set (the stride a multiple
+    of the L1's way: sets x line bytes, 4 KiB on most x86 cores)."""
+    l1 = hw.cache(1)
+    way = l1.sets * l1.line if l1 and l1.sets else 4096
+    return stride_bytes % way == 0
+
+
 def b_stream_bytes_per_cycle(hw, mr: int, lanes: int, esize: int) -> float:
     """Bytes per cycle the K x nr micro-panel of B needs from L2 when it does not stay in L1:
     nr x esize per k, every mr x nv / rate cycles."""

@@ -68,7 +68,8 @@ def test_build_uses_the_template():
     assert "parallel(" in text and 'alloc("local", float32[5, 16]) as matmul_local' in text
     assert "B_local" in text and "A_local" not in text  # the packed panel; A is read in place
     Ct, _ = _matmul(64, 64, 64, True, False)
-    assert "A_local" in str(tc.lower(template_schedule(Ct, AVX2)))  # a transposed A is copied once
+    assert "A_local" not in str(tc.lower(template_schedule(Ct, AVX2)))  # a transposed A is k-major: read in place
+    assert "A_local" in str(tc.lower(template_schedule(Ct, AVX2, pack_a=True)))  # or copied once
     assert re.search(r"vfmadd(132|213|231)ps", f.asm) and "vbroadcastss" in f.asm  # the form LLVM picks varies
 
 
@@ -436,3 +437,19 @@ def _enclosing(lines, at: int) -> list:
             out.append(line)
             level = indent(line)
     return out
+
+
+@pytest.mark.parametrize("fixture", ["intel-sapphirerapids-kvm.json", "amd-zen4.json", "intel-haswell-avx2.json"])
+def test_a_stored_k_major_is_copied_only_where_its_rows_share_an_l1_set(fixture):
+    """Aᵀ·B reads an A stored [K, M] in place (k-major already, as BLIS packs it) unless its
+    rows are a multiple of the L1's way apart (M = 1024 fp32: 4 KiB), where every k step of
+    the sliver maps to one set and the transposed copy pays."""
+    from helpers import recorded_target
+
+    target = recorded_target(fixture)
+    for M, copied in ((384, False), (512, False), (768, False), (1024, True)):
+        k = tc.reduce_axis(M, "k")
+        A, B = tc.placeholder((M, M), name="A"), tc.placeholder((M, M), name="B")
+        C = tc.compute((M, M), lambda i, j: tc.sum(A[k, i] * B[k, j], axis=k), name="C")
+        s = tc.Schedule(C)
+        assert DEFAULTS["matmul"](s, "C", target)["pack_a"] is copied, (M, fixture)
