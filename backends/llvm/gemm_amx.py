@@ -12,7 +12,7 @@ for the tile data state first (templates/gemm_bf16.py does, arch_prctl).
 
 from __future__ import annotations
 
-from minitc.backends.llvm.gemm_bf16 import GemmShape
+from minitc.backends.llvm.gemm_bf16 import GemmShape, parallel_entry
 from minitc.errors import BuildError
 
 TILE = 32  # C block: 2 x 2 tiles of 16 x 16 floats (or int32)
@@ -51,7 +51,7 @@ def render(s: GemmShape, name: str, kind: str = "bf16") -> str:
         '@cfg = internal constant [64 x i8] c"' + _config() + '", align 64',
         "",
     ]
-    return "\n".join(decls + [_task(s, name, Kind(kind)), _entry(s, name)])
+    return "\n".join(decls + [_task(s, name, Kind(kind)), parallel_entry(name, s.N // TILE)])
 
 
 def _config() -> str:
@@ -143,26 +143,3 @@ def _task(s: GemmShape, name: str, kind: Kind) -> str:
         "",
     ]
     return "\n".join(L)
-
-
-def _entry(s: GemmShape, name: str) -> str:
-    panels = s.N // TILE
-    return "\n".join(
-        [
-            f"define void @{name}(ptr noalias %A, ptr noalias %B, ptr noalias %C) nounwind {{",
-            "entry:",
-            "  %closure = alloca [3 x ptr], align 8",
-            "  store ptr %A, ptr %closure",
-            "  %pB = getelementptr inbounds ptr, ptr %closure, i64 1",
-            "  store ptr %B, ptr %pB",
-            "  %pC = getelementptr inbounds ptr, ptr %closure, i64 2",
-            "  store ptr %C, ptr %pC",
-            "  %threads = call i64 @minitc_num_threads()",
-            f"  %few = icmp ult i64 %threads, {panels}",
-            f"  %n = select i1 %few, i64 %threads, i64 {panels}",
-            f"  call void @minitc_parallel_launch(ptr @{name}_task, ptr %closure, i64 %n)",
-            "  ret void",
-            "}",
-            "",
-        ]
-    )

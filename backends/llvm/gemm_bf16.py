@@ -207,7 +207,12 @@ def _task(s: GemmShape, name: str, elem: str = "bfloat") -> str:
 
 
 def _entry(s: GemmShape, name: str) -> str:
-    panels = s.N // s.nr
+    return parallel_entry(name, s.N // s.nr)
+
+
+def parallel_entry(name: str, panels: int) -> str:
+    """The kernel's entry: A, B and C in a closure, one task per column panel, at most one per
+    thread of the pool (the low-precision GEMMs' task functions share this ABI)."""
     return "\n".join(
         [
             f"define void @{name}(ptr noalias %A, ptr noalias %B, ptr noalias %C) nounwind {{",

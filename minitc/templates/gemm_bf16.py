@@ -107,9 +107,14 @@ def bf16_gemm(M: int, N: int, K: int, target="llvm", path: str | None = None, mr
 
 
 def _compile(g: Bf16Gemm):
-    feature = PATH_FEATURES[g.path]
+    return compile_gemm(g, PATH_FEATURES[g.path], "bf16")
+
+
+def compile_gemm(g, feature: str | None, kind: str):
+    """JIT-compile a low-precision GEMM's LLVM IR (g.llvm_ir, g.target, g.path), once per
+    process, where the host has `feature`; AMX tiles are requested from Linux first."""
     if not g.target.is_host_compatible or (feature and feature not in enabled_features(parse_target("llvm"))):
-        raise BuildError(f"the bf16 GEMM's {g.path} path cannot run on this machine (it needs {feature}); see g.asm")
+        raise BuildError(f"the {kind} GEMM's {g.path} path cannot run on this machine (it needs {feature}); see g.asm")
     if g.path == "amx":
         _request_amx()
     key = hashlib.sha256((g.llvm_ir + g.target.string).encode()).hexdigest()

@@ -12,8 +12,6 @@ compensation. IR: backends/llvm/gemm_int8.py.
 
 from __future__ import annotations
 
-import hashlib
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +23,7 @@ from minitc.backends.llvm.gemm_bf16 import GemmShape
 from minitc.errors import BuildError, DTypeError, ShapeError
 from minitc.target import parse_target
 from minitc.target.cpu import enabled_features
-from minitc.templates.gemm_bf16 import _request_amx, default_tile
+from minitc.templates.gemm_bf16 import compile_gemm, default_tile
 
 PATH_FEATURES = {"amx": "amx-int8", "vnni": "avx512vnni", "int": None}
 
@@ -105,15 +103,4 @@ def int8_gemm(M: int, N: int, K: int, target="llvm", path: str | None = None, mr
 
 
 def _compile(g: Int8Gemm):
-    feature = PATH_FEATURES[g.path]
-    if not g.target.is_host_compatible or (feature and feature not in enabled_features(parse_target("llvm"))):
-        raise BuildError(f"the int8 GEMM's {g.path} path cannot run on this machine (it needs {feature}); see g.asm")
-    if g.path == "amx":
-        _request_amx()
-    key = hashlib.sha256((g.llvm_ir + g.target.string).encode()).hexdigest()
-    name = g.llvm_ir.split("define void @", 1)[1].split("(", 1)[0]
-    with jit._LOCK:
-        hit = jit._CACHE.get(key)
-        if hit is None:
-            hit = jit._CACHE[key] = jit._compile(g.llvm_ir, name, g.target, key, 3, time.perf_counter())
-    return hit
+    return compile_gemm(g, PATH_FEATURES[g.path], "int8")
