@@ -143,7 +143,7 @@ def _set(path, value):
         ([], "a non-empty JSON list"),
         (_broken(lambda f: f.pop()), "the last entry of a canonical form is ['outputs'"),
         (_broken(_set([0, 0], "weights")), "stage 0: expected an ['input', ...] or ['compute', ...] entry"),
-        (_broken(_set([0, 2], "float16")), "stage 0 (input): unknown dtype 'float16'"),
+        (_broken(_set([0, 2], "float8")), "stage 0 (input): unknown dtype 'float8'"),
         (_broken(_set([0, 1], [4, 0])), "stage 0 (input): a shape is a non-empty list of positive ints"),
         (_broken(_set([1, 4], [4, 5, 4])), "do not match the shape [4, 4]"),
         (_broken(_set([1, 5, 4, 0], "frobnicate")), "stage 1 (compute untagged): unknown node kind 'frobnicate'"),

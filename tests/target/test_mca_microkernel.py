@@ -16,15 +16,17 @@ needs_mca = pytest.mark.skipif(not TOOLS, reason="no llvm-mca on the PATH (Debia
 # (fixture, llvm-mca -mcpu, least LLVM version with that model) -> least predicted fraction of
 # the FMA peak per workload. Intel: Skylake-server's model (two 512-bit FMA ports, two loads a
 # cycle, as the Sapphire Rapids fixture measured; LLVM 19's own sapphirerapids model has one 512-bit
-# FMA port). bmm's 3 x 4 tile does 48 FMAs per loop iteration, so the loop's own counter and
-# branch cost about 6% on port 0. Zen 4: LLVM's Znver4 model runs each 512-bit broadcast from
+# FMA port). bmm's 8 x 2 tile (16 accumulators that divide its 64 columns; 3 x 4 before
+# 2026-12-08) predicts 88%: its eight broadcasts' addresses and the loop's counter share ports 0
+# and 5 with the FMAs. On the Sapphire Rapids itself it ran faster than 3 x 4 (1.34x torch
+# against 0.97x, 2 threads), so the bound for it is 0.85. Zen 4: LLVM's Znver4 model runs each 512-bit broadcast from
 # memory on FP1 beside the FMAs, which bounds a tile of v vectors near v / (v + 1/2): 6 x 4
 # predicts 86%, 8 x 3 79%, 3 x 4 83%; a tile of 2 vectors (6 x 2: 73%) or spills fall below.
 # The convolution's 14-lane input rows (56 columns) as 8 + 4 + 2 loads and two shuffles each put
 # port 5 at 71%; as one masked load, 92%.
 CASES = {
     ("intel-sapphirerapids-kvm.json", "skylake-avx512", 14): {"matmul-1024": 0.95, "dense-bert-ffn-gelu": 0.95,
-                                                              "bmm-bert": 0.9, "conv-resnet": 0.9},
+                                                              "bmm-bert": 0.85, "conv-resnet": 0.9},
     ("amd-zen4.json", "znver4", 17): {"matmul-1024": 0.85, "dense-bert-ffn-gelu": 0.75, "bmm-bert": 0.75},
 }  # fmt: skip
 
