@@ -12,7 +12,7 @@ for the tile data state first (templates/gemm_bf16.py does, arch_prctl).
 
 from __future__ import annotations
 
-from minitc.backends.llvm.gemm_bf16 import GemmShape, parallel_entry
+from minitc.backends.llvm.gemm_bf16 import GemmShape, parallel_entry, task_entry
 from minitc.errors import BuildError
 
 TILE = 32  # C block: 2 x 2 tiles of 16 x 16 floats (or int32)
@@ -69,21 +69,7 @@ def _task(s: GemmShape, name: str, kind: Kind) -> str:
     # bytes between tile rows: a row of A; a packed row of B (32 columns x group); a row of C
     a_stride, b_stride, c_stride = kind.bytes * s.K, kind.bytes * kind.group * TILE, 4 * s.N
     L = [
-        f"define internal void @{name}_task(ptr %closure, i64 %t, i64 %n) nounwind {{",
-        "entry:",
-        "  %A = load ptr, ptr %closure",
-        "  %pB = getelementptr inbounds ptr, ptr %closure, i64 1",
-        "  %B = load ptr, ptr %pB",
-        "  %pC = getelementptr inbounds ptr, ptr %closure, i64 2",
-        "  %C = load ptr, ptr %pC",
-        "  call void @llvm.x86.ldtilecfg(ptr @cfg)",
-        f"  %lo0 = mul i64 %t, {panels}",
-        "  %lo = udiv i64 %lo0, %n",
-        "  %t1 = add i64 %t, 1",
-        f"  %hi0 = mul i64 %t1, {panels}",
-        "  %hi = udiv i64 %hi0, %n",
-        "  %any = icmp ult i64 %lo, %hi",
-        "  br i1 %any, label %panel, label %exit",
+        *task_entry(name, panels, ["  call void @llvm.x86.ldtilecfg(ptr @cfg)"]),
         "panel:",
         "  %p = phi i64 [ %lo, %entry ], [ %pnext, %block_end ]",
         f"  %boff = mul i64 %p, {s.K * TILE}",

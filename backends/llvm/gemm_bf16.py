@@ -142,12 +142,10 @@ def _split_pairs(vec: str, out: str) -> list:
     return lines
 
 
-def _task(s: GemmShape, name: str, elem: str = "bfloat") -> str:
-    """Task t of n: column panels [t*P/n, (t+1)*P/n), every row tile of each. `elem` is the
-    LLVM type of A's and B's elements (gemm_int8.py's i8)."""
-    panels, full = s.N // s.nr, s.M // s.mr
-    tail = s.M % s.mr
-    lines = [
+def task_entry(name: str, panels: int, setup=()) -> list:
+    """The entry block of task t of n (the ABI of parallel_entry): A, B and C from the closure,
+    `setup` lines, then panels [lo, hi) = [t*P/n, (t+1)*P/n), branching to %panel or %exit."""
+    return [
         f"define internal void @{name}_task(ptr %closure, i64 %t, i64 %n) nounwind {{",
         "entry:",
         "  %A = load ptr, ptr %closure",
@@ -155,6 +153,7 @@ def _task(s: GemmShape, name: str, elem: str = "bfloat") -> str:
         "  %B = load ptr, ptr %pB",
         "  %pC = getelementptr inbounds ptr, ptr %closure, i64 2",
         "  %C = load ptr, ptr %pC",
+        *setup,
         f"  %lo0 = mul i64 %t, {panels}",
         "  %lo = udiv i64 %lo0, %n",
         "  %t1 = add i64 %t, 1",
@@ -162,6 +161,16 @@ def _task(s: GemmShape, name: str, elem: str = "bfloat") -> str:
         "  %hi = udiv i64 %hi0, %n",
         "  %any = icmp ult i64 %lo, %hi",
         "  br i1 %any, label %panel, label %exit",
+    ]
+
+
+def _task(s: GemmShape, name: str, elem: str = "bfloat") -> str:
+    """Task t of n: column panels [t*P/n, (t+1)*P/n), every row tile of each. `elem` is the
+    LLVM type of A's and B's elements (gemm_int8.py's i8)."""
+    panels, full = s.N // s.nr, s.M // s.mr
+    tail = s.M % s.mr
+    lines = [
+        *task_entry(name, panels),
         "panel:",
         "  %p = phi i64 [ %lo, %entry ], [ %pnext, %panel_end ]",
         f"  %boff = mul i64 %p, {s.K * s.nr}",

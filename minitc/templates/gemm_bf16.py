@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -55,19 +56,36 @@ def default_tile(N: int, target) -> tuple:
 
 
 @dataclass
-class Bf16Gemm:
+class LowPrecisionGemm:
+    """A low-precision GEMM built for one shape and instruction path: its LLVM IR, compiled on
+    the first call (the bf16 one here, gemm_int8.Int8Gemm). Subclasses name their `kind` and
+    the CPU feature each path needs."""
+
     shape: ir.GemmShape
     path: str
     target: object
     llvm_ir: str
     compiled: object = None
+    kind: ClassVar[str] = ""
+    path_features: ClassVar[dict] = {}
 
     @property
     def asm(self) -> str:
         """The target's assembly (the optimised module), without running anything."""
         with jit._LOCK:
-            mod, tm = jit.optimized_module(self.llvm_ir, "bf16_gemm", self.target)
+            mod, tm = jit.optimized_module(self.llvm_ir, f"{self.kind}_gemm", self.target)
             return tm.emit_assembly(mod)
+
+    def kernel(self):
+        """The compiled kernel (compile_gemm), compiled once."""
+        if self.compiled is None:
+            self.compiled = compile_gemm(self, self.path_features[self.path], self.kind)
+        return self.compiled
+
+
+class Bf16Gemm(LowPrecisionGemm):
+    kind = "bf16"
+    path_features = PATH_FEATURES
 
     def pack(self, B) -> np.ndarray:
         """B [K, N] bfloat16 -> Bp [N//nr, K//2, nr, 2], the layout the micro-kernel reads."""
@@ -76,8 +94,7 @@ class Bf16Gemm:
         return np.ascontiguousarray(B.reshape(K // 2, 2, N // nr, nr).transpose(2, 0, 3, 1))
 
     def __call__(self, A, Bp, out=None):
-        if self.compiled is None:
-            self.compiled = _compile(self)
+        kernel = self.kernel()
         s = self.shape
         torch_in = is_torch(A)
         A = _as_bf16(A, (s.M, s.K), "A")
@@ -90,7 +107,7 @@ class Bf16Gemm:
         C = np.empty((s.M, s.N), np.float32) if out is None else out
         if C.shape != (s.M, s.N) or C.dtype != np.float32 or not C.flags.c_contiguous:
             raise ShapeError(f"out must be a C-contiguous float32 array of shape {(s.M, s.N)}")
-        self.compiled.cfunc(*(x.__array_interface__["data"][0] for x in (A, Bp, C)))
+        kernel.cfunc(*(x.__array_interface__["data"][0] for x in (A, Bp, C)))
         return to_torch(C) if torch_in and out is None else C
 
 
@@ -104,10 +121,6 @@ def bf16_gemm(M: int, N: int, K: int, target="llvm", path: str | None = None, mr
     name = f"gemm_bf16_{path}_{M}x{N}x{K}_{shape.mr}x{shape.nr}"
     text = amx.render(shape, name) if path == "amx" else ir.render(shape, path, name)
     return Bf16Gemm(shape, path, target, text)
-
-
-def _compile(g: Bf16Gemm):
-    return compile_gemm(g, PATH_FEATURES[g.path], "bf16")
 
 
 def compile_gemm(g, feature: str | None, kind: str):

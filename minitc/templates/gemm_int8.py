@@ -18,12 +18,11 @@ import numpy as np
 
 from minitc.backends.llvm import gemm_amx as amx
 from minitc.backends.llvm import gemm_int8 as ir
-from minitc.backends.llvm import jit
 from minitc.backends.llvm.gemm_bf16 import GemmShape
 from minitc.errors import BuildError, DTypeError, ShapeError
 from minitc.target import parse_target
 from minitc.target.cpu import enabled_features
-from minitc.templates.gemm_bf16 import compile_gemm, default_tile
+from minitc.templates.gemm_bf16 import LowPrecisionGemm, default_tile
 
 PATH_FEATURES = {"amx": "amx-int8", "vnni": "avx512vnni", "int": None}
 
@@ -46,19 +45,9 @@ class PackedB:
     compensation: np.ndarray
 
 
-@dataclass
-class Int8Gemm:
-    shape: GemmShape
-    path: str
-    target: object
-    llvm_ir: str
-    compiled: object = None
-
-    @property
-    def asm(self) -> str:
-        with jit._LOCK:
-            mod, tm = jit.optimized_module(self.llvm_ir, "int8_gemm", self.target)
-            return tm.emit_assembly(mod)
+class Int8Gemm(LowPrecisionGemm):
+    kind = "int8"
+    path_features = PATH_FEATURES
 
     def pack(self, B) -> PackedB:
         """B [K, N] int8 -> PackedB([N//nr, K//4, nr, 4] int8, 128 * column sums int32)."""
@@ -70,8 +59,7 @@ class Int8Gemm:
         return PackedB(data, 128 * B.sum(axis=0, dtype=np.int32))
 
     def __call__(self, A, bp: PackedB) -> np.ndarray:
-        if self.compiled is None:
-            self.compiled = _compile(self)
+        kernel = self.kernel()
         s = self.shape
         A = np.asarray(A)
         if A.shape != (s.M, s.K):
@@ -83,7 +71,7 @@ class Int8Gemm:
         signed = A.dtype == np.int8
         a = np.ascontiguousarray((A.view(np.uint8) ^ 0x80) if signed else A)  # int8 + 128 as uint8
         C = np.empty((s.M, s.N), np.int32)
-        self.compiled.cfunc(*(x.__array_interface__["data"][0] for x in (a, bp.data, C)))
+        kernel.cfunc(*(x.__array_interface__["data"][0] for x in (a, bp.data, C)))
         if signed:
             C -= bp.compensation
         return C
@@ -100,7 +88,3 @@ def int8_gemm(M: int, N: int, K: int, target="llvm", path: str | None = None, mr
     name = f"gemm_int8_{path}_{M}x{N}x{K}_{shape.mr}x{shape.nr}"
     text = amx.render(shape, name, "int8") if path == "amx" else ir.render(shape, path, name)
     return Int8Gemm(shape, path, target, text)
-
-
-def _compile(g: Int8Gemm):
-    return compile_gemm(g, PATH_FEATURES[g.path], "int8")
