@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import minitc.templates.gemm_blocking as blocking
 import minitc.templates.gemm_prefetch as prefetch
+from minitc import dtypes
 from minitc.errors import ScheduleError
 from minitc.expr import Binary, Const
 from minitc.templates.contraction import reductions_under
@@ -132,7 +133,7 @@ def _a_sliver_in_one_set(s, acc: str, target) -> bool:
     row = 1
     for n in shape[a_k + 1 :]:
         row *= n
-    return blocking.one_l1_set(target.hardware, row * (8 if s.state.stage(acc).dtype in ("float64", "int64") else 4))
+    return blocking.one_l1_set(target.hardware, row * dtypes.bits(s.state.stage(a_name).dtype) // 8)
 
 
 def gemm_choices(s, acc: str, target) -> dict:
