@@ -77,7 +77,8 @@ RCB = Param(
     "rcb",
     "input channels per reduction block (0: all)",
     Ints(0, 65536),
-    "the most channels dividing C whose input rows and weights fit half the L1d",
+    "the most channels dividing C whose input rows and weights fit half the L1d "
+    "(a blocked 1x1: all where its weights fit the L1d, else the BLIS kc)",
     candidates=(0, 4, 8, 16, 32),
 )
 UNROLL_WINDOW = Param(

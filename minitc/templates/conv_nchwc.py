@@ -33,7 +33,7 @@ from minitc import dtypes
 from minitc.templates.conv import KB, OHB, OHT, PAD, RCB, UNROLL_WINDOW, _place_pad, find_pad_stage
 from minitc.templates.conv_channels import MAX_ACCUMULATORS, unroll_micro_kernel
 from minitc.templates.gemm import cache_under_epilogue, epilogue_anchor
-from minitc.templates.gemm_blocking import kernel_efficiency
+from minitc.templates.gemm_blocking import kc_from_l1, kernel_efficiency
 from minitc.templates.params import Ints, Param
 from minitc.templates.registry import defaults, template
 
@@ -118,9 +118,10 @@ def conv2d_nchwc_defaults(s, out, target) -> dict:
     divide the row and the channel blocks; the most rows per task whose accumulator tile stays
     within half the L1d while leaving four tasks per core; for a window (3x3, 7x7), the
     reduction block whose weights and input rows fit half the L1d, and for a 1x1 convolution
-    one pass over the reduction. A 1x1 micro-tile reads each weight vector once for `pixels`
-    FMAs from wherever it is: splitting its reduction only adds the accumulator tile's traffic
-    (measured in docs/models.md), where a window's blocks keep its overlapping input rows in L1."""
+    one pass over the reduction where the task's weights fit the L1d, else the BLIS kc
+    (_pointwise_blocks). Weights that fit are read from L1 by every micro-tile; past the L1,
+    one pass streams all of them from L2 for each micro-tile (ResNet-50's 1x1 layers over
+    512-2048 channels on the Intel Xeon: the model 30.0 -> 28.8 ms blocked, docs/models.md)."""
     conv = epilogue_anchor(s, out, "conv2d_nchwc", "conv2d_nchwc")
     st = s.state.stage(conv)
     N, KB, OH, OW, block = st.shape
@@ -139,11 +140,24 @@ def conv2d_nchwc_defaults(s, out, target) -> dict:
     in_cols = (OW - 1) * sw + (S - 1) * dw + 1
     per_block = bytes_ * cb * (R * S * kb * block + ((R - 1) * dh + 1) * in_cols)
     fitting = [d for d in range(1, CB + 1) if CB % d == 0 and d * per_block <= half_l1]
-    rcb = CB if R * S == 1 else max(fitting or [1])
+    rcb = max(fitting or [1]) if R * S > 1 else _pointwise_blocks(target, CB, cb, kb * block, pixels, bytes_)
     # an input block narrower than a vector (a stem's 3 colours) pads in short rows that fill
     # no vector: reading through the select costs less than that copy
     pad = "inline" if cb < target.lanes(st.dtype) else "root"
     return dict(kb=kb, pixels=pixels, ohb=ohb, rcb=0 if rcb == CB else rcb, unroll_window=R * S <= 25, pad=pad)
+
+
+def _pointwise_blocks(target, CB: int, cb: int, nr: int, pixels: int, bytes_: int) -> int:
+    """Input blocks per reduction block of a 1x1 convolution, a GEMM whose micro-kernel reads a
+    kc x nr weight panel (nr = kb x block) and broadcasts `pixels` inputs per k. Its whole
+    reduction in one pass where the task's weights fit the L1d: every micro-tile then finds
+    them there. Else each micro-tile would stream all of them from L2 besides its inputs, and
+    the reduction is blocked as BLIS blocks k (gemm_blocking.kc_from_l1): a block of weights
+    stays in L1 for all the task's pixels, for one round trip of the accumulators per block."""
+    if CB * cb * nr * bytes_ <= target.cache_bytes("l1d"):
+        return CB
+    kc = kc_from_l1(target.hardware, pixels, nr, bytes_)
+    return max([d for d in range(1, CB + 1) if CB % d == 0 and d * cb <= kc] or [1])
 
 
 def _window_schedule(s, out, target, tag, oht, pixels, unroll_window, pad):

@@ -12,6 +12,7 @@ from minitc.ops import nchwc
 from minitc.ops import reference as ref
 from minitc.target import parse_target
 from minitc.templates import DEFAULTS, TEMPLATES, load_templates
+from minitc.templates.gemm_blocking import kc_from_l1
 
 pytestmark = pytest.mark.avx2
 TOL = dict(rtol=2e-4, atol=2e-4)
@@ -41,6 +42,7 @@ def _schedule(out, target, **params):
         ((1, 16, 9, 9, 16, 3, 8, 8), dict(padding=1)),
         ((2, 3, 10, 12, 8, 3, 3, 8), dict(stride=2, padding=1)),  # a network's input: one block of 3
         ((1, 16, 7, 7, 32, 1, 16, 16), {}),
+        ((1, 1024, 7, 7, 64, 1, 16, 16), {}),  # a 1x1 whose weights overflow the L1d: k blocked
         ((1, 8, 11, 11, 8, 3, 8, 4), dict(stride=(2, 1), padding=2, dilation=2)),
     ],
 )
@@ -111,21 +113,27 @@ def test_conv2d_nchwc_micro_kernel_fits_each_targets_registers(name):
 
 
 @pytest.mark.parametrize("name", list(TARGETS))
-def test_conv2d_nchwc_splits_a_windows_reduction_but_not_a_1x1s(name):
+def test_conv2d_nchwc_splits_a_windows_reduction_and_a_1x1s_only_past_the_l1(name):
     """ResNet's layer3 at 14x14, 1024 channels: a 3x3 window's reduction is split into blocks
-    whose weights and input rows fit half the L1d (one block where none fits); a 1x1 runs its
-    whole reduction in one pass."""
+    whose weights and input rows fit half the L1d (one block where none fits); a 1x1's into the
+    BLIS kc from L1 of its kc x (kb x block) weight panel, as its task's weights overflow the
+    L1d; a 1x1 over 64 channels, whose weights fit, runs its whole reduction in one pass."""
     target, _, lanes = TARGETS[name]
     load_templates()
     window, _, _ = _blocked_conv(1, 1024, 14, 14, 256, 3, lanes, lanes, padding=1)
     pointwise, _, _ = _blocked_conv(1, 1024, 14, 14, 256, 1, lanes, lanes)
+    narrow, _, _ = _blocked_conv(1, 64, 14, 14, 256, 1, lanes, lanes)
     p = DEFAULTS["conv2d_nchwc"](tc.Schedule(window), "conv2d_nchwc", target)
     blocks = 1024 // lanes
     assert 0 < p["rcb"] < blocks and blocks % p["rcb"] == 0
     in_rows, in_cols = p["ohb"] + 2, 16
     per_block = 4 * lanes * (9 * p["kb"] * lanes + in_rows * in_cols)
     assert p["rcb"] == 1 or p["rcb"] * per_block <= target.cache_bytes("l1d") // 2
-    assert DEFAULTS["conv2d_nchwc"](tc.Schedule(pointwise), "conv2d_nchwc", target)["rcb"] == 0
+    q = DEFAULTS["conv2d_nchwc"](tc.Schedule(pointwise), "conv2d_nchwc", target)
+    kc = kc_from_l1(target.hardware, q["pixels"], q["kb"] * lanes, 4)
+    assert 0 < q["rcb"] < blocks and blocks % q["rcb"] == 0
+    assert q["rcb"] * lanes <= kc < 2 * q["rcb"] * lanes
+    assert DEFAULTS["conv2d_nchwc"](tc.Schedule(narrow), "conv2d_nchwc", target)["rcb"] == 0
 
 
 @pytest.mark.parametrize("name", list(TARGETS))

@@ -1,0 +1,79 @@
+"""Same-process A/B of a CNN compiled with conv2d_nchwc's default reduction blocking (`rcb`) and
+with the rule under test for 1x1 layers: alternating rounds of whole-model calls at 2 threads,
+then each 1x1 convolution's time inside the model (Plan.run's per-node times, medians).
+
+    python experiments/conv1x1_ab.py resnet50 [ROUNDS]
+"""
+
+import sys
+import time
+
+import numpy as np
+import torch
+
+import minitc as tc
+from minitc.benchmarks.models_zoo import MODELS
+from minitc.templates import DEFAULTS, load_templates
+
+load_templates()
+CURRENT = DEFAULTS["conv2d_nchwc"]
+
+
+def one_pass(s, out, target):
+    return {**CURRENT(s, out, target), **({"rcb": 0} if _is_1x1(s, out) else {})}
+
+
+def _is_1x1(s, out):
+    from minitc.templates.gemm import epilogue_anchor
+
+    st = s.state.stage(epilogue_anchor(s, out, "conv2d_nchwc", "conv2d_nchwc"))
+    return st.reduce_axes[1].extent * st.reduce_axes[2].extent == 1
+
+
+def compiled(model, inputs, rule):
+    DEFAULTS["conv2d_nchwc"] = rule
+    try:
+        return tc.compile(model, inputs)
+    finally:
+        DEFAULTS["conv2d_nchwc"] = CURRENT
+
+
+def main(name: str, rounds: int = 10) -> None:
+    torch.set_num_threads(2)
+    tc.set_num_threads(2)
+    model, inputs = MODELS[name].make()
+    arrays = [t.numpy() for t in inputs]
+    with torch.no_grad():
+        ref = model(*inputs).numpy()
+    plans = {"one-pass": compiled(model, inputs, one_pass).plan, "default": compiled(model, inputs, CURRENT).plan}
+    for label, plan in plans.items():
+        out = plan.run(arrays)[0]
+        print(f"{label}: max abs error {np.abs(out - ref).max():.2e} (output max {np.abs(ref).max():.2f})")
+    medians: dict = {label: [] for label in plans}
+    nodes: dict = {label: [] for label in plans}
+    for _ in range(rounds):
+        for label, plan in plans.items():
+            times = []
+            for _ in range(10):
+                start = time.perf_counter()
+                plan.run(arrays)
+                times.append(time.perf_counter() - start)
+            medians[label].append(1e3 * np.median(times))
+            per_node: dict = {}
+            plan.run(arrays, per_node)
+            nodes[label].append(per_node)
+    for label in plans:
+        print(f"{label}: {np.median(medians[label]):.3f} ms (rounds {', '.join(f'{m:.2f}' for m in medians[label])})")
+    per = {label: {n: 1e3 * np.median([r[n] for r in runs]) for n in runs[0]} for label, runs in nodes.items()}
+    a, b = per["one-pass"], per["default"]
+    shapes = {n.name: n.shape for n in plans["default"].graph.nodes}
+    common = sorted(set(a) & set(b), key=lambda n: -a[n])
+    print("  one-pass  default  node")
+    for n in common:
+        if abs(a[n] - b[n]) > 0.01:
+            print(f"  {a[n]:8.3f} {b[n]:8.3f}  {n} {shapes.get(n)}")
+    print(f"  sum {sum(a[n] for n in common):.3f} {sum(b[n] for n in common):.3f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], *(int(a) for a in sys.argv[2:]))
