@@ -2,9 +2,10 @@
 default and variants of its task split, against torch's convolution (oneDNN) at the same
 thread count, interleaved (minitc.timing.measure).
 
-    python experiments/conv1x1_tasks.py [THREADS] [VARIANT=k=v,k=v ...]
+    [SHAPES="256->64@56;..."] python experiments/conv1x1_tasks.py [THREADS] [VARIANT=k=v,k=v ...]
 """
 
+import os
 import sys
 
 import numpy as np
@@ -43,7 +44,10 @@ def kernel(C, K, H, **params):
 
 def main(threads=2, variants=()):
     rng = np.random.default_rng(0)
+    only = os.environ.get("SHAPES")
     for name, (C, K, H) in SHAPES.items():
+        if only and name not in only.split(";"):
+            continue
         x = rng.standard_normal((1, C, H, H), dtype=np.float32)
         w = rng.standard_normal((K, C, 1, 1), dtype=np.float32) / np.float32(np.sqrt(C))
         bias = rng.standard_normal(K, dtype=np.float32)
@@ -56,7 +60,10 @@ def main(threads=2, variants=()):
         tx, tw, tb = torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(bias)
         fns["torch"] = lambda: torch.relu(torch.nn.functional.conv2d(tx, tw, tb))
         for label, params in [("default", {})] + [(v, dict(p.split("=") for p in v.split(","))) for v in variants]:
-            params = {k: (int(v) if v.lstrip("-").isdigit() else v) for k, v in params.items()}
+            params = {
+                k: (int(v) if v.lstrip("-").isdigit() else {"true": True, "false": False}.get(v, v))
+                for k, v in params.items()
+            }
             fn, _ = kernel(C, K, H, **params)
             out = np.zeros_like(ref_b)
             fn(xb, wb, bb, out)

@@ -75,8 +75,10 @@ CUDA_ARCHS += ["sm_90a", "sm_100a", "sm_101a", "sm_103a", "sm_120a", "sm_121a", 
 GPU_RULE_SLOTS = ["threads", "tile", "step", "inner", "unroll", "shared", "block", "inline"]
 # Tokens added after the GPU ones: the keyword of the template-defaults line of a prompt.
 LATER_KEYWORDS = ["default"]
-# Then the operators on channel-blocked data (minitc/ops/nchwc.py) and their templates' parameters.
+# Then the operators on channel-blocked data (minitc/ops/nchwc.py) and the parameter their
+# templates added then (rows_task, added since, is one of NEWER_PARAMS).
 BLOCKED_TAGS = ["conv2d_nchwc", "depthwise_conv2d_nchwc", "max_pool2d_nchwc", "avg_pool2d_nchwc"]
+BLOCKED_PARAMS = ["pixels"]
 # Then the stages of the implicit-GEMM convolution (tc.ops.conv2d_gemm; its templates' parameters are the GEMMs').
 IMPLICIT_GEMM_TAGS = ["conv2d_gemm", "im2col"]
 # Then template parameters added since (the reduce template's rows read side by side).
@@ -88,6 +90,8 @@ WINOGRAD_TAGS = ["conv2d_winograd_nchwc", "winograd_input", "winograd_gemm", "co
 GEMV_TAGS = ["gemv", "gemv_dot"]
 # Then the tags of templates added since (a space line names its template: `template : matmul_epilogue mr ...`).
 LATER_TEMPLATES = ["matmul_epilogue", "reduce_epilogue"]
+# Then template parameters added after those (conv2d_nchwc's task order).
+NEWER_PARAMS = ["rows_task"]
 
 
 class TokenizerError(MinitcError):
@@ -133,10 +137,9 @@ def gpu_tokens() -> list:
 
 
 def blocked_tokens() -> list:
-    """The tags of the channel-blocked operators and their templates' new parameter names."""
-    load_templates()
-    known = set(cpu_vocab())
-    return [w for w in dict.fromkeys(BLOCKED_TAGS + schema_words(TEMPLATES, PARAMS, BLOCKED_TAGS)) if w not in known]
+    """The tags of the channel-blocked operators and the parameter names their templates had
+    beyond the CPU vocabulary's (frozen: later ones are appended by schema_tokens)."""
+    return BLOCKED_TAGS + BLOCKED_PARAMS
 
 
 def schema_tokens(vocab: list) -> list:
@@ -152,9 +155,9 @@ def default_vocab() -> list:
     """The vocabulary of new models: the CPU vocabulary, then the GPU tokens, then the later
     keywords, then the channel-blocked operators' words, then the implicit GEMM's tags, then
     later template parameters, then the Winograd convolution's tags, then the matrix-vector
-    templates', then later templates' tags, then any template tag or parameter word still
+    templates', then later templates' tags and parameters, then any template tag or parameter word still
     missing (appended, so a token keeps its id in every vocabulary that has it)."""
-    later = IMPLICIT_GEMM_TAGS + LATER_PARAMS + WINOGRAD_TAGS + GEMV_TAGS + LATER_TEMPLATES
+    later = IMPLICIT_GEMM_TAGS + LATER_PARAMS + WINOGRAD_TAGS + GEMV_TAGS + LATER_TEMPLATES + NEWER_PARAMS
     vocab = cpu_vocab() + gpu_tokens() + LATER_KEYWORDS + blocked_tokens() + later
     return vocab + schema_tokens(vocab)
 

@@ -3,7 +3,8 @@ sliding-window template for `depthwise_conv2d_nchwc`, `max_pool2d_nchwc` and
 `avg_pool2d_nchwc`. Each may sit under a fused elementwise epilogue (bias, residual add,
 activation), applied as the accumulator tile is stored.
 
-conv2d_nchwc: a parallel task owns `kb` output-channel blocks of `ohb` output rows. Its
+conv2d_nchwc: a parallel task owns `kb` output-channel blocks of `ohb` output rows (with
+`rows_task`, `ohb` rows of every block, running the kb-block groups one after another). Its
 accumulator tile [ohb, OW, kb x block] lives in a local buffer; the micro-kernel keeps
 `pixels` x kb vectors of one block each in registers and, for each input channel of a
 reduction block (`rcb` input blocks), broadcasts `pixels` input values and loads kb weight
@@ -34,13 +35,15 @@ from minitc.templates.conv import KB, OHB, OHT, PAD, RCB, UNROLL_WINDOW, _place_
 from minitc.templates.conv_channels import MAX_ACCUMULATORS, unroll_micro_kernel
 from minitc.templates.gemm import cache_under_epilogue, epilogue_anchor
 from minitc.templates.gemm_blocking import kc_from_l1, kernel_efficiency
-from minitc.templates.params import Ints, Param
+from minitc.templates.params import SWITCH, Ints, Param
 from minitc.templates.registry import defaults, template
 
 PIXELS = Param("pixels", "output columns per micro-kernel", Ints(1, 4096),
                "the micro-tile with the most FMAs per load whose accumulators fit the registers, dividing the row",
                candidates=(2, 4, 6, 7, 8, 14))  # fmt: skip
-NCHWC_PARAMS = (KB, PIXELS, OHB, RCB, UNROLL_WINDOW, PAD)
+ROWS_TASK = Param("rows_task", "tasks over output rows only, each running every output-channel group", SWITCH,
+                  "true where tasks over row blocks read less than tasks over channel groups (4 per core)")  # fmt: skip
+NCHWC_PARAMS = (KB, PIXELS, OHB, RCB, UNROLL_WINDOW, PAD, ROWS_TASK)
 NCHWC_WINDOW_PARAMS = (OHT, PIXELS, UNROLL_WINDOW, PAD)
 
 WINDOW_TAGS = ("depthwise_conv2d_nchwc", "max_pool2d_nchwc", "avg_pool2d_nchwc")
@@ -55,10 +58,13 @@ def _registers_per_vector(target, dtype: str, block: int) -> int:
 
 
 @template("conv2d_nchwc", NCHWC_PARAMS)
-def schedule_conv2d_nchwc(s, out, target, kb=2, pixels=7, ohb=1, rcb=0, unroll_window=True, pad="root"):
+def schedule_conv2d_nchwc(
+    s, out, target, kb=2, pixels=7, ohb=1, rcb=0, unroll_window=True, pad="root", rows_task=False
+):
     """kb: output-channel blocks and pixels: output columns of the micro-kernel; ohb: output
     rows per task; rcb: input-channel blocks per reduction block (0: all); unroll_window:
-    unroll ry and rx; pad: "root", "tile" or "inline"."""
+    unroll ry and rx; pad: "root", "tile" or "inline"; rows_task: tasks over row blocks only,
+    each running every group of kb output blocks over its rows."""
     conv = epilogue_anchor(s, out, "conv2d_nchwc", "conv2d_nchwc")
     blocks = s.state.stage(conv).reduce_axes[0].extent
     pad_stage = find_pad_stage(s, conv)
@@ -66,14 +72,18 @@ def schedule_conv2d_nchwc(s, out, target, kb=2, pixels=7, ohb=1, rcb=0, unroll_w
     n, k, oh, ow, kl = s.loops(out)
     ko, ki = s.split(k, factor=kb)
     oho, ohi = s.split(oh, factor=ohb)
-    s.reorder(n, ko, oho, ki, ohi, ow, kl)
-    tile = s.fuse(n, ko, oho)
+    if rows_task:
+        s.reorder(n, oho, ko, ki, ohi, ow, kl)
+        tile = s.fuse(n, oho)
+    else:
+        s.reorder(n, ko, oho, ki, ohi, ow, kl)
+        tile = s.fuse(n, ko, oho)
     s.parallel(tile)
     s.vectorize(kl)
     _place_pad(s, pad_stage, pad, tile, s.state.stage(conv).shape[-1])
 
     if rcb and rcb < blocks:  # a split reduction: the task's whole tile accumulates in a buffer
-        s.compute_at(acc, tile)
+        s.compute_at(acc, ko if rows_task else tile)
         an, ak, aoh, aow, akl, rc, ry, rx, rci = s.loops(acc)
         wo, wi = s.split(aow, factor=pixels)
         rco, rcin = s.split(rc, factor=rcb)
@@ -82,7 +92,7 @@ def schedule_conv2d_nchwc(s, out, target, kb=2, pixels=7, ohb=1, rcb=0, unroll_w
         return
     # one pass over the reduction: a micro-tile is finished in registers and stored at once
     wo, wi = s.split(ow, factor=pixels)
-    s.reorder(tile, ohi, wo, ki, wi, kl)
+    s.reorder(*((tile, ko) if rows_task else (tile,)), ohi, wo, ki, wi, kl)
     s.unroll(ki)
     s.unroll(wi)
     s.compute_at(acc, wo)
@@ -116,7 +126,10 @@ def conv2d_nchwc_defaults(s, out, target) -> dict:
     """The micro-kernel with the most FMAs per load whose accumulators, weight vectors and a
     broadcast fit the registers (at most MAX_ACCUMULATORS accumulators), among tiles that
     divide the row and the channel blocks; the most rows per task whose accumulator tile stays
-    within half the L1d while leaving four tasks per core; for a window (3x3, 7x7), the
+    within half the L1d while leaving four tasks per core; tasks over row blocks where that
+    reads less than tasks over channel groups (these read the input once per group, those the
+    weights once per row block: ResNet-50's 1x1 layers at 56x56 and 28x28), given four row
+    tasks per core; for a window (3x3, 7x7), the
     reduction block whose weights and input rows fit half the L1d, and for a 1x1 convolution
     one pass over the reduction where the task's weights fit the L1d, else the BLIS kc
     (_pointwise_blocks). Weights that fit are read from L1 by every micro-tile; past the L1,
@@ -133,10 +146,21 @@ def conv2d_nchwc_defaults(s, out, target) -> dict:
     bytes_ = dtypes.bits(st.dtype) // 8
     half_l1 = target.cache_bytes("l1d") // 2
     threads = max(1, target.num_cores)
-    tasks_per_row = N * _cdiv(KB, kb)
-    rows = [d for d in range(1, OH + 1) if OH % d == 0]
-    fits = [d for d in rows if d * OW * kb * block * bytes_ <= half_l1 and tasks_per_row * (OH // d) >= 4 * threads]
-    ohb = max(fits or [1])
+    groups = _cdiv(KB, kb)
+
+    def rows_per_task(tasks_per_row: int) -> int:
+        rows = [d for d in range(1, OH + 1) if OH % d == 0]
+        fits = [d for d in rows if d * OW * kb * block * bytes_ <= half_l1 and tasks_per_row * (OH // d) >= 4 * threads]
+        return max(fits or [1])
+
+    ohb = rows_per_task(N * groups)
+    # the task order that reads less: tasks over channel groups read all input rows once per
+    # group; tasks over rows (each running every group) read all the weights once per row block
+    row_ohb = rows_per_task(N)
+    input_bytes, weight_bytes = bytes_ * N * CB * cb * OH * OW * sw * sw, bytes_ * KB * block * CB * cb * R * S
+    rows_task = N * (OH // row_ohb) >= 4 * threads and input_bytes * groups > weight_bytes * N * (OH // row_ohb)
+    if rows_task:
+        ohb = row_ohb
     in_cols = (OW - 1) * sw + (S - 1) * dw + 1
     per_block = bytes_ * cb * (R * S * kb * block + ((R - 1) * dh + 1) * in_cols)
     fitting = [d for d in range(1, CB + 1) if CB % d == 0 and d * per_block <= half_l1]
@@ -144,7 +168,15 @@ def conv2d_nchwc_defaults(s, out, target) -> dict:
     # an input block narrower than a vector (a stem's 3 colours) pads in short rows that fill
     # no vector: reading through the select costs less than that copy
     pad = "inline" if cb < target.lanes(st.dtype) else "root"
-    return dict(kb=kb, pixels=pixels, ohb=ohb, rcb=0 if rcb == CB else rcb, unroll_window=R * S <= 25, pad=pad)
+    return dict(
+        kb=kb,
+        pixels=pixels,
+        ohb=ohb,
+        rcb=0 if rcb == CB else rcb,
+        unroll_window=R * S <= 25,
+        pad=pad,
+        rows_task=rows_task,
+    )
 
 
 def _pointwise_blocks(target, CB: int, cb: int, nr: int, pixels: int, bytes_: int) -> int:

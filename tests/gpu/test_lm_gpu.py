@@ -36,6 +36,7 @@ from minitc.lm.tokenizer import (
     LATER_KEYWORDS,
     LATER_PARAMS,
     LATER_TEMPLATES,
+    NEWER_PARAMS,
     WINOGRAD_TAGS,
     Tokenizer,
     blocked_tokens,
@@ -305,7 +306,7 @@ def test_every_legal_gpu_value_and_label_has_tokens(op_samples, workload_samples
 def test_gpu_tokens_are_appended_after_the_cpu_vocabulary(tok):
     cpu = cpu_vocab()
     later = LATER_KEYWORDS + blocked_tokens() + IMPLICIT_GEMM_TAGS + LATER_PARAMS + WINOGRAD_TAGS + GEMV_TAGS
-    later += LATER_TEMPLATES
+    later += LATER_TEMPLATES + NEWER_PARAMS
     assert not schema_tokens(cpu + gpu_tokens() + later), "freeze new words into LATER_PARAMS or LATER_TEMPLATES"
     assert tok.vocab == default_vocab() == cpu + gpu_tokens() + later
     assert blocked_tokens() == [

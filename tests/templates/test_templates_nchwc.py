@@ -59,6 +59,8 @@ def test_conv2d_nchwc_default_matches_numpy(shape, attrs):
     [
         dict(kb=1, pixels=3, ohb=2, rcb=1, pad="tile"),  # tiles that do not divide the shape
         dict(kb=2, pixels=4, ohb=1, rcb=0, pad="inline", unroll_window=False),
+        dict(kb=1, pixels=5, ohb=3, rcb=1, pad="tile", rows_task=True),  # each task runs every channel group
+        dict(kb=2, pixels=5, ohb=2, rcb=0, pad="root", rows_task=True),
     ],
 )
 def test_conv2d_nchwc_explicit_params(params):
@@ -134,6 +136,24 @@ def test_conv2d_nchwc_splits_a_windows_reduction_and_a_1x1s_only_past_the_l1(nam
     assert 0 < q["rcb"] < blocks and blocks % q["rcb"] == 0
     assert q["rcb"] * lanes <= kc < 2 * q["rcb"] * lanes
     assert DEFAULTS["conv2d_nchwc"](tc.Schedule(narrow), "conv2d_nchwc", target)["rcb"] == 0
+
+
+@pytest.mark.parametrize("name", list(TARGETS))
+def test_conv2d_nchwc_orders_tasks_to_read_less(name):
+    """ResNet's 256 -> 64 1x1 at 56x56 (3.2 MB of input, 64 KiB of weights): tasks over row
+    blocks, each running every output-channel group, read the input once; the 2048 -> 512 1x1
+    at 7x7 (0.4 MB of input, 4 MiB of weights) keeps tasks over channel groups, which read the
+    weights once. Either way at least four tasks per core where the rows allow: 56 cores get too few row
+    blocks."""
+    target, _, lanes = TARGETS[name]
+    load_templates()
+    wide, _, _ = _blocked_conv(1, 256, 56, 56, 64, 1, lanes, lanes)
+    deep, _, _ = _blocked_conv(1, 2048, 7, 7, 512, 1, lanes, lanes)
+    p = DEFAULTS["conv2d_nchwc"](tc.Schedule(wide), "conv2d_nchwc", target)
+    assert p["rows_task"] == (56 >= 4 * target.num_cores)
+    assert not p["rows_task"] or 56 // p["ohb"] >= 4 * target.num_cores
+    q = DEFAULTS["conv2d_nchwc"](tc.Schedule(deep), "conv2d_nchwc", target)
+    assert not q["rows_task"] and (q["ohb"] == 1 or (512 // lanes // q["kb"]) * (7 // q["ohb"]) >= 4 * target.num_cores)
 
 
 @pytest.mark.parametrize("name", list(TARGETS))
