@@ -4,8 +4,8 @@ convolution's time inside the model (Plan.run's per-node times, medians).
 
     python experiments/conv1x1_ab.py resnet50 [ROUNDS] [NAME=VALUE ...]
 
-Overrides apply to every convolution, or with `1x1:NAME=VALUE` to the 1x1 ones only; the
-default override is `1x1:rcb=0` (a 1x1's reduction in one pass).
+Overrides apply to every convolution, or with `RxS:NAME=VALUE` (`1x1:rcb=0`) to those of that
+window only; the default override is `1x1:rcb=0` (a 1x1's reduction in one pass).
 """
 
 import sys
@@ -30,20 +30,20 @@ def baseline_rule(overrides):
     def rule(s, out, target):
         params = CURRENT(s, out, target)
         for spec in overrides:
-            only_1x1 = spec.startswith("1x1:")
-            name, value = spec.removeprefix("1x1:").split("=")
-            if not only_1x1 or _is_1x1(s, out):
+            window, _, setting = spec.rpartition(":")
+            name, value = setting.split("=")
+            if not window or window == _window(s, out):
                 params[name] = _value(value)
         return params
 
     return rule
 
 
-def _is_1x1(s, out):
+def _window(s, out):
     from minitc.templates.gemm import epilogue_anchor
 
     st = s.state.stage(epilogue_anchor(s, out, "conv2d_nchwc", "conv2d_nchwc"))
-    return st.reduce_axes[1].extent * st.reduce_axes[2].extent == 1
+    return f"{st.reduce_axes[1].extent}x{st.reduce_axes[2].extent}"
 
 
 def compiled(model, inputs, rule):

@@ -16,7 +16,7 @@ from minitc.ops.nchwc import conv2d_nchwc
 from minitc.templates import template_schedule
 from minitc.timing import measure, thread_limit
 
-SHAPES = {  # (C, K, H): NCHW input channels, output channels, height = width
+SHAPES = {  # (C, K, H[, R, stride]): NCHW input channels, output channels, height = width, window
     "1024->256@14": (1024, 256, 14),
     "512->128@28": (512, 128, 28),
     "2048->512@7": (2048, 512, 7),
@@ -24,15 +24,17 @@ SHAPES = {  # (C, K, H): NCHW input channels, output channels, height = width
     "256->128@56": (256, 128, 56),
     "256->1024@14": (256, 1024, 14),
     "64->256@56": (64, 256, 56),
+    "3x3s2 128@56": (128, 128, 56, 3, 2),
+    "3x3s2 256@28": (256, 256, 28, 3, 2),
 }
 BLOCK = 16
 
 
-def kernel(C, K, H, **params):
+def kernel(C, K, H, R=1, stride=1, **params):
     X = tc.placeholder((1, C // BLOCK, H, H, BLOCK), name="X")
-    W = tc.placeholder((K // BLOCK, C // BLOCK, 1, 1, BLOCK, BLOCK), name="W")
+    W = tc.placeholder((K // BLOCK, C // BLOCK, R, R, BLOCK, BLOCK), name="W")
     b = tc.placeholder((K // BLOCK, BLOCK), name="b")
-    conv = conv2d_nchwc(X, W)
+    conv = conv2d_nchwc(X, W, stride=stride, padding=R // 2)
 
     def bias_relu(n, k, y, x, lane):
         return tc.max(conv[n, k, y, x, lane] + b[k, lane], 0.0)
@@ -45,26 +47,28 @@ def kernel(C, K, H, **params):
 def main(threads=2, variants=()):
     rng = np.random.default_rng(0)
     only = os.environ.get("SHAPES")
-    for name, (C, K, H) in SHAPES.items():
+    for name, (C, K, H, *window) in SHAPES.items():
         if only and name not in only.split(";"):
             continue
+        R, stride = window or (1, 1)
         x = rng.standard_normal((1, C, H, H), dtype=np.float32)
-        w = rng.standard_normal((K, C, 1, 1), dtype=np.float32) / np.float32(np.sqrt(C))
+        w = rng.standard_normal((K, C, R, R), dtype=np.float32) / np.float32(np.sqrt(C * R * R))
         bias = rng.standard_normal(K, dtype=np.float32)
         xb = np.ascontiguousarray(x.reshape(1, C // BLOCK, BLOCK, H, H).transpose(0, 1, 3, 4, 2))
-        wb = np.ascontiguousarray(w.reshape(K // BLOCK, BLOCK, C // BLOCK, BLOCK, 1, 1).transpose(0, 2, 4, 5, 3, 1))
+        wb = np.ascontiguousarray(w.reshape(K // BLOCK, BLOCK, C // BLOCK, BLOCK, R, R).transpose(0, 2, 4, 5, 3, 1))
         bb = bias.reshape(K // BLOCK, BLOCK)
-        ref = np.maximum(np.einsum("kc,chw->khw", w[:, :, 0, 0], x[0]) + bias[:, None, None], 0)
-        ref_b = np.ascontiguousarray(ref.reshape(K // BLOCK, BLOCK, H, H).transpose(0, 2, 3, 1)[None])
-        fns = {}
         tx, tw, tb = torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(bias)
-        fns["torch"] = lambda: torch.relu(torch.nn.functional.conv2d(tx, tw, tb))
+        ref = torch.relu(torch.nn.functional.conv2d(tx, tw, tb, stride=stride, padding=R // 2)).numpy()[0]
+        OH = ref.shape[-1]
+        ref_b = np.ascontiguousarray(ref.reshape(K // BLOCK, BLOCK, OH, OH).transpose(0, 2, 3, 1)[None])
+        fns = {}
+        fns["torch"] = lambda: torch.relu(torch.nn.functional.conv2d(tx, tw, tb, stride=stride, padding=R // 2))
         for label, params in [("default", {})] + [(v, dict(p.split("=") for p in v.split(","))) for v in variants]:
             params = {
                 k: (int(v) if v.lstrip("-").isdigit() else {"true": True, "false": False}.get(v, v))
                 for k, v in params.items()
             }
-            fn, _ = kernel(C, K, H, **params)
+            fn, _ = kernel(C, K, H, R, stride, **params)
             out = np.zeros_like(ref_b)
             fn(xb, wb, bb, out)
             np.testing.assert_allclose(out, ref_b, rtol=1e-4, atol=1e-4)
@@ -72,7 +76,7 @@ def main(threads=2, variants=()):
         with thread_limit(threads):
             times = measure(fns, repeats=15)
         base = times["torch"].median
-        gflop = 2 * C * K * H * H / 1e9
+        gflop = 2 * C * K * OH * OH * R * R / 1e9
         row = "  ".join(
             f"{k} {1e3 * t.median:.3f} ms ({base / t.median:.2f}x, {gflop / t.median:.0f} GF/s)"
             for k, t in times.items()
