@@ -126,21 +126,16 @@ def conv2d_nchwc_defaults(s, out, target) -> dict:
     """The micro-kernel with the most FMAs per load whose accumulators, weight vectors and a
     broadcast fit the registers (at most MAX_ACCUMULATORS accumulators), among tiles that
     divide the row and the channel blocks; the most rows per task whose accumulator tile stays
-    within half the L1d while leaving four tasks per core; tasks over row blocks where that
-    reads less than tasks over channel groups (these read the input once per group, those the
-    weights once per row block: ResNet-50's 1x1 layers at 56x56 and 28x28), given four row
-    tasks per core; for a window (3x3, 7x7), the
-    reduction block whose weights and input rows fit half the L1d, and for a 1x1 convolution
-    one pass over the reduction where the task's weights fit the L1d, else the BLIS kc
-    (_pointwise_blocks). Weights that fit are read from L1 by every micro-tile; past the L1,
-    one pass streams all of them from L2 for each micro-tile (ResNet-50's 1x1 layers over
-    512-2048 channels on the Intel Xeon: the model 30.0 -> 28.8 ms blocked, docs/models.md)."""
+    within half the L1d while leaving four tasks per core; tasks over row blocks where they
+    read less (_rows_task); for a window (3x3, 7x7), the reduction block whose weights and
+    input rows fit half the L1d, and for a 1x1 one pass over the reduction where the task's
+    weights fit the L1d, else the BLIS kc (_pointwise_blocks)."""
     conv = epilogue_anchor(s, out, "conv2d_nchwc", "conv2d_nchwc")
     st = s.state.stage(conv)
     N, KB, OH, OW, block = st.shape
     CB, R, S, cb = (a.extent for a in st.reduce_axes)
     attrs = s.tensor(conv).op.attrs
-    (_, sw), (dh, dw) = attrs["stride"], attrs["dilation"]
+    (sh, sw), (dh, dw) = attrs["stride"], attrs["dilation"]
     regs = _registers_per_vector(target, st.dtype, block)
     kb, pixels = micro_tile(KB, OW, regs, target)
     bytes_ = dtypes.bits(st.dtype) // 8
@@ -154,11 +149,10 @@ def conv2d_nchwc_defaults(s, out, target) -> dict:
         return max(fits or [1])
 
     ohb = rows_per_task(N * groups)
-    # the task order that reads less: tasks over channel groups read all input rows once per
-    # group; tasks over rows (each running every group) read all the weights once per row block
     row_ohb = rows_per_task(N)
-    input_bytes, weight_bytes = bytes_ * N * CB * cb * OH * OW * sw * sw, bytes_ * KB * block * CB * cb * R * S
-    rows_task = N * (OH // row_ohb) >= 4 * threads and input_bytes * groups > weight_bytes * N * (OH // row_ohb)
+    input_bytes = bytes_ * N * CB * cb * OH * OW * sh * sw
+    weight_bytes = bytes_ * KB * block * CB * cb * R * S
+    rows_task = _rows_task(input_bytes, weight_bytes, groups, N * (OH // row_ohb), threads)
     if rows_task:
         ohb = row_ohb
     in_cols = (OW - 1) * sw + (S - 1) * dw + 1
@@ -179,13 +173,24 @@ def conv2d_nchwc_defaults(s, out, target) -> dict:
     )
 
 
+def _rows_task(input_bytes: int, weight_bytes: int, groups: int, row_tasks: int, threads: int) -> bool:
+    """Whether tasks over row blocks, each running every group of output blocks, read less than
+    tasks over channel groups: those read the input once per group and the weights once, these
+    the input once and the weights once per row block (ResNet-50's 1x1 layers at 56x56 and
+    28x28 on the Intel Xeon: the model 30.7 -> 29.2 ms, docs/models.md). Only with four row
+    tasks per core."""
+    return row_tasks >= 4 * threads and input_bytes * groups > weight_bytes * row_tasks
+
+
 def _pointwise_blocks(target, CB: int, cb: int, nr: int, pixels: int, bytes_: int) -> int:
     """Input blocks per reduction block of a 1x1 convolution, a GEMM whose micro-kernel reads a
     kc x nr weight panel (nr = kb x block) and broadcasts `pixels` inputs per k. Its whole
     reduction in one pass where the task's weights fit the L1d: every micro-tile then finds
     them there. Else each micro-tile would stream all of them from L2 besides its inputs, and
     the reduction is blocked as BLIS blocks k (gemm_blocking.kc_from_l1): a block of weights
-    stays in L1 for all the task's pixels, for one round trip of the accumulators per block."""
+    stays in L1 for all the task's pixels, for one round trip of the accumulators per block
+    (ResNet-50's 1x1 layers over 512-2048 channels on the Intel Xeon: the model 30.0 -> 28.8
+    ms, docs/models.md)."""
     if CB * cb * nr * bytes_ <= target.cache_bytes("l1d"):
         return CB
     kc = kc_from_l1(target.hardware, pixels, nr, bytes_)
