@@ -69,6 +69,13 @@ OPTIONS = {
     "target": _option("--target", default=HOST_TARGET),
     "threads": _option("--threads", default="1,2", callback=_integers(), help="Thread counts to run, comma-separated."),
     "batch": _option("--batch", default="1", callback=_integers(), help="Batch sizes to run, e.g. 1,8."),
+    "dtype": _option(
+        "--dtype",
+        default="fp32",
+        type=click.Choice(("fp32", "bf16", "int8")),
+        help="Precision: bf16 (minitc dtype='bfloat16'; eager and Inductor under torch.autocast) or int8 "
+        "(minitc dtype='int8'; ONNX Runtime after quantize_dynamic).",
+    ),
     "repeats": _option(
         "--repeats",
         default=10,

@@ -69,10 +69,15 @@ import numpy as np
 import minitc as tc
 from minitc.benchmarks.machine import host_cpu
 from minitc.benchmarks.models_systems import (
+    BF16_RTOL,
+    INT8_COSINE,
+    MINITC_DTYPES,
+    RTOL,
     SYSTEMS,
     TARGET,
     System,
     as_array,
+    autocast,
     breakdown,
     compare,
     export_onnx,
@@ -80,6 +85,7 @@ from minitc.benchmarks.models_systems import (
     ms_key,
     on_device,
     peak_memory,
+    quantize_onnx,
     reset_peak_memory,
     setup_eager,
     setup_inductor,
@@ -118,10 +124,13 @@ def compile_takes_trials() -> bool:
 # --- one model ----------------------------------------------------------------------------------
 def run_model(
     spec, threads, systems, repeats=10, budget_s=3.0, trials=None, db=None, say=None, wait_quiet_s=0.0,
-    target=TARGET, batch=1,
+    target=TARGET, batch=1, dtype="fp32",
 ):  # fmt: skip
     """The records of one model, one per thread count, at batch size `batch`, minitc built for
-    `target` (a CUDA target runs every system on the GPU)."""
+    `target` (a CUDA target runs every system on the GPU). `dtype` "bf16": minitc in bfloat16,
+    eager and Inductor under torch.autocast, checked against eager under autocast; "int8":
+    minitc in int8, ONNX Runtime after quantize_dynamic, checked by cosine similarity with
+    float32 eager (eager and Inductor stay float32)."""
     import torch
 
     say = say or (lambda msg: None)
@@ -137,22 +146,35 @@ def run_model(
         )
         return [base_record(spec, n, [], {}, {}, why, [], target=target, batch=batch) for n in threads]
     shapes = [f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}" for t in inputs]
-    with thread_limit(threads[0]), torch.no_grad():
+    bf16 = dtype == "bf16"
+    with thread_limit(threads[0]), torch.no_grad(), autocast(bf16):
         reference = as_array(model(*inputs)).astype(np.float64)
     built, facts = {}, {}
+    lowp = {} if dtype == "fp32" else {"dtype": MINITC_DTYPES[dtype]}
     if "minitc" in systems:
-        say(f"{spec.name}: tc.compile (templates) for {target}")
-        mine, facts = setup_minitc("minitc", model, inputs, target, db=False)
+        say(f"{spec.name}: tc.compile (templates) for {target}{f' in {dtype}' if lowp else ''}")
+        mine, facts = setup_minitc("minitc", model, inputs, target, db=False, **lowp)
         built["minitc"] = mine
         say(f"{spec.name}: minitc: {mine.error or f'compiled in {mine.setup_s:.1f} s'}")
     if "minitc-tuned" in systems and trials:
         say(f"{spec.name}: tc.compile with {trials} trials")
-        built["minitc-tuned"], tuned_facts = setup_minitc("minitc-tuned", model, inputs, target, trials=trials, db=db)
+        built["minitc-tuned"], tuned_facts = setup_minitc(
+            "minitc-tuned", model, inputs, target, trials=trials, db=db, **lowp
+        )
         # the choices are the tuned compile's (the templates' compile reads no records)
         facts.update({k: v for k, v in tuned_facts.items() if k in ("tuned_kept", "tuned_dropped")})
     onnx_bytes = None
     if "onnxruntime" in systems and not gpu:
         onnx_bytes = _onnx_for(model, inputs, built, notes, say, spec.name)
+        if onnx_bytes is not None and dtype == "int8":
+            try:
+                onnx_bytes = quantize_onnx(onnx_bytes)
+                notes.append("onnxruntime: quantize_dynamic(per_channel=True, weight_type=QInt8)")
+            except Exception as e:  # noqa: BLE001
+                built["onnxruntime"], onnx_bytes = failed("onnxruntime", "quantize_dynamic failed", e), None
+        elif dtype == "bf16":
+            onnx_bytes = None
+            notes.append("onnxruntime not run in bf16 (its peer is int8's)")
     rows = []
     for n in threads:
         if wait_quiet_s > 0:
@@ -160,17 +182,20 @@ def run_model(
         with thread_limit(n):
             here = dict(built)
             if "eager" in systems:
-                here["eager"] = setup_eager(model, inputs)
+                here["eager"] = setup_eager(model, inputs, bf16)
             if "inductor" in systems:
                 say(f"{spec.name}: torch.compile (Inductor, freezing) at {n} thread(s)")
-                here["inductor"] = setup_inductor(model, inputs)
+                here["inductor"] = setup_inductor(model, inputs, bf16)
             if onnx_bytes is not None:
                 here["onnxruntime"] = setup_onnxruntime(onnx_bytes, inputs, n)
             here = {s: here[s] for s in SYSTEMS if s in here}
             if on_gpu:
                 here = {name: synchronized(system) for name, system in here.items()}
-            for system in here.values():
-                check(system, reference)
+            for name, system in here.items():
+                if dtype == "int8" and name in ("minitc", "minitc-tuned", "onnxruntime"):
+                    check(system, reference, min_cosine=INT8_COSINE)
+                else:
+                    check(system, reference, rtol=BF16_RTOL if bf16 else RTOL)
             fns = {s.name: s.fn for s in here.values() if s.error is None}
             say(f"{spec.name}: timing {', '.join(fns) or 'nothing'} with {n} thread(s)")
             with BackgroundLoad() as load:
@@ -181,6 +206,8 @@ def run_model(
             facts["minitc_breakdown"] = breakdown(here["minitc"].compiled)
         facts_here = {**facts, **memory}
         record = base_record(spec, n, shapes, here, timings, error, notes, facts_here, trials, load.cpus, target, batch)
+        if dtype != "fp32":  # the fp32 records keep their keys
+            record["dtype"] = dtype
         rows.append(record)
         say(summary(rows[-1]))
     del model, built
@@ -206,7 +233,7 @@ def _onnx_for(model, inputs, built, notes, say, name):
     return onnx_bytes
 
 
-def check(system: System, reference: np.ndarray) -> None:
+def check(system: System, reference: np.ndarray, rtol: float = RTOL, min_cosine: float | None = None) -> None:
     """Run once and compare with eager: a wrong result is an error, and is not timed."""
     if system.error is not None:
         return
@@ -216,7 +243,7 @@ def check(system: System, reference: np.ndarray) -> None:
         failure = failed(system.name, "run failed", e)
         system.error, system.traceback = failure.error, failure.traceback
         return
-    system.check, system.error = compare(out, reference)
+    system.check, system.error = compare(out, reference, rtol, min_cosine)
 
 
 def base_record(
@@ -275,14 +302,16 @@ def summary(rec: dict) -> str:
 
 
 def run_models(specs, threads, systems, repeats=10, budget_s=3.0, trials=None, db=None, progress=None,
-               context=None, wait_quiet_s=0.0, target=TARGET, batches=(1,)) -> list:  # fmt: skip
+               context=None, wait_quiet_s=0.0, target=TARGET, batches=(1,), dtype="fp32") -> list:  # fmt: skip
     """Records of every model at every batch size and thread count; `context` (machine, run)
     joins each."""
     records = []
     for i, spec in enumerate(specs):
         say = (lambda msg, i=i: progress(f"[{i + 1}/{len(specs)}] {msg}")) if progress else None
         for batch in batches:
-            rows = run_model(spec, threads, systems, repeats, budget_s, trials, db, say, wait_quiet_s, target, batch)
+            rows = run_model(
+                spec, threads, systems, repeats, budget_s, trials, db, say, wait_quiet_s, target, batch, dtype
+            )
             records += [{**rec, **(context or {})} for rec in rows]
     return records
 

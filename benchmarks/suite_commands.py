@@ -125,7 +125,7 @@ def run_gpu(suite, workloads, say, command, *, repeats, budget_s, tune_trials, d
 
 
 def run_models(suite, specs, say, command, *, target, threads, batch, repeats, budget_s, trials, db, json_path,
-               plot_path, wait_quiet_s, no_machine) -> None:  # fmt: skip
+               plot_path, wait_quiet_s, no_machine, dtype="fp32") -> None:  # fmt: skip
     """The models suite (models.py): whole models, minitc against eager, Inductor and ONNX
     Runtime; --trials and --db add the tuned minitc."""
     from minitc.benchmarks import models
@@ -143,9 +143,9 @@ def run_models(suite, specs, say, command, *, target, threads, batch, repeats, b
     machine = _machine(threads, no_machine, wait_quiet_s, say)
     versions = models.all_versions()
     context = run_context(machine, command, suite, threads, repeats, wait_quiet_s, versions, budget_s=budget_s,
-                          systems=systems)  # fmt: skip
+                          systems=systems, dtype=dtype)  # fmt: skip
     records = models.run_models(specs, threads, systems, repeats, budget_s, trials, db, say, context, wait_quiet_s,
-                                target, batch)  # fmt: skip
+                                target, batch, dtype=dtype)  # fmt: skip
     say(f"suite {suite} done in {time.perf_counter() - start:.0f} s")
     lines = report.host_lines(records) + [report.models_table(records, models.SYSTEMS)]
     _publish(say, lines, records, json_path, plot_path, partial(models_plot, systems=models.SYSTEMS))
@@ -362,7 +362,7 @@ TUNING = ("workloads", "threads", "trials", "strategies", "db", "seed", "cost_mo
 TUNING += ("json_path", "plot_path", "wait_quiet_s", "no_machine", "quiet")
 GPU = ("workloads", "repeats", "budget_s", "tune_trials", "db", "json_path", "plot_path", "quiet")
 MODELS = ("workloads", "target", "threads", "batch", "repeats", "budget_s", "trials", "db", "json_path", "plot_path")
-MODELS += ("wait_quiet_s", "no_machine", "quiet")
+MODELS += ("wait_quiet_s", "no_machine", "quiet", "dtype")
 TLM_EVAL = ("workloads", "target", "tlm_k", "evo_trials", "seed", "tlm_seeds", "lm_path", "evo_from")
 TLM_EVAL += ("leave_out_hardware", "json_path", "plot_path", "quiet")
 CPU_TARGET = "The LLVM target minitc's kernels are built for, e.g. 'llvm -mcpu=znver2' (AVX2 code on an AVX-512 host); "

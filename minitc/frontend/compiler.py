@@ -38,6 +38,8 @@ from minitc.frontend.fallback import EagerPlan, Fallback, error_text, is_interna
 from minitc.frontend.graph import Graph
 from minitc.frontend.importer import ImportError_, export, fallback_reasons, import_model, unsupported
 from minitc.frontend.kernels import NO_KERNEL, node_tensor
+from minitc.frontend.lowp import OP as LOWP_OP
+from minitc.frontend.lowp import check_dtype, lowp_kernels
 from minitc.frontend.passes import LAYOUTS
 from minitc.frontend.torch_ops import runs_in_torch, torch_node
 from minitc.schedule import Schedule
@@ -114,7 +116,7 @@ def extract_tasks(graph, target: str = "llvm", fallbacks: list | None = None) ->
     values, tasks = graph.values(), {}
     cold = weights_stay_cold(graph, target)
     for node in list(graph.nodes):
-        if node.op in NO_KERNEL:
+        if node.op in NO_KERNEL or node.op == LOWP_OP:  # dense_lowp: lowp_kernels builds those
             continue
         key = task_key(node, values)
         if key not in tasks:
@@ -226,9 +228,19 @@ class CompiledModel:
     model again for those (with a warning saying so)."""
 
     def __init__(
-        self, model, example_inputs, target="llvm", db=None, fallback=True, tuning=None, layout="auto", dynamic=None
+        self,
+        model,
+        example_inputs,
+        target="llvm",
+        db=None,
+        fallback=True,
+        tuning=None,
+        layout="auto",
+        dynamic=None,
+        dtype="float32",
     ):
         self.model, self.target, self.db, self.fallback, self.layout = model, target, db, fallback, layout
+        self.dtype = dtype  # "bfloat16", "int8": dense layers through the low-precision GEMMs (lowp.py)
         self.dynamic = dynamic  # dynamic.DynamicShapes: one graph per bucket of sizes, compiled on first use
         self.tuning = tuning or {}  # tune_tasks options: trials, strategy, progress, scheduler, runner, space
         self.example_inputs = tuple(example_inputs)
@@ -290,7 +302,7 @@ class CompiledModel:
         fallbacks = [] if self.fallback else None  # minitc's own errors compiled around (fallback.py)
         if bucket is None:
             graph = import_model(self.model, inputs, fallbacks, strict=not self.fallback)
-            graph = passes.run_all(graph, self.target, self.layout, fallbacks)
+            graph = passes.run_all(graph, self.target, self.layout, fallbacks, self.dtype)
         else:
             if is_gpu(self.target):
                 raise ConfigError("dynamic shapes are compiled for CPUs only; compile the GPU model per shape")
@@ -302,6 +314,7 @@ class CompiledModel:
             _report_fallbacks(graph, self.fallback)
         tasks = extract_tasks(graph, self.target, fallbacks)
         tasks, kernels = build_template_kernels(graph, tasks, self.target, fallbacks)
+        kernels.update(lowp_kernels(graph, self.target))
         if fallbacks:
             self.fallbacks.extend(fallbacks)
             warn_fallbacks(fallbacks, self.label)
@@ -344,7 +357,7 @@ class CompiledModel:
         tasks, plan)}."""
         self = cls.__new__(cls)
         self.model, self.target, self.db, self.fallback, self.tuning = None, target, False, True, {}
-        self.layout, self.dynamic = "auto", dynamic
+        self.layout, self.dynamic, self.dtype = "auto", dynamic, "float32"
         self.example_inputs, self.tune_results, self.choices, self.source = tuple(example_inputs), [], [], source
         self.fallbacks = []  # compiled before it was saved: its fallbacks' nodes are torch nodes of the graph
         self._variants = variants
@@ -367,6 +380,8 @@ class CompiledModel:
                 "this model runs through PyTorch as a whole (compiling it failed inside minitc: "
                 "compiled.fallbacks says where), so it has no kernels to save"
             )
+        if self.dtype != "float32":
+            raise saved.SavedModelError(f"a model compiled with dtype={self.dtype!r} cannot be saved yet (issue 54)")
         saved.save(self, path)
 
     def benchmark(self, repeats: int = 20) -> dict:
@@ -386,6 +401,7 @@ class CompiledModel:
 
         measure({"model": call}, repeats=repeats)  # warm-up, settling and quiet pools (minitc.timing)
         of_node = {n: str(t) for t in self.tasks for n in t.nodes}
+        of_node.update({node.name: what.name for _, node, what in plan.steps if node.op == LOWP_OP})
         per_task: dict = {}
         for name in steps[0]:
             key = of_node.get(name, "torch" if name in plan.torch_nodes else "views")
@@ -462,6 +478,7 @@ def compile_model(
     scheduler="gradient",
     runner=None,
     space=None,
+    dtype: str = "float32",
 ) -> CompiledModel:
     """Compile the `torch.nn.Module` `model` for inputs like `example_inputs` (a tuple of
     tensors, or one tensor). `target`: a CPU target (`llvm`, `llvm -mcpu=...`), `cuda` (an NVIDIA
@@ -481,7 +498,14 @@ def compile_model(
     target's vectors fill them (NCHW[c], minitc/frontend/layout.py), "nchw" keeps PyTorch's
     layout. `dynamic_shapes`: torch.export's
     argument (`{"input_ids": {1: torch.export.Dim("seq", max=512)}}`): one compile serves every
-    size in the Dims' ranges, one specialisation per bucket of sizes used (dynamic.py)."""
+    size in the Dims' ranges, one specialisation per bucket of sizes used (dynamic.py).
+    `dtype`: "float32" (the default), "bfloat16" (weights cast once, dense layers on the bf16
+    GEMM with float32 accumulation) or "int8" (weights quantized per output channel,
+    activations per tensor at run time, like ONNX Runtime's quantize_dynamic); softmax, layer
+    norm and residuals stay float32 (minitc/frontend/lowp.py, docs/low-precision.md)."""
+    dtype = check_dtype(dtype, target)
+    if dtype != "float32" and dynamic_shapes is not None:
+        raise ConfigError(f"dtype={dtype!r} does not combine with dynamic_shapes yet (issue 54)")
     if layout not in LAYOUTS:
         raise ConfigError(f"layout must be one of {', '.join(map(repr, LAYOUTS))}, got {layout!r}")
     if not isinstance(example_inputs, (tuple, list)):
@@ -494,4 +518,4 @@ def compile_model(
     dynamic = None
     if dynamic_shapes is not None:
         dynamic = DynamicShapes.of_program(export(model, tuple(example_inputs), dynamic_shapes))
-    return CompiledModel(model, tuple(example_inputs), target, db, fallback, tuning, layout, dynamic)
+    return CompiledModel(model, tuple(example_inputs), target, db, fallback, tuning, layout, dynamic, dtype)

@@ -38,6 +38,7 @@ from minitc.frontend.fusion import PROLOGUE_TAKERS, fuse_elementwise, fuse_eleme
 from minitc.frontend.graph import ELEMENTWISE, Graph, Node, is_pure, single_use, verify
 from minitc.frontend.importer import Ref
 from minitc.frontend.layout import block_channels
+from minitc.frontend.lowp import lower_dense
 from minitc.frontend.rolls import roll_index_selects
 from minitc.frontend.weights import pack_conv_weights, pack_dense_weights, winograd_convolutions
 
@@ -288,15 +289,20 @@ PASSES = (
 LAYOUTS = ("auto", "nchw")
 
 
-def run_all(graph: Graph, target="llvm", layout: str = "auto", fallbacks: list | None = None) -> Graph:
+def run_all(
+    graph: Graph, target="llvm", layout: str = "auto", fallbacks: list | None = None, dtype: str = "float32"
+) -> Graph:
     """The passes in order; `layout="nchw"` leaves out block_channels. Each result is checked
     (graph.verify). With a `fallbacks` list, a pass that raises or breaks the graph is skipped
     (each pass works on a copy, so its input stays whole) and noted there
     (fallback.Fallback); block_channels skips only the node it fails on. Without, the error is
-    raised."""
+    raised. `dtype` "bfloat16" or "int8": dense layers with constant weights become low-precision
+    GEMMs (lowp.lower_dense) before the float32 ones are packed."""
     for p in PASSES:
         if p is block_channels and layout == "nchw":
             continue
+        if p is pack_dense_weights:
+            graph = lower_dense(graph, dtype, target)
         takes_target = p in (
             block_channels,
             pack_conv_weights,
