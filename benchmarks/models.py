@@ -164,7 +164,9 @@ def run_model(
         # the choices are the tuned compile's (the templates' compile reads no records)
         facts.update({k: v for k, v in tuned_facts.items() if k in ("tuned_kept", "tuned_dropped")})
     onnx_bytes = None
-    if "onnxruntime" in systems and not gpu:
+    if "onnxruntime" in systems and bf16:
+        notes.append("onnxruntime not run in bf16 (it is int8's peer)")
+    elif "onnxruntime" in systems and not gpu:
         onnx_bytes = _onnx_for(model, inputs, built, notes, say, spec.name)
         if onnx_bytes is not None and dtype == "int8":
             try:
@@ -172,9 +174,6 @@ def run_model(
                 notes.append("onnxruntime: quantize_dynamic(per_channel=True, weight_type=QInt8)")
             except Exception as e:  # noqa: BLE001
                 built["onnxruntime"], onnx_bytes = failed("onnxruntime", "quantize_dynamic failed", e), None
-        elif dtype == "bf16":
-            onnx_bytes = None
-            notes.append("onnxruntime not run in bf16 (its peer is int8's)")
     rows = []
     for n in threads:
         if wait_quiet_s > 0:

@@ -6,12 +6,15 @@ here, at compile time, and packed for the low-precision GEMM template of the tar
 (templates/gemm_bf16.py, gemm_int8.py: AMX, the dot-product instructions or their emulation):
 
 - `bfloat16`: the weight rounded to bf16; the activation cast to bf16 at the GEMM's input;
-  float32 accumulation and output, the bias added in float32 (as torch.autocast computes a
-  linear layer, except that autocast also rounds the output to bf16).
+  float32 accumulation and output (as torch.autocast computes a linear layer, except that
+  autocast also rounds the output to bf16).
 - `int8`: dynamic quantization as ONNX Runtime's `quantize_dynamic`: the weight symmetric int8
   per output channel; the activation uint8 with a zero point, per tensor, from its range at
-  run time; the int32 product dequantized (its zero point's compensation, the scales, the
-  bias) after the GEMM.
+  run time; the int32 product dequantized (its zero point's compensation, the scales) after
+  the GEMM.
+
+The bias becomes an `add` node after the GEMM, so that the fusion passes join it to the
+elementwise work that follows (GELU, the residual add) in one float32 kernel.
 
 Everything else (softmax, layer norm, residuals, attention's batch matmuls) stays float32.
 A dense layer the templates cannot take (an odd input width) stays float32 too.
@@ -24,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from minitc.errors import ConfigError
-from minitc.frontend.graph import Graph
+from minitc.frontend.graph import Graph, Node
 from minitc.target import is_gpu, parse_target
 
 DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16", "int8": "int8"}
@@ -43,12 +46,14 @@ def check_dtype(dtype, target) -> str:
 
 def lower_dense(graph: Graph, dtype: str, target) -> Graph:
     """Each float32 dense layer with a constant [in, out] or [out, in] weight becomes a
-    `dense_lowp` node reading (x, packed weight, [per-channel constants], [bias])."""
+    `dense_lowp` node reading (x, packed weight[, per-channel scales, column sums]), and its
+    bias, if any, an `add` after it."""
     if dtype == "float32":
         return graph
     t = parse_target(target)
-    g, values, done = graph.copy(), graph.values(), {}
+    g, values, done, nodes = graph.copy(), graph.values(), {}, []
     for node in g.nodes:
+        nodes.append(node)
         weight = g.constants.get(node.inputs[1]) if node.op == "dense" else None
         if weight is None or node.dtype != "float32" or node.attrs.get("activation") or node.attrs.get("weight_block"):
             continue
@@ -60,9 +65,24 @@ def lower_dense(graph: Graph, dtype: str, target) -> Graph:
         if key not in done:
             done[key] = _pack(g, node.inputs[1], rows, M, dtype, t)
         packed, attrs = done[key]
-        node.op, node.attrs = OP, dict(attrs)
-        node.inputs = (node.inputs[0], *packed, *node.inputs[2:])
+        gemm = Node(node.name, OP, (node.inputs[0], *packed), dict(attrs), node.shape, "float32")
+        if len(node.inputs) > 2:  # the bias: an add of its own, which fusion joins to what follows (GELU, residual)
+            gemm.name = _unique(f"{node.name}_gemm", values)
+            node.op, node.inputs, node.attrs = "add", (gemm.name, node.inputs[2]), {}
+            nodes[-1:] = [gemm, node]
+        else:
+            nodes[-1] = gemm
+    g.nodes = nodes
     return g.prune()
+
+
+def _unique(base: str, taken: dict) -> str:
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{base}_{n}"
+    taken[name] = None
+    return name
 
 
 def _pack(g: Graph, name: str, rows: np.ndarray, M: int, dtype: str, target) -> tuple:
@@ -124,7 +144,6 @@ class DenseKernel:
         self.name = f"{gemm.kind}_dense_{gemm.path}_{gemm.shape.M}x{node.attrs['out_features']}x{gemm.shape.K}"
         M, Np = gemm.shape.M, node.attrs["n_padded"]
         self.padded = np.empty((M, Np), np.float32) if Np != node.attrs["out_features"] else None
-        self.bias = len(node.inputs) > (2 if self.dtype == "bfloat16" else 4)
 
     def __call__(self, *args, out=None):
         if out is None:
@@ -143,7 +162,6 @@ class DenseKernel:
         if self.dtype == "bfloat16":
             a = x.to(torch.bfloat16).view(torch.int16).numpy().view(np.dtype("bfloat16"))
             self.gemm(a, arrays[1], out=C)
-            result = torch.from_numpy(C)
         else:
             scale, colsum = arrays[2], arrays[3]
             lo, hi = torch.aminmax(x)
@@ -152,14 +170,9 @@ class DenseKernel:
             za = int(round(-lo / sa))
             q = torch.mul(x, 1 / sa).add_(za).round_().clamp_(0, 255).to(torch.uint8).numpy()
             acc = torch.from_numpy(self.gemm(q, _packed(arrays[1], colsum)))
-            result = torch.from_numpy(C)
-            torch.mul(acc - za * torch.from_numpy(colsum), torch.from_numpy(scale) * sa, out=result)
-        N = self.node.attrs["out_features"]
+            torch.mul(acc - za * torch.from_numpy(colsum), torch.from_numpy(scale) * sa, out=torch.from_numpy(C))
         if self.padded is not None:
-            out[...] = self.padded[:, :N]
-            result = torch.from_numpy(out)
-        if self.bias:
-            result[:, :N].add_(torch.from_numpy(arrays[-2]))
+            out[...] = self.padded[:, : self.node.attrs["out_features"]]
 
 
 def _packed(data, colsum):

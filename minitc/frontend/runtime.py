@@ -127,7 +127,9 @@ class Plan:
         if self._notes is None:
             self._notes = RunningNotes(self)
         try:
-            with torch.inference_mode(), one_torch_thread(bool(self.torch_nodes)):
+            # low-precision dense layers (lowp.py) cast and quantize with torch calls too
+            uses_torch = bool(self.torch_nodes) or any(n.op == "dense_lowp" for _, n, _ in self.steps)
+            with torch.inference_mode(), one_torch_thread(uses_torch):
                 if first:
                     values = self._execute(self._run_steps, values, times, checked=True)
                     self._bound, self._static = self._bind(values)
