@@ -170,7 +170,8 @@ class DenseKernel:
             za = int(round(-lo / sa))
             q = torch.mul(x, 1 / sa).add_(za).round_().clamp_(0, 255).to(torch.uint8).numpy()
             acc = torch.from_numpy(self.gemm(q, _packed(arrays[1], colsum)))
-            torch.mul(acc - za * torch.from_numpy(colsum), torch.from_numpy(scale) * sa, out=torch.from_numpy(C))
+            scales = torch.from_numpy(scale) * sa  # C = (acc - za * colsum) * scales, in one pass
+            torch.addcmul(-za * torch.from_numpy(colsum) * scales, acc, scales, out=torch.from_numpy(C))
         if self.padded is not None:
             out[...] = self.padded[:, : self.node.attrs["out_features"]]
 

@@ -6,6 +6,7 @@ at least the exact emulations) and on Haswell's emulations."""
 
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from helpers import recorded_target
@@ -131,3 +132,33 @@ def test_low_precision_is_for_cpus_and_static_shapes():
     seq = torch.export.Dim("seq", min=2, max=64)
     with pytest.raises(ConfigError, match="dynamic_shapes"):
         tc.compile(model, inputs, dtype="int8", dynamic_shapes={"input_ids": {1: seq}})
+
+
+def _bf16(a):
+    return a.astype(np.float32).astype("bfloat16").astype(np.float64)
+
+
+def _linear_reference(layer, x, dtype):
+    """numpy's float64 of what dtype= computes for one linear layer: bf16 operands, or ORT's
+    dynamic quantization (per-channel symmetric int8 weight, per-tensor uint8 activation)."""
+    w, b, x = (t.detach().double().numpy() for t in (layer.weight, layer.bias, x))
+    if dtype == "bfloat16":
+        return _bf16(x) @ _bf16(w).T + b
+    sw = np.abs(w).max(axis=1) / 127
+    qw = np.clip(np.rint(w / sw[:, None]), -127, 127)
+    lo, hi = min(x.min(), 0.0), max(x.max(), 0.0)
+    sa = np.float32((hi - lo) / 255)
+    za = round(-lo / sa)
+    qx = np.clip(np.rint(x.astype(np.float32) * np.float32(1 / sa)) + za, 0, 255)
+    return ((qx - za) @ qw.T) * (sa * sw.astype(np.float32)) + b
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "int8"])
+def test_one_linear_layer_against_numpy(dtype):
+    """48 outputs: padded to 64 for the GEMM and cut back."""
+    torch.manual_seed(1)
+    layer = torch.nn.Linear(64, 48).eval()
+    x = torch.randn(32, 64)
+    got = _compiled(layer, (x,), dtype)(x).numpy()
+    expected = _linear_reference(layer, x, dtype)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
