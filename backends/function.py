@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -156,6 +157,20 @@ class HostCallable:
         return result[0] if len(result) == 1 else tuple(result)
 
 
+@dataclass(frozen=True)
+class BoundCall:
+    """A compiled kernel (`void f(void*...)` at `address`) with its arguments' addresses fixed;
+    calling it runs the kernel through its ctypes function `cfunc` (a model plan chains them:
+    backends/llvm/step_chain.py)."""
+
+    address: int
+    args: tuple
+    cfunc: object
+
+    def __call__(self) -> None:
+        self.cfunc(*self.args)
+
+
 class Function(HostCallable):
     """A kernel compiled for the CPU (see HostCallable for how to call it)."""
 
@@ -176,9 +191,9 @@ class Function(HostCallable):
     def _run(self, arrays: list) -> None:
         self._cfunc(*_addresses(arrays))
 
-    def bind(self, arrays: list):
-        # the addresses taken once: a model step then costs one ctypes call
-        return functools.partial(self._cfunc, *_addresses(arrays))
+    def bind(self, arrays: list) -> BoundCall:
+        # the addresses taken once: a model step then costs one ctypes call, or none in a chain
+        return BoundCall(self.compiled.address, tuple(_addresses(arrays)), self._cfunc)
 
     def __repr__(self):
         return f"<minitc.Function {self.kernel.name}({', '.join(b.name for b in self.kernel.params)})>"

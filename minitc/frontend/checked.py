@@ -231,8 +231,8 @@ class CheckedKernel:
 
     def bind(self, arrays: list):
         run = self.kernel_fn.bind(arrays)
-        # the addresses the bound call passes, where it shows them (a functools.partial of them)
-        pointers = list(run.args) if isinstance(run, functools.partial) else host._addresses(arrays)
+        # the addresses the bound call passes, where it shows them (a BoundCall or a partial of them)
+        pointers = list(run.args) if isinstance(run, (host.BoundCall, functools.partial)) else host._addresses(arrays)
         if not all(isinstance(p, int) for p in pointers):
             pointers = host._addresses(arrays)
         return functools.partial(self._checked, list(arrays), pointers, run)

@@ -18,8 +18,10 @@ import types
 import numpy as np
 
 from minitc.autotune.cost_model import torch_threads
+from minitc.backends.function import BoundCall
 from minitc.backends.llvm.runtime import running_note
-from minitc.errors import DTypeError, ShapeError
+from minitc.backends.llvm.step_chain import StepChain
+from minitc.errors import BuildError, DTypeError, ShapeError
 from minitc.frontend.checked import GUARD_BYTES, Checker
 from minitc.frontend.checked import enabled as checked_mode
 from minitc.frontend.importer import Ref, SymArg
@@ -79,6 +81,7 @@ class Plan:
         self._arena = None  # allocated on the first run, then reused (a plan runs one call at a time)
         self._views: dict = {}  # node name -> its array in the arena
         self._bound = None  # the steps of later runs, once a first run checked every call (_bind)
+        self._chained = None  # the same with runs of bound calls as one native call (_chain)
         self._static: dict = {}
         self._notes = None  # RunningNotes, made by the first run
         self.label = "a compiled model"  # what a fault's report calls the model (CompiledModel names it)
@@ -133,8 +136,10 @@ class Plan:
                 if first:
                     values = self._execute(self._run_steps, values, times, checked=True)
                     self._bound, self._static = self._bind(values)
-                else:
-                    values = self._execute(self._bound, values, times, checked=False)
+                    self._chained = self._chain(self._bound)
+                else:  # timed step by step, or with the bound calls chained
+                    steps = self._bound if times is not None else self._chained
+                    values = self._execute(steps, values, times, checked=False)
         finally:
             self._notes.clear()
         return [values[o] for o in self.graph.outputs]
@@ -144,7 +149,9 @@ class Plan:
         note, notes = self._notes.note, self._notes.addresses
         for kind, node, what in steps:
             start = clock() if times is not None else 0.0
-            if kind == "bound":
+            if kind == "chain":  # the chain sets the note itself
+                what()
+            elif kind == "bound":
                 note.value = notes[node.name]  # what a fault's report names (RunningNotes)
                 what()
             elif kind == "kernel":
@@ -164,6 +171,36 @@ class Plan:
             if times is not None:
                 times[node.name] = clock() - start
         return values
+
+    def _chain(self, steps: list) -> list:
+        """`steps` with each run of bound kernel calls as one native call (step_chain.py): a
+        step from Python costs 2-4 us, a chained one nothing. Where the chain cannot be built
+        (a bound call that is no compiled CPU kernel, no LLVM), the steps as they are."""
+        out, run = [], []
+
+        def close():
+            if len(run) > 1:
+                try:
+                    chain = StepChain(
+                        [what for _, _, what in run],
+                        [self._notes.addresses.get(node.name, 0) for _, node, _ in run],
+                        running_note(),
+                    )
+                    out.append(("chain", run[-1][1], chain))
+                except (BuildError, RuntimeError):  # LLVM refused the module: call them one by one
+                    out.extend(run)
+            else:
+                out.extend(run)
+            run.clear()
+
+        for step in steps:
+            if step[0] == "bound" and isinstance(step[2], BoundCall):
+                run.append(step)
+                continue
+            close()
+            out.append(step)
+        close()
+        return out
 
     def _own(self, result):
         """A torch node's result, copied where it shares the arena (a view of its input, such as

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 CRASH_IN_A_MODEL = """
-import functools
+import dataclasses
 import torch
 from torch import nn
 import minitc as tc
@@ -19,7 +19,8 @@ import minitc as tc
 class Mlp(nn.Module):
     def __init__(self):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(16, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 8))
+        hidden = [m for _ in range(2) for m in (nn.Linear(256, 256), nn.ReLU())]
+        self.net = nn.Sequential(nn.Linear(16, 256), nn.ReLU(), *hidden, nn.Linear(256, 8))
 
     def forward(self, x):
         return self.net(x)
@@ -30,7 +31,9 @@ compiled(x)  # binds the kernels of later runs to their buffers' addresses
 plan = compiled.plan
 k = next(k for k, (kind, node, _) in enumerate(plan._bound) if kind == "bound" and node.name == "linear_1")
 kind, node, call = plan._bound[k]
-plan._bound[k] = (kind, node, functools.partial(call.func, *[0x81] * len(call.args)))  # a stray pointer
+plan._bound[k] = (kind, node, dataclasses.replace(call, args=(0x81,) * len(call.args)))  # a stray pointer
+plan._chained = plan._chain(plan._bound)  # linear_1 and linear_2 run as one native call
+assert any(kind == "chain" for kind, _, _ in plan._chained)
 print("calling", flush=True)
 compiled(x)
 print("survived", flush=True)
@@ -96,7 +99,7 @@ def test_a_fault_in_a_model_names_the_kernel_and_the_model():
     assert "calling" in done.stdout and "survived" not in done.stdout, done.stdout + done.stderr
     assert done.returncode == -11, done.stderr  # SIGSEGV, not caught and ignored
     assert "minitc: fatal signal 11 in this process; running: kernel " in done.stderr, done.stderr
-    assert "(node linear_1, step 2 of 3) of model Mlp" in done.stderr, done.stderr
+    assert "(node linear_1, step 2 of 4) of model Mlp" in done.stderr, done.stderr
     assert "Fatal Python error: Segmentation fault" in done.stderr  # faulthandler still runs after it
 
 

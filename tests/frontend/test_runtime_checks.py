@@ -14,6 +14,7 @@ from torch import nn  # noqa: E402
 
 import minitc as tc  # noqa: E402
 from minitc.backends import function as host  # noqa: E402
+from minitc.backends.function import BoundCall  # noqa: E402
 from minitc.errors import RuntimeCheckError  # noqa: E402
 from minitc.frontend import runtime  # noqa: E402
 from minitc.frontend.checked import CheckedKernel  # noqa: E402
@@ -75,7 +76,7 @@ def test_default_plans_have_no_checks(monkeypatch):
     assert plan.checker is None and plan._run_steps is plan.steps
     compiled(x)
     bound = [call for kind, _, call in plan._bound if kind == "bound"]
-    assert bound and not any(isinstance(getattr(call.func, "__self__", None), CheckedKernel) for call in bound)
+    assert bound and all(isinstance(call, BoundCall) for call in bound)  # plain kernels, no CheckedKernel
 
 
 def test_checked_mode_catches_a_wrong_pointer(monkeypatch):
@@ -99,7 +100,7 @@ def test_checked_mode_catches_a_wrong_pointer_in_a_bound_call(monkeypatch):
 
     def bind_off_by_a_page(self, arrays):
         bound = real_bind(self, arrays)
-        return type(bound)(bound.func, *bound.args[:-1], bound.args[-1] + 4096)
+        return replace(bound, args=(*bound.args[:-1], bound.args[-1] + 4096))
 
     monkeypatch.setattr(host.Function, "bind", bind_off_by_a_page)
     plan = Plan(compiled.graph, kernels_of(compiled.plan))
