@@ -13,7 +13,17 @@ from minitc.autotune.workload_key import workload_key
 from minitc.errors import ScheduleError
 from minitc.lm.decode import Decoder
 from minitc.lm.hardware import hardware
-from minitc.lm.language import Hardware, Loc, Sentence, SentenceError, WrittenStage, parse, sentence, space_values
+from minitc.lm.language import (
+    Hardware,
+    Loc,
+    Sentence,
+    SentenceError,
+    SentenceWriter,
+    WrittenStage,
+    parse,
+    sentence,
+    space_values,
+)
 from minitc.lm.model import ModelConfig, TensorLM
 from minitc.lm.tokenizer import Tokenizer
 from minitc.lm.training_set import HELD_OUT, TRAINING
@@ -294,11 +304,12 @@ def test_every_legal_value_of_every_slot_has_tokens(op_samples, workload_samples
 
 def test_labels_and_prompts_have_no_unknown_tokens(op_samples, workload_samples, tok, hw):
     for space, candidates in _all_samples(op_samples, workload_samples):
-        prompt = tok.prompt_ids(sentence(space, hw))
-        assert tok.unk not in prompt, sentence(space, hw).prompt()
+        write = SentenceWriter(space, hw)  # sentence(space, hw, d) is SentenceWriter(space, hw)(d), set up once
+        prompt = tok.prompt_ids(write())
+        assert tok.unk not in prompt, write().prompt()
         assert prompt[0] == tok.bos
         for c in candidates:
-            s = sentence(space, hw, c.decisions)
+            s = write(c.decisions)
             for label, _ in s.decisions:
                 assert tok.unk not in tok.label_ids(label), label
 
@@ -315,8 +326,9 @@ def test_training_and_held_out_prompts_tokenize(workload_samples, tok, hw):
 def test_encode_masks_exactly_the_value_tokens(op_samples, workload_samples, tok, hw):
     checked = 0
     for space, candidates in _all_samples(op_samples, workload_samples):
+        write = SentenceWriter(space, hw)
         for c in candidates[:5]:
-            s = sentence(space, hw, c.decisions)
+            s = write(c.decisions)
             ids, mask = tok.encode(s)
             assert len(ids) == len(mask) and ids[0] == tok.bos and ids[-1] == tok.eos
             assert tok.unk not in ids
