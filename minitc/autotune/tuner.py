@@ -354,10 +354,17 @@ def builder_workers(gpu: bool) -> int:
     return max(2, min(8, (os.cpu_count() or 2) // 2)) if gpu else 2
 
 
+# the finalists' re-measurement runs them in these orders, one pass each (1 forwards, -1
+# backwards): on a shared machine a program timed second in a pair ran up to 2% faster, and a
+# load burst during one pass moves only that pass's median
+REMEASURE_ORDERS = (1, -1, 1)
+
+
 def remeasure_best(database, key, space, hw, task, runner, builder=None, k: int = 5, rounds: int = 3, include=()):
     """The final best is measured again before it is reported: the k fastest records are re-run
     one after another on an otherwise idle machine (no overlapping builds) and the new timings
-    are recorded, superseding the first ones. If that demotes them below a record not yet
+    are recorded, superseding the first ones (REMEASURE_ORDERS: three passes, the second
+    backwards; a program's time is the median of its passes'). If that demotes them below a record not yet
     re-measured, that one is re-measured too (a few rounds at most). The records of the programs
     `include` names (their steps' JSON: tc.build's default) are re-run beside the first round's,
     so a finalist that was lucky once cannot pass a default measured at a worse moment. The
@@ -378,18 +385,35 @@ def remeasure_best(database, key, space, hw, task, runner, builder=None, k: int 
             built = builder.build(task, [decode_trace(r.trace)[1].to_json() for r in records])
             fresh = runner.fresh(max(runner.repeats, 10))
             try:
-                results = fresh.run(task, built)
+                passes = [_in_order(fresh.run(task, built[::step]), step) for step in REMEASURE_ORDERS]
             finally:
                 if fresh is not runner:
                     fresh.close()
-            for rec, res in zip(records, results):
-                database.add(Record(key, target, hw, rec.trace, res.latencies_ms, res.median_ms, res.error))
+            for n, rec in enumerate(records):
+                latencies, median, error = _combined([results[n] for results in passes])
+                database.add(Record(key, target, hw, rec.trace, latencies, median, error))
                 confirmed.add(rec.trace)
     finally:
         if own:
             builder.close()
     best = database.best(key, target, hw)
     return (best[0].median_ms, best[0].trace) if best else (None, None)
+
+
+def _in_order(results: list, step: int) -> list:
+    """A pass's results in the finalists' order (a pass with step -1 ran them backwards)."""
+    return results[::step]
+
+
+def _combined(results: list) -> tuple:
+    """(latencies, median, error) of one program over the re-measurement's passes: every
+    latency, the median of the passes' medians (a pass that another process slowed counts
+    once), or the first error."""
+    errors = [r.error for r in results if r.error]
+    if errors:
+        return (), None, errors[0]
+    latencies = tuple(ms for r in results for ms in r.latencies_ms)
+    return latencies, float(np.median([r.median_ms for r in results])), None
 
 
 def _records_of(database, key, target, hw, steps: set) -> list:
