@@ -50,6 +50,7 @@ MODELS = [
     ("AMD EPYC Zen 5", "models-znver5-all-winograd.json"),
     ("Intel Xeon, KVM (Sapphire Rapids class)", "models-intel-xeon-kvm-20261128.json"),  # issue 41's host 1
     ("Intel Xeon, KVM (Sapphire Rapids class)", "models-realsize-intel-xeon-kvm-20261207.json"),  # issue 53
+    ("Intel Xeon, KVM (Sapphire Rapids class)", "models-realsize-intel-xeon-kvm-20261208.json"),  # softmax flush
 ]
 TLM_EVAL = [  # (machine, what was evaluated, file)
     ("AMD EPYC Zen 5", "the model of six CPUs (shipped since 2026-11-29)", "tlm-eval-znver5-cross6-20261129.json"),
