@@ -99,6 +99,31 @@ def test_suite_runs_a_small_model_end_to_end(tmp_path, monkeypatch):
     assert "slowest tasks" in result.output
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "int8"])
+def test_suite_runs_a_small_model_in_low_precision(tmp_path, monkeypatch, dtype):
+    """--dtype bf16: minitc and eager under autocast, within BF16_RTOL; int8: minitc and ORT's
+    quantize_dynamic, each checked by its cosine similarity with float32 eager."""
+    pytest.importorskip("transformers", reason="tiny-bert is a transformers BertModel: pip install transformers")
+    from minitc.benchmarks.models_systems import BF16_RTOL, INT8_COSINE
+
+    ort = dtype == "int8" and importlib.util.find_spec("onnxruntime") and importlib.util.find_spec("onnxscript")
+    systems = ["minitc", "eager"] + (["onnxruntime"] if ort else [])
+    monkeypatch.setenv("MINITC_MODELS_SYSTEMS", ",".join(systems))
+    path = tmp_path / "models.json"
+    args = ["--suite", "models", "--workloads", "tiny-bert", "--repeats", "1", "--budget", "0", "--no-machine", "-q"]
+    result = CliRunner().invoke(main, ["bench", *args, "--dtype", dtype, "--json", str(path)])
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    (rec,) = json.loads(path.read_text())
+    assert rec["dtype"] == dtype and rec["run"]["dtype"] == dtype
+    for system in systems:
+        assert rec["systems"][system]["error"] is None, rec["systems"][system]
+    if dtype == "bf16":
+        assert 0 < rec["rel_err"] <= BF16_RTOL
+    else:
+        assert all(rec["systems"][s]["cosine"] >= INT8_COSINE for s in systems if s != "eager")
+    assert any(name.startswith(f"{dtype}_dense_") for name, _ in rec["minitc_breakdown"]["top_tasks"])
+
+
 @pytest.mark.heavy
 def test_the_suite_reports_the_tuned_compiles_choices(tmp_path, monkeypatch):
     """tuned_kept / tuned_dropped count the choices of the compile that read the records (they
