@@ -162,3 +162,21 @@ def test_one_linear_layer_against_numpy(dtype):
     got = _compiled(layer, (x,), dtype)(x).numpy()
     expected = _linear_reference(layer, x, dtype)
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+
+
+def test_odd_widths_stay_float32_and_saving_is_refused(tmp_path):
+    """K = 33 has no whole pairs of k: that layer stays a float32 dense; the K = 48 one is bf16.
+    A low-precision model cannot be saved yet: a clear error, not a file that loads wrong."""
+    from minitc.frontend.saved import SavedModelError
+
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(torch.nn.Linear(33, 48), torch.nn.ReLU(), torch.nn.Linear(48, 16)).eval()
+    x = torch.randn(8, 33)
+    compiled = _compiled(model, (x,), "bfloat16")
+    ops = [n.op for n in compiled.graph.nodes]
+    assert ops.count("dense_lowp") == 1 and ops.count("dense") == 1
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = model(x).float()
+    assert _relative(compiled(x), expected) <= BF16_BOUND
+    with pytest.raises(SavedModelError, match="dtype='bfloat16' cannot be saved"):
+        compiled.save(tmp_path / "model.minitc")
