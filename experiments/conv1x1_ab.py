@@ -31,13 +31,19 @@ def _value(text):
 
 
 def baseline_rule(overrides):
+    parsed = []  # (window or "", name, value)
+    for spec in overrides:
+        window, _, setting = spec.rpartition(":")
+        name, sep, value = setting.partition("=")
+        if not sep or "," in value:
+            raise SystemExit(f"an override is one NAME=VALUE per argument, got {spec!r}")
+        parsed.append((window, name, _value(value)))
+
     def rule(s, out, target):
         params = CURRENT(s, out, target)
-        for spec in overrides:
-            window, _, setting = spec.rpartition(":")
-            name, value = setting.split("=")
+        for window, name, value in parsed:
             if not window or window == _window(s, out):
-                params[name] = _value(value)
+                params[name] = value
         return params
 
     return rule
