@@ -117,20 +117,25 @@ def test_a_value_another_host_derived_replays_here_and_one_outside_the_domain_do
 # depthwise convolution a template
 OLDER_SPACES = {("resnet-fc", "llvm"), ("resnet-stem", "cuda"), ("resnet18-c2-s2", "cuda"), ("resnet18-c3", "cuda")}
 OLDER_SPACES |= {("mbv2-dw-32-112", "cuda"), ("mbv2-dw-96-112-s2", "cuda")}
+# workloads whose computation changed since their programs were recorded: softmax's exp stage
+# writes 0 below -70 (ops/norm.py FLUSH_BELOW, 2026-12-08), so its 187 recorded CPU programs are
+# refused as written for another workload (lm's training skips them) until it is recorded again
+CHANGED_WORKLOADS = {("gpt2-softmax", "llvm")}
 
 
 @pytest.mark.heavy
 def test_the_whole_dataset_replays_on_the_recorded_hosts():
     """Every program of lm/data replays (its CPU programs on the recorded hosts' descriptions in
     turn, its GPU ones on their CUDA target), except those written for an older space of their
-    workload (a template added or specialised since): those are refused as such, on every
-    host alike, and lm's training skips them."""
+    workload (a template added or specialised since), or for a computation that changed since
+    (CHANGED_WORKLOADS): those are refused as such, on every host alike, and lm's training skips
+    them."""
     from minitc.lm.dataset import load
     from minitc.lm.language import SentenceError, space_values
     from minitc.lm.training_set import workload
 
     entries = load()
-    spaces, replayed, older = {}, 0, set()
+    spaces, replayed, older, changed = {}, 0, set(), set()
     for n, e in enumerate(entries):
         if e.target.startswith("cuda"):
             key = (e.name, e.target)
@@ -141,12 +146,15 @@ def test_the_whole_dataset_replays_on_the_recorded_hosts():
         try:
             values = space_values(spaces[key], e.parsed)
         except SentenceError as err:
+            if "written for another workload" in str(err):
+                changed.add((e.name, e.target.split()[0]))
+                continue
             assert "space line" in str(err), (e.where, str(err))
             older.add((e.name, e.target.split()[0]))
             continue
         spaces[key].replay(values)
         replayed += 1
-    assert replayed >= 7300 and older == OLDER_SPACES
+    assert replayed >= 7100 and older == OLDER_SPACES and changed == CHANGED_WORKLOADS
 
 
 def test_the_parameters_page_is_up_to_date():
