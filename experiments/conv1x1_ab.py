@@ -4,18 +4,16 @@ convolution's time inside the model (Plan.run's per-node times, medians).
 
     [AB_TAG=gemv] python experiments/conv1x1_ab.py resnet50 [ROUNDS] [NAME=VALUE ...]
 
-The plans' order alternates from round to round: with a fixed order, the same plan timed second
-ran 0.2-0.5 ms faster (ResNet-50, Intel Xeon). Overrides apply to every convolution, or with
-`RxS:NAME=VALUE` (`1x1:rcb=0`) to those of that window only; the default override is `1x1:rcb=0`
-(a 1x1's reduction in one pass).
+The plans are timed by plan_ab.compare_plans (their order alternating from round to round).
+Overrides apply to every convolution, or with `RxS:NAME=VALUE` (`1x1:rcb=0`) to those of that
+window only; the default override is `1x1:rcb=0` (a 1x1's reduction in one pass).
 """
 
 import os
 import sys
-import time
 
-import numpy as np
 import torch
+from plan_ab import compare_plans
 
 import minitc as tc
 from minitc.benchmarks.models_zoo import MODELS
@@ -73,25 +71,7 @@ def main(name: str, rounds: int = 10, *overrides: str) -> None:
         ref = model(*inputs).numpy()
     baseline = baseline_rule(overrides or ("1x1:rcb=0",))
     plans = {"baseline": compiled(model, inputs, baseline).plan, "default": compiled(model, inputs, CURRENT).plan}
-    for label, plan in plans.items():
-        out = plan.run(arrays)[0]
-        print(f"{label}: max abs error {np.abs(out - ref).max():.2e} (output max {np.abs(ref).max():.2f})")
-    medians: dict = {label: [] for label in plans}
-    nodes: dict = {label: [] for label in plans}
-    for r in range(rounds):  # the order alternates: the plan timed second in a round ran faster
-        for label, plan in list(plans.items())[:: 1 if r % 2 else -1]:
-            times = []
-            for _ in range(10):
-                start = time.perf_counter()
-                plan.run(arrays)
-                times.append(time.perf_counter() - start)
-            medians[label].append(1e3 * np.median(times))
-            per_node: dict = {}
-            plan.run(arrays, per_node)
-            nodes[label].append(per_node)
-    for label in plans:
-        print(f"{label}: {np.median(medians[label]):.3f} ms (rounds {', '.join(f'{m:.2f}' for m in medians[label])})")
-    per = {label: {n: 1e3 * np.median([r[n] for r in runs]) for n in runs[0]} for label, runs in nodes.items()}
+    per = compare_plans(plans, arrays, ref, rounds)
     a, b = per["baseline"], per["default"]
     shapes = {n.name: n.shape for n in plans["default"].graph.nodes}
     common = sorted(set(a) & set(b), key=lambda n: -a[n])

@@ -7,10 +7,9 @@ times, medians), matched by node name.
 """
 
 import sys
-import time
 
-import numpy as np
 import torch
+from plan_ab import compare_plans
 
 import minitc as tc
 from minitc.benchmarks.models_zoo import MODELS
@@ -34,26 +33,7 @@ def main(name: str, rounds: int = 10) -> None:
     with torch.no_grad():
         ref = model(*inputs).numpy()
     plans = {"winograd": compiled(model, inputs, True).plan, "direct": compiled(model, inputs, False).plan}
-    for label, plan in plans.items():
-        out = plan.run(arrays)[0]
-        print(f"{label}: max abs error {np.abs(out - ref).max():.2e} (output max {np.abs(ref).max():.2f})")
-    calls = 10
-    medians: dict = {label: [] for label in plans}
-    nodes: dict = {label: [] for label in plans}
-    for _ in range(rounds):
-        for label, plan in plans.items():
-            times = []
-            for _ in range(calls):
-                start = time.perf_counter()
-                plan.run(arrays)
-                times.append(time.perf_counter() - start)
-            medians[label].append(1e3 * np.median(times))
-            per_node: dict = {}
-            plan.run(arrays, per_node)
-            nodes[label].append(per_node)
-    for label in plans:
-        print(f"{label}: {np.median(medians[label]):.3f} ms (rounds {', '.join(f'{m:.2f}' for m in medians[label])})")
-    per = {label: {n: 1e3 * np.median([r[n] for r in runs]) for n in runs[0]} for label, runs in nodes.items()}
+    per = compare_plans(plans, arrays, ref, rounds)
     wino_nodes = {
         n.name: n for n in plans["winograd"].graph.nodes if "conv2d_winograd_nchwc" in [b.op for b in (n.body or [n])]
     }
