@@ -34,8 +34,9 @@ def _module(calls: list, notes: list, note_address: int) -> ir.Module:
 
 
 class StepChain:
-    """`calls` (backends/function.py's BoundCall) run in order by one native call; before each, the address in `notes`
-    (a C string's, or 0) is stored into the runtime's note `note` (a ctypes c_void_p, or None)."""
+    """`calls` (backends/function.py's BoundCall) run in order by one native call; before each,
+    the address in `notes` (a C string's, or 0) is stored into the runtime's note `note` (a
+    ctypes c_void_p, or None). The caller keeps the kernels alive (a plan's steps hold them)."""
 
     def __init__(self, calls: list, notes: list, note=None):
         from minitc.backends.llvm.runtime import _jit, ensure_runtime
@@ -43,7 +44,6 @@ class StepChain:
         ensure_runtime()  # initialises LLVM's native target
         note_address = ctypes.addressof(note) if isinstance(note, ctypes.c_void_p) else 0
         self._engine = _jit(_module(calls, notes, note_address))  # kept: it owns the code
-        self._calls = calls  # kept: the kernels the code calls must outlive it
         self._run = ctypes.CFUNCTYPE(None)(self._engine.get_function_address("chain"))
         self.size = len(calls)
 

@@ -385,12 +385,13 @@ def remeasure_best(database, key, space, hw, task, runner, builder=None, k: int 
             built = builder.build(task, [decode_trace(r.trace)[1].to_json() for r in records])
             fresh = runner.fresh(max(runner.repeats, 10))
             try:
-                passes = [_in_order(fresh.run(task, built[::step]), step) for step in REMEASURE_ORDERS]
+                # each pass's results back in the finalists' order
+                passes = [fresh.run(task, built[::step])[::step] for step in REMEASURE_ORDERS]
             finally:
                 if fresh is not runner:
                     fresh.close()
-            for n, rec in enumerate(records):
-                latencies, median, error = _combined([results[n] for results in passes])
+            for rec, *runs in zip(records, *passes):
+                latencies, median, error = _combined(runs)
                 database.add(Record(key, target, hw, rec.trace, latencies, median, error))
                 confirmed.add(rec.trace)
     finally:
@@ -398,11 +399,6 @@ def remeasure_best(database, key, space, hw, task, runner, builder=None, k: int 
             builder.close()
     best = database.best(key, target, hw)
     return (best[0].median_ms, best[0].trace) if best else (None, None)
-
-
-def _in_order(results: list, step: int) -> list:
-    """A pass's results in the finalists' order (a pass with step -1 ran them backwards)."""
-    return results[::step]
 
 
 def _combined(results: list) -> tuple:

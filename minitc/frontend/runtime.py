@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 import time
 import types
 
@@ -174,33 +175,22 @@ class Plan:
 
     def _chain(self, steps: list) -> list:
         """`steps` with each run of bound kernel calls as one native call (step_chain.py): a
-        step from Python costs 2-4 us, a chained one nothing. Where the chain cannot be built
-        (a bound call that is no compiled CPU kernel, no LLVM), the steps as they are."""
-        out, run = [], []
-
-        def close():
-            if len(run) > 1:
-                try:
-                    chain = StepChain(
-                        [what for _, _, what in run],
-                        [self._notes.addresses.get(node.name, 0) for _, node, _ in run],
-                        running_note(),
-                    )
-                    out.append(("chain", run[-1][1], chain))
-                except (BuildError, RuntimeError):  # LLVM refused the module: call them one by one
-                    out.extend(run)
-            else:
-                out.extend(run)
-            run.clear()
-
-        for step in steps:
-            if step[0] == "bound" and isinstance(step[2], BoundCall):
-                run.append(step)
-                continue
-            close()
-            out.append(step)
-        close()
+        step from Python costs 2-4 us, a chained one nothing."""
+        out = []
+        for bound, group in itertools.groupby(steps, key=lambda st: st[0] == "bound" and isinstance(st[2], BoundCall)):
+            group = list(group)
+            out.extend(self._chain_step(group) if bound and len(group) > 1 else group)
         return out
+
+    def _chain_step(self, run: list) -> list:
+        """One chain step for a run of bound steps, or the steps as they are where LLVM refuses
+        the chain's module."""
+        try:
+            notes = [self._notes.addresses.get(node.name, 0) for _, node, _ in run]
+            chain = StepChain([what for _, _, what in run], notes, running_note())
+        except (BuildError, RuntimeError):
+            return run
+        return [("chain", run[-1][1], chain)]
 
     def _own(self, result):
         """A torch node's result, copied where it shares the arena (a view of its input, such as
